@@ -1,0 +1,1 @@
+"""pmtk: practice-management API toolkit."""
