@@ -1,0 +1,182 @@
+"""Exceptions raised by pmtk. The whole tree, drawn once::
+
+    PmtkError
+    ├── ConfigurationError (ValueError)      bad or missing settings, unknown region
+    ├── RequestValidationError (ValueError)  a write body broke a catalogue rule; nothing was sent
+    ├── DataValidationError (ValueError)     a frame failed its pandera schema (.failure_cases)
+    ├── IncompleteResult                     a list walk ended short of Bundle.total, or looped
+    │   └── PagingLoop                       a next link pointed back to a page already read
+    ├── OutcomeUnknown                       POST or $book failed after sending; may have landed
+    ├── TransportError                       the deployment could not be reached (after retries)
+    └── ApiError                             the server answered an error (OperationOutcome)
+        ├── AuthError                        401 / 403
+        ├── NotFound (KeyError)              404
+        ├── MethodNotAllowed                 405
+        ├── Conflict                         409 (for example a slot already booked)
+        ├── ApiValidationError (ValueError)  400 / 413 / 422
+        ├── RateLimited                      429 that survived every retry (.retry_after)
+        └── ServerError                      5xx that survived every retry
+
+Every message says what was wrong and where (method, path, field), and never
+carries the client secret or an access token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ApiError",
+    "ApiValidationError",
+    "AuthError",
+    "ConfigurationError",
+    "Conflict",
+    "DataValidationError",
+    "IncompleteResult",
+    "MethodNotAllowed",
+    "NotFound",
+    "OutcomeUnknown",
+    "PagingLoop",
+    "PmtkError",
+    "RateLimited",
+    "RequestValidationError",
+    "ServerError",
+    "TransportError",
+    "error_for_status",
+]
+
+
+class PmtkError(Exception):
+    """Base of every error pmtk raises on purpose."""
+
+
+class ConfigurationError(PmtkError, ValueError):
+    """A setting is missing, malformed or contradictory."""
+
+
+class RequestValidationError(PmtkError, ValueError):
+    """A write body broke a catalogue rule. It was not sent.
+
+    ``problems`` lists ``(path, message)`` pairs, for example
+    ``("attachments[0].contentType", "'text/plain' is not one of ...")``.
+    """
+
+    def __init__(self, resource_type: str, problems: list[tuple[str, str]]) -> None:
+        self.resource_type = resource_type
+        self.problems = problems
+        lines = "\n".join(f"  - {path}: {message}" for path, message in problems)
+        super().__init__(f"{resource_type} body is invalid, nothing was sent:\n{lines}")
+
+
+class DataValidationError(PmtkError, ValueError):
+    """A frame failed its pandera schema. ``failure_cases`` is a Polars DataFrame."""
+
+    def __init__(self, message: str, failure_cases: Any) -> None:
+        self.failure_cases = failure_cases
+        super().__init__(message)
+
+
+class IncompleteResult(PmtkError):
+    """A list walk did not return every record the server announced."""
+
+    def __init__(self, message: str, *, expected: int | None = None, received: int = 0) -> None:
+        self.expected = expected
+        self.received = received
+        super().__init__(message)
+
+
+class PagingLoop(IncompleteResult):
+    """A ``next`` link pointed back to a page that had already been read."""
+
+
+class OutcomeUnknown(PmtkError):
+    """A non-idempotent request (POST, ``$book``) failed after it was sent.
+
+    The server may or may not have applied it: check before sending it again.
+    """
+
+
+class TransportError(PmtkError):
+    """The deployment could not be reached, even after the allowed retries."""
+
+
+class ApiError(PmtkError):
+    """The server answered with an error status, usually with an OperationOutcome body."""
+
+    def __init__(
+        self,
+        status: int,
+        *,
+        method: str,
+        url: str,
+        code: str | None = None,
+        diagnostics: str | None = None,
+        outcome: dict[str, Any] | None = None,
+    ) -> None:
+        self.status = status
+        self.method = method
+        self.url = url
+        self.code = code
+        self.diagnostics = diagnostics
+        self.outcome = outcome
+        detail = f" [{code}]" if code else ""
+        text = f": {diagnostics}" if diagnostics else ""
+        super().__init__(f"{method} {url} answered {status}{detail}{text}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class AuthError(ApiError):
+    """401 or 403: missing, invalid or expired token, wrong secret, missing permission."""
+
+
+class NotFound(ApiError, KeyError):
+    """404: no record with that id."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class MethodNotAllowed(ApiError):
+    """405: the resource does not accept that method (for example PATCH on a Practitioner)."""
+
+
+class Conflict(ApiError):
+    """409: the write conflicts with the current state (for example a slot already booked)."""
+
+
+class ApiValidationError(ApiError, ValueError):
+    """400, 413 or 422: the server refused the request body or parameters."""
+
+
+class RateLimited(ApiError):
+    """429 that persisted through every retry. ``retry_after`` is in seconds, if given."""
+
+    def __init__(self, *args: Any, retry_after: float | None = None, **kwargs: Any) -> None:
+        self.retry_after = retry_after
+        super().__init__(*args, **kwargs)
+
+
+class ServerError(ApiError):
+    """5xx that persisted through every retry."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: ApiValidationError,
+    401: AuthError,
+    403: AuthError,
+    404: NotFound,
+    405: MethodNotAllowed,
+    409: Conflict,
+    413: ApiValidationError,
+    422: ApiValidationError,
+    429: RateLimited,
+}
+
+
+def error_for_status(status: int) -> type[ApiError]:
+    """The ApiError subclass for an HTTP status (5xx -> ServerError, other 4xx -> ApiError)."""
+    if status >= 500:
+        return ServerError
+    return _BY_STATUS.get(status, ApiError)
