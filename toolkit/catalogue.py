@@ -92,6 +92,9 @@ EU_UK_COUNTRIES: frozenset[str] = frozenset(
 """ISO 3166 alpha-2 codes of the 27 EU member states plus the UK (spec section 1)."""
 
 RATE_LIMIT_PER_MINUTE = 500
+RATE_LIMIT_WINDOW_SECONDS = 60
+RATE_LIMIT_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining")
+RETRY_AFTER_HEADER = "retry-after"
 """Sliding-window request limit per OAuth client (spec section 8)."""
 TOKEN_LIFETIME_STATED = 900
 """The documented access-token lifetime: 15 minutes (spec sections 5 and 8)."""
@@ -194,6 +197,9 @@ class Field:
     write_only: bool = False
     source: Source = "spec"
     doc: str = ""
+    format_when: tuple[str, tuple[str, ...]] | None = None
+    """``(sibling, values)``: ``format`` applies only when the sibling field holds one of
+    ``values`` (a telecom ``value`` is a phone number only for ``system`` phone, sms, fax)."""
 
     def child(self, name: str) -> Field:
         for f in self.fields:
@@ -265,7 +271,13 @@ TELECOM = Field(
     many=True,
     fields=(
         Field("system", "code", enum=("sms", "phone", "fax", "email")),
-        Field("value", "string", doc="Phone values follow +{country code}{digits}."),
+        Field(
+            "value",
+            "string",
+            format="phone",
+            format_when=("system", ("phone", "sms", "fax")),
+            doc="Phone values follow +{country code}{digits}.",
+        ),
         Field("use", "code", enum=("home", "work", "mobile")),
     ),
     doc="Contact details.",
@@ -432,7 +444,7 @@ COVERAGE = Resource(
         Field("subscriberID", "string"),
         Field("dependent", "string"),
         Field("period", "object", fields=(Field("start", "date", format="date"),)),
-        Field("status", "code", enum=("active", "cancelled"), source="facts"),
+        Field("status", "code", enum=("active", "cancelled"), doc="Values from the facts."),
         _reference_field("payor", _ref("Patient", ("Organization", ("FD-", "OG-")))),
         Field(
             "coverage-patient-anonymous",
@@ -460,7 +472,6 @@ COVERAGE = Resource(
         Field(
             "identifier",
             "object",
-            many=True,
             spec_name="identifier (Medicare / DVA coverages)",
             fields=(Field("system", "string"), Field("value", "string")),
             doc="Medicare or DVA business identifier; structure not shown in the spec.",
