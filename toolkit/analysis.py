@@ -1,0 +1,971 @@
+"""Analysis logic shared by the notebooks, as Polars expressions over pmtk frames.
+
+Every function takes eager :class:`polars.DataFrame` objects shaped like the flat
+views of :mod:`toolkit.views` (``client.frame(...)`` / ``client.frames(...)``) and
+returns a new frame; nothing here talks to a deployment, so each function can be
+tested on a few hand-made rows.
+
+The questions answered, by notebook:
+
+* Referral utilisation -- :func:`referral_utilisation`, :func:`referral_recount`,
+  :func:`referrals_needing_attention`, :func:`referring_practice`,
+  :func:`referral_funder`, :func:`utilisation_summary`.
+* Appointments and attendance -- :func:`appointment_visits`, :func:`weekly_volume`,
+  :func:`attendance_rates`, :func:`lead_time_summary`, :func:`slot_utilisation`.
+* Revenue -- :data:`PRICE_COMPONENT_SIGNS`, :func:`line_values`, :func:`revenue_by`,
+  :func:`appointments_without_invoice_line`.
+* Conformance -- :func:`report_findings`, :func:`compare_reports`.
+
+Sign convention for invoice line price components (see :data:`PRICE_COMPONENT_SIGNS`):
+``base``, ``surcharge`` and ``tax`` add to the billed value, ``deduction`` and
+``discount`` reduce it, ``informational`` is not counted. The *magnitude* of the
+amount is used, so a deployment that sends deductions as negative numbers and one
+that sends them as positive numbers give the same net value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+__all__ = [
+    "ATTENDANCE_OUTCOMES",
+    "PRICE_COMPONENT_SIGNS",
+    "appointment_visits",
+    "appointments_without_invoice_line",
+    "attendance_rates",
+    "compare_reports",
+    "lead_time_summary",
+    "line_values",
+    "money_share",
+    "quantity_share",
+    "reference_id",
+    "referral_funder",
+    "referral_recount",
+    "referral_utilisation",
+    "referrals_needing_attention",
+    "referring_practice",
+    "report_findings",
+    "revenue_by",
+    "row_counts",
+    "slot_utilisation",
+    "utilisation_summary",
+    "weekly_volume",
+]
+
+PRICE_COMPONENT_SIGNS: dict[str, int] = {
+    "base": 1,
+    "surcharge": 1,
+    "tax": 1,
+    "deduction": -1,
+    "discount": -1,
+    "informational": 0,
+}
+"""How each ``unitPriceComponent.type`` counts towards a line's billed value."""
+
+ATTENDANCE_OUTCOMES: tuple[str, ...] = (
+    "attended",
+    "cancelled",
+    "did not attend",
+    "unrecorded",
+    "upcoming",
+)
+"""Outcome labels of :func:`appointment_visits` (``noshow`` reads "did not attend")."""
+
+_STATUS_OUTCOME: dict[str, str] = {
+    "attended": "attended",
+    "cancelled": "cancelled",
+    "noshow": "did not attend",
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def reference_id(column: str | pl.Expr) -> pl.Expr:
+    """The id at the end of a reference string: ``PR-12`` of ``/main/Practitioner/PR-12``.
+
+    A bare id (no ``/``) is returned unchanged, so the expression is safe on columns
+    that already hold ids.
+
+    Parameters
+    ----------
+    column
+        Column name or expression holding reference strings or ids.
+
+    Returns
+    -------
+    pl.Expr
+        A string expression; null stays null.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"ref": ["/main/Practitioner/PR-1", "PR-2", None]})
+    >>> df.select(reference_id("ref")).to_series().to_list()
+    ['PR-1', 'PR-2', None]
+    """
+    expr = pl.col(column) if isinstance(column, str) else column
+    return expr.str.split("/").list.last()
+
+
+def _ratio(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
+    """``numerator / denominator`` as a float, null where the denominator is null or 0."""
+    return (
+        pl.when(denominator.is_not_null() & (denominator != 0))
+        .then(numerator.cast(pl.Float64) / denominator.cast(pl.Float64))
+        .otherwise(None)
+    )
+
+
+def _units_used() -> pl.Expr:
+    """Units a referral has used: ``quantityUsed + quantityOffset`` (nulls read as 0)."""
+    return pl.col("limit_quantity_used").fill_null(0) + pl.col("limit_quantity_offset").fill_null(0)
+
+
+def _to_date(column: str) -> pl.Expr:
+    """A column as ``pl.Date`` whatever it holds: a date, a datetime or an ISO string."""
+    return pl.col(column).cast(pl.String).str.slice(0, 10).str.to_date("%Y-%m-%d", strict=False)
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def _as_utc(column: str) -> pl.Expr:
+    """A datetime column in UTC, whether it arrives naive, zoned or as an ISO string."""
+    return pl.col(column).cast(pl.String).str.to_datetime(time_zone="UTC", strict=False)
+
+
+def row_counts(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+    """Rows and columns of each frame, for an overview of what a deployment holds.
+
+    Parameters
+    ----------
+    frames
+        Table name to frame.
+
+    Returns
+    -------
+    pl.DataFrame
+        Columns ``table``, ``rows``, ``columns`` in the order given.
+
+    Examples
+    --------
+    >>> row_counts({"referral": pl.DataFrame({"id": ["a", "b"]})}).row(0)
+    ('referral', 2, 1)
+    """
+    return pl.DataFrame(
+        {
+            "table": list(frames),
+            "rows": [f.height for f in frames.values()],
+            "columns": [f.width for f in frames.values()],
+        },
+        schema={"table": pl.String, "rows": pl.Int64, "columns": pl.Int64},
+    )
+
+
+# --------------------------------------------------------------------------- referrals
+
+
+def quantity_share() -> pl.Expr:
+    """Share of a referral's appointment limit used: ``(used + offset) / quantity``.
+
+    Prior units counted into the referral (``limit_quantity_offset``) count as used.
+    Null where the referral has no quantity limit (null or 0); a missing used or
+    offset count reads as 0.
+
+    Returns
+    -------
+    pl.Expr
+        Float expression named ``quantity_share``.
+    """
+    used = _units_used()
+    return _ratio(used, pl.col("limit_quantity")).alias("quantity_share")
+
+
+def money_share() -> pl.Expr:
+    """Share of a referral's money limit used: ``amountUsed / amount.value``.
+
+    Both amounts are in the referral's own currency (``limit_money_currency``), so
+    the share needs no conversion. Null where there is no money limit.
+
+    Returns
+    -------
+    pl.Expr
+        Float expression named ``money_share``.
+    """
+    used = pl.col("limit_money_used").fill_null(0)
+    return _ratio(used, pl.col("limit_money_value")).alias("money_share")
+
+
+def referral_utilisation(referral: pl.DataFrame) -> pl.DataFrame:
+    """Per referral, the share used of its appointment limit and of its money limit.
+
+    Parameters
+    ----------
+    referral
+        The referral frame (``client.frame("Referral")``).
+
+    Returns
+    -------
+    pl.DataFrame
+        The referral columns plus ``quantity_share``, ``money_share``,
+        ``quantity_remaining``, ``money_remaining`` and ``share`` (the larger of
+        the two shares: how close the referral is to running out).
+    """
+    used = _units_used()
+    return referral.with_columns(
+        quantity_share(),
+        money_share(),
+        (pl.col("limit_quantity") - used).alias("quantity_remaining"),
+        (pl.col("limit_money_value") - pl.col("limit_money_used").fill_null(0)).alias(
+            "money_remaining"
+        ),
+    ).with_columns(pl.max_horizontal("quantity_share", "money_share").alias("share"))
+
+
+def _participants(participant: pl.DataFrame) -> pl.DataFrame:
+    """One row per appointment: practitioner, patient and the status that decides the outcome.
+
+    The patient participant's status is preferred (it says whether the patient came);
+    the practitioner participant's status is the fallback.
+    """
+    p = participant.with_columns(
+        reference_id("actor_id").alias("_actor"),
+        pl.col("actor_type").fill_null("").alias("_kind"),
+    )
+    is_patient = pl.col("_kind") == "Patient"
+    is_practitioner = pl.col("_kind").is_in(["PractitionerRole", "Practitioner"])
+    return p.group_by("appointment_id").agg(
+        pl.col("_actor").filter(is_practitioner).first().alias("practitioner_id"),
+        pl.col("_actor").filter(is_patient).first().alias("patient_id"),
+        pl.coalesce(
+            pl.col("status").filter(is_patient).first(),
+            pl.col("status").filter(is_practitioner).first(),
+        ).alias("status"),
+        pl.col("invoice_id").drop_nulls().first().alias("invoice_id"),
+    )
+
+
+def appointment_visits(
+    appointment: pl.DataFrame,
+    participant: pl.DataFrame,
+    *,
+    now: dt.datetime,
+) -> pl.DataFrame:
+    """One row per appointment with its practitioner, patient and outcome.
+
+    Parameters
+    ----------
+    appointment
+        The appointment frame (``id``, ``start``, ``end``, ``created``, ...).
+    participant
+        The ``appointment_participant`` child table (``appointment_id``,
+        ``actor_id``, ``actor_type``, ``status``, ``invoice_id``).
+    now
+        The moment that separates past appointments from upcoming ones.
+
+    Returns
+    -------
+    pl.DataFrame
+        The appointment columns plus ``practitioner_id``, ``patient_id``,
+        ``status``, ``invoice_id``, ``outcome`` (one of
+        :data:`ATTENDANCE_OUTCOMES`), ``is_past``, ``week`` (Monday of the week,
+        a date), ``weekday`` (``Mon`` ... ``Sun``), ``hour`` and
+        ``lead_time_days`` (start minus created, in days).
+    """
+    moment = _utc(now)
+    people = _participants(participant)
+    visits = appointment.with_columns(
+        _as_utc("start").alias("start"),
+        _as_utc("created").alias("created"),
+    ).join(people, left_on="id", right_on="appointment_id", how="left")
+    known = pl.col("status").replace_strict(_STATUS_OUTCOME, default=None, return_dtype=pl.String)
+    is_past = pl.col("start") < pl.lit(moment)
+    return visits.with_columns(
+        is_past.alias("is_past"),
+        pl.when(known.is_not_null())
+        .then(known)
+        .when(is_past)
+        .then(pl.lit("unrecorded"))
+        .otherwise(pl.lit("upcoming"))
+        .alias("outcome"),
+        pl.col("start").dt.truncate("1w").dt.date().alias("week"),
+        pl.col("start").dt.strftime("%a").alias("weekday"),
+        pl.col("start").dt.weekday().alias("weekday_number"),
+        pl.col("start").dt.hour().alias("hour"),
+        ((pl.col("start") - pl.col("created")).dt.total_seconds() / 86_400.0).alias(
+            "lead_time_days"
+        ),
+    )
+
+
+def referral_recount(
+    referral: pl.DataFrame,
+    visits: pl.DataFrame,
+) -> pl.DataFrame:
+    """Recount each referral's used appointments from the appointments themselves.
+
+    An appointment counts against a referral when it is for the referral's patient
+    (``subject_id``), with the referral's practitioner (``performer_id``; a
+    PractitionerRole ``PR-<id>`` matches the Practitioner ``PR-<id>``), and starts
+    within the referral period. Attended and did-not-attend appointments always
+    count; cancelled ones count only when ``include_cancelled_appointment`` is true.
+
+    Parameters
+    ----------
+    referral
+        The referral frame.
+    visits
+        The output of :func:`appointment_visits`.
+
+    Returns
+    -------
+    pl.DataFrame
+        One row per referral: ``id``, ``include_cancelled_appointment``,
+        ``limit_quantity``, ``limit_quantity_offset``, ``limit_quantity_used``,
+        ``attended``, ``did_not_attend``, ``cancelled``, ``used_excluding_cancelled``,
+        ``used_including_cancelled``, ``recounted_used`` (by the referral's own
+        flag), ``share_excluding_cancelled``, ``share_including_cancelled`` and
+        ``cancelled_effect`` (how many more units the flag counts).
+    """
+    refs = referral.select(
+        "id",
+        reference_id("subject_id").alias("_patient"),
+        reference_id("performer_id").alias("_practitioner"),
+        _to_date("period_start").alias("_from"),
+        _to_date("period_end").alias("_to"),
+        "include_cancelled_appointment",
+        "limit_quantity",
+        "limit_quantity_offset",
+        "limit_quantity_used",
+    )
+    appts = visits.filter(pl.col("is_past")).select(
+        reference_id("patient_id").alias("_patient"),
+        reference_id("practitioner_id").alias("_practitioner"),
+        pl.col("start").dt.date().alias("_day"),
+        "outcome",
+    )
+    matched = (
+        refs.select("id", "_patient", "_practitioner", "_from", "_to")
+        .join(appts, on=["_patient", "_practitioner"], how="inner")
+        .filter(
+            (pl.col("_from").is_null() | (pl.col("_day") >= pl.col("_from")))
+            & (pl.col("_to").is_null() | (pl.col("_day") <= pl.col("_to")))
+        )
+        .group_by("id")
+        .agg(
+            (pl.col("outcome") == "attended").sum().alias("attended"),
+            (pl.col("outcome") == "did not attend").sum().alias("did_not_attend"),
+            (pl.col("outcome") == "cancelled").sum().alias("cancelled"),
+        )
+    )
+    counts = ["attended", "did_not_attend", "cancelled"]
+    out = (
+        refs.drop("_patient", "_practitioner", "_from", "_to")
+        .join(matched, on="id", how="left")
+        .with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in counts)
+        .with_columns(
+            (pl.col("attended") + pl.col("did_not_attend")).alias("used_excluding_cancelled"),
+        )
+        .with_columns(
+            (pl.col("used_excluding_cancelled") + pl.col("cancelled")).alias(
+                "used_including_cancelled"
+            ),
+        )
+    )
+    offset = pl.col("limit_quantity_offset").fill_null(0)
+    return out.with_columns(
+        pl.when(pl.col("include_cancelled_appointment").fill_null(False))
+        .then(pl.col("used_including_cancelled"))
+        .otherwise(pl.col("used_excluding_cancelled"))
+        .alias("recounted_used"),
+        _ratio(pl.col("used_excluding_cancelled") + offset, pl.col("limit_quantity")).alias(
+            "share_excluding_cancelled"
+        ),
+        _ratio(pl.col("used_including_cancelled") + offset, pl.col("limit_quantity")).alias(
+            "share_including_cancelled"
+        ),
+        pl.col("cancelled").alias("cancelled_effect"),
+    )
+
+
+def referrals_needing_attention(
+    utilisation: pl.DataFrame,
+    *,
+    today: dt.date,
+    threshold: float = 0.8,
+    within_days: int = 30,
+) -> pl.DataFrame:
+    """Active referrals that are nearly used up or about to expire.
+
+    Parameters
+    ----------
+    utilisation
+        The output of :func:`referral_utilisation`.
+    today
+        The day the question is asked.
+    threshold
+        A referral whose quantity or money share is at least this is "nearly used up".
+    within_days
+        A referral whose period ends within this many days from ``today``
+        (inclusive, and not already ended) is "expiring".
+
+    Returns
+    -------
+    pl.DataFrame
+        The active referrals that qualify, with ``nearly_used_up``, ``expiring``,
+        ``days_left`` and a readable ``reason``, most urgent first.
+    """
+    end = _to_date("period_end")
+    days_left = (end - pl.lit(today)).dt.total_days()
+    nearly = pl.col("share").fill_null(0.0) >= threshold
+    expiring = days_left.is_between(0, within_days) & days_left.is_not_null()
+    flagged = utilisation.with_columns(
+        nearly.alias("nearly_used_up"),
+        expiring.fill_null(False).alias("expiring"),
+        days_left.alias("days_left"),
+    ).filter(pl.col("active").fill_null(False) & (pl.col("nearly_used_up") | pl.col("expiring")))
+    reason = pl.concat_str(
+        pl.when(pl.col("nearly_used_up"))
+        .then(pl.format("{}% used", (pl.col("share") * 100).round(0).cast(pl.Int64)))
+        .otherwise(None),
+        pl.when(pl.col("expiring"))
+        .then(pl.format("ends in {} days", pl.col("days_left")))
+        .otherwise(None),
+        separator="; ",
+        ignore_nulls=True,
+    )
+    return flagged.with_columns(reason.alias("reason")).sort(
+        ["days_left", "share"], descending=[False, True], nulls_last=True
+    )
+
+
+def referring_practice(
+    referral: pl.DataFrame,
+    practitioner_role: pl.DataFrame | None = None,
+    organization: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Attach the referring practice to each referral.
+
+    The requester is a PractitionerRole ``EP-<id>``; when the role frame is given and
+    names an ``SP-`` organization, that practice (and its name, when the organization
+    frame is given) is used. Otherwise the referral is grouped by the requester id.
+
+    Parameters
+    ----------
+    referral
+        Referral frame (or the output of :func:`referral_utilisation`).
+    practitioner_role
+        Optional frame with ``id`` and ``organization_id``.
+    organization
+        Optional frame with ``id`` and ``name``.
+
+    Returns
+    -------
+    pl.DataFrame
+        The input plus ``requester`` (the EP- id), ``practice_id`` (SP- id or null)
+        and ``referring_practice`` (practice name, else practice id, else requester).
+    """
+    out = referral.with_columns(reference_id("requester_id").alias("requester"))
+    out = out.with_columns(pl.lit(None, dtype=pl.String).alias("practice_id"))
+    if practitioner_role is not None and "organization_id" in practitioner_role.columns:
+        roles = practitioner_role.select(
+            pl.col("id").alias("requester"),
+            reference_id("organization_id").alias("_practice"),
+        ).unique("requester", keep="first")
+        out = (
+            out.join(roles, on="requester", how="left")
+            .with_columns(
+                pl.when(pl.col("_practice").str.starts_with("SP-"))
+                .then(pl.col("_practice"))
+                .otherwise(None)
+                .alias("practice_id")
+            )
+            .drop("_practice")
+        )
+    label = pl.coalesce("practice_id", "requester")
+    if organization is not None and "name" in organization.columns:
+        names = organization.select(pl.col("id").alias("practice_id"), pl.col("name").alias("_n"))
+        out = out.join(names, on="practice_id", how="left")
+        label = pl.coalesce("_n", "practice_id", "requester")
+        return out.with_columns(label.alias("referring_practice")).drop("_n")
+    return out.with_columns(label.alias("referring_practice"))
+
+
+def referral_funder(
+    referral: pl.DataFrame,
+    coverage: pl.DataFrame,
+    organization: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Attach the funder (the coverage's ``payor`` organization) to each referral.
+
+    Parameters
+    ----------
+    referral
+        Referral frame (or the output of :func:`referral_utilisation`).
+    coverage
+        Coverage frame with ``id`` and ``payor_id``.
+    organization
+        Optional organization frame with ``id`` and ``name``, for readable labels.
+
+    Returns
+    -------
+    pl.DataFrame
+        The input plus ``funder_id`` (an ``FD-``/``OG-`` id, or null when the payor is
+        a patient or the coverage is unknown) and ``funder`` (name, else id, else
+        ``"(no funder)"``).
+    """
+    payors = coverage.select(
+        pl.col("id").alias("_coverage"),
+        reference_id("payor_id").alias("_payor"),
+    )
+    out = (
+        referral.with_columns(reference_id("coverage_id").alias("_coverage"))
+        .join(payors, on="_coverage", how="left")
+        .with_columns(
+            pl.when(pl.col("_payor").str.contains(r"^(FD|OG)-"))
+            .then(pl.col("_payor"))
+            .otherwise(None)
+            .alias("funder_id")
+        )
+        .drop("_coverage", "_payor")
+    )
+    label = pl.coalesce("funder_id", pl.lit("(no funder)"))
+    if organization is not None and "name" in organization.columns:
+        names = organization.select(pl.col("id").alias("funder_id"), pl.col("name").alias("_n"))
+        out = out.join(names, on="funder_id", how="left")
+        label = pl.coalesce("_n", "funder_id", pl.lit("(no funder)"))
+        return out.with_columns(label.alias("funder")).drop("_n")
+    return out.with_columns(label.alias("funder"))
+
+
+def utilisation_summary(utilisation: pl.DataFrame, by: str | Sequence[str]) -> pl.DataFrame:
+    """Referral utilisation rolled up by a grouping column (practice, funder, ...).
+
+    Quantity shares are pooled (total used over total limit), so a group's share is
+    not skewed by referrals with tiny limits. Money is summed per currency: pass a
+    currency column in ``by`` when referrals carry more than one currency.
+
+    Parameters
+    ----------
+    utilisation
+        The output of :func:`referral_utilisation` with the grouping column(s).
+    by
+        Column name(s) to group by.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``by`` plus ``referrals``, ``active``, ``units_limit``, ``units_used``,
+        ``quantity_share``, ``money_limit``, ``money_used``, ``money_share``, sorted
+        by number of referrals (descending).
+    """
+    keys = [by] if isinstance(by, str) else list(by)
+    used = _units_used()
+    has_limit = pl.col("limit_quantity").is_not_null()
+    has_money = pl.col("limit_money_value").is_not_null()
+    return (
+        utilisation.group_by(keys)
+        .agg(
+            pl.len().alias("referrals"),
+            pl.col("active").fill_null(False).sum().alias("active"),
+            pl.col("limit_quantity").sum().alias("units_limit"),
+            used.filter(has_limit).sum().alias("units_used"),
+            pl.col("limit_money_value").sum().alias("money_limit"),
+            pl.col("limit_money_used").fill_null(0).filter(has_money).sum().alias("money_used"),
+        )
+        .with_columns(
+            _ratio(pl.col("units_used"), pl.col("units_limit")).alias("quantity_share"),
+            _ratio(pl.col("money_used"), pl.col("money_limit")).alias("money_share"),
+        )
+        .sort(["referrals", *keys], descending=[True, *([False] * len(keys))])
+    )
+
+
+# --------------------------------------------------------------------------- appointments
+
+
+def weekly_volume(visits: pl.DataFrame, by: str | Sequence[str] = ()) -> pl.DataFrame:
+    """Appointments per week (Monday start), optionally per practitioner, clinic, ...
+
+    Cancelled appointments are counted separately from the ones that took (or will
+    take) place.
+
+    Parameters
+    ----------
+    visits
+        The output of :func:`appointment_visits`.
+    by
+        Extra grouping column(s).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``week``, ``by`` columns, ``appointments`` (all), ``booked`` (not cancelled)
+        and ``cancelled``, sorted by week.
+    """
+    keys = ["week", *([by] if isinstance(by, str) else list(by))]
+    cancelled = pl.col("outcome") == "cancelled"
+    return (
+        visits.group_by(keys)
+        .agg(
+            pl.len().alias("appointments"),
+            (~cancelled).sum().alias("booked"),
+            cancelled.sum().alias("cancelled"),
+        )
+        .sort(keys)
+    )
+
+
+def attendance_rates(visits: pl.DataFrame, by: str | Sequence[str]) -> pl.DataFrame:
+    """Attendance, cancellation and did-not-attend rates of past appointments.
+
+    Rates are shares of all past appointments in the group; appointments whose
+    outcome was never recorded stay in the denominator (``unrecorded``) so the three
+    rates do not overstate what is known.
+
+    Parameters
+    ----------
+    visits
+        The output of :func:`appointment_visits`.
+    by
+        Grouping column(s), for example ``"practitioner_id"``, ``"weekday"``, ``"hour"``.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``by`` plus ``appointments``, ``attended``, ``cancelled``, ``did_not_attend``,
+        ``unrecorded``, ``attendance_rate``, ``cancellation_rate`` and ``dna_rate``,
+        sorted by ``by``.
+    """
+    keys = [by] if isinstance(by, str) else list(by)
+    outcome = pl.col("outcome")
+    return (
+        visits.filter(pl.col("is_past"))
+        .group_by(keys)
+        .agg(
+            pl.len().alias("appointments"),
+            (outcome == "attended").sum().alias("attended"),
+            (outcome == "cancelled").sum().alias("cancelled"),
+            (outcome == "did not attend").sum().alias("did_not_attend"),
+            (outcome == "unrecorded").sum().alias("unrecorded"),
+        )
+        .with_columns(
+            _ratio(pl.col("attended"), pl.col("appointments")).alias("attendance_rate"),
+            _ratio(pl.col("cancelled"), pl.col("appointments")).alias("cancellation_rate"),
+            _ratio(pl.col("did_not_attend"), pl.col("appointments")).alias("dna_rate"),
+        )
+        .sort(keys)
+    )
+
+
+def lead_time_summary(visits: pl.DataFrame, by: str | Sequence[str] = ()) -> pl.DataFrame:
+    """Booking lead time (start minus created) in days: median, mean and 90th percentile.
+
+    Appointments without a ``created`` time, or created after they started
+    (back-entered records), are left out.
+
+    Parameters
+    ----------
+    visits
+        The output of :func:`appointment_visits`.
+    by
+        Optional grouping column(s).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``by`` plus ``appointments``, ``median_days``, ``mean_days``, ``p90_days``,
+        ``same_day_share`` (booked less than a day ahead).
+    """
+    keys = [by] if isinstance(by, str) else list(by)
+    lead = pl.col("lead_time_days")
+    aggs = [
+        pl.len().alias("appointments"),
+        lead.median().alias("median_days"),
+        lead.mean().alias("mean_days"),
+        lead.quantile(0.9, interpolation="linear").alias("p90_days"),
+        (lead < 1).mean().alias("same_day_share"),
+    ]
+    valid = visits.filter(lead.is_not_null() & (lead >= 0))
+    if not keys:
+        return valid.select(aggs)
+    return valid.group_by(keys).agg(aggs).sort(keys)
+
+
+def slot_utilisation(
+    visits: pl.DataFrame,
+    proposed: pl.DataFrame,
+    *,
+    start: dt.datetime,
+    end: dt.datetime,
+    by: str = "practitioner_id",
+) -> pl.DataFrame:
+    """Share of available time already booked, per practitioner, over a coming window.
+
+    Booked time is the minutes of non-cancelled appointments starting in
+    ``[start, end)``; free time is the minutes of the proposed appointments that
+    ``$find`` returned for the same window. Utilisation is
+    ``booked / (booked + free)``.
+
+    Parameters
+    ----------
+    visits
+        The output of :func:`appointment_visits`.
+    proposed
+        ``client.find(...)`` output: one row per proposed appointment with
+        ``start``, ``end`` and a ``practitioner_id`` column (or the ``by`` column).
+    start, end
+        The window ``$find`` was asked about.
+    by
+        The column identifying the practitioner in both frames.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``by`` plus ``booked_minutes``, ``free_minutes``, ``booked_appointments``,
+        ``free_slots`` and ``utilisation``, busiest first.
+    """
+    lo, hi = _utc(start), _utc(end)
+
+    def minutes(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.with_columns(
+            _as_utc("start").alias("_s"), _as_utc("end").alias("_e")
+        ).with_columns(
+            ((pl.col("_e") - pl.col("_s")).dt.total_seconds() / 60.0).alias("_minutes"),
+            reference_id(by).alias("_who"),
+        )
+
+    booked = (
+        minutes(visits)
+        .filter(
+            (pl.col("_s") >= pl.lit(lo))
+            & (pl.col("_s") < pl.lit(hi))
+            & (pl.col("outcome") != "cancelled")
+        )
+        .group_by("_who")
+        .agg(
+            pl.col("_minutes").sum().alias("booked_minutes"),
+            pl.len().alias("booked_appointments"),
+        )
+    )
+    free = (
+        minutes(proposed)
+        .filter((pl.col("_s") >= pl.lit(lo)) & (pl.col("_s") < pl.lit(hi)))
+        .group_by("_who")
+        .agg(pl.col("_minutes").sum().alias("free_minutes"), pl.len().alias("free_slots"))
+    )
+    return (
+        booked.join(free, on="_who", how="full", coalesce=True)
+        .with_columns(
+            pl.col("booked_minutes").fill_null(0.0),
+            pl.col("free_minutes").fill_null(0.0),
+            pl.col("booked_appointments").fill_null(0).cast(pl.Int64),
+            pl.col("free_slots").fill_null(0).cast(pl.Int64),
+        )
+        .with_columns(
+            _ratio(
+                pl.col("booked_minutes"), pl.col("booked_minutes") + pl.col("free_minutes")
+            ).alias("utilisation")
+        )
+        .rename({"_who": by})
+        .sort(["utilisation", by], descending=[True, False], nulls_last=True)
+    )
+
+
+# --------------------------------------------------------------------------- revenue
+
+
+def line_values(invoice_line: pl.DataFrame, price_component: pl.DataFrame) -> pl.DataFrame:
+    """Billed value of each invoice line from its unit price components.
+
+    ``net_value = quantity * sum(sign * |amount|)`` with the signs of
+    :data:`PRICE_COMPONENT_SIGNS`; a missing quantity counts as 1. Each component
+    type is also returned as its own signed column (``base`` ... ``tax``).
+
+    Parameters
+    ----------
+    invoice_line
+        The invoice line frame (``id``, ``quantity``, ``status``, ...).
+    price_component
+        The ``invoice_line_price_component`` child table (``invoice_line_id``,
+        ``type``, ``amount_value``, ``amount_currency``).
+
+    Returns
+    -------
+    pl.DataFrame
+        The invoice line columns plus ``base``, ``surcharge``, ``deduction``,
+        ``discount``, ``tax`` (signed, per unit), ``unit_value``, ``net_value``,
+        ``currency`` and ``line_status`` (the status with null shown as ``"open"``).
+    """
+    kinds = [k for k, sign in PRICE_COMPONENT_SIGNS.items() if sign != 0]
+    sign = pl.col("type").replace_strict(PRICE_COMPONENT_SIGNS, default=0, return_dtype=pl.Int64)
+    signed = (sign * pl.col("amount_value").abs()).alias("_signed")
+    per_line = (
+        price_component.with_columns(signed)
+        .group_by("invoice_line_id")
+        .agg(
+            *(pl.col("_signed").filter(pl.col("type") == k).sum().alias(k) for k in kinds),
+            pl.col("_signed").sum().alias("unit_value"),
+            pl.col("amount_currency").drop_nulls().first().alias("currency"),
+        )
+    )
+    return (
+        invoice_line.join(per_line, left_on="id", right_on="invoice_line_id", how="left")
+        .with_columns(pl.col(k).fill_null(0.0) for k in [*kinds, "unit_value"])
+        .with_columns(
+            (pl.col("unit_value") * pl.col("quantity").fill_null(1)).alias("net_value"),
+            pl.col("status").fill_null("open").alias("line_status"),
+        )
+    )
+
+
+def revenue_by(
+    lines: pl.DataFrame,
+    by: str | Sequence[str],
+    *,
+    exclude_statuses: Iterable[str] = ("voided",),
+) -> pl.DataFrame:
+    """Billed value rolled up by month, funder, practitioner, ...
+
+    Parameters
+    ----------
+    lines
+        The output of :func:`line_values` (with any grouping columns added).
+    by
+        Grouping column(s).
+    exclude_statuses
+        Line statuses left out of ``billed`` (voided lines were never owed).
+        Written-off lines stay in ``billed`` and are also reported in ``written_off``.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``by`` plus ``lines``, ``billed``, ``written_off`` and ``excluded`` (value of
+        the excluded lines), sorted by ``by``.
+    """
+    keys = [by] if isinstance(by, str) else list(by)
+    excluded = pl.col("line_status").is_in(list(exclude_statuses))
+    value = pl.col("net_value")
+    return (
+        lines.group_by(keys)
+        .agg(
+            (~excluded).sum().alias("lines"),
+            value.filter(~excluded).sum().alias("billed"),
+            value.filter(pl.col("line_status") == "write-off").sum().alias("written_off"),
+            value.filter(excluded).sum().alias("excluded"),
+        )
+        .sort(keys, nulls_last=True)
+    )
+
+
+def appointments_without_invoice_line(
+    visits: pl.DataFrame,
+    invoice_line: pl.DataFrame,
+    *,
+    outcomes: Iterable[str] = ("attended", "did not attend"),
+) -> pl.DataFrame:
+    """Past appointments that no (non-voided) invoice line refers to.
+
+    Parameters
+    ----------
+    visits
+        The output of :func:`appointment_visits`.
+    invoice_line
+        The invoice line frame (``context_id`` references the appointment).
+    outcomes
+        Which past outcomes are expected to be billed. Did-not-attend appointments
+        are often charged a fee, so they are included by default.
+
+    Returns
+    -------
+    pl.DataFrame
+        The matching rows of ``visits``, oldest first.
+    """
+    billed = invoice_line.filter(pl.col("status").fill_null("") != "voided").select(
+        reference_id("context_id").alias("id")
+    )
+    return (
+        visits.filter(pl.col("is_past") & pl.col("outcome").is_in(list(outcomes)))
+        .join(billed.unique(), on="id", how="anti")
+        .sort("start")
+    )
+
+
+# --------------------------------------------------------------------------- conformance
+
+
+def report_findings(report: Mapping[str, Any]) -> pl.DataFrame:
+    """The findings of a contract-suite report as a flat table.
+
+    Parameters
+    ----------
+    report
+        A parsed ``report.json`` of ``pmtk check``.
+
+    Returns
+    -------
+    pl.DataFrame
+        One row per finding with the keys the report gives (at least ``category``,
+        ``check``, ``outcome`` when present); nested values are rendered as JSON text.
+    """
+    items = report.get("findings") or report.get("results") or []
+    rows = [
+        {k: (v if isinstance(v, str | int | float | bool) or v is None else str(v))
+         for k, v in item.items()}
+        for item in items
+    ]  # fmt: skip
+    if not rows:
+        return pl.DataFrame(schema={"check": pl.String, "outcome": pl.String})
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    data = {c: [None if r.get(c) is None else str(r.get(c)) for r in rows] for c in columns}
+    return pl.DataFrame(data, schema=dict.fromkeys(columns, pl.String))
+
+
+def compare_reports(
+    current: pl.DataFrame,
+    baseline: pl.DataFrame,
+    *,
+    key: Sequence[str] = ("check",),
+    value: str = "outcome",
+) -> pl.DataFrame:
+    """What changed between a baseline report and the current one.
+
+    Parameters
+    ----------
+    current, baseline
+        Outputs of :func:`report_findings`.
+    key
+        Columns that identify a finding in both reports.
+    value
+        The column compared (the outcome).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``key`` plus ``baseline``, ``current`` and ``change`` (``new``, ``gone``,
+        ``changed`` or ``same``), changes first.
+    """
+    keys = list(key)
+    left = baseline.select(*keys, pl.col(value).alias("baseline")).unique(keys, keep="first")
+    right = current.select(*keys, pl.col(value).alias("current")).unique(keys, keep="first")
+    both = left.join(right, on=keys, how="full", coalesce=True)
+    change = (
+        pl.when(pl.col("baseline").is_null())
+        .then(pl.lit("new"))
+        .when(pl.col("current").is_null())
+        .then(pl.lit("gone"))
+        .when(pl.col("baseline") != pl.col("current"))
+        .then(pl.lit("changed"))
+        .otherwise(pl.lit("same"))
+    )
+    order = pl.col("change").replace_strict(
+        {"changed": 0, "new": 1, "gone": 2, "same": 3}, return_dtype=pl.Int64
+    )
+    return both.with_columns(change.alias("change")).sort([order, *keys])
