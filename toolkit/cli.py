@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from toolkit.mock.command import mock_command
+from toolkit.notebooks import notebooks_command
 
 app = typer.Typer(
     name="pmtk",
@@ -17,6 +18,7 @@ app = typer.Typer(
     help="Practice-management API toolkit: mock deployment, contract checks, sync.",
 )
 app.command("mock")(mock_command)
+app.command("notebooks")(notebooks_command)
 
 
 def main() -> None:  # pragma: no cover - console entry point
