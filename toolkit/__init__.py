@@ -1,1 +1,76 @@
-"""pmtk: practice-management API toolkit."""
+"""pmtk: practice-management API toolkit.
+
+The public names are imported lazily (module ``__getattr__``), so that
+``import toolkit`` stays light: Polars, httpx and the mock load only when used.
+
+>>> import toolkit
+>>> toolkit.region_for_country("GB")
+'eu'
+"""
+
+from __future__ import annotations
+
+# ruff: noqa: F401
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names re-exported lazily below, for type checkers
+    from toolkit import catalogue, errors
+    from toolkit.client import Client, FetchSummary, connect, search_params
+    from toolkit.config import region_for_country
+    from toolkit.errors import (
+        ApiError,
+        ConfigurationError,
+        DataValidationError,
+        IncompleteResult,
+        OutcomeUnknown,
+        PmtkError,
+        RequestValidationError,
+    )
+    from toolkit.schemas import validate
+    from toolkit.store import load, sync
+    from toolkit.throttle import RetryPolicy
+    from toolkit.views import flatten, flatten_tables
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "Client": ("toolkit.client", "Client"),
+    "FetchSummary": ("toolkit.client", "FetchSummary"),
+    "connect": ("toolkit.client", "connect"),
+    "search_params": ("toolkit.client", "search_params"),
+    "region_for_country": ("toolkit.config", "region_for_country"),
+    "RetryPolicy": ("toolkit.throttle", "RetryPolicy"),
+    "flatten": ("toolkit.views", "flatten"),
+    "flatten_tables": ("toolkit.views", "flatten_tables"),
+    "validate": ("toolkit.schemas", "validate"),
+    "load": ("toolkit.store", "load"),
+    "sync": ("toolkit.store", "sync"),
+    "errors": ("toolkit.errors", None),
+    "catalogue": ("toolkit.catalogue", None),
+    "PmtkError": ("toolkit.errors", "PmtkError"),
+    "ApiError": ("toolkit.errors", "ApiError"),
+    "ConfigurationError": ("toolkit.errors", "ConfigurationError"),
+    "DataValidationError": ("toolkit.errors", "DataValidationError"),
+    "IncompleteResult": ("toolkit.errors", "IncompleteResult"),
+    "OutcomeUnknown": ("toolkit.errors", "OutcomeUnknown"),
+    "RequestValidationError": ("toolkit.errors", "RequestValidationError"),
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _EXPORTS[name]
+    except KeyError:
+        msg = f"module 'toolkit' has no attribute {name!r}"
+        raise AttributeError(msg) from None
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

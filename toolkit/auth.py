@@ -1,0 +1,206 @@
+"""OAuth 2.0 client credentials as an :class:`httpx.Auth`.
+
+The flow is the one of spec section 5: a JSON ``POST {base}/oauth/token``, then
+``Authorization: Bearer <token>`` on every request. The token is fetched lazily,
+kept for ``min(expires_in, 900) - 60`` seconds (the stated 15-minute lifetime
+wins over ``expires_in: 3600``), and on a 401 a new token is fetched once and
+the request replayed once. A 401 means the server did not act on the request,
+so replaying even a POST is safe.
+
+Refresh is guarded by a lock: when eight threads find the token stale at once,
+one of them fetches and the others reuse its token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Generator
+from typing import Any
+
+import httpx
+import orjson
+
+from toolkit import catalogue
+from toolkit.config import Secret
+from toolkit.errors import AuthError, error_for_status
+
+__all__ = ["EXPIRY_MARGIN", "ClientCredentialsAuth"]
+
+EXPIRY_MARGIN = 60.0
+"""Seconds before the computed expiry at which a token is no longer used."""
+
+
+def outcome_details(
+    response: httpx.Response,
+) -> tuple[str | None, str | None, dict[str, Any] | None]:
+    """``(code, diagnostics, outcome)`` from an OperationOutcome body, if there is one."""
+    try:
+        body = orjson.loads(response.content) if response.content else None
+    except orjson.JSONDecodeError:
+        return None, None, None
+    if not isinstance(body, dict) or body.get("resourceType") != "OperationOutcome":
+        return None, None, None
+    issues = body.get("issue") or [{}]
+    first = issues[0] if isinstance(issues[0], dict) else {}
+    code = first.get("code")
+    diagnostics = first.get("diagnostics") or (first.get("details") or {}).get("text")
+    return (
+        code if isinstance(code, str) else None,
+        diagnostics if isinstance(diagnostics, str) else None,
+        body,
+    )
+
+
+class ClientCredentialsAuth(httpx.Auth):
+    """Bearer-token authentication with lazy fetch, timed reuse and one 401 replay.
+
+    Parameters
+    ----------
+    token_url
+        The token endpoint, ``{base_url}/oauth/token``.
+    client_id
+        The API key's client id.
+    client_secret
+        The API key's client secret (a :class:`~toolkit.config.Secret` or a string).
+    user_agent
+        Sent on the token request too; the API refuses requests without one.
+    clock
+        Monotonic clock in seconds (injectable for tests).
+
+    Notes
+    -----
+    ``token_requests`` counts the token fetches, ``replays`` the 401 replays.
+    Neither the secret nor the token appears in ``repr`` or in any message.
+    """
+
+    requires_response_body = True
+
+    def __init__(
+        self,
+        token_url: str,
+        client_id: str,
+        client_secret: Secret | str,
+        *,
+        user_agent: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.token_url = token_url
+        self.client_id = client_id
+        self._secret = client_secret if isinstance(client_secret, Secret) else Secret(client_secret)
+        self.user_agent = user_agent
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._token: Secret | None = None
+        self._expires_at = 0.0
+        self.token_requests = 0
+        self.replays = 0
+
+    def __repr__(self) -> str:
+        state = "valid" if self._current() is not None else "none"
+        return (
+            f"{type(self).__name__}(token_url={self.token_url!r}, "
+            f"client_id={self.client_id!r}, token=<{state}>)"
+        )
+
+    # ------------------------------------------------------------------ token cache
+
+    def _current(self) -> Secret | None:
+        if self._token is not None and self._clock() < self._expires_at:
+            return self._token
+        return None
+
+    def invalidate(self) -> None:
+        """Forget the cached token; the next request fetches a new one."""
+        with self._lock:
+            self._token = None
+            self._expires_at = 0.0
+
+    def _token_request(self) -> httpx.Request:
+        body = {
+            "grant_type": "client_credentials",
+            "client_id": self.client_id,
+            "client_secret": self._secret.reveal(),
+        }
+        return httpx.Request(
+            "POST",
+            self.token_url,
+            content=orjson.dumps(body),
+            headers={
+                "Accept": "application/fhir+json",
+                "Content-Type": "application/json",
+                "User-Agent": self.user_agent,
+            },
+        )
+
+    def _store(self, response: httpx.Response) -> Secret:
+        if response.status_code != 200:
+            code, diagnostics, outcome = outcome_details(response)
+            cls = error_for_status(response.status_code)
+            if response.status_code in (400, 401, 403):
+                cls = AuthError
+            raise cls(
+                response.status_code,
+                method="POST",
+                url=self.token_url,
+                code=code,
+                diagnostics=diagnostics or "the token request was refused; check the credentials",
+                outcome=outcome,
+            )
+        try:
+            payload = orjson.loads(response.content)
+            token = payload["access_token"]
+            expires_in = float(payload.get("expires_in", catalogue.TOKEN_LIFETIME_STATED))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise AuthError(
+                response.status_code,
+                method="POST",
+                url=self.token_url,
+                diagnostics="the token response has no usable access_token/expires_in",
+            ) from None
+        if not isinstance(token, str) or not token:
+            raise AuthError(
+                response.status_code,
+                method="POST",
+                url=self.token_url,
+                diagnostics="the token response has an empty access_token",
+            )
+        lifetime = min(expires_in, float(catalogue.TOKEN_LIFETIME_STATED))
+        # A short-lived token keeps at least half its life rather than none.
+        usable = lifetime - EXPIRY_MARGIN if lifetime > 2 * EXPIRY_MARGIN else lifetime / 2
+        self._token = Secret(token)
+        self._expires_at = self._clock() + usable
+        return self._token
+
+    def _fresh_token(
+        self, stale: Secret | None
+    ) -> Generator[httpx.Request, httpx.Response, Secret]:
+        """The valid token, fetching one under the lock unless another thread just did.
+
+        ``stale`` is a token the server refused: it is not reused even if the
+        local clock still thinks it valid.
+        """
+        # The lock is held across the yield: in the sync flow the same thread
+        # sends the token request and resumes the generator at once, and httpx
+        # closes the flow in a ``finally`` (releasing the lock) if the send fails.
+        with self._lock:
+            token = self._current()
+            if token is not None and token != stale:
+                return token
+            self.token_requests += 1
+            response = yield self._token_request()
+            return self._store(response)
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        """Attach the token; on a 401 fetch a new token once and replay the request."""
+        token = self._current()
+        if token is None:
+            token = yield from self._fresh_token(None)
+        request.headers["Authorization"] = f"Bearer {token.reveal()}"
+        response = yield request
+        if response.status_code != 401:
+            return
+        token = yield from self._fresh_token(token)
+        self.replays += 1
+        request.headers["Authorization"] = f"Bearer {token.reveal()}"
+        yield request
