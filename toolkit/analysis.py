@@ -38,9 +38,11 @@ __all__ = [
     "appointments_without_invoice_line",
     "attendance_rates",
     "compare_reports",
+    "data_as_of",
     "lead_time_summary",
     "line_values",
     "money_share",
+    "practitioner_names",
     "quantity_share",
     "reference_id",
     "referral_funder",
@@ -50,6 +52,7 @@ __all__ = [
     "referring_practice",
     "report_findings",
     "revenue_by",
+    "role_organizations",
     "row_counts",
     "slot_utilisation",
     "utilisation_summary",
@@ -125,18 +128,37 @@ def _units_used() -> pl.Expr:
     return pl.col("limit_quantity_used").fill_null(0) + pl.col("limit_quantity_offset").fill_null(0)
 
 
-def _to_date(column: str) -> pl.Expr:
-    """A column as ``pl.Date`` whatever it holds: a date, a datetime or an ISO string."""
-    return pl.col(column).cast(pl.String).str.slice(0, 10).str.to_date("%Y-%m-%d", strict=False)
+def _as_dates(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
+    """``columns`` as ``pl.Date``, whether they hold dates, datetimes or ISO strings."""
+    out = []
+    for name in columns:
+        dtype = frame.schema[name]
+        col = pl.col(name)
+        if dtype == pl.Date:
+            continue
+        if isinstance(dtype, pl.Datetime):
+            out.append(col.dt.date())
+        else:
+            out.append(col.cast(pl.String).str.slice(0, 10).str.to_date("%Y-%m-%d", strict=False))
+    return frame.with_columns(out) if out else frame
+
+
+def _as_utc(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
+    """``columns`` as UTC datetimes, whether they arrive zoned, naive (read as UTC) or as text."""
+    out = []
+    for name in columns:
+        dtype = frame.schema[name]
+        col = pl.col(name)
+        if isinstance(dtype, pl.Datetime):
+            zoned = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col
+            out.append(zoned.dt.convert_time_zone("UTC"))
+        else:
+            out.append(col.cast(pl.String).str.to_datetime(time_zone="UTC", strict=False))
+    return frame.with_columns(out) if out else frame
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-
-
-def _as_utc(column: str) -> pl.Expr:
-    """A datetime column in UTC, whether it arrives naive, zoned or as an ISO string."""
-    return pl.col(column).cast(pl.String).str.to_datetime(time_zone="UTC", strict=False)
 
 
 def row_counts(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
@@ -164,6 +186,119 @@ def row_counts(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
             "columns": [f.width for f in frames.values()],
         },
         schema={"table": pl.String, "rows": pl.Int64, "columns": pl.Int64},
+    )
+
+
+def data_as_of(
+    *frames: pl.DataFrame, column: str = "last_updated", now: dt.datetime | None = None
+) -> dt.datetime:
+    """The moment the data describes: the latest ``meta.lastUpdated`` seen, capped at now.
+
+    Against a live deployment this is (nearly) the current time. Against the
+    embedded mock, whose data is anchored to a fixed date, it is that date, so
+    "past", "upcoming" and "the coming weeks" mean the same on every run.
+
+    Parameters
+    ----------
+    *frames
+        Frames with a ``column`` of UTC datetimes (the views' ``last_updated``).
+    column
+        The column to read.
+    now
+        The current time; ``datetime.now(UTC)`` when ``None``.
+
+    Returns
+    -------
+    datetime.datetime
+        A timezone-aware UTC datetime.
+
+    Examples
+    --------
+    >>> f = pl.DataFrame({"last_updated": [dt.datetime(2026, 1, 2, tzinfo=dt.UTC)]})
+    >>> data_as_of(f, now=dt.datetime(2026, 5, 1, tzinfo=dt.UTC)).isoformat()
+    '2026-01-02T00:00:00+00:00'
+    """
+    moment = _utc(now if now is not None else dt.datetime.now(dt.UTC))
+    seen: list[dt.datetime] = []
+    for frame in frames:
+        if column in frame.columns and frame.height:
+            latest = _as_utc(frame.select(column), column)[column].max()
+            if isinstance(latest, dt.datetime):
+                seen.append(_utc(latest))
+    return min([moment, max(seen)]) if seen else moment
+
+
+def practitioner_names(practitioner: pl.DataFrame) -> pl.DataFrame:
+    """A readable name per practitioner: ``"<prefix> <given> <family>"``.
+
+    Parameters
+    ----------
+    practitioner
+        The practitioner frame (``id``, ``name_prefix``, ``name_given``, ``name_family``).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``practitioner_id`` and ``practitioner`` (the id when there is no name).
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"id": ["PR-1"], "name_prefix": [["Dr"]],
+    ...                    "name_given": [["Ana", "Li"]], "name_family": ["Kim"]})
+    >>> practitioner_names(df).row(0)
+    ('PR-1', 'Dr Ana Li Kim')
+    """
+    parts = [
+        pl.col(c).list.join(" ") if isinstance(practitioner.schema[c], pl.List) else pl.col(c)
+        for c in ("name_prefix", "name_given", "name_family")
+        if c in practitioner.columns
+    ]
+    name = pl.concat_str(parts, separator=" ", ignore_nulls=True).str.strip_chars()
+    return practitioner.select(
+        pl.col("id").alias("practitioner_id"),
+        pl.when(name.str.len_chars() > 0).then(name).otherwise(pl.col("id")).alias("practitioner"),
+    )
+
+
+def role_organizations(roles: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
+    """PractitionerRole records (as read one by one) as a frame of role -> organization.
+
+    The API lists no PractitionerRole, so roles are read by id; this turns those
+    JSON records into a frame :func:`referring_practice` and clinic look-ups can join.
+
+    Parameters
+    ----------
+    roles
+        PractitionerRole records (dicts with ``id``, ``practitioner``, ``organization``).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``id``, ``practitioner_id`` and ``organization_id`` (ids, prefixes kept).
+
+    Examples
+    --------
+    >>> role = {"id": "EP-1", "organization": {"reference": "/main/Organization/SP-2"}}
+    >>> role_organizations([role]).row(0)
+    ('EP-1', None, 'SP-2')
+    """
+
+    def key(record: Mapping[str, Any], name: str) -> str | None:
+        value = record.get(name)
+        ref = value.get("reference") if isinstance(value, Mapping) else None
+        return ref.rsplit("/", 1)[-1] if isinstance(ref, str) and ref else None
+
+    rows = [
+        {
+            "id": r.get("id"),
+            "practitioner_id": key(r, "practitioner"),
+            "organization_id": key(r, "organization"),
+        }
+        for r in roles
+    ]
+    return pl.DataFrame(
+        rows,
+        schema={"id": pl.String, "practitioner_id": pl.String, "organization_id": pl.String},
     )
 
 
@@ -279,10 +414,10 @@ def appointment_visits(
     """
     moment = _utc(now)
     people = _participants(participant)
-    visits = appointment.with_columns(
-        _as_utc("start").alias("start"),
-        _as_utc("created").alias("created"),
-    ).join(people, left_on="id", right_on="appointment_id", how="left")
+    times = [c for c in ("start", "end", "created") if c in appointment.columns]
+    visits = _as_utc(appointment, *times).join(
+        people, left_on="id", right_on="appointment_id", how="left"
+    )
     known = pl.col("status").replace_strict(_STATUS_OUTCOME, default=None, return_dtype=pl.String)
     is_past = pl.col("start") < pl.lit(moment)
     return visits.with_columns(
@@ -332,12 +467,12 @@ def referral_recount(
         flag), ``share_excluding_cancelled``, ``share_including_cancelled`` and
         ``cancelled_effect`` (how many more units the flag counts).
     """
-    refs = referral.select(
+    refs = _as_dates(referral, "period_start", "period_end").select(
         "id",
         reference_id("subject_id").alias("_patient"),
         reference_id("performer_id").alias("_practitioner"),
-        _to_date("period_start").alias("_from"),
-        _to_date("period_end").alias("_to"),
+        pl.col("period_start").alias("_from"),
+        pl.col("period_end").alias("_to"),
         "include_cancelled_appointment",
         "limit_quantity",
         "limit_quantity_offset",
@@ -420,15 +555,18 @@ def referrals_needing_attention(
         The active referrals that qualify, with ``nearly_used_up``, ``expiring``,
         ``days_left`` and a readable ``reason``, most urgent first.
     """
-    end = _to_date("period_end")
-    days_left = (end - pl.lit(today)).dt.total_days()
+    days_left = (pl.col("period_end") - pl.lit(today)).dt.total_days()
     nearly = pl.col("share").fill_null(0.0) >= threshold
     expiring = days_left.is_between(0, within_days) & days_left.is_not_null()
-    flagged = utilisation.with_columns(
-        nearly.alias("nearly_used_up"),
-        expiring.fill_null(False).alias("expiring"),
-        days_left.alias("days_left"),
-    ).filter(pl.col("active").fill_null(False) & (pl.col("nearly_used_up") | pl.col("expiring")))
+    flagged = (
+        _as_dates(utilisation, "period_end")
+        .with_columns(
+            nearly.alias("nearly_used_up"),
+            expiring.fill_null(False).alias("expiring"),
+            days_left.alias("days_left"),
+        )
+        .filter(pl.col("active").fill_null(False) & (pl.col("nearly_used_up") | pl.col("expiring")))
+    )
     reason = pl.concat_str(
         pl.when(pl.col("nearly_used_up"))
         .then(pl.format("{}% used", (pl.col("share") * 100).round(0).cast(pl.Int64)))
@@ -733,9 +871,7 @@ def slot_utilisation(
     lo, hi = _utc(start), _utc(end)
 
     def minutes(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.with_columns(
-            _as_utc("start").alias("_s"), _as_utc("end").alias("_e")
-        ).with_columns(
+        return (_as_utc(frame, "start", "end").rename({"start": "_s", "end": "_e"})).with_columns(
             ((pl.col("_e") - pl.col("_s")).dt.total_seconds() / 60.0).alias("_minutes"),
             reference_id(by).alias("_who"),
         )
