@@ -1,0 +1,73 @@
+"""``pmtk mock``: serve the mock deployment on 127.0.0.1 until Ctrl-C."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from toolkit import catalogue
+
+__all__ = ["mock_command"]
+
+
+class ScaleChoice(StrEnum):
+    small = "small"
+    medium = "medium"
+    large = "large"
+
+
+def mock_command(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")] = 8000,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
+    scale: Annotated[
+        ScaleChoice, typer.Option(help="small ~2k, medium ~50k, large ~500k appointments.")
+    ] = ScaleChoice.small,
+    rate_limit: Annotated[
+        int, typer.Option(help="Requests per 60 s sliding window per client.")
+    ] = catalogue.RATE_LIMIT_PER_MINUTE,
+    token_lifetime: Annotated[
+        int, typer.Option(help="Real access-token lifetime in seconds.")
+    ] = catalogue.TOKEN_LIFETIME_STATED,
+    expires_in: Annotated[
+        int, typer.Option(help="expires_in reported by the token endpoint.")
+    ] = catalogue.EXPIRES_IN_STATED,
+    test_controls: Annotated[
+        bool, typer.Option("--test-controls", help="Enable /main/_test/* (test use only).")
+    ] = False,
+    fault: Annotated[str | None, typer.Option(help="Start with this fault profile active.")] = None,
+) -> None:
+    """Serve a mock practice-management deployment on 127.0.0.1 until Ctrl-C."""
+    import time
+
+    from toolkit.errors import ConfigurationError
+    from toolkit.mock.server import serve
+
+    try:
+        with serve(
+            port=port,
+            seed=seed,
+            scale=scale.value,
+            rate_limit=rate_limit,
+            token_lifetime=token_lifetime,
+            expires_in=expires_in,
+            test_controls=test_controls,
+            fault=fault,
+        ) as dep:
+            typer.echo(f"base URL:      {dep.base_url}")
+            typer.echo(f"client id:     {dep.client_id}")
+            typer.echo(f"client secret: {dep.client_secret}")
+            if test_controls:
+                typer.echo(f"test controls: {dep.base_url}/_test/ (test use only)")
+            if fault:
+                typer.echo(f"fault profile: {fault}")
+            typer.echo("serving until Ctrl-C", err=True)
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                typer.echo("stopping", err=True)
+    except ConfigurationError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

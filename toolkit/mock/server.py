@@ -1,0 +1,115 @@
+"""Run the mock on 127.0.0.1 in a background thread: :func:`serve`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+from toolkit.errors import ConfigurationError
+from toolkit.mock.app import create_app
+from toolkit.mock.state import MockOptions, MockState
+
+__all__ = ["HOST", "Deployment", "serve"]
+
+HOST = "127.0.0.1"
+"""The only address the mock ever listens on."""
+START_TIMEOUT = 60.0
+
+
+class Deployment:
+    """A running mock: where it is, the demo credentials and (optionally) test controls."""
+
+    def __init__(self, state: MockState, port: int) -> None:
+        self._state = state
+        self.port = port
+        self.base_url = f"http://{HOST}:{port}/main"
+        self.client_id = state.client_id
+        self.client_secret = state.client_secret
+        self.options = state.options
+
+    def __repr__(self) -> str:  # never shows the secret
+        return f"Deployment(base_url={self.base_url!r}, client_id={self.client_id!r})"
+
+    def _controls(self) -> MockState:
+        if not self._state.options.test_controls:
+            msg = "test controls are off; start the mock with test_controls=True"
+            raise ConfigurationError(msg)
+        return self._state
+
+    def advance_clock(self, seconds: float) -> dict[str, Any]:
+        """Move the virtual clock forward (token expiry and rate windows follow it)."""
+        return self._controls().advance_clock(seconds)
+
+    def reset_rate_limit(self) -> None:
+        """Empty every client's sliding window."""
+        self._controls().reset_rate_limit()
+
+    def set_fault(self, name: str | None) -> None:
+        """Switch the active fault profile (``None`` for a faithful mock)."""
+        try:
+            self._controls().set_fault(name)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+
+    def stats(self) -> dict[str, Any]:
+        """Request counters: ``requests``, ``responses_by_status``, ``requests_by_path``."""
+        return self._controls().stats()
+
+    def reset_stats(self) -> None:
+        self._controls().reset_stats()
+
+
+def build_state(**options: Any) -> MockState:
+    """A :class:`MockState` from keyword options, with a ConfigurationError for bad ones."""
+    try:
+        return MockState(MockOptions(**options))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"bad mock option: {exc}") from None
+
+
+@contextmanager
+def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Iterator[Deployment]:
+    """Serve a mock deployment on 127.0.0.1 until the ``with`` block ends.
+
+    ``port=0`` picks a free port. Other options are those of
+    :class:`toolkit.mock.state.MockOptions`: ``seed``, ``scale``, ``rate_limit``,
+    ``token_lifetime``, ``expires_in``, ``test_controls``, ``fault``,
+    ``max_body_bytes``, ``max_attachment_bytes``.
+    """
+    state = build_state(**options)
+    config = uvicorn.Config(
+        create_app(state),
+        host=HOST,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="pmtk-mock", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT
+    while not server.started:
+        if not thread.is_alive():
+            msg = f"the mock could not start on {HOST}:{port}"
+            raise ConfigurationError(msg)
+        if time.monotonic() > deadline:
+            server.should_exit = True
+            msg = "the mock did not start within 60 s"
+            raise ConfigurationError(msg)
+        time.sleep(0.005)
+    bound = port
+    for srv in server.servers:
+        for sock in srv.sockets:
+            bound = sock.getsockname()[1]
+    try:
+        yield Deployment(state, bound)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,209 @@
+"""Mutable state of one mock deployment: virtual clock, tokens, rate windows, faults, stats."""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import math
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+
+from toolkit import catalogue
+from toolkit.mock.data import PracticeData, generate, iso
+from toolkit.mock.faults import FAULT_PROFILES
+
+__all__ = [
+    "CLIENT_ID",
+    "CLIENT_SECRET",
+    "DEFAULT_MAX_BODY_BYTES",
+    "MockOptions",
+    "MockState",
+    "TokenProblem",
+]
+
+CLIENT_ID = "pmtk-demo"
+CLIENT_SECRET = "pmtk-demo-secret"
+WINDOW_SECONDS = 60.0
+DIE_EARLY_SECONDS = 300
+
+DEFAULT_MAX_BODY_BYTES = 4 * math.ceil(catalogue.MAX_ATTACHMENT_BYTES / 3) + 1024 * 1024
+"""Largest request body: one maximum-size attachment in base64 (~266.7 MiB) plus 1 MiB."""
+
+
+@dataclass(frozen=True, slots=True)
+class MockOptions:
+    """Start-up options of a mock deployment (see ``docs/mock.md``)."""
+
+    seed: int = 0
+    scale: str = "small"
+    rate_limit: int = catalogue.RATE_LIMIT_PER_MINUTE
+    token_lifetime: int = catalogue.TOKEN_LIFETIME_STATED
+    expires_in: int = catalogue.EXPIRES_IN_STATED
+    test_controls: bool = False
+    fault: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_attachment_bytes: int = catalogue.MAX_ATTACHMENT_BYTES
+
+
+class TokenProblem(Exception):
+    """Why a bearer token was refused; ``code`` is the OperationOutcome issue code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+@dataclass(slots=True)
+class _Stats:
+    requests: int = 0
+    by_status: collections.Counter[str] = field(default_factory=collections.Counter)
+    by_path: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+class MockState:
+    """Everything one running mock knows. Mutations hold :attr:`lock`."""
+
+    def __init__(self, options: MockOptions) -> None:
+        if options.fault is not None and options.fault not in FAULT_PROFILES:
+            known = ", ".join(FAULT_PROFILES)
+            msg = f"unknown fault profile {options.fault!r}; known profiles: {known}"
+            raise ValueError(msg)
+        if options.rate_limit < 1:
+            msg = "rate_limit must be at least 1"
+            raise ValueError(msg)
+        self.options = options
+        self.data: PracticeData = generate(options.seed, options.scale)
+        self.store = self.data.store
+        self.lock = threading.RLock()
+        self.offset = 0.0
+        self.fault: str | None = options.fault
+        self.client_id = CLIENT_ID
+        self.client_secret = CLIENT_SECRET
+        self._jwt_key = secrets.token_bytes(32)
+        self._tokens: dict[str, tuple[str, int, int]] = {}
+        self._windows: dict[str, collections.deque[float]] = {}
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.stats_data = _Stats()
+
+    # ------------------------------------------------------------------ clock
+    def now(self) -> float:
+        """Virtual time: the real time plus the offset the test controls added."""
+        return time.time() + self.offset
+
+    def advance_clock(self, seconds: float) -> dict[str, Any]:
+        with self.lock:
+            self.offset += seconds
+            return {"now": iso(self.now()), "offset": self.offset}
+
+    # ------------------------------------------------------------------ faults
+    def set_fault(self, name: str | None) -> None:
+        if name is not None and name not in FAULT_PROFILES:
+            known = ", ".join(FAULT_PROFILES)
+            msg = f"unknown fault profile {name!r}; known profiles: {known}"
+            raise ValueError(msg)
+        with self.lock:
+            self.fault = name
+            self.counters.clear()
+
+    def tick(self, counter: str, every: int) -> bool:
+        """Count one event; true on every ``every``-th one."""
+        with self.lock:
+            self.counters[counter] += 1
+            return self.counters[counter] % every == 0
+
+    # ------------------------------------------------------------------ tokens
+    def check_credentials(self, client_id: str, client_secret: str) -> bool:
+        id_ok = hmac.compare_digest(client_id.encode(), self.client_id.encode())
+        if self.fault == "any-secret-accepted":
+            return id_ok
+        secret_ok = hmac.compare_digest(client_secret.encode(), self.client_secret.encode())
+        return id_ok and secret_ok
+
+    def issue_token(self, client_id: str) -> str:
+        issued = int(self.now())
+        expires = issued + self.options.token_lifetime
+        claims: dict[str, Any] = {
+            "sub": client_id,
+            "iat": issued,
+            "exp": expires,
+            "jti": uuid.uuid4().hex,
+        }
+        token = jwt.encode(claims, self._jwt_key, algorithm="HS256")
+        with self.lock:
+            if len(self._tokens) > 10_000:
+                self._tokens.clear()
+            self._tokens[token] = (client_id, issued, expires)
+        return token
+
+    def client_for(self, token: str) -> str:
+        """The client id a token belongs to; raises :class:`TokenProblem` if refused."""
+        entry = self._tokens.get(token)
+        if entry is None:
+            try:
+                claims = jwt.decode(
+                    token,
+                    self._jwt_key,
+                    algorithms=["HS256"],
+                    options={"verify_exp": False, "verify_iat": False, "verify_nbf": False},
+                )
+                entry = (str(claims["sub"]), int(claims["iat"]), int(claims["exp"]))
+            except (jwt.PyJWTError, KeyError, TypeError, ValueError):
+                raise TokenProblem("login", "the access token is not valid") from None
+        client, issued, expires = entry
+        now = self.now()
+        if self.fault == "tokens-outlive-expires-in":
+            return client
+        if self.fault == "tokens-die-early" and now >= issued + DIE_EARLY_SECONDS:
+            raise TokenProblem("expired", "the access token has expired")
+        if now >= expires:
+            raise TokenProblem("expired", "the access token has expired")
+        return client
+
+    # ------------------------------------------------------------------ rate limit
+    def admit(self, client: str) -> tuple[bool, int, int]:
+        """Count a request in the client's sliding window.
+
+        Returns ``(allowed, remaining, retry_after)``. A refused request is not
+        counted.
+        """
+        limit = self.options.rate_limit
+        with self.lock:
+            now = self.now()
+            window = self._windows.setdefault(client, collections.deque())
+            cutoff = now - WINDOW_SECONDS
+            while window and window[0] <= cutoff:
+                window.popleft()
+            if len(window) >= limit and self.fault != "rate-limit-not-enforced":
+                retry = max(1, math.ceil(window[0] + WINDOW_SECONDS - now))
+                return False, 0, retry
+            window.append(now)
+            return True, max(0, limit - len(window)), 0
+
+    def reset_rate_limit(self) -> None:
+        with self.lock:
+            self._windows.clear()
+
+    # ------------------------------------------------------------------ stats
+    def record(self, path: str, status: int) -> None:
+        with self.lock:
+            self.stats_data.requests += 1
+            self.stats_data.by_status[str(status)] += 1
+            self.stats_data.by_path[path] += 1
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "requests": self.stats_data.requests,
+                "responses_by_status": dict(self.stats_data.by_status),
+                "requests_by_path": dict(self.stats_data.by_path),
+            }
+
+    def reset_stats(self) -> None:
+        with self.lock:
+            self.stats_data = _Stats()

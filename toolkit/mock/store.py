@@ -1,0 +1,135 @@
+"""In-memory record store of the mock: one :class:`Collection` per resource type.
+
+Records are kept as serialised JSON bytes (orjson) so that reads and Bundle
+pages are built by joining bytes, not by re-encoding dicts. The large
+collections (Appointment, InvoiceLine, Invoice) are *lazy*: a record is built
+from compact per-index columns the first time it is asked for, which keeps the
+large scale's start-up fast. Search keys (last updated, the resource's date,
+the patient it belongs to) are plain per-index columns, so filtering and
+sorting never have to materialise records.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+__all__ = ["Collection", "Store"]
+
+Record = dict[str, Any]
+
+_CACHE_LIMIT = 200_000
+
+
+class Collection:
+    """Records of one resource type, in insertion order (the unsorted list order)."""
+
+    def __init__(self, name: str, builder: Callable[[int], Record] | None = None) -> None:
+        self.name = name
+        self.ids: list[str] = []
+        self.pos: dict[str, int] = {}
+        self.updated: list[float] = []
+        """meta.lastUpdated per index, as epoch seconds."""
+        self.date: list[float | None] = []
+        """The resource's own date (Appointment start, Referral created...) per index."""
+        self.owner: list[str | None] = []
+        """The Patient id the record belongs to (subject, beneficiary, patient)."""
+        self._builder = builder
+        self._records: dict[int, Record] = {}
+        self._bytes: OrderedDict[int, bytes] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self.pos
+
+    def add(
+        self,
+        rid: str,
+        record: Record | None,
+        *,
+        updated: float,
+        date: float | None = None,
+        owner: str | None = None,
+    ) -> int:
+        """Append a record (or, with ``record=None``, a lazily built one)."""
+        index = len(self.ids)
+        self.ids.append(rid)
+        self.pos[rid] = index
+        self.updated.append(updated)
+        self.date.append(date)
+        self.owner.append(owner)
+        if record is not None:
+            self._records[index] = record
+        return index
+
+    def record(self, index: int) -> Record:
+        """The record at ``index`` as a dict (shared: copy before changing it)."""
+        rec = self._records.get(index)
+        if rec is None:
+            if self._builder is None:
+                msg = f"{self.name} record {index} has no data"
+                raise LookupError(msg)
+            rec = self._builder(index)
+            if len(self._records) < _CACHE_LIMIT:
+                self._records[index] = rec
+        return rec
+
+    def get(self, rid: str) -> Record | None:
+        index = self.pos.get(rid)
+        return None if index is None else self.record(index)
+
+    def raw(self, index: int) -> bytes:
+        """The record at ``index`` as JSON bytes, cached."""
+        data = self._bytes.get(index)
+        if data is None:
+            data = orjson.dumps(self.record(index))
+            self._bytes[index] = data
+            if len(self._bytes) > _CACHE_LIMIT:
+                self._bytes.popitem(last=False)
+        return data
+
+    def replace(
+        self,
+        index: int,
+        record: Record,
+        *,
+        updated: float,
+        date: float | None = None,
+        owner: str | None = None,
+    ) -> None:
+        """Store a changed record (a fresh dict) in place of the old one."""
+        self._records[index] = record
+        self._bytes.pop(index, None)
+        self.updated[index] = updated
+        self.date[index] = date
+        self.owner[index] = owner
+
+
+class Store:
+    """Every collection of one mock deployment, by resource type."""
+
+    def __init__(self) -> None:
+        self.collections: dict[str, Collection] = {}
+
+    def collection(self, name: str, builder: Callable[[int], Record] | None = None) -> Collection:
+        coll = self.collections.get(name)
+        if coll is None:
+            coll = Collection(name, builder)
+            self.collections[name] = coll
+        return coll
+
+    def __getitem__(self, name: str) -> Collection:
+        return self.collections[name]
+
+    def resolves(self, reference: str) -> bool:
+        """Whether ``/main/<Type>/<id>`` names a record of this store."""
+        parts = reference.split("/")
+        if len(parts) != 4 or parts[0] != "" or parts[1] != "main":
+            return False
+        coll = self.collections.get(parts[2])
+        return coll is not None and parts[3] in coll
