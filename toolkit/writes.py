@@ -488,20 +488,13 @@ def check_book(body: Any) -> dict[str, Any]:
             if not isinstance(res, dict):
                 problems.append((f"{path}.resource", "must be an Appointment object"))
                 continue
-            before = len(problems)
             _check_object(res, appt.fields, f"{path}.resource", problems, "create", nested=False)
-            for req in ("start", "end"):
-                if res.get(req) is None and not any(
-                    pp == f"{path}.resource.{req}" for pp, _ in problems[before:]
-                ):
-                    problems.append((f"{path}.resource.{req}", "is required"))
             start, end = res.get("start"), res.get("end")
-            if (
-                isinstance(start, str)
-                and isinstance(end, str)
-                and len(problems) == before
-                and datetime.fromisoformat(end) <= datetime.fromisoformat(start)
-            ):
+            try:
+                backwards = datetime.fromisoformat(end) <= datetime.fromisoformat(start)
+            except (TypeError, ValueError):
+                backwards = False  # already reported as a format problem
+            if backwards:
                 problems.append((f"{path}.resource.end", "must be after start"))
             actors = [
                 (x or {}).get("actor", {}).get("type")
