@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 
 __all__ = [
     "ATTENDANCE_OUTCOMES",
     "PRICE_COMPONENT_SIGNS",
+    "RecordReader",
     "appointment_visits",
     "appointments_without_invoice_line",
     "attendance_rates",
@@ -44,6 +45,7 @@ __all__ = [
     "money_share",
     "practitioner_names",
     "quantity_share",
+    "read_roles",
     "reference_id",
     "referral_funder",
     "referral_recount",
@@ -300,6 +302,49 @@ def role_organizations(roles: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
         rows,
         schema={"id": pl.String, "practitioner_id": pl.String, "organization_id": pl.String},
     )
+
+
+class RecordReader(Protocol):
+    """Anything that reads one record by id, such as :class:`toolkit.Client`."""
+
+    def read(self, resource_type: str, record_id: str) -> dict[str, Any]:
+        """The record ``resource_type/record_id`` as a dict."""
+        ...
+
+
+def read_roles(client: RecordReader, ids: Iterable[str], *, limit: int = 500) -> pl.DataFrame:
+    """Read PractitionerRoles by id and return :func:`role_organizations` of them.
+
+    The spec lists no PractitionerRole endpoint, so a deployment may refuse these
+    reads. A missing role (404) is skipped; any other refusal stops the look-ups
+    (the deployment does not serve roles at all), and the frame holds what was
+    read so far -- callers then fall back to grouping by the role id.
+
+    Parameters
+    ----------
+    client
+        A :class:`toolkit.Client` (or anything with ``read``).
+    ids
+        Role ids (``EP-...``, ``PR-...``); duplicates and nulls are ignored.
+    limit
+        At most this many roles are read (each read is one request).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``id``, ``practitioner_id``, ``organization_id``.
+    """
+    from toolkit.errors import ApiError, NotFound
+
+    records: list[Mapping[str, Any]] = []
+    for rid in sorted({i for i in ids if i})[:limit]:
+        try:
+            records.append(client.read("PractitionerRole", rid))
+        except NotFound:
+            continue
+        except ApiError:
+            break
+    return role_organizations(records)
 
 
 # --------------------------------------------------------------------------- referrals

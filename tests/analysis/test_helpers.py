@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import polars as pl
 
 from toolkit import analysis
+from toolkit.errors import MethodNotAllowed, NotFound
 
 
 def test_data_as_of_is_latest_last_updated_across_frames() -> None:
@@ -37,7 +39,7 @@ def test_practitioner_names_join_prefix_given_family_and_fall_back_to_id() -> No
 
 
 def test_role_organizations_reads_reference_keys() -> None:
-    roles = [
+    roles: list[dict[str, Any]] = [
         {
             "id": "PR-1",
             "practitioner": {"reference": "/main/Practitioner/PR-1"},
@@ -55,3 +57,37 @@ def test_role_organizations_of_nothing_is_an_empty_typed_frame() -> None:
     out = analysis.role_organizations([])
     assert out.is_empty()
     assert out.columns == ["id", "practitioner_id", "organization_id"]
+
+
+class _FakeReader:
+    """Serves roles from a dict; answers 404 for unknown ids, or 405 for everything."""
+
+    def __init__(self, roles: dict[str, dict[str, Any]], *, refuse: bool = False) -> None:
+        self.roles = roles
+        self.refuse = refuse
+        self.asked: list[str] = []
+
+    def read(self, resource_type: str, record_id: str) -> dict[str, Any]:
+        self.asked.append(record_id)
+        url = f"/main/{resource_type}/{record_id}"
+        if self.refuse:
+            raise MethodNotAllowed(405, method="GET", url=url)
+        if record_id not in self.roles:
+            raise NotFound(404, method="GET", url=url)
+        return self.roles[record_id]
+
+
+def test_read_roles_skips_missing_roles_and_deduplicates_ids() -> None:
+    reader = _FakeReader(
+        {"EP-2": {"id": "EP-2", "organization": {"reference": "/main/Organization/SP-1"}}}
+    )
+    out = analysis.read_roles(reader, ["EP-2", "EP-1", "EP-2", None])  # type: ignore[list-item]
+    assert out.rows() == [("EP-2", None, "SP-1")]
+    assert reader.asked == ["EP-1", "EP-2"]
+
+
+def test_read_roles_stops_at_the_first_refusal_other_than_not_found() -> None:
+    reader = _FakeReader({}, refuse=True)
+    out = analysis.read_roles(reader, ["EP-1", "EP-2", "EP-3"])
+    assert out.is_empty()
+    assert reader.asked == ["EP-1"]
