@@ -1,0 +1,828 @@
+"""Declared flat views of the listed resources, and the fast Bundle → Polars flattener.
+
+A view is *data*, in the style of a SQL-on-FHIR v2 ViewDefinition: a table name,
+an optional ``for_each`` path (one row per element of a repeating structure, for
+child tables) and columns, each a ``name``, a ``path`` and a Polars ``dtype``.
+:data:`VIEWS` is derived from :mod:`toolkit.catalogue`, so every field, type and
+extension url is written once, there.
+
+Path language (a small FHIRPath subset, compiled to Polars expressions):
+
+* ``a.b``                 -- field ``b`` of object ``a``;
+* ``first()``             -- first element of an array;
+* ``where(url='u')``      -- first element of an array whose ``url`` is ``u``
+  (how extension-encoded fields are read);
+* ``getReferenceKey()``   -- the id at the end of a reference string, prefix kept
+  (``/main/Practitioner/PR-12`` → ``PR-12``);
+* ``$this``               -- the row element itself (child tables of references).
+
+Reading is done by Polars' native JSON reader with an explicit schema derived
+from the catalogue (:func:`read_schema`); nothing is inferred, so every declared
+column exists with its declared dtype even when no record carries it. Keys the
+view does not know are kept, as JSON, in the ``extra`` column of the main table
+(see :func:`flatten_tables` for how that stays cheap).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+import orjson
+import polars as pl
+
+from toolkit import catalogue
+from toolkit.catalogue import Field, Resource
+from toolkit.errors import ConfigurationError, DataValidationError
+
+__all__ = [
+    "DATETIME",
+    "VIEWS",
+    "Column",
+    "View",
+    "flatten",
+    "flatten_tables",
+    "read_schema",
+    "table_names",
+    "views_markdown",
+]
+
+Role = Literal["value", "id", "ref_id", "ref_type", "key", "index", "extra"]
+
+DATETIME = pl.Datetime("us", "UTC")
+"""The dtype of every date-time column: microseconds, converted to UTC."""
+
+_PRIMITIVE_READ: dict[str, pl.DataType] = {
+    "string": pl.String(),
+    "code": pl.String(),
+    "canonical": pl.String(),
+    "base64": pl.String(),
+    "boolean": pl.Boolean(),
+    "integer": pl.Int64(),
+    "number": pl.Float64(),
+    "date": pl.String(),
+    "date-time": pl.String(),
+}
+_PRIMITIVE_COLUMN: dict[str, pl.DataType] = {
+    **_PRIMITIVE_READ,
+    "date": pl.Date(),
+    "date-time": DATETIME,
+}
+_WORKERS = max(2, min(8, os.cpu_count() or 2))
+_REFERENCE = pl.Struct({"reference": pl.String(), "type": pl.String()})
+# Keys the view reads nowhere but knows are harmless (not worth a second pass).
+_TOLERATED_KEYS = frozenset({"display"})
+_CODING = pl.Struct({"system": pl.String(), "code": pl.String(), "display": pl.String()})
+
+# Names the generic rules would get wrong; keyed by (resource, dotted catalogue path).
+_TABLE_RENAMES: dict[tuple[str, str], str] = {
+    ("InvoiceLine", "unitPriceComponent"): "price_component",
+}
+# Column names that would collide with a reference column (``subscriber_id``).
+_COLUMN_RENAMES: dict[tuple[str, str], str] = {
+    ("Coverage", "subscriberID"): "subscriber_number",
+}
+# Object segments that add nothing to a column name (``limitMoney.amount.value``
+# → ``limit_money_value``; ``type.coding.code`` → ``type_code``).
+_ELIDED_SEGMENTS = frozenset({"amount", "coding", "meta"})
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a view: its name, source path, Polars dtype and a note."""
+
+    name: str
+    path: str
+    dtype: pl.DataType
+    doc: str = ""
+    field: Field | None = None
+    """The catalogue field the column comes from (its rules feed the pandera schema)."""
+    role: Role = "value"
+    """``value``; ``id`` (the resource id); ``ref_id``/``ref_type`` (the id or type of
+    a reference, ``field.ref`` has its targets); ``key``/``index`` (child-table keys);
+    ``extra`` (unknown keys)."""
+    when: tuple[str, tuple[str, ...]] | None = None
+    """``(column, values)``: the field's format applies only where ``column`` is in values."""
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """A flat table over one resource type.
+
+    ``for_each`` is ``None`` for the main table (one row per resource) and the
+    path of a repeating element for a child table (one row per element, keyed by
+    ``<resource>_id`` and ``index``, the element's position).
+    """
+
+    name: str
+    resource: str
+    columns: tuple[Column, ...]
+    for_each: str | None = None
+    doc: str = ""
+
+    @property
+    def key(self) -> str | None:
+        """The parent-id column of a child table (``None`` for a main table)."""
+        return f"{_snake(self.resource)}_id" if self.for_each else None
+
+    @property
+    def schema(self) -> pl.Schema:
+        """Column names and dtypes, in order."""
+        return pl.Schema({c.name: c.dtype for c in self.columns})
+
+
+# --------------------------------------------------------------------------- derivation
+
+
+def _snake(name: str) -> str:
+    name = name.replace("-", "_").replace(" ", "_")
+    name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
+    return name.lower()
+
+
+def _join(prefix: str, child: Field) -> str:
+    """The column name of ``child`` nested below a column-name ``prefix``."""
+    name = _snake(child.name)
+    if not prefix:
+        return name
+    last = prefix.rsplit("_", 1)[-1]
+    if name == last:
+        return prefix
+    for strip in (last, "amount"):
+        if name.startswith(strip + "_"):
+            return f"{prefix}_{name[len(strip) + 1 :]}"
+    return f"{prefix}_{name}"
+
+
+def _field_read_dtype(f: Field) -> pl.DataType:
+    inner: pl.DataType
+    if f.type == "reference":
+        inner = _REFERENCE
+    elif f.type == "object":
+        inner = _level_read_dtype(f.fields)
+    else:
+        inner = _PRIMITIVE_READ[f.type]
+    return pl.List(inner) if f.many else inner
+
+
+def _extension_value_dtype(f: Field) -> pl.DataType:
+    assert f.extension is not None
+    key = f.extension.value_key
+    if key == "valueReference":
+        return _REFERENCE
+    if key == "valueCoding":
+        return _CODING
+    return _PRIMITIVE_READ[f.type]
+
+
+def _level_read_dtype(fields: tuple[Field, ...]) -> pl.Struct:
+    """The read Struct of one object level, extensions grouped by container."""
+    out: dict[str, pl.DataType] = {}
+    containers: dict[str, dict[str, pl.DataType]] = {}
+    for f in fields:
+        if f.extension is not None:
+            values = containers.setdefault(f.extension.container, {"url": pl.String()})
+            values[f.extension.value_key] = _extension_value_dtype(f)
+        else:
+            out[f.name] = _field_read_dtype(f)
+    for container, values in containers.items():
+        out[container] = pl.List(pl.Struct(values))
+    return pl.Struct(out)
+
+
+def _source_path(f: Field, parent: str) -> str:
+    if f.extension is not None:
+        ext = f.extension
+        base = f"{ext.container}.where(url='{ext.url}').{ext.value_key}"
+    else:
+        base = f.name
+    return f"{parent}.{base}" if parent else base
+
+
+def _column_dtype(f: Field) -> pl.DataType:
+    return _PRIMITIVE_COLUMN[f.type]
+
+
+def _columns(
+    res: Resource, fields: tuple[Field, ...], table: str, prefix: str, parent: str, root: bool
+) -> tuple[list[Column], list[tuple[str, Field, str]]]:
+    """Columns of one level; repeating objects at the root are returned as children."""
+    cols: list[Column] = []
+    children: list[tuple[str, Field, str]] = []
+    for f in fields:
+        if f.write_only:
+            continue
+        if f.extension is not None:
+            name = _snake(f.name)
+            if name.startswith(table + "_"):
+                name = name[len(table) + 1 :]
+            name = f"{prefix}_{name}" if prefix else name
+        else:
+            name = _COLUMN_RENAMES.get((res.name, f.name)) or _join(prefix, f)
+        path = _source_path(f, parent)
+        if root and f.many and f.type in ("object", "reference"):
+            children.append((name, f, path))
+            continue
+        if f.type == "reference":
+            ref = f.ref
+            assert ref is not None
+            targets = " | ".join(ref.types)
+            cols.append(
+                Column(
+                    f"{name}_id",
+                    f"{path}{'.first()' if f.many else ''}.reference.getReferenceKey()",
+                    pl.String(),
+                    f"id of the referenced {targets}, prefix kept",
+                    field=f,
+                    role="ref_id",
+                )
+            )
+            if len(ref.targets) > 1:
+                cols.append(
+                    Column(
+                        f"{name}_type",
+                        f"{path}.type",
+                        pl.String(),
+                        f"one of {targets}",
+                        field=f,
+                        role="ref_type",
+                    )
+                )
+        elif f.type == "object":
+            step = f"{path}.first()" if f.many else path
+            if f.name == "meta":
+                sub_prefix = ""
+            elif f.name in _ELIDED_SEGMENTS and prefix:
+                sub_prefix = prefix
+            else:
+                sub_prefix = name
+            sub, _ = _columns(res, f.fields, table, sub_prefix, step, root=False)
+            note = " (first element)" if f.many else ""
+            cols.extend(
+                Column(c.name, c.path, c.dtype, (c.doc + note).strip(), c.field, c.role, c.when)
+                for c in sub
+            )
+        elif f.extension is not None and f.extension.value_key == "valueCoding":
+            cols.append(Column(name, f"{path}.code", pl.String(), "coded value", field=f))
+        elif f.many:
+            cols.append(Column(name, path, pl.List(_column_dtype(f)), "array of values", field=f))
+        else:
+            note = "converted to UTC" if f.type == "date-time" else ""
+            when = None
+            if f.format_when is not None:
+                sibling, values = f.format_when
+                when = (_join(prefix, Field(sibling, "string")), values)
+                note = f"{f.format} format where {when[0]} is one of {', '.join(values)}"
+            role: Role = "id" if root and f.name == "id" else "value"
+            cols.append(Column(name, path, _column_dtype(f), note, field=f, role=role, when=when))
+    return cols, children
+
+
+def _views_for(res: Resource) -> tuple[View, ...]:
+    table = _snake(res.name)
+    cols, children = _columns(res, res.fields, table, "", "", root=True)
+    cols.append(
+        Column(
+            "extra",
+            "(keys the view does not know)",
+            pl.String(),
+            "JSON object of unknown top-level keys; null when none",
+            role="extra",
+        )
+    )
+    views = [View(res.name, res.name, tuple(cols), doc=res.doc)]
+    key = f"{table}_id"
+    for name, f, path in children:
+        child_name = _TABLE_RENAMES.get((res.name, f.name), name)
+        lead = (
+            Column(key, "%parent.id", pl.String(), f"id of the parent {res.name}", role="key"),
+            Column("index", "%index", pl.Int64(), "position in the parent's array", role="index"),
+        )
+        if f.type == "reference":
+            sub, _ = _columns(res, (Field(f.name, "reference", ref=f.ref),), "", "", "", False)
+            sub = [
+                Column(c.name, c.path.replace(f"{f.name}.", "$this.", 1), c.dtype, c.doc, f, c.role)
+                for c in sub
+            ]
+        else:
+            sub, _ = _columns(res, f.fields, f"{table}_{child_name}", "", "", root=False)
+        views.append(
+            View(f"{table}_{child_name}", res.name, lead + tuple(sub), for_each=path, doc=f.doc)
+        )
+    return tuple(views)
+
+
+VIEWS: dict[str, tuple[View, ...]] = {
+    name: _views_for(catalogue.RESOURCES[name]) for name in catalogue.LISTED_RESOURCES
+}
+"""Views per listed resource: the main table first, then its child tables."""
+
+
+def _resource_views(resource_type: str) -> tuple[View, ...]:
+    try:
+        return VIEWS[resource_type]
+    except KeyError:
+        known = ", ".join(VIEWS)
+        msg = f"no view for resource type {resource_type!r}; known types: {known}"
+        raise ConfigurationError(msg) from None
+
+
+def table_names(resource_type: str) -> tuple[str, ...]:
+    """Names of the tables of ``resource_type``: the main table first.
+
+    Parameters
+    ----------
+    resource_type
+        A listed resource type, for example ``"Appointment"``.
+
+    Returns
+    -------
+    tuple of str
+        For example ``("Appointment", "appointment_participant", ...)``.
+    """
+    return tuple(v.name for v in _resource_views(resource_type))
+
+
+def _view(resource_type: str, table: str | None) -> View:
+    views = _resource_views(resource_type)
+    if table is None:
+        return views[0]
+    for v in views:
+        if v.name == table:
+            return v
+    known = ", ".join(v.name for v in views)
+    msg = f"{resource_type} has no table {table!r}; its tables: {known}"
+    raise ConfigurationError(msg)
+
+
+# --------------------------------------------------------------------------- path compiler
+
+_STEP = re.compile(
+    r"where\(url='(?P<url>[^']*)'\)|(?P<fn>first|getReferenceKey)\(\)|(?P<key>\$this|[A-Za-z_][\w-]*)"
+)
+
+
+def _steps(path: str) -> Iterator[re.Match[str]]:
+    pos = 0
+    while pos < len(path):
+        m = _STEP.match(path, pos)
+        if m is None:
+            msg = f"bad view path {path!r} at {pos}"
+            raise ConfigurationError(msg)
+        yield m
+        pos = m.end()
+        if pos < len(path) and path[pos] == ".":
+            pos += 1
+
+
+def _compile(path: str, base: pl.Expr) -> pl.Expr:
+    expr = base
+    for m in _steps(path):
+        if m.group("url") is not None:
+            expr = expr.list.filter(
+                pl.element().struct.field("url") == pl.lit(m.group("url"))
+            ).list.first()
+        elif m.group("fn") == "first":
+            expr = expr.list.first()
+        elif m.group("fn") == "getReferenceKey":
+            expr = expr.str.extract(r"([^/]+)$", 1)
+        elif m.group("key") == "$this":
+            continue
+        else:
+            expr = expr.struct.field(m.group("key"))
+    return expr
+
+
+def _typed(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    if dtype == pl.Date:
+        return expr.str.to_date("%Y-%m-%d", strict=False)
+    if dtype == DATETIME:
+        return expr.str.to_datetime("%+", time_unit="us", time_zone="UTC", strict=False)
+    return expr
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    resource: str
+    bundle_schema: dict[str, Any]
+    known_top: frozenset[str]
+    unknown_key: str
+    views: tuple[View, ...]
+
+
+def _all_keys(dtype: Any) -> set[str]:
+    keys: set[str] = set()
+    if isinstance(dtype, pl.List):
+        return _all_keys(dtype.inner)
+    if isinstance(dtype, pl.Struct):
+        for fld in dtype.fields:
+            keys.add(fld.name)
+            keys |= _all_keys(fld.dtype)
+    return keys
+
+
+def _not_in(keys: Iterable[str]) -> str:
+    """Regex (no look-around, for Rust's engine) matching a JSON key *not* in ``keys``."""
+    tail = r'(?:[^"\\]|\\.)*'
+
+    def node(words: list[str]) -> str:
+        firsts = sorted({w[0] for w in words if w})
+        alts = []
+        excluded = "".join(re.escape(c) for c in firsts)
+        alts.append(rf'[^"\\{excluded}]{tail}')
+        alts.append(rf"\\.{tail}")
+        for c in firsts:
+            alts.append(re.escape(c) + node([w[1:] for w in words if w and w[0] == c]))
+        if "" not in words:
+            alts.append("")
+        return "(?:" + "|".join(alts) + ")"
+
+    return '"' + node(sorted(set(keys))) + r'"\s*:'
+
+
+_ENVELOPE = pl.Struct(
+    {
+        "resourceType": pl.String(),
+        "issue": pl.List(
+            pl.Struct(
+                {
+                    "severity": pl.String(),
+                    "code": pl.String(),
+                    "diagnostics": pl.String(),
+                    "details": pl.Struct({"text": pl.String()}),
+                }
+            )
+        ),
+    }
+)
+_ENVELOPE_KEYS = frozenset(
+    {"resourceType", "type", "total", "link", "relation", "url", "entry", "fullUrl"}
+    | {"resource", "search", "mode", "score", "id", "meta", "lastUpdated", "timestamp"}
+)
+
+
+@cache
+def _compiled(resource_type: str) -> _Compiled:
+    views = _resource_views(resource_type)
+    res = catalogue.RESOURCES[resource_type]
+    fields = tuple(f for f in res.fields if not f.write_only)
+    resource_struct = _level_read_dtype(fields)
+    resource_dtype = pl.Struct({"resourceType": pl.String(), **resource_struct.to_schema()})
+    bundle_schema: dict[str, Any] = {
+        **_ENVELOPE.to_schema(),
+        "entry": pl.List(pl.Struct({"resource": resource_dtype})),
+    }
+    known_all = _all_keys(resource_dtype) | _ENVELOPE_KEYS | _TOLERATED_KEYS
+    return _Compiled(
+        resource=resource_type,
+        bundle_schema=bundle_schema,
+        known_top=frozenset(resource_dtype.to_schema()),
+        unknown_key=_not_in(known_all),
+        views=views,
+    )
+
+
+def read_schema(resource_type: str) -> pl.Schema:
+    """The explicit schema Polars reads a Bundle page of ``resource_type`` with.
+
+    Parameters
+    ----------
+    resource_type
+        A listed resource type.
+
+    Returns
+    -------
+    polars.Schema
+        ``resourceType``, ``issue`` (to report an OperationOutcome) and
+        ``entry: list[struct{resource: struct{...}}]``, derived from the catalogue.
+    """
+    return pl.Schema(_compiled(resource_type).bundle_schema)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _as_bytes(page: Any) -> bytes:
+    if isinstance(page, bytes | bytearray | memoryview):
+        return bytes(page)
+    if isinstance(page, str):
+        return page.encode()
+    if isinstance(page, Mapping):
+        return orjson.dumps(page)
+    msg = f"a page must be Bundle JSON as bytes, str or dict, not {type(page).__name__}"
+    raise DataValidationError(msg, None)
+
+
+def _iter_pages(pages: Any) -> Iterator[Any]:
+    if isinstance(pages, bytes | bytearray | memoryview | str | Mapping):
+        yield pages
+    else:
+        yield from pages
+
+
+def _outcome_text(row: dict[str, Any]) -> str:
+    issues = row.get("issue") or []
+    parts = []
+    for issue in issues[:3]:
+        if issue is None:
+            continue
+        details = (issue.get("details") or {}).get("text")
+        text = issue.get("diagnostics") or details or ""
+        parts.append(f"{issue.get('severity')}/{issue.get('code')}: {text}".strip())
+    return "; ".join(parts) or "no issue details"
+
+
+def _extras(page: bytes, known_top: frozenset[str], n: int, index: int) -> list[str | None]:
+    """Exact ``extra`` values of one page's entries (only for pages with unknown keys)."""
+    doc = orjson.loads(page)
+    entries = doc.get("entry") or []
+    out: list[str | None] = []
+    for entry in entries:
+        res = entry.get("resource") if isinstance(entry, dict) else None
+        if not isinstance(res, dict):
+            out.append(None)
+            continue
+        unknown = {k: v for k, v in res.items() if k not in known_top}
+        out.append(orjson.dumps(unknown).decode() if unknown else None)
+    if len(out) != n:  # pragma: no cover - both parsers read the same document
+        msg = f"page {index}: {len(out)} entries by orjson but {n} by polars"
+        raise DataValidationError(msg, None)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    kind: str | None
+    entries: pl.Series | None  # the entry structs of a Bundle
+    row: dict[str, Any] | None  # the whole (one-row) page when it is not a Bundle
+
+
+def _read_page(raw: bytes, schema: dict[str, Any]) -> _Page | str:
+    """Read one page with the explicit schema; a string is the reader's complaint."""
+    try:
+        df = pl.read_json(raw, schema=schema)
+    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
+        text = str(exc).strip()
+        return text.splitlines()[0][:300] if text else type(exc).__name__
+    kind = df.get_column("resourceType")[0]
+    if kind != "Bundle":
+        return _Page(kind, None, df.row(0, named=True))
+    entries = df.get_column("entry")[0]
+    return _Page(kind, entries, None)
+
+
+def _scan_unknown(raws: list[bytes], pattern: str) -> pl.Series:
+    """Per page: does it contain a JSON key outside the view's known keys (Rust regex)?"""
+    pages = pl.Series("page", raws, dtype=pl.Binary).cast(pl.String, strict=False)
+    # A page that is not UTF-8 becomes null here; treat it as suspicious (exact pass).
+    return pages.str.contains(pattern).fill_null(True)
+
+
+def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
+    """One row per entry resource of ``comp.resource``: ``resource`` struct + ``extra``."""
+    raws = [_as_bytes(page) for page in _iter_pages(pages)]
+    entry_dtype = comp.bundle_schema["entry"]
+    assert isinstance(entry_dtype, pl.List) and isinstance(entry_dtype.inner, pl.Struct)
+    if not raws:
+        return pl.DataFrame(
+            schema={"resource": entry_dtype.inner.fields[0].dtype, "extra": pl.String()}
+        )
+    # pl.read_json releases the GIL: pages are read in parallel, and the key scan
+    # (which runs on Polars' own thread pool) overlaps with the reads.
+    with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
+        scan = pool.submit(_scan_unknown, raws, comp.unknown_key)
+        results = list(pool.map(_read_page, raws, [comp.bundle_schema] * len(raws)))
+        suspicious = scan.result()
+    parts: list[pl.Series] = []
+    counts: list[int] = []
+    for i, result in enumerate(results):
+        if isinstance(result, str):
+            msg = (
+                f"page {i} is not a {comp.resource} Bundle the view can read "
+                f"(a value has the wrong JSON type, or the JSON is malformed): {result}"
+            )
+            raise DataValidationError(msg, None)
+        if result.kind == "OperationOutcome":
+            detail = _outcome_text(result.row or {})
+            msg = f"page {i} is an OperationOutcome (an error answer), not a Bundle: {detail}"
+            raise DataValidationError(msg, None)
+        if result.kind != "Bundle":
+            msg = f"page {i} is not a Bundle (resourceType {result.kind!r})"
+            raise DataValidationError(msg, None)
+        n = 0 if result.entries is None else result.entries.len()
+        counts.append(n)
+        if result.entries is not None and n:
+            parts.append(result.entries)
+    flagged = {i for i in suspicious.arg_true().to_list() if counts[i]}
+    entry_struct = entry_dtype.inner
+    if parts:
+        entries = pl.concat(parts, rechunk=True).struct.field("resource").to_frame()
+    else:
+        entries = pl.Series("resource", [], dtype=entry_struct).struct.field("resource").to_frame()
+    if flagged:
+        extra: list[str | None] = []
+        for i, n in enumerate(counts):
+            if i in flagged:
+                extra.extend(_extras(raws[i], comp.known_top, n, i))
+            else:
+                extra.extend([None] * n)
+        entries = entries.with_columns(extra=pl.Series("extra", extra, dtype=pl.String))
+    else:
+        entries = entries.with_columns(extra=pl.lit(None, dtype=pl.String))
+    kind_expr = pl.col("resource").struct.field("resourceType")
+    return entries.filter(
+        pl.col("resource").is_not_null() & (kind_expr.is_null() | (kind_expr == comp.resource))
+    )
+
+
+# --------------------------------------------------------------------------- projection
+
+
+def _check_parsed(df: pl.DataFrame, raw: pl.DataFrame, view: View, id_col: str) -> None:
+    """Raise when a date or date-time string did not parse (never silently null)."""
+    checks = [
+        c.name
+        for c in view.columns
+        if c.dtype in (pl.Date, DATETIME)
+        and df.get_column(c.name).null_count() != raw.get_column(c.name).null_count()
+    ]
+    if not checks:
+        return
+    cases = pl.concat(
+        [
+            pl.DataFrame(
+                {
+                    "column": c,
+                    "failure_case": raw.get_column(c),
+                    "id": df.get_column(id_col),
+                    "parsed": df.get_column(c).is_null(),
+                }
+            )
+            .filter(pl.col("parsed") & pl.col("failure_case").is_not_null())
+            .drop("parsed")
+            for c in checks
+        ]
+    )
+    shown = ", ".join(f"{r['column']}={r['failure_case']!r}" for r in cases.head(5).to_dicts())
+    msg = f"{view.name}: {cases.height} date/date-time value(s) could not be parsed: {shown}"
+    raise DataValidationError(msg, cases)
+
+
+def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
+    if view.for_each is None:
+        base = pl.col("resource")
+        frame = entries
+        raw_exprs = [
+            (pl.col("extra") if c.name == "extra" else _compile(c.path, base)).alias(c.name)
+            for c in view.columns
+        ]
+        id_col = "id"
+    else:
+        items = _compile(view.for_each, pl.col("resource"))
+        key = view.key
+        assert key is not None
+        frame = (
+            entries.select(pl.col("resource").struct.field("id").alias(key), items.alias("_item"))
+            .filter(pl.col("_item").list.len() > 0)
+            .with_columns(index=pl.int_ranges(pl.col("_item").list.len(), dtype=pl.Int64))
+            .explode("_item", "index")
+        )
+        base = pl.col("_item")
+        raw_exprs = [
+            pl.col(c.name) if c.name in (key, "index") else _compile(c.path, base).alias(c.name)
+            for c in view.columns
+        ]
+        id_col = key
+    raw = frame.select(raw_exprs)
+    typed = raw.select(
+        _typed(pl.col(c.name), c.dtype).cast(c.dtype).alias(c.name) for c in view.columns
+    )
+    if any(c.dtype in (pl.Date, DATETIME) for c in view.columns):
+        _check_parsed(typed, raw, view, id_col)
+    return typed
+
+
+def flatten_tables(resource_type: str, pages: Any) -> dict[str, pl.DataFrame]:
+    """Flatten Bundle pages into the main table and every child table.
+
+    Each page is read once by Polars' JSON reader with the explicit schema of
+    :func:`read_schema`; columns are then projected with Polars expressions.
+    Keys outside the view are found by one regular-expression scan per page for
+    a JSON key outside the set of every key the view knows at any depth; only
+    pages that contain one are parsed a second time (with orjson) to build the
+    exact ``extra`` JSON of each record. A page without unknown keys costs one
+    scan, typically far less than the read itself. (An unknown top-level key
+    whose name the view knows only at a deeper level, such as ``code``, is not
+    seen by the scan.)
+
+    Parameters
+    ----------
+    resource_type
+        A listed resource type, for example ``"Appointment"``.
+    pages
+        An iterable of Bundle JSON pages (bytes, str or dict), or a single page.
+
+    Returns
+    -------
+    dict of str to polars.DataFrame
+        The main table under the resource name, child tables under
+        ``<resource>_<child>`` (see :data:`VIEWS`), each with every declared
+        column in its declared dtype.
+
+    Raises
+    ------
+    ConfigurationError
+        ``resource_type`` has no view.
+    DataValidationError
+        A page is an OperationOutcome or not a Bundle, cannot be read with the
+        declared types, or holds a date or date-time that does not parse.
+
+    Examples
+    --------
+    >>> page = {"resourceType": "Bundle", "entry": [{"resource": {
+    ...     "resourceType": "Referral", "id": "7",
+    ...     "performer": {"reference": "/main/Practitioner/PR-12", "type": "Practitioner"}}}]}
+    >>> flatten_tables("Referral", [page])["Referral"].get_column("performer_id").to_list()
+    ['PR-12']
+    """
+    comp = _compiled(resource_type)
+    entries = _read_entries(comp, pages)
+    return {v.name: _project(v, entries) for v in comp.views}
+
+
+def flatten(resource_type: str, pages: Any, *, table: str | None = None) -> pl.DataFrame:
+    """Flatten Bundle pages into one table of ``resource_type`` (the main table by default).
+
+    Parameters
+    ----------
+    resource_type
+        A listed resource type, for example ``"Appointment"``.
+    pages
+        An iterable of Bundle JSON pages (bytes, str or dict), or a single page.
+    table
+        A table name from :func:`table_names`, for example
+        ``"appointment_participant"``; ``None`` for the main table.
+
+    Returns
+    -------
+    polars.DataFrame
+        Every declared column of the view, in its declared dtype.
+
+    Raises
+    ------
+    ConfigurationError
+        Unknown resource type or table.
+    DataValidationError
+        As for :func:`flatten_tables`.
+
+    Examples
+    --------
+    >>> flatten("Appointment", []).schema["start"]
+    Datetime(time_unit='us', time_zone='UTC')
+    """
+    view = _view(resource_type, table)
+    entries = _read_entries(_compiled(resource_type), pages)
+    return _project(view, entries)
+
+
+# --------------------------------------------------------------------------- docs
+
+
+def _dtype_text(dtype: pl.DataType) -> str:
+    return str(dtype).replace("time_zone=", "").replace("time_unit=", "")
+
+
+def views_markdown() -> str:
+    """The ``docs/views.md`` tables of every view, generated from :data:`VIEWS`.
+
+    Returns
+    -------
+    str
+        Markdown: one section per resource, one table per view.
+    """
+    lines = [
+        "## Tables",
+        "",
+        "Generated by `toolkit.views.views_markdown()` from `VIEWS`; a test keeps this",
+        "section equal to the generated text.",
+        "",
+    ]
+    for resource_type, views in VIEWS.items():
+        lines.append(f"### {resource_type}")
+        lines.append("")
+        for v in views:
+            head = f"#### `{v.name}`"
+            if v.for_each:
+                head += f" (one row per `{v.for_each}` element)"
+            lines += [head, "", "| Column | Dtype | Path | Notes |", "|---|---|---|---|"]
+            for c in v.columns:
+                path = c.path.replace("|", "\\|")
+                doc = c.doc.replace("|", "\\|")
+                lines.append(f"| `{c.name}` | `{_dtype_text(c.dtype)}` | `{path}` | {doc} |")
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
