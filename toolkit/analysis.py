@@ -509,8 +509,10 @@ def referral_recount(
         ``limit_quantity``, ``limit_quantity_offset``, ``limit_quantity_used``,
         ``attended``, ``did_not_attend``, ``cancelled``, ``used_excluding_cancelled``,
         ``used_including_cancelled``, ``recounted_used`` (by the referral's own
-        flag), ``share_excluding_cancelled``, ``share_including_cancelled`` and
-        ``cancelled_effect`` (how many more units the flag counts).
+        flag), ``share_excluding_cancelled``, ``share_including_cancelled``,
+        ``beyond_limit`` (recounted units past the limit, null without a limit) and
+        ``covered_used`` (recounted units the limit absorbs: comparable with the
+        deployment's ``limit_quantity_used``, which stops at the limit).
     """
     refs = _as_dates(referral, "period_start", "period_end").select(
         "id",
@@ -558,18 +560,27 @@ def referral_recount(
         )
     )
     offset = pl.col("limit_quantity_offset").fill_null(0)
-    return out.with_columns(
-        pl.when(pl.col("include_cancelled_appointment").fill_null(False))
-        .then(pl.col("used_including_cancelled"))
-        .otherwise(pl.col("used_excluding_cancelled"))
-        .alias("recounted_used"),
-        _ratio(pl.col("used_excluding_cancelled") + offset, pl.col("limit_quantity")).alias(
-            "share_excluding_cancelled"
-        ),
-        _ratio(pl.col("used_including_cancelled") + offset, pl.col("limit_quantity")).alias(
-            "share_including_cancelled"
-        ),
-        pl.col("cancelled").alias("cancelled_effect"),
+    return (
+        out.with_columns(
+            pl.when(pl.col("include_cancelled_appointment").fill_null(False))
+            .then(pl.col("used_including_cancelled"))
+            .otherwise(pl.col("used_excluding_cancelled"))
+            .alias("recounted_used"),
+            _ratio(pl.col("used_excluding_cancelled") + offset, pl.col("limit_quantity")).alias(
+                "share_excluding_cancelled"
+            ),
+            _ratio(pl.col("used_including_cancelled") + offset, pl.col("limit_quantity")).alias(
+                "share_including_cancelled"
+            ),
+        )
+        .with_columns(
+            pl.max_horizontal(
+                pl.col("recounted_used") + offset - pl.col("limit_quantity"), pl.lit(0)
+            ).alias("beyond_limit"),
+        )
+        .with_columns(
+            (pl.col("recounted_used") - pl.col("beyond_limit").fill_null(0)).alias("covered_used"),
+        )
     )
 
 

@@ -116,6 +116,14 @@ def test_recount_matches_patient_practitioner_and_period() -> None:
     assert r1["recounted_used"] == 2  # R1 does not include cancelled appointments
     assert r1["share_excluding_cancelled"] == pytest.approx((2 + 2) / 10)
     assert r1["share_including_cancelled"] == pytest.approx((3 + 2) / 10)
+    assert (r1["beyond_limit"], r1["covered_used"]) == (0, 2)
+
+
+def test_recount_past_the_limit_is_reported_beyond_limit_not_covered() -> None:
+    small = _referrals(limit_quantity=[3, 5, None])
+    r1 = analysis.referral_recount(small, _visits()).sort("id").row(0, named=True)
+    # 2 recounted + 2 offset against a limit of 3: one unit is past the limit.
+    assert (r1["recounted_used"], r1["beyond_limit"], r1["covered_used"]) == (2, 1, 1)
 
 
 def test_recount_includes_cancelled_when_the_referral_says_so() -> None:
