@@ -1,0 +1,290 @@
+"""pytest plugin of the contract suite: options, the run fixture, check records, reports.
+
+``uv run pytest contracts --pm-base-url URL --pm-client-id ID --pm-client-secret S``
+checks a deployment; with no target at all it starts the embedded mock (with test
+controls) and checks that. ``pmtk check`` runs this same suite in-process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+from collections.abc import Generator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts.report import CheckRecord, build_report, render_summary, write_reports
+from contracts.session import (
+    DEFAULT_USER_AGENT,
+    BudgetExhausted,
+    Session,
+    TokenRefused,
+    Unreachable,
+)
+from contracts.suite import Options, Recorder, Run, pop_run, push_run
+
+RUN_KEY = pytest.StashKey[Run]()
+MOCK_KEY = pytest.StashKey[AbstractContextManager[Any]]()
+REPORT_KEY = pytest.StashKey[dict[str, Any]]()
+RECORDER_KEY = pytest.StashKey[Recorder]()
+
+ORDER = (
+    "auth",
+    "prefix",
+    "enum",
+    "reference",
+    "format",
+    "paging",
+    "schema",
+    "write",
+    "rate-limit",
+    "token-lifetime",
+    "rate-limit-probe",
+)
+
+
+class CheckFailed(AssertionError):
+    """A check recorded at least one finding."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("pmtk", "pmtk contract suite")
+    group.addoption("--pm-base-url", help="Deployment base URL incl. /main (env PM_BASE_URL)")
+    group.addoption("--pm-client-id", help="OAuth client id (env PM_CLIENT_ID)")
+    group.addoption("--pm-client-secret", help="OAuth client secret (env PM_CLIENT_SECRET)")
+    group.addoption("--pm-user-agent", help="User-Agent to send (env PM_USER_AGENT)")
+    group.addoption("--allow-writes", action="store_true", help="Run the write checks")
+    group.addoption("--probe-rate-limit", action="store_true", help="Burst until the first 429")
+    group.addoption(
+        "--token-probe-seconds", type=int, default=0, help="Wall-clock token lifetime probe"
+    )
+    group.addoption("--report-dir", default="pmtk-report", help="Where reports are written")
+    group.addoption("--baseline", default=None, help="An earlier report.json to compare with")
+    group.addoption("--request-budget", type=int, default=300, help="Max budgeted requests")
+    group.addoption(
+        "--schema-examples", type=int, default=3, help="Generated requests per GET operation"
+    )
+
+
+def _options(config: pytest.Config) -> Options:
+    def opt(name: str, env: str | None = None) -> Any:
+        value = config.getoption(name)
+        if value in (None, "") and env:
+            value = os.environ.get(env) or None
+        return value
+
+    baseline = opt("--baseline")
+    return Options(
+        base_url=opt("--pm-base-url", "PM_BASE_URL"),
+        client_id=opt("--pm-client-id", "PM_CLIENT_ID"),
+        client_secret=opt("--pm-client-secret", "PM_CLIENT_SECRET"),
+        user_agent=opt("--pm-user-agent", "PM_USER_AGENT"),
+        allow_writes=bool(opt("--allow-writes")),
+        probe_rate_limit=bool(opt("--probe-rate-limit")),
+        token_probe_seconds=int(opt("--token-probe-seconds") or 0),
+        report_dir=Path(opt("--report-dir")),
+        baseline=Path(baseline) if baseline else None,
+        request_budget=int(opt("--request-budget")),
+        schema_examples=max(1, int(opt("--schema-examples"))),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "pm_check(id, category): a contract check")
+    options = _options(config)
+    if options.base_url is None:
+        if options.client_id or options.client_secret:
+            raise pytest.UsageError("--pm-client-id/--pm-client-secret need --pm-base-url")
+        try:
+            from toolkit.mock import serve
+        except ImportError as exc:
+            raise pytest.UsageError(
+                f"no --pm-base-url given and the embedded mock is unavailable: {exc}"
+            ) from exc
+        mock = serve(test_controls=True)
+        deployment = mock.__enter__()
+        config.stash[MOCK_KEY] = mock
+        options.base_url = deployment.base_url
+        options.client_id = deployment.client_id
+        options.client_secret = deployment.client_secret
+    if not options.client_id or not options.client_secret:
+        raise pytest.UsageError(
+            "a target needs a client id and secret (--pm-client-id/--pm-client-secret "
+            "or PM_CLIENT_ID/PM_CLIENT_SECRET)"
+        )
+    if options.baseline is not None and not options.baseline.is_file():
+        raise pytest.UsageError(f"--baseline {options.baseline}: no such file")
+    assert options.base_url is not None
+    session = Session(
+        options.base_url,
+        options.client_id,
+        options.client_secret,
+        user_agent=options.user_agent or DEFAULT_USER_AGENT,
+        budget=options.request_budget,
+    )
+    run = Run(options, session, options.base_url)
+    config.stash[RUN_KEY] = run
+    push_run(run)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.session.close()
+        pop_run(run)
+    mock = config.stash.get(MOCK_KEY, None)
+    if mock is not None:
+        mock.__exit__(None, None, None)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is None:
+        return
+    try:
+        run.session.detect_test_controls()
+        run.session.token()
+    except Unreachable as exc:
+        pytest.exit(f"deployment unreachable: {exc}", returncode=2)
+    except TokenRefused as exc:
+        if exc.exchange.status in (400, 401, 403):
+            pytest.exit(
+                f"the configured client id/secret were refused by {run.target} "
+                f"(status {exc.exchange.status}); check the credentials",
+                returncode=2,
+            )
+    run.observations["test_controls"] = run.session.test_controls
+
+
+def _marker(item: pytest.Item) -> tuple[str, str]:
+    mark = item.get_closest_marker("pm_check")
+    if mark is None:
+        return item.name, "schema"
+    check_id, category = mark.args[0], mark.args[1]
+    label = item.name.partition("[")[2].rstrip("]")
+    if label:
+        check_id = f"{check_id}[{label}]"
+    return check_id, category
+
+
+def _rank(item: pytest.Item) -> int:
+    mark = item.get_closest_marker("pm_check")
+    phase = mark.kwargs.get("phase") if mark else None
+    category = phase or (mark.args[1] if mark else "schema")
+    return ORDER.index(category) if category in ORDER else len(ORDER)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_rank)
+
+
+@pytest.fixture(scope="session")
+def pm(request: pytest.FixtureRequest) -> Run:
+    """The run in progress: session, options, sample, observations."""
+    run = request.config.stash.get(RUN_KEY, None)
+    if run is None:
+        pytest.skip("no contract target configured")
+    return run
+
+
+@pytest.fixture
+def check(request: pytest.FixtureRequest) -> Recorder:
+    """The recorder of the check being run: ``check.fail(message, exchange)``."""
+    return _recorder(request.node)
+
+
+def _recorder(item: pytest.Item) -> Recorder:
+    rec = item.stash.get(RECORDER_KEY, None)
+    if rec is None:
+        rec = Recorder(*_marker(item))
+        item.stash[RECORDER_KEY] = rec
+    return rec
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    rec = _recorder(item)
+    try:
+        yield
+    except BudgetExhausted as exc:
+        if rec.problems:
+            raise CheckFailed(rec.message()) from None
+        pytest.skip(f"{exc}; raise --request-budget to run this check")
+    except Unreachable as exc:
+        raise CheckFailed(f"deployment stopped answering: {exc}") from None
+    if rec.problems:
+        raise CheckFailed(rec.message())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    run = item.config.stash.get(RUN_KEY, None)
+    if run is not None and not (
+        report.when == "teardown" or (report.when == "setup" and report.passed)
+    ):
+        _record(run, _recorder(item), report)
+    return report
+
+
+def _record(run: Run, rec: Recorder, report: pytest.TestReport) -> None:
+    status = "passed" if report.passed else "skipped" if report.skipped else "failed"
+    if status == "skipped":
+        longrepr = report.longrepr
+        message = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        message = message.removeprefix("Skipped: ")
+    elif status == "failed":
+        message = rec.message() if rec.problems else _failure_text(report)
+    else:
+        message = "; ".join(rec.notes)
+    run.records[rec.check_id] = CheckRecord(
+        id=rec.check_id,
+        category=rec.category,
+        status=status,
+        message=run.session.redact(message),
+        evidence=rec.evidence,
+    )
+
+
+def _failure_text(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message)
+    return str(report.longrepr)[-2000:]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is None or (exitstatus == 2 and not run.records):
+        return
+    finished = dt.datetime.now(dt.UTC)
+    report = build_report(
+        target=run.target,
+        started=run.started.isoformat(timespec="seconds"),
+        finished=finished.isoformat(timespec="seconds"),
+        elapsed=(finished - run.started).total_seconds(),
+        checks=list(run.records.values()),
+        observations=run.finish_observations(),
+        requests=run.session.used + run.session.exempt_used,
+        baseline_path=run.options.baseline,
+    )
+    write_reports(report, run.options.report_dir)
+    session.config.stash[REPORT_KEY] = report
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    report = config.stash.get(REPORT_KEY, None)
+    if report is None:
+        return
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    Console(file=buffer, width=120, force_terminal=False).print(render_summary(report))
+    terminalreporter.write(buffer.getvalue())
+    terminalreporter.write_line(f"reports written to {config.stash[RUN_KEY].options.report_dir}/")

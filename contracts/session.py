@@ -1,0 +1,410 @@
+"""Raw HTTP for the contract suite: one choke point with a budget, pacing and evidence.
+
+The suite must see the deployment's own behaviour, so nothing here retries,
+refreshes a token behind the caller's back or follows redirects. Every exchange
+is recorded (redacted) so that a finding can carry its evidence and a curl line
+that reproduces it. A run-wide request budget stops the suite before it can
+exhaust a shared API key, and :meth:`Session.pace` waits when the deployment's
+own ``x-ratelimit-remaining`` runs low, so passive checks never cause a 429.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin
+
+import httpx
+
+from toolkit import catalogue as cat
+
+__all__ = [
+    "DEFAULT_USER_AGENT",
+    "BudgetExhausted",
+    "Exchange",
+    "Session",
+    "Unreachable",
+]
+
+DEFAULT_USER_AGENT = "pmtk-contracts/0.1 (pmtk@example.invalid)"
+FHIR_JSON = "application/fhir+json"
+REDACTED = "<redacted>"
+PACE_RESERVE = 10
+"""Requests kept in hand: below this many remaining, the suite waits for the window."""
+BODY_EXCERPT = 1500
+_KEPT_RESPONSE_HEADERS = (
+    "content-type",
+    *cat.RATE_LIMIT_HEADERS,
+    cat.RETRY_AFTER_HEADER,
+    "www-authenticate",
+)
+
+
+class BudgetExhausted(Exception):
+    """The run-wide request budget is spent; the check cannot go on."""
+
+
+class Unreachable(Exception):
+    """The deployment did not answer at all (connection refused, DNS, timeout)."""
+
+
+@dataclass
+class Exchange:
+    """One request and its response, as recorded for evidence and observations."""
+
+    seq: int
+    method: str
+    url: str
+    request_headers: dict[str, str]
+    request_body: str | None
+    status: int | None
+    response_headers: dict[str, str]
+    response_body: str
+    elapsed: float
+    epoch: int
+    authenticated: bool
+    operation: str
+    json: Any = field(default=None, repr=False)
+
+    def header(self, name: str) -> str | None:
+        return self.response_headers.get(name.lower())
+
+    def evidence(self) -> dict[str, Any]:
+        body = self.response_body
+        if len(body) > BODY_EXCERPT:
+            body = body[:BODY_EXCERPT] + f"... ({len(self.response_body)} characters)"
+        return {
+            "request": {
+                "method": self.method,
+                "url": self.url,
+                "headers": self.request_headers,
+                "body": self.request_body,
+            },
+            "response": {
+                "status": self.status,
+                "headers": {
+                    k: v for k, v in self.response_headers.items() if k in _KEPT_RESPONSE_HEADERS
+                },
+                "body": body,
+            },
+            "curl": self.curl(),
+        }
+
+    def curl(self) -> str:
+        parts = ["curl", "-sS", "-i", "-X", self.method, shlex.quote(self.url)]
+        for name, value in self.request_headers.items():
+            if name.lower() == "authorization" and REDACTED in value:
+                parts += ["-H", '"Authorization: Bearer $PM_ACCESS_TOKEN"']
+            else:
+                parts += ["-H", shlex.quote(f"{name}: {value}")]
+        if self.request_body is not None:
+            quoted = shlex.quote(self.request_body)
+            quoted = quoted.replace(REDACTED, "'\"$PM_CLIENT_SECRET\"'")
+            parts += ["--data", quoted]
+        return " ".join(parts)
+
+
+@dataclass
+class Token:
+    access_token: str
+    expires_in: Any
+    token_type: Any
+    obtained_epoch: int
+    obtained_at: float
+
+
+class Session:
+    """HTTP to one deployment, with a request budget, pacing, token cache and a log."""
+
+    def __init__(
+        self,
+        base_url: str,
+        client_id: str,
+        client_secret: str,
+        *,
+        user_agent: str = DEFAULT_USER_AGENT,
+        budget: int = 300,
+        timeout: float = 15.0,
+        sleep: Any = time.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.user_agent = user_agent
+        self.budget = budget
+        self.used = 0
+        self.exempt_used = 0
+        self.log: list[Exchange] = []
+        self.epoch = 0
+        self.waited = 0.0
+        self._sleep = sleep
+        self._secrets: set[str] = {client_secret} if client_secret else set()
+        self._token: Token | None = None
+        self._http = httpx.Client(timeout=timeout, follow_redirects=False)
+        self.test_controls = False
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def origin(self) -> str:
+        """The base URL without the ``/main`` prefix (OpenAPI paths carry it)."""
+        return self.base_url.removesuffix(cat.API_PREFIX)
+
+    def url(self, path: str) -> str:
+        """An absolute URL for ``path`` (``/Referral``), a ``/main/...`` path or a link."""
+        if path.startswith(("http://", "https://")):
+            return path
+        if path.startswith(cat.API_PREFIX + "/"):
+            return urljoin(self.origin + "/", path.lstrip("/"))
+        return self.base_url + "/" + path.lstrip("/")
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def add_secret(self, value: str) -> None:
+        if value:
+            self._secrets.add(value)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def new_epoch(self) -> None:
+        """Mark a discontinuity (virtual clock moved, window reset): pacing data is stale."""
+        self.epoch += 1
+
+    @property
+    def remaining_budget(self) -> int:
+        return self.budget - self.used
+
+    def last_remaining(self) -> int | None:
+        for ex in reversed(self.log):
+            if ex.epoch != self.epoch:
+                return None
+            if ex.authenticated and ex.status is not None:
+                value = ex.header(cat.RATE_LIMIT_HEADERS[1])
+                try:
+                    return int(value) if value is not None else None
+                except ValueError:
+                    return None
+        return None
+
+    def pace(self) -> None:
+        """Wait while the deployment says fewer than PACE_RESERVE requests remain."""
+        remaining = self.last_remaining()
+        if remaining is None or remaining > PACE_RESERVE:
+            return
+        # A sliding window frees slots only as old requests age out; wait a slice of it and
+        # let the next response say how much room there is.
+        pause = cat.RATE_LIMIT_WINDOW_SECONDS / 12
+        self.waited += pause
+        self._sleep(pause)
+
+    # ------------------------------------------------------------------ requests
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        auth: str | None = "token",
+        content_type: str = "application/json",
+        exempt: bool = False,
+        operation: str | None = None,
+    ) -> Exchange:
+        """Send one request and record it.
+
+        ``auth``: ``"token"`` (the cached token), ``None`` (no Authorization),
+        or a literal bearer value to send as is (malformed or forged tokens).
+        ``exempt`` requests (test controls, the opt-in probes) do not use the budget.
+        """
+        if not exempt:
+            if self.used >= self.budget:
+                msg = f"request budget of {self.budget} exhausted"
+                raise BudgetExhausted(msg)
+            self.pace()
+            self.used += 1
+        else:
+            self.exempt_used += 1
+        sent_headers: dict[str, str] = {"Accept": FHIR_JSON, "User-Agent": self.user_agent}
+        if json_body is not None:
+            sent_headers["Content-Type"] = content_type
+        bearer: str | None = None
+        if auth == "token":
+            bearer = self.token().access_token
+        elif auth is not None:
+            bearer = auth
+        if bearer is not None:
+            sent_headers["Authorization"] = f"Bearer {bearer}"
+        if headers:
+            sent_headers.update(headers)
+        sent_headers = {k: v for k, v in sent_headers.items() if v}
+        content = json.dumps(json_body) if json_body is not None else None
+        url = self.url(path)
+        started = time.monotonic()
+        try:
+            response = self._http.request(
+                method, url, params=params, content=content, headers=sent_headers
+            )
+        except httpx.TransportError as exc:
+            msg = f"{method} {url}: {type(exc).__name__}: {exc}"
+            raise Unreachable(self.redact(msg)) from exc
+        elapsed = time.monotonic() - started
+        return self.record(
+            method,
+            str(response.request.url),
+            sent_headers,
+            content,
+            response.status_code,
+            {k.lower(): v for k, v in response.headers.items()},
+            response.text,
+            elapsed,
+            authenticated=bearer is not None and auth == "token",
+            operation=operation or f"{method} {path.split('?')[0]}",
+        )
+
+    def record(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: str | None,
+        status: int | None,
+        response_headers: Mapping[str, str],
+        text: str,
+        elapsed: float,
+        *,
+        authenticated: bool,
+        operation: str,
+    ) -> Exchange:
+        """Add an exchange made elsewhere (schemathesis) to the log, redacted."""
+        shown = {
+            k: (f"Bearer {REDACTED}" if k.lower() == "authorization" else self.redact(v))
+            for k, v in headers.items()
+        }
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = None
+        ex = Exchange(
+            seq=len(self.log) + 1,
+            method=method,
+            url=self.redact(url),
+            request_headers=shown,
+            request_body=self.redact(body) if body is not None else None,
+            status=status,
+            response_headers=dict(response_headers),
+            response_body=self.redact(text),
+            elapsed=elapsed,
+            epoch=self.epoch,
+            authenticated=authenticated,
+            operation=operation,
+            json=parsed,
+        )
+        self.log.append(ex)
+        return ex
+
+    def get(self, path: str, **kwargs: Any) -> Exchange:
+        return self.request("GET", path, **kwargs)
+
+    # ------------------------------------------------------------------ tokens
+
+    def request_token(
+        self, *, secret: str | None = None, exempt: bool = False, remember: bool = True
+    ) -> tuple[Exchange, Token | None]:
+        """POST the token endpoint; with ``remember``, a good answer becomes the cached token."""
+        body = {
+            "grant_type": "client_credentials",
+            "client_id": self.client_id,
+            "client_secret": self.client_secret if secret is None else secret,
+        }
+        if secret is not None:
+            self.add_secret(secret)
+        ex = self.request(
+            "POST",
+            "/oauth/token",
+            json_body=body,
+            auth=None,
+            exempt=exempt,
+            operation="POST /main/oauth/token",
+        )
+        data = ex.json if isinstance(ex.json, dict) else {}
+        access = data.get("access_token")
+        if ex.status != 200 or not isinstance(access, str) or not access:
+            return ex, None
+        self.add_secret(access)
+        # The token itself was recorded before it was known to be secret.
+        ex.response_body = self.redact(ex.response_body)
+        token = Token(
+            access_token=access,
+            expires_in=data.get("expires_in"),
+            token_type=data.get("token_type"),
+            obtained_epoch=self.epoch,
+            obtained_at=time.monotonic(),
+        )
+        if remember:
+            self._token = token
+        return ex, token
+
+    def token(self) -> Token:
+        """The cached token, fetched when absent or obtained before the last clock jump."""
+        token = self._token
+        lifetime = min(cat.TOKEN_LIFETIME_STATED, _int_or(token.expires_in if token else None))
+        if (
+            token is None
+            or token.obtained_epoch != self.epoch
+            or time.monotonic() - token.obtained_at > lifetime - 60
+        ):
+            ex, token = self.request_token()
+            if token is None:
+                msg = f"the token endpoint refused the configured credentials ({ex.status})"
+                raise TokenRefused(msg, ex)
+        return token
+
+    def forget_token(self) -> None:
+        self._token = None
+
+    # ------------------------------------------------------------------ test controls
+
+    def detect_test_controls(self) -> bool:
+        try:
+            ex = self.request("GET", "/_test/fault", auth=None, exempt=True)
+        except Unreachable:
+            raise
+        self.test_controls = ex.status == 200 and isinstance(ex.json, dict)
+        return self.test_controls
+
+    def advance_clock(self, seconds: float) -> Exchange:
+        ex = self.request(
+            "POST", "/_test/clock", json_body={"advance": seconds}, auth=None, exempt=True
+        )
+        self.new_epoch()
+        return ex
+
+    def reset_rate_limit(self) -> Exchange:
+        ex = self.request("POST", "/_test/rate-limit/reset", auth=None, exempt=True)
+        self.new_epoch()
+        return ex
+
+
+class TokenRefused(Exception):
+    """The configured credentials did not yield a token."""
+
+    def __init__(self, message: str, exchange: Exchange) -> None:
+        super().__init__(message)
+        self.exchange = exchange
+
+
+def _int_or(value: object, default: int = cat.TOKEN_LIFETIME_STATED) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return default

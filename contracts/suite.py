@@ -1,0 +1,224 @@
+"""Run-wide state of the contract suite and the helpers its checks share.
+
+One :class:`Run` exists per pytest session (the plugin in ``contracts/conftest.py``
+creates it). It owns the HTTP :class:`~contracts.session.Session`, the options,
+the check records, the observations and the sample of data the rule checks walk.
+The checks themselves live in ``contracts/test_*.py`` and record problems on a
+:class:`Recorder`; the plugin turns those into pass/fail/skip records with evidence.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contracts.report import CheckRecord
+from contracts.session import Exchange, Session
+from contracts.walker import Problem, Seen, walk_resource
+from toolkit import catalogue as cat
+
+__all__ = ["Options", "Recorder", "Run", "Sample", "current_run"]
+
+MAX_EVIDENCE = 5
+
+
+@dataclass
+class Options:
+    """Everything the user chose, resolved from flags and environment."""
+
+    base_url: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = None
+    user_agent: str | None = None
+    allow_writes: bool = False
+    probe_rate_limit: bool = False
+    token_probe_seconds: int = 0
+    report_dir: Path = Path("pmtk-report")
+    baseline: Path | None = None
+    request_budget: int = 300
+    schema_examples: int = 3
+    reads_per_resource: int = 2
+
+
+class Recorder:
+    """Collects the problems and evidence of one check while it runs."""
+
+    def __init__(self, check_id: str, category: str) -> None:
+        self.check_id = check_id
+        self.category = category
+        self.problems: list[str] = []
+        self.evidence: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self._seen: set[int] = set()
+
+    def attach(self, *exchanges: Exchange | None) -> None:
+        for ex in exchanges:
+            if ex is None or ex.seq in self._seen or len(self.evidence) >= MAX_EVIDENCE:
+                continue
+            self._seen.add(ex.seq)
+            self.evidence.append(ex.evidence())
+
+    def fail(self, message: str, *exchanges: Exchange | None) -> None:
+        """Record a finding; the check fails at its end, after every problem is collected."""
+        self.problems.append(message)
+        self.attach(*exchanges)
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def message(self) -> str:
+        shown = self.problems[:20]
+        more = len(self.problems) - len(shown)
+        text = "\n".join(shown)
+        if more > 0:
+            text += f"\n... and {more} more"
+        return text
+
+
+@dataclass
+class Sample:
+    """What the rule checks walk: list pages and reads per resource."""
+
+    bundles: dict[str, Exchange] = field(default_factory=dict)
+    reads: dict[str, list[Exchange]] = field(default_factory=lambda: defaultdict(list))
+    problems: dict[str, list[tuple[Problem, Exchange]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    seen: Seen = field(default_factory=Seen)
+    errors: dict[str, Exchange] = field(default_factory=dict)
+
+
+class Run:
+    """State of one contract run."""
+
+    def __init__(self, options: Options, session: Session, target: str) -> None:
+        self.options = options
+        self.session = session
+        self.target = target
+        self.started = dt.datetime.now(dt.UTC)
+        self.records: dict[str, CheckRecord] = {}
+        self.observations: dict[str, Any] = {}
+        self._sample: Sample | None = None
+
+    # ------------------------------------------------------------------ data sample
+
+    def sample(self) -> Sample:
+        """List page 1 (``_count`` = max) of every listed resource, then a few reads; walk all."""
+        if self._sample is not None:
+            return self._sample
+        sample = Sample()
+        self._sample = sample
+        read_kinds = {e.resource for e in cat.ENDPOINTS if e.kind == "read"}
+        for name in cat.LISTED_RESOURCES:
+            ex = self.session.get(
+                f"/{name}", params={"_count": cat.MAX_PAGE_SIZE}, operation=f"GET /main/{name}"
+            )
+            if ex.status != 200 or not isinstance(ex.json, dict):
+                sample.errors[name] = ex
+                continue
+            sample.bundles[name] = ex
+            resources = entries(ex.json)
+            for item in resources:
+                self._walk(sample, name, item, ex)
+            if name not in read_kinds:
+                continue
+            for item in resources[: self.options.reads_per_resource]:
+                rid = item.get("id") if isinstance(item, dict) else None
+                if not isinstance(rid, str):
+                    continue
+                read = self.session.get(f"/{name}/{rid}", operation=f"GET /main/{name}/{{id}}")
+                sample.reads[name].append(read)
+                if read.status == 200 and isinstance(read.json, dict):
+                    self._walk(sample, name, read.json, read)
+        return sample
+
+    @staticmethod
+    def _walk(sample: Sample, name: str, item: Any, ex: Exchange) -> None:
+        for problem in walk_resource(name, item, sample.seen):
+            sample.problems[name].append((problem, ex))
+
+    # ------------------------------------------------------------------ observations
+
+    def finish_observations(self) -> dict[str, Any]:
+        """Derive the report's observations from the log and the walk."""
+        obs = self.observations
+        log = self.session.log
+        status_codes: dict[str, Counter[str]] = defaultdict(Counter)
+        error_shapes: dict[str, Counter[str]] = defaultdict(Counter)
+        for ex in log:
+            if "/_test/" in ex.url:
+                continue
+            status_codes[ex.operation][str(ex.status)] += 1
+            if ex.status is not None and ex.status >= 400:
+                error_shapes[str(ex.status)][_shape(ex)] += 1
+        obs["status_codes"] = {k: dict(v) for k, v in sorted(status_codes.items())}
+        obs["error_body_shape"] = {k: dict(v) for k, v in sorted(error_shapes.items())}
+        if self._sample is not None:
+            seen = self._sample.seen
+            obs["enum_values"] = seen.enum_report()
+            obs["id_prefixes"] = {k: dict(v) for k, v in sorted(seen.id_prefixes.items())}
+            shape = seen.shapes.get("Practitioner.name", Counter())
+            obs["practitioner_name_shape"] = {
+                "spec": "object",
+                "facts": "array",
+                "seen": dict(shape),
+            }
+            wrappers = Counter(_wrapper(ex) for ex in self._sample.bundles.values())
+            obs.setdefault("collection_wrapper", {})["seen"] = dict(wrappers)
+        obs["requests"] = {
+            "budgeted": self.session.used,
+            "budget": self.session.budget,
+            "exempt": self.session.exempt_used,
+            "seconds_waited_for_rate_limit": round(self.session.waited, 1),
+        }
+        return obs
+
+
+def entries(bundle: Any) -> list[Any]:
+    """The resources of a Bundle's entries (empty when none)."""
+    if not isinstance(bundle, dict):
+        return []
+    out = []
+    for e in bundle.get("entry") or []:
+        if isinstance(e, dict) and "resource" in e:
+            out.append(e["resource"])
+    return out
+
+
+def _shape(ex: Exchange) -> str:
+    if not ex.response_body:
+        return "(empty)"
+    data = ex.json
+    if isinstance(data, dict):
+        kind = data.get("resourceType")
+        if kind == "OperationOutcome":
+            issues = data.get("issue") or [{}]
+            code = issues[0].get("code") if isinstance(issues[0], dict) else None
+            return f"OperationOutcome({code})"
+        return f"object keys {sorted(data)[:6]}"
+    return "non-JSON" if data is None else type(data).__name__
+
+
+def _wrapper(ex: Exchange) -> str:
+    data = ex.json if isinstance(ex.json, dict) else {}
+    return f"{data.get('resourceType')}/{data.get('type')} keys={sorted(data)}"
+
+
+_CURRENT: list[Run] = []
+
+
+def current_run() -> Run | None:
+    """The Run of the pytest session in progress (None outside one)."""
+    return _CURRENT[-1] if _CURRENT else None
+
+
+def push_run(run: Run) -> None:
+    _CURRENT.append(run)
+
+
+def pop_run(run: Run) -> None:
+    if run in _CURRENT:
+        _CURRENT.remove(run)

@@ -1,0 +1,70 @@
+"""prefix, enum, reference, format: the catalogue's rules over real records.
+
+One sample (page 1 of every list at the maximum page size, plus a few reads) is
+walked once by :func:`contracts.walker.walk_resource`; each check reports the
+problems of its own category for one resource.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.suite import Recorder, Run
+from toolkit import catalogue as cat
+
+RESOURCES = list(cat.LISTED_RESOURCES)
+
+
+def _report(pm: Run, check: Recorder, resource: str, category: str) -> None:
+    sample = pm.sample()
+    if resource in sample.errors:
+        ex = sample.errors[resource]
+        pytest.skip(f"GET /main/{resource} answered {ex.status}; nothing to check")
+    checked = len(sample.bundles[resource].json.get("entry") or [])
+    if checked == 0:
+        check.note(f"no {resource} records to check")
+    for problem, ex in sample.problems.get(resource, []):
+        if problem.category == category:
+            check.fail(problem.text(), ex)
+
+
+@pytest.mark.pm_check("prefix.ids", "prefix")
+@pytest.mark.parametrize("resource", RESOURCES)
+def test_ids_carry_an_allowed_prefix(pm: Run, check: Recorder, resource: str) -> None:
+    _report(pm, check, resource, "prefix")
+
+
+@pytest.mark.pm_check("enum.values", "enum")
+@pytest.mark.parametrize("resource", RESOURCES)
+def test_enum_fields_hold_allowed_values(pm: Run, check: Recorder, resource: str) -> None:
+    _report(pm, check, resource, "enum")
+
+
+@pytest.mark.pm_check("reference.shape", "reference")
+@pytest.mark.parametrize("resource", RESOURCES)
+def test_references_have_the_catalogue_shape(pm: Run, check: Recorder, resource: str) -> None:
+    _report(pm, check, resource, "reference")
+
+
+@pytest.mark.pm_check("format.values", "format")
+@pytest.mark.parametrize("resource", RESOURCES)
+def test_values_follow_their_format_and_required_fields_exist(
+    pm: Run, check: Recorder, resource: str
+) -> None:
+    _report(pm, check, resource, "format")
+
+
+@pytest.mark.pm_check("schema.fields", "schema")
+@pytest.mark.parametrize("resource", RESOURCES)
+def test_fields_have_the_catalogue_json_types(pm: Run, check: Recorder, resource: str) -> None:
+    sample = pm.sample()
+    if resource in sample.errors:
+        ex = sample.errors[resource]
+        check.fail(f"GET /main/{resource}?_count={cat.MAX_PAGE_SIZE} answered {ex.status}", ex)
+        return
+    for problem, ex in sample.problems.get(resource, []):
+        if problem.category == "schema":
+            check.fail(problem.text(), ex)
+    for read in sample.reads.get(resource, []):
+        if read.status != 200:
+            check.fail(f"reading a listed {resource} answered {read.status}", read)

@@ -1,0 +1,148 @@
+"""rate-limit: headers on every authenticated response (passive), and an opt-in burst probe."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import pytest
+
+from contracts.session import Exchange
+from contracts.suite import Recorder, Run
+from toolkit import catalogue as cat
+
+LIMIT_HEADER, REMAINING_HEADER = cat.RATE_LIMIT_HEADERS
+PROBE_EXTRA = 10
+MAX_WALL_CLOCK_WAIT = 120.0
+LIMIT = cat.RATE_LIMIT_PER_MINUTE
+
+
+def _authenticated(pm: Run) -> list[Exchange]:
+    return [ex for ex in pm.session.log if ex.authenticated and ex.status is not None]
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+@pytest.mark.pm_check("rate-limit.headers", "rate-limit")
+def test_every_authenticated_response_carries_rate_limit_headers(pm: Run, check: Recorder) -> None:
+    exchanges = _authenticated(pm)
+    if not exchanges:
+        pytest.skip("no authenticated responses to inspect")
+    missing = bad_limit = bad_remaining = 0
+    for ex in exchanges:
+        limit, remaining = _int(ex.header(LIMIT_HEADER)), _int(ex.header(REMAINING_HEADER))
+        if ex.header(LIMIT_HEADER) is None or ex.header(REMAINING_HEADER) is None:
+            missing += 1
+            if missing <= 3:
+                check.fail(
+                    f"{ex.operation} ({ex.status}) has no {LIMIT_HEADER}/{REMAINING_HEADER}", ex
+                )
+            continue
+        if limit != cat.RATE_LIMIT_PER_MINUTE:
+            bad_limit += 1
+            if bad_limit <= 3:
+                check.fail(
+                    f"{LIMIT_HEADER} is {ex.header(LIMIT_HEADER)!r}, not {LIMIT}",
+                    ex,
+                )
+        if remaining is None or not 0 <= remaining <= (limit or cat.RATE_LIMIT_PER_MINUTE):
+            bad_remaining += 1
+            if bad_remaining <= 3:
+                check.fail(
+                    f"{REMAINING_HEADER} is {ex.header(REMAINING_HEADER)!r}, expected 0..limit", ex
+                )
+    if missing > 3:
+        check.fail(f"{missing} of {len(exchanges)} authenticated responses lack rate-limit headers")
+    check.note(f"{len(exchanges)} authenticated responses inspected")
+
+
+@pytest.mark.pm_check("rate-limit.remaining-falls", "rate-limit")
+def test_remaining_falls_as_requests_go_out(pm: Run, check: Recorder) -> None:
+    pairs = falls = 0
+    previous: Exchange | None = None
+    for ex in _authenticated(pm):
+        if previous is not None and previous.epoch == ex.epoch:
+            a, b = _int(previous.header(REMAINING_HEADER)), _int(ex.header(REMAINING_HEADER))
+            if a is not None and b is not None:
+                pairs += 1
+                falls += b < a
+        previous = ex
+    if pairs < 5:
+        pytest.skip(f"only {pairs} consecutive responses with {REMAINING_HEADER} to compare")
+    pm.observations["rate_limit_remaining"] = {"consecutive_pairs": pairs, "falls": falls}
+    if falls == 0:
+        check.fail(f"{REMAINING_HEADER} never fell over {pairs} consecutive requests")
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+@pytest.mark.pm_check("rate-limit.probe", "rate-limit", phase="rate-limit-probe")
+def test_burst_is_limited_and_retry_after_restores_service(pm: Run, check: Recorder) -> None:
+    if not pm.options.probe_rate_limit:
+        pytest.skip("opt-in: --probe-rate-limit (spends the key's whole minute)")
+    session = pm.session
+    if session.test_controls:
+        session.reset_rate_limit()
+    ceiling = cat.RATE_LIMIT_PER_MINUTE + PROBE_EXTRA
+    first: Exchange | None = None
+    sent = 0
+    try:
+        for sent in range(1, ceiling + 1):  # noqa: B007 - `sent` is reported after the loop
+            ex = session.get(
+                "/Patient", params={"_count": 1}, exempt=True, operation="GET /main/Patient"
+            )
+            if ex.status == 429:
+                first = ex
+                break
+        result: dict[str, object] = {"requests_sent": sent, "first_429_at": sent if first else None}
+        pm.observations["rate_limit_probe"] = result
+        if first is None:
+            check.fail(
+                f"no 429 after {ceiling} burst requests (limit {cat.RATE_LIMIT_PER_MINUTE}/min)",
+                ex,
+            )
+            return
+        check.attach(first)
+        wait = _retry_after(first.header(cat.RETRY_AFTER_HEADER))
+        result["retry_after"] = first.header(cat.RETRY_AFTER_HEADER)
+        if wait is None:
+            check.fail(f"the 429 has no parseable {cat.RETRY_AFTER_HEADER} header", first)
+        body = first.json if isinstance(first.json, dict) else {}
+        if body.get("resourceType") != "OperationOutcome" or not body.get("issue"):
+            check.fail("the 429 body is not an OperationOutcome with an issue", first)
+        delay = wait if wait is not None else float(cat.RATE_LIMIT_WINDOW_SECONDS)
+        if session.test_controls:
+            session.advance_clock(delay + 1)
+        elif delay <= MAX_WALL_CLOCK_WAIT:
+            time.sleep(delay + 1)
+        else:
+            check.fail(
+                f"retry-after {delay:.0f} s exceeds the {cat.RATE_LIMIT_WINDOW_SECONDS} s window",
+                first,
+            )
+            return
+        after = session.get(
+            "/Patient", params={"_count": 1}, exempt=True, operation="GET /main/Patient"
+        )
+        result["after_wait_status"] = after.status
+        if wait is not None and after.status != 200:
+            check.fail(
+                f"after waiting retry-after ({wait:.0f} s) a request answered {after.status}",
+                after,
+            )
+    finally:
+        if session.test_controls:
+            session.reset_rate_limit()

@@ -1,0 +1,150 @@
+"""token-lifetime: documented 900 s, the token's expires_in, and what the deployment honours."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jwt
+import pytest
+
+from contracts.suite import Recorder, Run
+from toolkit import catalogue as cat
+
+DOCUMENTED = cat.TOKEN_LIFETIME_STATED
+MARGIN = 10
+
+
+def _lifetimes(pm: Run) -> dict[str, Any]:
+    return pm.observations.setdefault(
+        "token_lifetime", {"documented": DOCUMENTED, "expires_in_documented": cat.EXPIRES_IN_STATED}
+    )
+
+
+def _expires_in(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return cat.EXPIRES_IN_STATED
+
+
+@pytest.mark.pm_check("token-lifetime.jwt-claims", "token-lifetime")
+def test_jwt_claims_agree_with_the_stated_lifetimes(pm: Run, check: Recorder) -> None:
+    ex, token = pm.session.request_token(remember=False)
+    check.attach(ex)
+    if token is None:
+        check.fail(f"no token ({ex.status})", ex)
+        return
+    obs = _lifetimes(pm)
+    obs["expires_in"] = token.expires_in
+    try:
+        claims = jwt.decode(token.access_token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        obs["jwt_exp_minus_iat"] = None
+        pytest.skip("the access token is not a JWT; lifetime needs the clock or wall-clock probe")
+    exp, iat = claims.get("exp"), claims.get("iat")
+    if not isinstance(exp, int) or not isinstance(iat, int):
+        obs["jwt_exp_minus_iat"] = None
+        check.note("JWT has no integer exp/iat")
+        return
+    lifetime = exp - iat
+    obs["jwt_exp_minus_iat"] = lifetime
+    if lifetime < DOCUMENTED:
+        check.fail(
+            f"the JWT says it lives {lifetime} s, less than the documented {DOCUMENTED} s", ex
+        )
+    if lifetime > _expires_in(token.expires_in):
+        check.fail(
+            f"the JWT says it lives {lifetime} s, longer than expires_in {token.expires_in}", ex
+        )
+
+
+@pytest.mark.pm_check("token-lifetime.virtual-clock", "token-lifetime")
+def test_tokens_live_900s_and_not_past_expires_in_on_the_virtual_clock(
+    pm: Run, check: Recorder
+) -> None:
+    session = pm.session
+    if not session.test_controls:
+        pytest.skip(
+            "needs the mock's test controls; use --token-probe-seconds on a real deployment"
+        )
+    ex, token = session.request_token(remember=False, exempt=True)
+    if token is None:
+        check.fail(f"no token ({ex.status})", ex)
+        return
+    expires_in = _expires_in(token.expires_in)
+    ages = sorted(
+        {DOCUMENTED - MARGIN, DOCUMENTED + MARGIN, expires_in - MARGIN, expires_in + MARGIN}
+    )
+    alive: dict[int, bool] = {}
+    for age in ages:
+        ex, fresh = session.request_token(remember=False, exempt=True)
+        if fresh is None:
+            check.fail(f"no token ({ex.status})", ex)
+            return
+        session.advance_clock(age)
+        probe = session.get("/Patient", params={"_count": 1}, auth=fresh.access_token, exempt=True)
+        alive[age] = probe.status == 200
+        if age < DOCUMENTED and not alive[age]:
+            check.fail(
+                f"a token was refused {age} s after issue, before the documented {DOCUMENTED} s",
+                probe,
+            )
+        if age > expires_in and alive[age]:
+            check.fail(
+                f"a token was still accepted {age} s after issue, past expires_in {expires_in}",
+                probe,
+            )
+    session.reset_rate_limit()
+    obs = _lifetimes(pm)
+    obs["virtual_clock"] = {
+        str(age): ("accepted" if ok else "refused") for age, ok in alive.items()
+    }
+    if not alive[DOCUMENTED + MARGIN]:
+        obs["honours"] = f"documented {DOCUMENTED} s"
+    elif alive.get(expires_in - MARGIN) and not alive[expires_in + MARGIN]:
+        obs["honours"] = f"expires_in {expires_in} s"
+    else:
+        obs["honours"] = "neither"
+
+
+@pytest.mark.pm_check("token-lifetime.wall-clock", "token-lifetime")
+def test_token_lifetime_on_the_wall_clock(pm: Run, check: Recorder) -> None:
+    seconds = pm.options.token_probe_seconds
+    if seconds <= 0:
+        pytest.skip("opt-in: --token-probe-seconds N (waits N seconds)")
+    session = pm.session
+    ex, token = session.request_token(remember=False, exempt=True)
+    if token is None:
+        check.fail(f"no token ({ex.status})", ex)
+        return
+    expires_in = _expires_in(token.expires_in)
+    interval = max(5.0, seconds / 10)
+    started = time.monotonic()
+    last_alive = 0.0
+    first_dead: float | None = None
+    probe = ex
+    while True:
+        age = time.monotonic() - started
+        probe = session.get("/Patient", params={"_count": 1}, auth=token.access_token, exempt=True)
+        if probe.status == 401:
+            first_dead = age
+            break
+        last_alive = age
+        if age >= seconds:
+            break
+        time.sleep(min(interval, max(0.0, seconds - age)))
+    _lifetimes(pm)["wall_clock"] = {
+        "probe_seconds": seconds,
+        "last_accepted_after": round(last_alive, 1),
+        "first_refused_after": None if first_dead is None else round(first_dead, 1),
+    }
+    if first_dead is not None and first_dead < DOCUMENTED:
+        check.fail(
+            f"a token was refused after {first_dead:.0f} s, before the documented {DOCUMENTED} s",
+            probe,
+        )
+    if first_dead is None and last_alive > expires_in:
+        check.fail(
+            f"a token was accepted {last_alive:.0f} s after issue, past expires_in {expires_in}",
+            probe,
+        )
