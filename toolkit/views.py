@@ -49,6 +49,7 @@ __all__ = [
     "flatten_tables",
     "read_schema",
     "table_names",
+    "view",
     "views_markdown",
 ]
 
@@ -348,7 +349,26 @@ def table_names(resource_type: str) -> tuple[str, ...]:
     return tuple(v.name for v in _resource_views(resource_type))
 
 
-def _view(resource_type: str, table: str | None) -> View:
+def view(resource_type: str, table: str | None = None) -> View:
+    """The view of one table of ``resource_type`` (the main table by default).
+
+    Parameters
+    ----------
+    resource_type
+        A listed resource type.
+    table
+        A table name from :func:`table_names`; ``None`` for the main table.
+
+    Returns
+    -------
+    View
+        The declared view.
+
+    Raises
+    ------
+    ConfigurationError
+        Unknown resource type or table.
+    """
     views = _resource_views(resource_type)
     if table is None:
         return views[0]
@@ -785,9 +805,9 @@ def flatten(resource_type: str, pages: Any, *, table: str | None = None) -> pl.D
     >>> flatten("Appointment", []).schema["start"]
     Datetime(time_unit='us', time_zone='UTC')
     """
-    view = _view(resource_type, table)
+    view_ = view(resource_type, table)
     entries = _read_entries(_compiled(resource_type), pages)
-    return _project(view, entries)
+    return _project(view_, entries)
 
 
 # --------------------------------------------------------------------------- docs
