@@ -1,0 +1,321 @@
+"""Flattening Bundle pages into declared views: columns, dtypes, references, children."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import polars as pl
+import pytest
+
+from toolkit import catalogue
+from toolkit.errors import ConfigurationError, DataValidationError
+from toolkit.views import DATETIME, VIEWS, flatten, flatten_tables, read_schema, table_names
+
+
+def ref(kind: str, rid: str) -> dict[str, str]:
+    return {"reference": f"/main/{kind}/{rid}", "type": kind}
+
+
+def bundle(*resources: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "resourceType": "Bundle",
+        "type": "searchset",
+        "total": len(resources),
+        "link": [{"relation": "self", "url": "/main/X?page=1"}],
+        "entry": [{"fullUrl": f"/main/x/{i}", "resource": r} for i, r in enumerate(resources)],
+    }
+
+
+def appointment(i: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "resourceType": "Appointment",
+        "id": str(i),
+        "meta": {"lastUpdated": "2026-11-20T10:00:00+11:00"},
+        "start": "2026-11-21T09:00:00+10:00",
+        "end": "2026-11-21T09:30:00Z",
+        "minutesDuration": 30,
+        "extension": [{"url": "location-type", "valueCode": "clinic"}],
+        "supportingInformation": [ref("HealthcareService", "7")],
+        "participant": [
+            {
+                "type": [{"coding": [{"code": "ATND"}]}],
+                "actor": ref("PractitionerRole", "PR-12"),
+                "modifierExtension": [
+                    {"url": "appointment-participant-status", "valueCoding": {"code": "booked"}}
+                ],
+            },
+            {
+                "actor": ref("Patient", f"{i}"),
+                "modifierExtension": [
+                    {"url": "appointment-participant-status", "valueCoding": {"code": "arrived"}}
+                ],
+                "extension": [
+                    {
+                        "url": "appointment-participant-invoice",
+                        "valueReference": ref("Invoice", f"INV{i}"),
+                    }
+                ],
+            },
+        ],
+        **extra,
+    }
+
+
+REFERRAL_COLUMNS = [
+    "id", "last_updated", "coverage_id", "period_start", "period_end", "performer_id",
+    "requester_id", "referral_definition", "created", "active", "limit_quantity",
+    "limit_quantity_offset", "limit_quantity_used", "limit_money_value", "limit_money_currency",
+    "limit_money_used", "allocation_type", "subject_id", "include_cancelled_appointment",
+    "comment", "expiry_type", "priority", "extra",
+]  # fmt: skip
+
+
+def test_every_listed_resource_has_a_view() -> None:
+    assert set(VIEWS) == set(catalogue.LISTED_RESOURCES)
+
+
+def test_referral_view_has_the_documented_columns() -> None:
+    assert [c.name for c in VIEWS["Referral"][0].columns] == REFERRAL_COLUMNS
+
+
+@pytest.mark.parametrize("resource_type", catalogue.LISTED_RESOURCES)
+def test_every_column_is_present_with_its_dtype_when_no_record_has_it(resource_type: str) -> None:
+    page = bundle({"resourceType": resource_type, "id": "PR-1"})
+    tables = flatten_tables(resource_type, [page])
+    for v in VIEWS[resource_type]:
+        assert tables[v.name].schema == v.schema
+
+
+@pytest.mark.parametrize("resource_type", catalogue.LISTED_RESOURCES)
+def test_no_pages_gives_empty_tables_with_every_column(resource_type: str) -> None:
+    for pages in ([], [bundle()], [{"resourceType": "Bundle", "type": "searchset", "total": 0}]):
+        tables = flatten_tables(resource_type, pages)
+        assert list(tables) == list(table_names(resource_type))
+        for v in VIEWS[resource_type]:
+            assert tables[v.name].height == 0
+            assert tables[v.name].schema == v.schema
+
+
+def test_a_field_first_seen_after_row_100_is_kept() -> None:
+    records = [{"resourceType": "Referral", "id": str(i)} for i in range(150)]
+    records[120]["comment"] = "late"
+    records[130]["limitQuantity"] = {"quantity": 5}
+    df = flatten("Referral", [bundle(*records[:100]), bundle(*records[100:])])
+    assert df.height == 150
+    assert df.filter(pl.col("comment") == "late").get_column("id").to_list() == ["120"]
+    assert df.get_column("limit_quantity").to_list()[130] == 5
+
+
+def test_unknown_fields_land_in_extra_as_json() -> None:
+    records = [
+        {"resourceType": "Referral", "id": "1", "status": "draft", "note": [{"text": "x"}]},
+        {"resourceType": "Referral", "id": "2", "comment": "plain"},
+    ]
+    df = flatten("Referral", bundle(*records))
+    extra = df.get_column("extra").to_list()
+    assert json.loads(extra[0]) == {"status": "draft", "note": [{"text": "x"}]}
+    assert extra[1] is None
+    assert df.get_column("comment").to_list() == [None, "plain"]
+
+
+def test_extra_is_null_when_every_key_is_known() -> None:
+    df = flatten("Appointment", [bundle(appointment(1), appointment(2))])
+    assert df.get_column("extra").null_count() == 2
+
+
+def test_unknown_keys_in_one_page_do_not_shift_extra_of_other_pages() -> None:
+    pages = [bundle(appointment(1)), bundle(appointment(2, status="booked")), bundle()]
+    df = flatten("Appointment", pages)
+    assert df.get_column("id").to_list() == ["1", "2"]
+    assert df.get_column("extra").to_list() == [None, '{"status":"booked"}']
+
+
+def test_references_keep_the_id_prefix_and_the_type_where_several_are_allowed() -> None:
+    referral = {
+        "resourceType": "Referral",
+        "id": "9",
+        "performer": ref("Practitioner", "PR-12"),
+        "requester": ref("PractitionerRole", "EP-3"),
+        "subject": ref("Patient", "44"),
+        "coverage": ref("Coverage", "C1"),
+    }
+    row = flatten("Referral", [bundle(referral)]).row(0, named=True)
+    assert row["performer_id"] == "PR-12"
+    assert row["requester_id"] == "EP-3"
+    assert (row["subject_id"], row["coverage_id"]) == ("44", "C1")
+    coverage = {"resourceType": "Coverage", "id": "C1", "payor": ref("Organization", "FD-2")}
+    cov = flatten("Coverage", [bundle(coverage)]).row(0, named=True)
+    assert (cov["payor_id"], cov["payor_type"]) == ("FD-2", "Organization")
+
+
+def test_money_is_split_into_value_and_currency() -> None:
+    referral = {
+        "resourceType": "Referral",
+        "id": "1",
+        "limitMoney": {"amount": {"value": 120, "currency": "AUD"}, "amountUsed": 20.5},
+        "limitQuantity": {"quantity": 6, "quantityOffset": 1, "quantityUsed": 2},
+    }
+    df = flatten("Referral", [bundle(referral)])
+    assert df.schema["limit_money_value"] == pl.Float64
+    row = df.row(0, named=True)
+    assert (row["limit_money_value"], row["limit_money_currency"]) == (120.0, "AUD")
+    assert row["limit_money_used"] == 20.5
+    assert (row["limit_quantity"], row["limit_quantity_offset"]) == (6, 1)
+
+
+def test_date_times_with_offsets_are_converted_to_utc_and_dates_are_dates() -> None:
+    referral = {
+        "resourceType": "Referral",
+        "id": "1",
+        "created": "2026-11-21T09:00:00+10:00",
+        "period": {"start": "2026-11-01", "end": "2027-11-01"},
+    }
+    df = flatten("Referral", [orjson.dumps(bundle(referral)).decode()])
+    assert df.schema["created"] == DATETIME
+    assert df.schema["period_start"] == pl.Date
+    assert str(df.get_column("created")[0]) == "2026-11-20 23:00:00+00:00"
+    assert str(df.get_column("period_end")[0]) == "2027-11-01"
+
+
+def test_an_unparseable_date_time_raises_instead_of_becoming_null() -> None:
+    bad = appointment(1, start="next tuesday")
+    with pytest.raises(DataValidationError, match="next tuesday") as info:
+        flatten("Appointment", [bundle(bad)])
+    assert info.value.failure_cases.get_column("column").to_list() == ["start"]
+
+
+def test_extension_fields_become_ordinary_columns() -> None:
+    appt = flatten("Appointment", [bundle(appointment(1))]).row(0, named=True)
+    assert appt["location_type"] == "clinic"
+    coverage = {
+        "resourceType": "Coverage",
+        "id": "C1",
+        "extension": [
+            {"url": "coverage-payer", "valueCoding": {"code": "30", "display": "Organisation"}},
+            {"url": "coverage-patient-anonymous", "valueBoolean": True},
+            {"url": "coverage-organisation", "valueReference": ref("Organization", "OG-5")},
+        ],
+    }
+    cov = flatten("Coverage", [bundle(coverage)]).row(0, named=True)
+    assert (cov["payer_code"], cov["payer_display"]) == ("30", "Organisation")
+    assert cov["patient_anonymous"] is True
+    assert cov["organisation_id"] == "OG-5"
+    line = {
+        "resourceType": "InvoiceLine",
+        "id": "L1",
+        "extension": [
+            {"url": "invoice-line-funder", "valueReference": ref("Organization", "FD-1")}
+        ],
+    }
+    assert flatten("InvoiceLine", [bundle(line)]).get_column("funder_id").to_list() == ["FD-1"]
+
+
+def test_participants_form_a_child_table_keyed_by_appointment_id() -> None:
+    df = flatten(
+        "Appointment", [bundle(appointment(1), appointment(2))], table="appointment_participant"
+    )
+    assert df.columns[:2] == ["appointment_id", "index"]
+    assert {"type_code", "actor_id", "actor_type", "status", "invoice_id"} <= set(df.columns)
+    assert df.select("appointment_id", "index").rows() == [("1", 0), ("1", 1), ("2", 0), ("2", 1)]
+    first, second = df.head(2).to_dicts()
+    assert (first["type_code"], first["actor_id"], first["actor_type"]) == (
+        "ATND",
+        "PR-12",
+        "PractitionerRole",
+    )
+    assert (first["status"], first["invoice_id"]) == ("booked", None)
+    assert (second["actor_type"], second["status"], second["invoice_id"]) == (
+        "Patient",
+        "arrived",
+        "INV1",
+    )
+
+
+def test_child_tables_of_organization_invoice_line_and_patient() -> None:
+    org = {
+        "resourceType": "Organization",
+        "id": "CL-1",
+        "telecom": [{"system": "phone", "value": "+61298765432", "use": "work"}],
+        "address": [{"line": ["1 Main St", "Level 2"], "city": "Sydney", "country": "AU"}],
+        "type": [{"system": catalogue.ORGANIZATION_TYPE_SYSTEM, "code": "prov"}],
+        "partOf": ref("Organization", "PG-1"),
+    }
+    tables = flatten_tables("Organization", [bundle(org)])
+    assert tables["Organization"].get_column("part_of_id").to_list() == ["PG-1"]
+    address = tables["organization_address"].row(0, named=True)
+    assert address["organization_id"] == "CL-1"
+    assert address["line"] == ["1 Main St", "Level 2"]
+    assert tables["organization_telecom"].get_column("value").to_list() == ["+61298765432"]
+    assert tables["organization_type"].get_column("code").to_list() == ["prov"]
+    line = {
+        "resourceType": "InvoiceLine",
+        "id": "L1",
+        "unitPriceComponent": [
+            {"type": "base", "amount": {"value": 100, "currency": "AUD"}},
+            {"type": "tax", "amount": {"value": 10.5, "currency": "AUD"}},
+        ],
+    }
+    prices = flatten("InvoiceLine", [bundle(line)], table="invoice_line_price_component")
+    assert prices.rows() == [("L1", 0, "base", 100.0, "AUD"), ("L1", 1, "tax", 10.5, "AUD")]
+    patient = {"resourceType": "Patient", "id": "P1", "name": [{"given": ["Ann"], "family": "Lee"}]}
+    names = flatten("Patient", [bundle(patient)], table="patient_name")
+    assert names.row(0, named=True) == {
+        "patient_id": "P1",
+        "index": 0,
+        "use": None,
+        "given": ["Ann"],
+        "family": "Lee",
+    }
+
+
+def test_entries_of_other_resource_types_are_skipped() -> None:
+    page = bundle(appointment(1), {"resourceType": "Patient", "id": "5"})
+    assert flatten("Appointment", [page]).get_column("id").to_list() == ["1"]
+
+
+def test_a_single_bundle_in_bytes_is_accepted() -> None:
+    assert flatten("Appointment", orjson.dumps(bundle(appointment(3)))).height == 1
+
+
+def test_an_operation_outcome_page_raises_clearly() -> None:
+    outcome = {
+        "resourceType": "OperationOutcome",
+        "issue": [{"severity": "error", "code": "expired", "diagnostics": "token expired"}],
+    }
+    with pytest.raises(DataValidationError, match=r"page 1 is an OperationOutcome.*expired"):
+        flatten("Appointment", [bundle(appointment(1)), outcome])
+
+
+def test_a_page_that_is_not_a_bundle_raises_clearly() -> None:
+    with pytest.raises(DataValidationError, match=r"page 0 is not a Bundle"):
+        flatten("Appointment", [appointment(1)])
+
+
+def test_a_value_of_the_wrong_json_type_raises_a_data_validation_error() -> None:
+    with pytest.raises(DataValidationError, match="page 0"):
+        flatten("Appointment", [bundle(appointment(1, minutesDuration={"n": 3}))])
+
+
+def test_malformed_json_raises_a_data_validation_error() -> None:
+    with pytest.raises(DataValidationError, match="page 0"):
+        flatten("Appointment", [b'{"resourceType": "Bundle", "entry": ['])
+
+
+def test_unknown_resource_type_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigurationError, match="known types: Referral, Appointment"):
+        flatten("Invoice", [])
+
+
+def test_unknown_table_lists_the_tables() -> None:
+    with pytest.raises(ConfigurationError, match="appointment_participant"):
+        flatten("Appointment", [], table="appointment_nothing")
+
+
+def test_read_schema_is_explicit_and_derived_from_the_catalogue() -> None:
+    schema = read_schema("Appointment")
+    entry = schema["entry"]
+    assert isinstance(entry, pl.List)
+    resource = dict(entry.inner.to_schema())["resource"]  # type: ignore[union-attr]
+    assert "minutesDuration" in dict(resource.to_schema())
