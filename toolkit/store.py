@@ -46,6 +46,7 @@ forces a full sync of that resource, as does ``full=True``.
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import hashlib
 import os
 import queue
@@ -65,7 +66,7 @@ import orjson
 import polars as pl
 
 from toolkit import catalogue
-from toolkit.errors import PmtkError
+from toolkit.errors import IncompleteResult, PagingLoop, PmtkError
 
 __all__ = [
     "DEFAULT_STORE",
@@ -171,6 +172,9 @@ class ResourceSync:
         Rows now stored, per table.
     pages
         List pages requested in this run.
+    requests
+        HTTP requests the client sent for them (retries and 429 waits included,
+        token requests excluded); equals ``pages`` when the client cannot tell.
     elapsed
         Seconds spent on this resource in this run.
     high_water_mark
@@ -184,6 +188,7 @@ class ResourceSync:
     fetched: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     pages: int = 0
+    requests: int = 0
     elapsed: float = 0.0
     high_water_mark: str | None = None
 
@@ -208,8 +213,13 @@ class SyncSummary:
 
     @property
     def pages(self) -> int:
-        """List pages requested by the whole sync (tokens and retries not counted)."""
+        """List pages requested by the whole sync."""
         return sum(r.pages for r in self.resources)
+
+    @property
+    def requests(self) -> int:
+        """HTTP requests sent by the whole sync (token requests not counted)."""
+        return sum(r.requests for r in self.resources)
 
     def __getitem__(self, resource_type: str) -> ResourceSync:
         for r in self.resources:
@@ -230,6 +240,7 @@ class SyncSummary:
             ("fetched", "right"),
             ("rows", "right"),
             ("pages", "right"),
+            ("requests", "right"),
             ("elapsed", "right"),
             ("high-water mark", "left"),
         ):
@@ -244,10 +255,11 @@ class SyncSummary:
                 f"{r.fetched:,}",
                 rows,
                 str(r.pages),
+                str(r.requests),
                 f"{r.elapsed:.1f} s",
                 r.high_water_mark or "-",
             )
-        t.caption = f"{self.pages} list requests in {self.elapsed:.1f} s"
+        t.caption = f"{self.requests} requests ({self.pages} pages) in {self.elapsed:.1f} s"
         return t
 
 
@@ -289,12 +301,19 @@ def _write_parquet(df: pl.DataFrame, path: Path) -> None:
 
 
 def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name.replace("-", "_")).lower()
 
 
-def _parent_key(resource_type: str) -> str:
-    """Column of a child table that holds its parent's id, e.g. ``appointment_id``."""
-    return f"{_snake(resource_type)}_id"
+def _views(resource_type: str) -> tuple[Any, ...]:
+    from toolkit import views
+
+    if resource_type not in views.VIEWS:
+        from toolkit.errors import ConfigurationError
+
+        known = ", ".join(views.VIEWS)
+        msg = f"no view for resource type {resource_type!r}; known types: {known}"
+        raise ConfigurationError(msg)
+    return views.VIEWS[resource_type]
 
 
 def declared_schemas(resource_type: str) -> dict[str, pl.Schema]:
@@ -309,18 +328,29 @@ def declared_schemas(resource_type: str) -> dict[str, pl.Schema]:
     -------
     dict of str to polars.Schema
         Keyed by table name: the resource name, then child tables such as
-        ``appointment_participant``.
+        ``appointment_participant`` (see :data:`toolkit.views.VIEWS`).
+
+    Examples
+    --------
+    >>> list(declared_schemas("Appointment"))[:2]
+    ['Appointment', 'appointment_supporting_information']
     """
-    return {name: df.schema for name, df in _empty_tables(resource_type).items()}
+    return {v.name: v.schema for v in _views(resource_type)}
+
+
+def _parent_key(resource_type: str) -> str:
+    """Column of a child table that holds its parent's id, e.g. ``appointment_id``."""
+    for v in _views(resource_type):
+        if v.key is not None:
+            return str(v.key)
+    return f"{_snake(resource_type)}_id"
 
 
 def _empty_tables(resource_type: str) -> dict[str, pl.DataFrame]:
-    from toolkit import views
-
-    empty = orjson.dumps({"resourceType": "Bundle", "type": "searchset", "total": 0, "entry": []})
-    tables = views.flatten_tables(resource_type, [empty])
-    main = tables.pop(resource_type)
-    return {resource_type: main, **tables}
+    return {
+        name: pl.DataFrame(schema=schema)
+        for name, schema in declared_schemas(resource_type).items()
+    }
 
 
 def schema_version(resource_type: str) -> str:
@@ -503,6 +533,7 @@ class _Checkpoint:
     mode: Mode
     since: str | None
     started_at: str
+    server_time: str | None = None
     phase: Literal["fetch", "merge", "commit"] = "fetch"
     page_size: int = PAGE_SIZE
     pages_done: int = 0
@@ -520,6 +551,7 @@ class _Checkpoint:
             "schema_version": self.schema_version,
             "mode": self.mode,
             "since": self.since,
+            "server_time": self.server_time,
             "started_at": self.started_at,
             "phase": self.phase,
             "page_size": self.page_size,
@@ -542,6 +574,7 @@ class _Checkpoint:
             schema_version=str(data["schema_version"]),
             mode=data["mode"],
             since=data["since"],
+            server_time=data.get("server_time"),
             started_at=str(data["started_at"]),
             phase=data["phase"],
             page_size=int(data["page_size"]),
@@ -643,15 +676,20 @@ class _ResourceSyncer:
                 resource=self.rt,
                 schema_version=self.version,
                 mode="incremental" if incremental else "full",
-                since=previous["high_water_mark"] if incremental and previous else None,
+                since=_next_since(previous) if incremental and previous else None,
                 started_at=_now_iso(),
             )
             self.stage.mkdir(parents=True, exist_ok=True)
             self._save(cp)
         result = ResourceSync(resource=self.rt, mode=cp.mode, resumed=resumed)
+        sent_before = _requests_sent(self.client)
         try:
             if cp.phase == "fetch":
                 result.pages = self._fetch(cp)
+            sent = _requests_sent(self.client)
+            result.requests = (
+                sent - sent_before if sent is not None and sent_before is not None else result.pages
+            )
             result.fetched = cp.records
             self._finish(cp, previous, result)
         except BaseException as exc:
@@ -677,7 +715,7 @@ class _ResourceSyncer:
         if first_page > 1:
             params["page"] = first_page
         if cp.since is not None:
-            params["_lastUpdated"] = f"ge{cp.since}"
+            params["_lastUpdated"] = cp.since
         return params
 
     def _fetch(self, cp: _Checkpoint) -> int:
@@ -688,24 +726,50 @@ class _ResourceSyncer:
         first_page = max(cp.pages_done, 1)
         self._drop_unrecorded_parts(cp)
         requested = 0
-        pages = self.client.pages(self.rt, params=self._search(cp, first_page))
-        with _Prefetch(iter(pages), PREFETCH_PAGES) as prefetch:
-            for offset, page in enumerate(prefetch):
-                requested += 1
-                self._stage_page(cp, page, first_page + offset)
-                self.on_page(
-                    PageProgress(
-                        resource=self.rt,
-                        page=cp.pages_done,
-                        pages=requested,
-                        records=cp.records,
-                        total=cp.total,
+        pages = self._pages(cp, first_page)
+        try:
+            with _Prefetch(iter(pages), PREFETCH_PAGES) as prefetch:
+                for offset, page in enumerate(prefetch):
+                    requested += 1
+                    self._stage_page(cp, page, first_page + offset)
+                    self.on_page(
+                        PageProgress(
+                            resource=self.rt,
+                            page=cp.pages_done,
+                            pages=requested,
+                            records=cp.records,
+                            total=cp.total,
+                        )
                     )
-                )
+        except IncompleteResult as exc:
+            # a fresh walk's tail also starts at page 2 (page 1 came through request())
+            start = first_page if first_page > 1 else 2
+            if not _resumed_walk_complete(cp, start, requested, exc):
+                raise
         cp.phase = "merge"
         cp.next_url = None
         self._save(cp)
         return requested
+
+    def _pages(self, cp: _Checkpoint, first_page: int) -> Iterator[bytes]:
+        """The pages of the walk from ``first_page``; notes the server's time at its start.
+
+        A fresh walk reads its first page with ``client.request`` (when the client
+        has one) to learn the server's clock from the ``Date`` header, then the
+        rest with ``client.pages`` from page 2: the same number of requests.
+        """
+        search = self._search(cp, first_page)
+        request = getattr(self.client, "request", None)
+        if first_page > 1 or not callable(request):
+            yield from self.client.pages(self.rt, params=search)
+            return
+        response = request("GET", self.rt, params=search)
+        cp.server_time = _server_time(response.headers.get("date"))
+        page = response.content
+        yield page
+        links = orjson.loads(page).get("link") or []
+        if any(isinstance(link, dict) and link.get("relation") == "next" for link in links):
+            yield from self.client.pages(self.rt, params=self._search(cp, 2))
 
     def _drop_unrecorded_parts(self, cp: _Checkpoint) -> None:
         """Remove part files written after the last checkpoint (a crash mid-page)."""
@@ -774,7 +838,8 @@ class _ResourceSyncer:
         """``(id, _part)`` of the newest staged version of every staged record."""
         return self._scan_parts(self.rt).group_by("id").agg(pl.col(PART_COLUMN).max())
 
-    def _new_rows(self, table: str) -> pl.LazyFrame:
+    def _dedupe(self, table: str) -> pl.LazyFrame:
+        """The staged rows of ``table`` that belong to the newest version of each record."""
         latest = self._latest()
         scanned = self._scan_parts(table)
         if table == self.rt:
@@ -786,25 +851,36 @@ class _ResourceSyncer:
             )
         return rows.drop(PART_COLUMN)
 
-    def _validate_staged(self) -> None:
+    def _new_file(self, table: str) -> Path:
+        return self.stage / "new" / f"{table}.parquet"
+
+    def _write_new(self) -> None:
+        """Sink the deduplicated staged rows of every table to one file each (streaming)."""
+        (self.stage / "new").mkdir(parents=True, exist_ok=True)
+        for table, empty in self.empty.items():
+            target = self._new_file(table)
+            tmp = target.with_name(f".{target.name}.tmp")
+            self._dedupe(table).select(empty.columns).cast(empty.schema).sink_parquet(tmp)
+            os.replace(tmp, target)
+
+    def _new_rows(self, table: str) -> pl.LazyFrame:
+        return pl.scan_parquet(self._new_file(table))
+
+    def _validate_new(self) -> None:
+        """Validate the new rows with the table's schema, a bounded batch at a time."""
         from toolkit import schemas
 
         for table in self.empty:
-            batch: list[Path] = []
-            rows = 0
-            for path in [*self._part_files(table), None]:
-                if path is not None:
-                    batch.append(path)
-                    rows += pl.scan_parquet(path).select(pl.len()).collect().item()
-                if batch and (path is None or rows >= VALIDATION_BATCH_ROWS):
-                    frame = pl.read_parquet(batch).drop(PART_COLUMN)
-                    schemas.validate(
-                        frame,
-                        self.rt,
-                        table=None if table == self.rt else table,
-                        errors=self.errors,
-                    )
-                    batch, rows = [], 0
+            scan = self._new_rows(table)
+            height = scan.select(pl.len()).collect().item()
+            for offset in range(0, max(height, 1), VALIDATION_BATCH_ROWS):
+                frame = scan.slice(offset, VALIDATION_BATCH_ROWS).collect()
+                schemas.validate(
+                    frame,
+                    self.rt,
+                    table=None if table == self.rt else table,
+                    errors=self.errors,
+                )
 
     def _unchanged(self, cp: _Checkpoint) -> bool:
         """Whether every staged row is already stored as is (an incremental no-op)."""
@@ -814,7 +890,7 @@ class _ResourceSyncer:
             return True
         if cp.records > COMPARE_LIMIT:
             return False
-        ids = self._latest().select("id")
+        ids = self._new_rows(self.rt).select("id")
         for table in self.empty:
             key = "id" if table == self.rt else self.key
             new = self._new_rows(table).collect()
@@ -831,7 +907,7 @@ class _ResourceSyncer:
 
     def _merge(self, cp: _Checkpoint) -> dict[str, int]:
         (self.stage / "merged").mkdir(parents=True, exist_ok=True)
-        ids = self._latest().select("id")
+        ids = self._new_rows(self.rt).select("id")
         rows: dict[str, int] = {}
         for table, empty in self.empty.items():
             new = self._new_rows(table)
@@ -842,7 +918,7 @@ class _ResourceSyncer:
                 )
                 frame = pl.concat([old.select(empty.columns), new.select(empty.columns)])
             else:
-                frame = new.select(empty.columns)
+                frame = new
             target = self._merged(table)
             tmp = target.with_name(f".{target.name}.tmp")
             frame.cast(empty.schema).sink_parquet(tmp)
@@ -860,6 +936,8 @@ class _ResourceSyncer:
             "status": "ok",
             "schema_version": self.version,
             "high_water_mark": hwm,
+            "server_time": cp.server_time,
+            "next_since": _since_after(hwm, cp.server_time),
             "fetched_at": _now_iso(),
             "mode": cp.mode,
             "tables": {
@@ -870,14 +948,13 @@ class _ResourceSyncer:
     def _finish(
         self, cp: _Checkpoint, previous: dict[str, Any] | None, result: ResourceSync
     ) -> None:
+        self._write_new()
         if self._unchanged(cp) and previous is not None:
             result.status = "unchanged"
             stored = {t: int(v["rows"]) for t, v in previous.get("tables", {}).items()}
             entry = self._entry(cp, previous, stored)
         else:
-            if cp.phase == "fetch":
-                cp.phase = "merge"
-            self._validate_staged()
+            self._validate_new()
             rows = self._merge(cp)
             entry = self._entry(cp, previous, rows)
         entry["last_sync"] = {
@@ -904,6 +981,70 @@ class _ResourceSyncer:
         if cp.entry is not None:
             _update_manifest(self.root, self.rt, cp.entry)
         shutil.rmtree(self.stage, ignore_errors=True)
+
+
+def _server_time(date_header: str | None) -> str | None:
+    """The server's clock from an HTTP ``Date`` header, as ISO 8601 UTC (or ``None``)."""
+    if not date_header:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(date_header)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _since_after(mark: str | None, server_time: str | None) -> str | None:
+    """The ``_lastUpdated`` bound of the next incremental sync.
+
+    ``mark`` is the greatest ``lastUpdated`` stored and ``server_time`` the
+    server's clock when the walk began (``Date`` of its first response).
+
+    * ``mark < server_time``: the mark's clock tick had ended before anything
+      was read, so any later write carries a greater ``lastUpdated`` and
+      ``gt<mark>`` misses nothing (and re-reads nothing).
+    * ``mark >= server_time``: records changed while the walk ran. ``ge`` the
+      walk's start re-reads them (merged by id), and catches a record changed
+      behind the walk or later in the mark's tick.
+    * server time unknown: ``ge<mark>``, safe but it re-reads the records at the mark.
+    """
+    if mark is None:
+        return None
+    if server_time is None:
+        return f"ge{mark}"
+    if _instant(mark) < _instant(server_time):
+        return f"gt{mark}"
+    return f"ge{server_time}"
+
+
+def _next_since(entry: Mapping[str, Any]) -> str | None:
+    since = entry.get("next_since")
+    if isinstance(since, str) and since[:2] in ("gt", "ge"):
+        return since
+    mark = entry.get("high_water_mark")
+    return f"ge{mark}" if isinstance(mark, str) else None
+
+
+def _requests_sent(client: Any) -> int | None:
+    sent = getattr(client, "requests_sent", None)
+    return sent if isinstance(sent, int) else None
+
+
+def _resumed_walk_complete(
+    cp: _Checkpoint, first_page: int, requested: int, exc: IncompleteResult
+) -> bool:
+    """Whether a walk that started at ``first_page`` really read everything.
+
+    A client compares the records of *its* walk with ``Bundle.total``; a resumed
+    walk skipped the full pages before ``first_page``, which the checkpoint has.
+    """
+    if first_page <= 1 or requested == 0 or isinstance(exc, PagingLoop):
+        return False
+    if cp.next_url is not None or exc.expected is None:
+        return False
+    return exc.received + (first_page - 1) * cp.page_size >= exc.expected
 
 
 def _row_hashes(df: pl.DataFrame) -> list[int]:
@@ -960,6 +1101,20 @@ class _ProgressBars:
         if task is not None:
             total = self._progress.tasks[task].total
             self._progress.update(task, completed=total if total is not None else rows)
+
+
+@contextlib.contextmanager
+def _client_quiet(client: Any) -> Iterator[None]:
+    """Silence a client's own per-walk progress bar: the store draws one per resource."""
+    if not hasattr(client, "progress"):
+        yield
+        return
+    before = client.progress
+    client.progress = False
+    try:
+        yield
+    finally:
+        client.progress = before
 
 
 # --------------------------------------------------------------------------- public API
@@ -1037,15 +1192,18 @@ def sync(
     if client is None:
         import toolkit
 
-        owned = toolkit.connect()  # type: ignore[attr-defined]
+        owned = toolkit.connect()
         client = owned
-    assert client is not None
     started = time.monotonic()
     summary = SyncSummary(out=root)
     callback: ProgressCallback | None = progress if callable(progress) else None
     show = sys.stderr.isatty() if progress is None else progress is True
     try:
-        with _locked(root), _ProgressBars(show and callback is None) as bars:
+        with (
+            _locked(root),
+            _client_quiet(client),
+            _ProgressBars(show and callback is None) as bars,
+        ):
             for rt in wanted:
                 bars.start(rt)
                 syncer = _ResourceSyncer(
