@@ -551,8 +551,13 @@ class Client:
         return _interactive() if self.progress is None else self.progress
 
     def _walk(
-        self, resource_type: str, path: str, query: dict[str, str]
+        self, resource_type: str, path: str, query: dict[str, str], *, unique_ids: bool = True
     ) -> Iterator[tuple[bytes, list[dict[str, Any]]]]:
+        """Walk the pages of one list; see :meth:`pages`.
+
+        ``unique_ids=False`` skips the duplicate-id check, for ``$find``, whose
+        proposal ids (``proposed-<start>-<minutes>``) repeat across practitioners.
+        """
         summary = FetchSummary(resource_type)
         self.last_summary = summary
         started = time.perf_counter()
@@ -595,7 +600,9 @@ class Client:
                     params = None
                     page_url = str(reply.response.url)
                     seen_pages.add(_page_key(page_url))
-                    entries = self._entries(reply, resource_type, summary, seen_ids)
+                    entries = self._entries(
+                        reply, resource_type, summary, seen_ids if unique_ids else None
+                    )
                     if bar is not None and task is not None:
                         bar.update(task, total=summary.total, completed=summary.records)
                     settle()
@@ -626,7 +633,7 @@ class Client:
         reply: _Reply,
         resource_type: str,
         summary: FetchSummary,
-        seen_ids: set[str],
+        seen_ids: set[str] | None,
     ) -> list[dict[str, Any]]:
         bundle = reply.data
         url = str(reply.response.url)
@@ -651,6 +658,8 @@ class Client:
             if isinstance(e, dict) and isinstance(e.get("resource"), dict)
         ]
         ids = [r["id"] for r in entries if isinstance(r.get("id"), str)]
+        if seen_ids is None:
+            ids, seen_ids = [], set()
         repeated = sorted({i for i in ids if i in seen_ids} | {i for i in ids if ids.count(i) > 1})
         if repeated and entries:
             if all(i in seen_ids for i in ids):
@@ -975,22 +984,30 @@ class Client:
         Returns
         -------
         polars.DataFrame
-            Flattened through the Appointment view.
+            One row per proposal: ``id``, ``start``, ``end`` (UTC datetimes),
+            ``minutes_duration``, ``practitioner_role`` and ``healthcare_service``
+            (ids, ready for :meth:`book`) and ``location_type``.
+
+        Notes
+        -----
+        Not the Appointment view: it keeps participants in a child table keyed by
+        id, and proposal ids (``proposed-<start>-<minutes>``) repeat across
+        practitioners, so the role could not be joined back unambiguously.
         """
         if isinstance(duration, bool) or not isinstance(duration, int) or duration <= 0:
             msg = f"duration must be a positive number of minutes, got {duration!r}"
             raise ConfigurationError(msg)
         query = search_params({"start": start, "end": end, "duration": duration, **filters})
-        walk = self._walk("Appointment", "Appointment/$find", query)
-        try:
-            from toolkit.views import flatten
-        except ImportError:
-            return _proposed_frame(entry for _, entries in walk for entry in entries)
-        return flatten("Appointment", (raw for raw, _ in walk))
+        walk = self._walk("Appointment", "Appointment/$find", query, unique_ids=False)
+        return _proposed_frame(entry for _, entries in walk for entry in entries)
 
 
 def _proposed_frame(records: Iterator[dict[str, Any]] | Any) -> pl.DataFrame:
-    """Proposed appointments as a typed frame, when no Appointment view is available."""
+    """Proposed appointments as a typed frame, one row per proposal."""
+
+    def last_segment(ref: Any) -> str | None:
+        return ref.rsplit("/", 1)[-1] if isinstance(ref, str) else None
+
     import polars as pl
 
     rows = []
@@ -1015,8 +1032,8 @@ def _proposed_frame(records: Iterator[dict[str, Any]] | Any) -> pl.DataFrame:
                 "start": r.get("start"),
                 "end": r.get("end"),
                 "minutes_duration": r.get("minutesDuration"),
-                "practitioner_role": actors[0] if actors else None,
-                "healthcare_service": services[0] if services else None,
+                "practitioner_role": last_segment(actors[0]) if actors else None,
+                "healthcare_service": last_segment(services[0]) if services else None,
                 "location_type": location,
             }
         )
