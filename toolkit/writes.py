@@ -489,7 +489,7 @@ def check_book(body: Any) -> dict[str, Any]:
                 problems.append((f"{path}.resource", "must be an Appointment object"))
                 continue
             _check_object(res, appt.fields, f"{path}.resource", problems, "create", nested=False)
-            start, end = res.get("start"), res.get("end")
+            start, end = str(res.get("start")), str(res.get("end"))
             try:
                 backwards = datetime.fromisoformat(end) <= datetime.fromisoformat(start)
             except (TypeError, ValueError):

@@ -129,3 +129,14 @@ def test_lazy_package_exports():
     assert "connect" in dir(toolkit)
     with pytest.raises(AttributeError):
         _ = toolkit.nope
+
+
+def test_progress_bar_walk_completes_and_summary_is_printable(fake_api, make_bundle):
+    import httpx
+
+    fake_api.routes[("GET", "/main/Patient")] = lambda r: httpx.Response(
+        200, json=make_bundle("Patient", ["a", "b"], total=2)
+    )
+    with fake_api.client(progress=True) as client:
+        assert len(list(client.pages("Patient"))) == 1
+        assert "2/2 records in 1 pages" in str(client.last_summary)
