@@ -1,0 +1,163 @@
+"""Benchmark: flatten + validate of Appointment pages against the usual baselines.
+
+Run with ``uv run --group bench python tests/benchmarks/bench_frames.py`` (not
+collected by pytest). It generates synthetic Appointments shaped as the catalogue
+describes them (participants with their status and invoice extensions, the
+location-type extension, supporting information), serialises them as Bundle
+pages of 100 (bytes, as the client receives them), and times on the same pages:
+
+* pmtk: ``flatten_tables`` (main table and child tables) + ``validate`` of each;
+* ``pandas.json_normalize`` of the entry resources (after ``orjson.loads``);
+* ``pl.DataFrame(list_of_dicts)`` (schema inference; after ``orjson.loads``).
+
+Options: ``--resources N`` (default 200000), ``--page-size N`` (default 100),
+``--repeat N`` (best of N, default 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pandas as pd
+import polars as pl
+
+from toolkit import catalogue
+from toolkit.schemas import validate
+from toolkit.views import flatten_tables
+
+PARTICIPATION = "http://terminology.hl7.org/CodeSystem/v3-ParticipationType"
+
+
+def _ref(kind: str, rid: str) -> dict[str, str]:
+    return {"reference": f"{catalogue.API_PREFIX}/{kind}/{rid}", "type": kind}
+
+
+def appointment(i: int, rng: random.Random) -> dict[str, Any]:
+    """One synthetic Appointment in the catalogue's JSON shape."""
+    start = dt.datetime(2026, 1, 5, 8, tzinfo=dt.timezone(dt.timedelta(hours=10)))
+    start += dt.timedelta(minutes=30 * i)
+    minutes = rng.choice((15, 30, 45, 60))
+    status = rng.choice(catalogue.PARTICIPANT_STATUSES)
+    practitioner: dict[str, Any] = {
+        "type": [{"coding": [{"system": PARTICIPATION, "code": "ATND"}]}],
+        "actor": _ref("PractitionerRole", f"PR-{rng.randint(1, 40)}"),
+        "modifierExtension": [
+            {"url": "appointment-participant-status", "valueCoding": {"code": status}}
+        ],
+    }
+    patient: dict[str, Any] = {
+        "actor": _ref("Patient", str(rng.randint(1, 50_000))),
+        "modifierExtension": [
+            {"url": "appointment-participant-status", "valueCoding": {"code": status}}
+        ],
+    }
+    if rng.random() < 0.7:
+        patient["extension"] = [
+            {
+                "url": "appointment-participant-invoice",
+                "valueReference": _ref("Invoice", str(900_000 + i)),
+            }
+        ]
+    return {
+        "resourceType": "Appointment",
+        "id": str(100_000 + i),
+        "meta": {"lastUpdated": "2026-11-20T10:00:00+11:00"},
+        "description": rng.choice(("Initial consult", "Review", "")),
+        "start": start.isoformat(),
+        "end": (start + dt.timedelta(minutes=minutes)).isoformat(),
+        "minutesDuration": minutes,
+        "created": "2026-01-01T00:00:00Z",
+        "supportingInformation": [_ref("HealthcareService", str(rng.randint(1, 12)))],
+        "extension": [{"url": "location-type", "valueCode": rng.choice(catalogue.LOCATION_TYPES)}],
+        "participant": [practitioner, patient],
+    }
+
+
+def pages(n: int, size: int, seed: int = 0) -> list[bytes]:
+    """``n`` Appointments as Bundle pages of ``size``, serialised to bytes."""
+    rng = random.Random(seed)
+    out = []
+    for start in range(0, n, size):
+        count = min(size, n - start)
+        bundle = {
+            "resourceType": "Bundle",
+            "type": "searchset",
+            "total": n,
+            "link": [{"relation": "next", "url": f"/main/Appointment?page={start // size + 2}"}],
+            "entry": [
+                {"fullUrl": f"/main/Appointment/{100_000 + j}", "resource": appointment(j, rng)}
+                for j in range(start, start + count)
+            ],
+        }
+        out.append(orjson.dumps(bundle))
+    return out
+
+
+def _resources(raw: list[bytes]) -> list[dict[str, Any]]:
+    return [e["resource"] for page in raw for e in orjson.loads(page).get("entry", [])]
+
+
+def pmtk(raw: list[bytes]) -> int:
+    tables = flatten_tables("Appointment", raw)
+    for name, df in tables.items():
+        validate(df, "Appointment", table=None if name == "Appointment" else name)
+    return tables["Appointment"].height
+
+
+def pmtk_flatten_only(raw: list[bytes]) -> int:
+    return flatten_tables("Appointment", raw)["Appointment"].height
+
+
+def pandas_json_normalize(raw: list[bytes]) -> int:
+    return len(pd.json_normalize(_resources(raw)))
+
+
+def polars_from_dicts(raw: list[bytes]) -> int:
+    return pl.DataFrame(_resources(raw)).height
+
+
+def best_of(fn: Callable[[list[bytes]], int], raw: list[bytes], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(raw)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--resources", type=int, default=200_000)
+    parser.add_argument("--page-size", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    raw = pages(args.resources, args.page_size)
+    size_mb = sum(map(len, raw)) / 1e6
+    print(
+        f"{args.resources} Appointments in {len(raw)} pages of {args.page_size} "
+        f"({size_mb:.0f} MB of JSON); best of {args.repeat}"
+    )
+    assert pmtk(raw) == args.resources
+    runs = [
+        ("pmtk flatten_tables + validate", pmtk),
+        ("pmtk flatten_tables only", pmtk_flatten_only),
+        ("pandas.json_normalize", pandas_json_normalize),
+        ("pl.DataFrame(list_of_dicts)", polars_from_dicts),
+    ]
+    rates: dict[str, float] = {}
+    for label, fn in runs:
+        rates[label] = args.resources / best_of(fn, raw, args.repeat)
+    ours = rates["pmtk flatten_tables + validate"]
+    print(f"{'method':<34} {'resources/s':>12} {'pmtk is':>10}")
+    for label, rate in rates.items():
+        print(f"{label:<34} {rate:>12,.0f} {ours / rate:>9.1f}x")
+
+
+if __name__ == "__main__":
+    main()
