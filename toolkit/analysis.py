@@ -977,7 +977,8 @@ def line_values(invoice_line: pl.DataFrame, price_component: pl.DataFrame) -> pl
 
     ``net_value = quantity * sum(sign * |amount|)`` with the signs of
     :data:`PRICE_COMPONENT_SIGNS`; a missing quantity counts as 1. Each component
-    type is also returned as its own signed column (``base`` ... ``tax``).
+    type is also returned as its own signed line total (``base`` ... ``tax``, each
+    times the quantity), so the five columns add up to ``net_value``.
 
     Parameters
     ----------
@@ -991,12 +992,14 @@ def line_values(invoice_line: pl.DataFrame, price_component: pl.DataFrame) -> pl
     -------
     pl.DataFrame
         The invoice line columns plus ``base``, ``surcharge``, ``deduction``,
-        ``discount``, ``tax`` (signed, per unit), ``unit_value``, ``net_value``,
+        ``discount``, ``tax`` (signed, times quantity), ``unit_value`` (per unit),
+        ``net_value``,
         ``currency`` and ``line_status`` (the status with null shown as ``"open"``).
     """
     kinds = [k for k, sign in PRICE_COMPONENT_SIGNS.items() if sign != 0]
     sign = pl.col("type").replace_strict(PRICE_COMPONENT_SIGNS, default=0, return_dtype=pl.Int64)
     signed = (sign * pl.col("amount_value").abs()).alias("_signed")
+    quantity = pl.col("quantity").fill_null(1)
     per_line = (
         price_component.with_columns(signed)
         .group_by("invoice_line_id")
@@ -1010,7 +1013,8 @@ def line_values(invoice_line: pl.DataFrame, price_component: pl.DataFrame) -> pl
         invoice_line.join(per_line, left_on="id", right_on="invoice_line_id", how="left")
         .with_columns(pl.col(k).fill_null(0.0) for k in [*kinds, "unit_value"])
         .with_columns(
-            (pl.col("unit_value") * pl.col("quantity").fill_null(1)).alias("net_value"),
+            *(pl.col(k) * quantity for k in kinds),
+            (pl.col("unit_value") * quantity).alias("net_value"),
             pl.col("status").fill_null("open").alias("line_status"),
         )
     )

@@ -176,7 +176,9 @@ def test_line_values_apply_signs_by_magnitude_and_ignore_informational() -> None
     lines = _lines()
     # L1: 2 * (100 + 10 - 5); L4: quantity missing counts as 1, deduction 20 given positive.
     assert lines["net_value"].to_list() == pytest.approx([210.0, 50.0, 30.0, 60.0])
-    assert lines["discount"][0] == pytest.approx(-5.0)
+    assert lines["discount"][0] == pytest.approx(-10.0)  # line totals: times quantity 2
+    parts = lines.select(pl.sum_horizontal("base", "surcharge", "deduction", "discount", "tax"))
+    assert parts.to_series().to_list() == pytest.approx(lines["net_value"].to_list())
     assert lines["deduction"][3] == pytest.approx(-20.0)
     assert lines["line_status"].to_list() == ["open", "voided", "write-off", "locked"]
 
