@@ -560,12 +560,10 @@ def generate(seed: int = 0, scale: str = "small") -> PracticeData:
             if f in (MEDICARE, DVA):
                 cov["dependent"] = str(rng.randrange(1, 6))
                 system = "medicare-number" if f == MEDICARE else "dva-number"
-                cov["identifier"] = [
-                    {
-                        "system": f"http://ns.electronichealth.net.au/id/{system}",
-                        "value": cov["subscriberID"],
-                    }
-                ]
+                cov["identifier"] = {
+                    "system": f"http://ns.electronichealth.net.au/id/{system}",
+                    "value": cov["subscriberID"],
+                }
             if f >= 3 and rng.random() < 0.5:
                 cov["extension"].append(
                     {
@@ -935,10 +933,13 @@ def generate(seed: int = 0, scale: str = "small") -> PracticeData:
             for c, f in covers:
                 if c == cov_id:
                     return funder_ids[f]
+        h = _mix(seed, li, 3) % 10
         private = [f for _c, f in covers if f >= 3]
-        if private and _mix(seed, li, 3) % 2:
+        if private and h < 6:
             return funder_ids[private[0]]
-        return None
+        if h < 7:
+            return funder_ids[covers[0][1]]
+        return None  # paid privately by the patient
 
     def build_line(li: int) -> Record:
         i = line_appt[li]

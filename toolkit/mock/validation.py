@@ -10,9 +10,9 @@ it; open enums accept any string); reference shape (``Ref.pattern``), ``type``
 agreeing with the path, and the target existing in the store; formats (date,
 date-time, country from ``country_codes()``, currency from
 ``currency_codes()``, base64, canonical); ``Field.required`` and the resource's
-``create_required``; attachments' content type and decoded size. A telecom
-``value`` whose ``system`` is ``phone``, ``sms`` or ``fax`` must follow the
-phone format of spec section 2.4.
+``create_required``; attachments' content type and decoded size. A format
+with ``Field.format_when = (sibling, values)`` applies only when the sibling
+holds one of the values (telecom ``value`` is a phone only for phone, sms, fax).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from toolkit.catalogue import Field, Resource
 __all__ = ["Problem", "validate"]
 
 Problem = tuple[str, str]
-PHONE_SYSTEMS = frozenset({"phone", "sms", "fax"})
 SERVER_FIELDS = frozenset({"id", "meta", "resourceType"})
 
 
@@ -117,19 +116,20 @@ class _Checker:
                 if f.required and f.name not in obj:
                     self.fail(f"{path}{f.name}", "is required")
                 continue
-            self.value(f, obj[f.name], f"{path}{f.name}")
+            use_format = f.format_when is None or obj.get(f.format_when[0]) in f.format_when[1]
+            self.value(f, obj[f.name], f"{path}{f.name}", use_format)
 
-    def value(self, f: Field, value: Any, path: str) -> None:
+    def value(self, f: Field, value: Any, path: str, use_format: bool = True) -> None:
         if f.many:
             if not isinstance(value, list):
                 self.fail(path, f"expected an array, got {_type_name(value)}")
                 return
             for n, item in enumerate(value):
-                self.single(f, item, f"{path}[{n}]")
+                self.single(f, item, f"{path}[{n}]", use_format)
             return
-        self.single(f, value, path)
+        self.single(f, value, path, use_format)
 
-    def single(self, f: Field, value: Any, path: str) -> None:
+    def single(self, f: Field, value: Any, path: str, use_format: bool = True) -> None:
         if value is None:
             if None not in f.enum:
                 self.fail(path, "must not be null")
@@ -140,8 +140,6 @@ class _Checker:
                 self.fail(path, f"expected an object, got {_type_name(value)}")
                 return
             self.fields(f.fields, value, path + ".")
-            if f.name == "telecom":
-                self.telecom(value, path)
             if f.name == "attachments":
                 self.attachment(value, path)
             return
@@ -167,6 +165,8 @@ class _Checker:
             if not (f.name == "contentType" and not self.check_attachment_types):
                 allowed = ", ".join(repr(v) for v in f.enum if v is not None)
                 self.fail(path, f"{value!r} is not one of {allowed}")
+            return
+        if not use_format:
             return
         fmt = f.format or (
             "date-time" if kind == "date-time" else "date" if kind == "date" else None
@@ -218,18 +218,6 @@ class _Checker:
             return
         if self.resolves is not None and not self.resolves(target):
             self.fail(f"{path}.reference", f"{target} does not exist")
-
-    def telecom(self, value: dict[str, Any], path: str) -> None:
-        number = value.get("value")
-        if (
-            value.get("system") in PHONE_SYSTEMS
-            and isinstance(number, str)
-            and not _regex("phone").match(number)
-        ):
-            self.fail(
-                f"{path}.value",
-                f"{number!r} is not +<country code><number> without spaces",
-            )
 
     def attachment(self, value: dict[str, Any], path: str) -> None:
         data = value.get("data")

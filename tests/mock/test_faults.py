@@ -1,0 +1,219 @@
+"""Each fault profile breaks exactly its one rule, observably, over real HTTP."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+
+import httpx
+import jwt
+import pytest
+
+from tests.conftest import USER_AGENT, api_client
+from tests.mock.test_booking import WINDOW, book_body
+from tests.mock.test_writes import attachment, referral_body
+from toolkit.mock import FAULT_PROFILES, Deployment, serve
+
+RATE = 3
+
+
+@pytest.fixture
+def faulty(request: pytest.FixtureRequest) -> Iterator[tuple[Deployment, httpx.Client]]:
+    """A mock started with the profile named by the test's parameter and a limit of 3/min."""
+    with serve(fault=request.param, rate_limit=RATE, test_controls=True) as dep:
+        with api_client(dep) as client:
+            yield dep, client
+
+
+def _entries(client: httpx.Client, path: str, **params: object) -> list[dict[str, object]]:
+    return [e["resource"] for e in client.get(path, params=params).json()["entry"]]
+
+
+def wrong_id_prefix(dep: Deployment, client: httpx.Client) -> None:
+    ids = [r["id"] for r in _entries(client, "Practitioner", _count=100)]
+    assert any(str(i).startswith("XP-") for i in ids)
+    assert client.get("Practitioner/XP-6001").json()["id"] == "XP-6001"
+
+
+def enum_outside_spec(dep: Deployment, client: httpx.Client) -> None:
+    values = [r.get("allocationType") for r in _entries(client, "Referral")]
+    assert values.count("Everything") >= 3
+
+
+def bad_reference(dep: Deployment, client: httpx.Client) -> None:
+    refs = [r["performer"]["reference"] for r in _entries(client, "Referral")]  # type: ignore[index]
+    assert all(str(x).startswith("/main/Practitioner/EP-") for x in refs)
+
+
+def bad_phone(dep: Deployment, client: httpx.Client) -> None:
+    values = [
+        t["value"]
+        for r in _entries(client, "Organization", _count=100)
+        for t in r.get("telecom", [])  # type: ignore[attr-defined]
+        if t["system"] == "phone"
+    ]
+    assert any(" " in v for v in values)
+
+
+def bad_country(dep: Deployment, client: httpx.Client) -> None:
+    countries = [
+        a["country"]
+        for r in _entries(client, "Organization", _count=100)
+        for a in r.get("address", [])  # type: ignore[attr-defined]
+    ]
+    assert "Australia" in countries
+
+
+def missing_required(dep: Deployment, client: httpx.Client) -> None:
+    missing = [r["id"] for r in _entries(client, "Appointment") if "end" not in r]
+    assert len(missing) >= 3
+
+
+def no_ratelimit_headers(dep: Deployment, client: httpx.Client) -> None:
+    response = client.get("Patient")
+    assert response.status_code == 200
+    assert "x-ratelimit-limit" not in response.headers
+    assert "x-ratelimit-remaining" not in response.headers
+
+
+def _exhaust(client: httpx.Client) -> httpx.Response:
+    responses = [client.get("Patient", params={"_count": 1}) for _ in range(RATE + 1)]
+    return responses[-1]
+
+
+def no_retry_after(dep: Deployment, client: httpx.Client) -> None:
+    last = _exhaust(client)
+    assert last.status_code == 429 and "retry-after" not in last.headers
+
+
+def rate_limit_not_enforced(dep: Deployment, client: httpx.Client) -> None:
+    assert _exhaust(client).status_code == 200
+
+
+def tokens_die_early(dep: Deployment, client: httpx.Client) -> None:
+    token = client.headers["Authorization"].split()[1]
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert claims["exp"] - claims["iat"] == 900
+    dep.advance_clock(301)
+    response = client.get("Patient")
+    assert response.status_code == 401 and response.json()["issue"][0]["code"] == "expired"
+
+
+def tokens_outlive_expires_in(dep: Deployment, client: httpx.Client) -> None:
+    dep.advance_clock(7200)
+    assert client.get("Patient").status_code == 200
+
+
+def auth_not_enforced(dep: Deployment, client: httpx.Client) -> None:
+    response = httpx.get(f"{dep.base_url}/Patient", headers={"User-Agent": USER_AGENT})
+    assert response.status_code == 200 and response.json()["entry"]
+
+
+def any_secret_accepted(dep: Deployment, client: httpx.Client) -> None:
+    response = httpx.post(
+        f"{dep.base_url}/oauth/token",
+        json={"grant_type": "client_credentials", "client_id": dep.client_id, "client_secret": "x"},
+        headers={"User-Agent": USER_AGENT},
+    )
+    assert response.status_code == 200 and response.json()["access_token"]
+
+
+def _next(bundle: dict[str, object]) -> str:
+    return next(x["url"] for x in bundle["link"] if x["relation"] == "next")  # type: ignore[attr-defined]
+
+
+def paging_loop(dep: Deployment, client: httpx.Client) -> None:
+    page2 = client.get(_next(client.get("Referral").json())).json()
+    assert "page=1" in _next(page2)
+
+
+def total_mismatch(dep: Deployment, client: httpx.Client) -> None:
+    bundle = client.get("Organization", params={"_count": 100}).json()
+    assert bundle["total"] == len(bundle["entry"]) + 5
+
+
+def wrong_content_type(dep: Deployment, client: httpx.Client) -> None:
+    assert client.get("Patient").headers["content-type"] == "application/json"
+
+
+def double_booking(dep: Deployment, client: httpx.Client) -> None:
+    slot = _entries(client, "Appointment/$find", **WINDOW)[0]
+    role = slot["participant"][0]["actor"]["reference"].rsplit("/", 1)[1]  # type: ignore[index]
+    body = book_body(role, str(slot["start"]), str(slot["end"]))
+    assert client.post("Appointment/$book", json=body).status_code == 201
+    assert client.post("Appointment/$book", json=body).status_code == 201
+
+
+def attachment_type_unchecked(dep: Deployment, client: httpx.Client) -> None:
+    item = attachment(contentType="text/x-shellscript", data=base64.b64encode(b"ls").decode())
+    assert client.post("Referral", json=referral_body(attachments=[item])).status_code == 201
+
+
+def flaky_503(dep: Deployment, client: httpx.Client) -> None:
+    dep.reset_rate_limit()
+    statuses = []
+    for n in range(8):
+        if n % 3 == 0:
+            dep.reset_rate_limit()
+        statuses.append(client.get("Organization/PG-1000").status_code)
+    assert statuses == [200, 200, 200, 503, 200, 200, 200, 503]
+
+
+def drop_connections(dep: Deployment, client: httpx.Client) -> None:
+    outcomes = []
+    for _ in range(5):
+        dep.reset_rate_limit()
+        try:
+            outcomes.append(client.get("Appointment").status_code)
+        except httpx.RemoteProtocolError:
+            outcomes.append(-1)
+    assert outcomes == [200, 200, 200, 200, -1]
+
+
+def relative_next_links(dep: Deployment, client: httpx.Client) -> None:
+    assert _next(client.get("Referral").json()).startswith("/main/Referral?")
+
+
+CHECKS: dict[str, Callable[[Deployment, httpx.Client], None]] = {
+    "wrong-id-prefix": wrong_id_prefix,
+    "enum-outside-spec": enum_outside_spec,
+    "bad-reference": bad_reference,
+    "bad-phone": bad_phone,
+    "bad-country": bad_country,
+    "missing-required": missing_required,
+    "no-ratelimit-headers": no_ratelimit_headers,
+    "no-retry-after": no_retry_after,
+    "rate-limit-not-enforced": rate_limit_not_enforced,
+    "tokens-die-early": tokens_die_early,
+    "tokens-outlive-expires-in": tokens_outlive_expires_in,
+    "auth-not-enforced": auth_not_enforced,
+    "any-secret-accepted": any_secret_accepted,
+    "paging-loop": paging_loop,
+    "total-mismatch": total_mismatch,
+    "wrong-content-type": wrong_content_type,
+    "double-booking": double_booking,
+    "attachment-type-unchecked": attachment_type_unchecked,
+    "flaky-503": flaky_503,
+    "drop-connections": drop_connections,
+    "relative-next-links": relative_next_links,
+}
+
+
+def test_every_fault_profile_has_an_observable_check() -> None:
+    assert set(CHECKS) == set(FAULT_PROFILES)
+
+
+@pytest.mark.parametrize("faulty", list(CHECKS), indirect=True)
+def test_fault_profile_breaks_its_rule(faulty: tuple[Deployment, httpx.Client]) -> None:
+    dep, client = faulty
+    name = dep.options.fault
+    assert name is not None
+    CHECKS[name](dep, client)
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_without_the_fault_its_check_fails(name: str) -> None:
+    """The checks really observe their fault: on a faithful mock each one fails."""
+    with serve(rate_limit=RATE, test_controls=True) as dep, api_client(dep) as client:
+        with pytest.raises((AssertionError, StopIteration)):
+            CHECKS[name](dep, client)
