@@ -7,6 +7,7 @@ controls) and checks that. ``pmtk check`` runs this same suite in-process.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import io
 import os
@@ -25,7 +26,7 @@ from contracts.session import (
     TokenRefused,
     Unreachable,
 )
-from contracts.suite import Options, Recorder, Run, pop_run, push_run
+from contracts.suite import EXIT_REASON, LAST_REPORT, Options, Recorder, Run, pop_run, push_run
 
 RUN_KEY = pytest.StashKey[Run]()
 MOCK_KEY = pytest.StashKey[AbstractContextManager[Any]]()
@@ -68,6 +69,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--schema-examples", type=int, default=3, help="Generated requests per GET operation"
     )
+    group.addoption("--pm-no-summary", action="store_true", help=argparse.SUPPRESS)
+
+
+def _usage(message: str) -> pytest.UsageError:
+    EXIT_REASON.append(message)
+    return pytest.UsageError(message)
+
+
+def _stop(message: str) -> None:
+    EXIT_REASON.append(message)
+    pytest.exit(message, returncode=2)
 
 
 def _options(config: pytest.Config) -> Options:
@@ -98,11 +110,11 @@ def pytest_configure(config: pytest.Config) -> None:
     options = _options(config)
     if options.base_url is None:
         if options.client_id or options.client_secret:
-            raise pytest.UsageError("--pm-client-id/--pm-client-secret need --pm-base-url")
+            raise _usage("--pm-client-id/--pm-client-secret need --pm-base-url")
         try:
             from toolkit.mock import serve
         except ImportError as exc:
-            raise pytest.UsageError(
+            raise _usage(
                 f"no --pm-base-url given and the embedded mock is unavailable: {exc}"
             ) from exc
         mock = serve(test_controls=True)
@@ -112,12 +124,12 @@ def pytest_configure(config: pytest.Config) -> None:
         options.client_id = deployment.client_id
         options.client_secret = deployment.client_secret
     if not options.client_id or not options.client_secret:
-        raise pytest.UsageError(
+        raise _usage(
             "a target needs a client id and secret (--pm-client-id/--pm-client-secret "
             "or PM_CLIENT_ID/PM_CLIENT_SECRET)"
         )
     if options.baseline is not None and not options.baseline.is_file():
-        raise pytest.UsageError(f"--baseline {options.baseline}: no such file")
+        raise _usage(f"--baseline {options.baseline}: no such file")
     assert options.base_url is not None
     session = Session(
         options.base_url,
@@ -149,13 +161,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         run.session.detect_test_controls()
         run.session.token()
     except Unreachable as exc:
-        pytest.exit(f"deployment unreachable: {exc}", returncode=2)
+        _stop(f"deployment unreachable: {exc}")
     except TokenRefused as exc:
         if exc.exchange.status in (400, 401, 403):
-            pytest.exit(
+            _stop(
                 f"the configured client id/secret were refused by {run.target} "
-                f"(status {exc.exchange.status}); check the credentials",
-                returncode=2,
+                f"(status {exc.exchange.status}); check the credentials"
             )
     run.observations["test_controls"] = run.session.test_controls
 
@@ -276,11 +287,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
     write_reports(report, run.options.report_dir)
     session.config.stash[REPORT_KEY] = report
+    LAST_REPORT.append(report)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     report = config.stash.get(REPORT_KEY, None)
-    if report is None:
+    if report is None or config.getoption("--pm-no-summary"):
         return
     from rich.console import Console
 

@@ -14,6 +14,7 @@ the shape as an observation instead.
 from __future__ import annotations
 
 import sys
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,14 @@ import yaml
 from contracts.walker import ALTERNATE_SHAPES
 from toolkit import catalogue as cat
 
-__all__ = ["OPENAPI_PATH", "build_openapi", "dump_openapi", "operation_id", "render_openapi"]
+__all__ = [
+    "OPENAPI_PATH",
+    "build_openapi",
+    "dump_openapi",
+    "load_openapi",
+    "operation_id",
+    "render_openapi",
+]
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.yaml")
 FHIR_JSON = "application/fhir+json"
@@ -630,6 +638,14 @@ def render_openapi() -> str:
     )
     body = yaml.safe_dump(build_openapi(), sort_keys=False, allow_unicode=True, width=100)
     return header + body
+
+
+@cache
+def load_openapi(path: Path = OPENAPI_PATH) -> JsonSchema:
+    """The committed document, parsed once per process (the C loader when available)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    data: JsonSchema = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+    return data
 
 
 def dump_openapi(path: Path = OPENAPI_PATH) -> Path:

@@ -208,6 +208,10 @@ def _wrapper(ex: Exchange) -> str:
 
 
 _CURRENT: list[Run] = []
+LAST_REPORT: list[dict[str, Any]] = []
+"""The report of the last finished run in this process (read by ``pmtk check``)."""
+EXIT_REASON: list[str] = []
+"""Why the last run stopped before checking (unreachable, credentials refused, usage)."""
 
 
 def current_run() -> Run | None:

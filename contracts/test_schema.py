@@ -10,6 +10,7 @@ a request after a 401 (its default ``retry_on=[401]`` does not apply).
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -19,12 +20,13 @@ import schemathesis
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi import checks as oas_checks
 
-from contracts.openapi import OPENAPI_PATH
+from contracts.openapi import load_openapi
 from contracts.session import DEFAULT_USER_AGENT, FHIR_JSON
-from contracts.suite import Recorder, Run
+from contracts.suite import Recorder, Run, current_run
 
-MAX_EXAMPLES = 25
-"""Upper bound for hypothesis; the run's --schema-examples caps real requests lower."""
+_RUN = current_run()
+MAX_EXAMPLES = _RUN.options.schema_examples if _RUN is not None else 3
+"""Examples hypothesis generates per operation (--schema-examples); a counter caps requests."""
 
 
 @schemathesis.check
@@ -49,7 +51,7 @@ CHECKS = [
     fhir_json_content_type,
 ]
 
-schema = schemathesis.openapi.from_path(OPENAPI_PATH)
+schema = schemathesis.openapi.from_dict(copy.deepcopy(load_openapi()))
 schema.config.generation.update(
     modes=[GenerationMode.POSITIVE],
     max_examples=MAX_EXAMPLES,

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import typer
 
+from contracts.command import check_command
 from toolkit.mock.command import mock_command
 from toolkit.notebooks import notebooks_command
+from toolkit.sync_command import sync_command
 
 app = typer.Typer(
     name="pmtk",
@@ -18,7 +20,9 @@ app = typer.Typer(
     help="Practice-management API toolkit: mock deployment, contract checks, sync.",
 )
 app.command("mock")(mock_command)
+app.command("check")(check_command)
 app.command("notebooks")(notebooks_command)
+app.command("sync")(sync_command)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -1,0 +1,273 @@
+"""write (opt-in with --allow-writes): creates, attachments, PATCH round trip, $find and $book.
+
+Every record this creates is a professional contact, a coverage, a referral or an
+appointment marked "pmtk contract check": run it against a sandbox or a practice
+set aside for testing, never against live patient data.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import uuid
+from typing import Any
+
+import pytest
+
+from contracts.session import Exchange
+from contracts.suite import Recorder, Run, entries
+from contracts.walker import walk_resource
+from toolkit import catalogue as cat
+
+MARK = "pmtk contract check"
+SAMPLE_BYTES = base64.b64encode(b"pmtk contract check attachment").decode()
+
+
+@pytest.fixture
+def writes(pm: Run) -> dict[str, Any]:
+    if not pm.options.allow_writes:
+        pytest.skip("opt-in: --allow-writes (creates records)")
+    scratch: dict[str, Any] = pm.observations.setdefault("_writes", {})
+    return scratch
+
+
+def _created(check: Recorder, ex: Exchange, resource: str) -> dict[str, Any] | None:
+    if ex.status != 201:
+        check.fail(f"creating a {resource} answered {ex.status}, expected 201", ex)
+        return None
+    body = ex.json if isinstance(ex.json, dict) else None
+    if body is None:
+        check.fail(f"creating a {resource} returned no JSON object", ex)
+        return None
+    prefixes = cat.resource(resource).create_prefixes
+    rid = str(body.get("id"))
+    if prefixes and not rid.startswith(prefixes):
+        check.fail(f"the created {resource} id {rid!r} does not start with {prefixes[0]}", ex)
+    for problem in walk_resource(resource, body):
+        check.fail(f"created {problem.text()} ({problem.category})", ex)
+    return body
+
+
+def _ref(resource: str, rid: str) -> dict[str, str]:
+    return {"reference": f"{cat.API_PREFIX}/{resource}/{rid}", "type": resource}
+
+
+def _patient_id(pm: Run) -> str:
+    patients = entries(
+        pm.sample().bundles.get("Patient").json if "Patient" in pm.sample().bundles else None
+    )
+    for p in patients:
+        if isinstance(p, dict) and isinstance(p.get("id"), str):
+            return str(p["id"])
+    pytest.skip("no Patient to write against")
+
+
+def _referral_body(pm: Run, writes: dict[str, Any], content_types: list[str]) -> dict[str, Any]:
+    coverage = writes.get("coverage")
+    if coverage is None:
+        pytest.skip("needs the Coverage created by write.create-coverage")
+    requester = None
+    for referral in entries(
+        pm.sample().bundles["Referral"].json if "Referral" in pm.sample().bundles else None
+    ):
+        if isinstance(referral, dict) and isinstance(referral.get("requester"), dict):
+            requester = referral["requester"]
+            break
+    if requester is None and "practitioner" in writes:
+        requester = _ref("PractitionerRole", writes["practitioner"])
+    if requester is None:
+        pytest.skip("no external PractitionerRole to name as requester")
+    return {
+        "resourceType": "Referral",
+        "coverage": _ref("Coverage", coverage),
+        "subject": _ref("Patient", _patient_id(pm)),
+        "requester": requester,
+        "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "active": True,
+        "comment": MARK,
+        "attachments": [
+            {"contentType": ct, "data": SAMPLE_BYTES, "title": f"pmtk-{n}.bin"}
+            for n, ct in enumerate(content_types)
+        ],
+    }
+
+
+@pytest.mark.pm_check("write.create-organization", "write")
+def test_created_organization_is_an_sp_practice(
+    pm: Run, check: Recorder, writes: dict[str, Any]
+) -> None:
+    body = {
+        "resourceType": "Organization",
+        "name": f"{MARK} practice {uuid.uuid4().hex[:8]}",
+        "active": True,
+        "telecom": [{"system": "phone", "value": "+61298765432", "use": "work"}],
+        "address": [
+            {
+                "use": "work",
+                "type": "physical",
+                "line": ["1 Test St"],
+                "city": "Sydney",
+                "country": "AU",
+            }
+        ],
+    }
+    ex = pm.session.request(
+        "POST", "/Organization", json_body=body, operation="POST /main/Organization"
+    )
+    created = _created(check, ex, "Organization")
+    if created:
+        writes["organization"] = created["id"]
+
+
+@pytest.mark.pm_check("write.create-practitioner", "write")
+def test_created_practitioner_is_an_ep_contact(
+    pm: Run, check: Recorder, writes: dict[str, Any]
+) -> None:
+    body = {
+        "resourceType": "Practitioner",
+        "name": {"use": "official", "given": ["Contract"], "family": "Check", "prefix": ["Dr"]},
+        "active": True,
+    }
+    ex = pm.session.request(
+        "POST", "/Practitioner", json_body=body, operation="POST /main/Practitioner"
+    )
+    created = _created(check, ex, "Practitioner")
+    if created:
+        writes["practitioner"] = created["id"]
+
+
+@pytest.mark.pm_check("write.create-coverage", "write")
+def test_coverage_is_created(pm: Run, check: Recorder, writes: dict[str, Any]) -> None:
+    patient = _ref("Patient", _patient_id(pm))
+    body = {
+        "resourceType": "Coverage",
+        "beneficiary": patient,
+        "subscriber": patient,
+        "payor": patient,
+        "subscriberID": "PMTK-CHECK",
+        "status": "active",
+    }
+    ex = pm.session.request("POST", "/Coverage/", json_body=body, operation="POST /main/Coverage/")
+    created = _created(check, ex, "Coverage")
+    if created:
+        writes["coverage"] = created["id"]
+
+
+@pytest.mark.pm_check("write.referral-attachments", "write")
+def test_referral_accepts_every_allowed_attachment_type(
+    pm: Run, check: Recorder, writes: dict[str, Any]
+) -> None:
+    body = _referral_body(pm, writes, list(cat.ATTACHMENT_CONTENT_TYPES))
+    ex = pm.session.request("POST", "/Referral", json_body=body, operation="POST /main/Referral")
+    created = _created(check, ex, "Referral")
+    if created:
+        writes["referral"] = created["id"]
+
+
+@pytest.mark.pm_check("write.attachment-type-rejected", "write")
+def test_referral_with_a_disallowed_attachment_type_is_rejected(
+    pm: Run, check: Recorder, writes: dict[str, Any]
+) -> None:
+    body = _referral_body(pm, writes, ["text/plain"])
+    ex = pm.session.request("POST", "/Referral", json_body=body, operation="POST /main/Referral")
+    if ex.status is None or not 400 <= ex.status < 500:
+        check.fail(f"a text/plain attachment answered {ex.status}, expected a 4xx refusal", ex)
+
+
+def _comparable(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in ("meta", "comment")}
+
+
+@pytest.mark.pm_check("write.patch-round-trip", "write")
+def test_patch_changes_exactly_what_was_sent(
+    pm: Run, check: Recorder, writes: dict[str, Any]
+) -> None:
+    rid = writes.get("referral")
+    if rid is None:
+        pytest.skip("needs the Referral created by write.referral-attachments")
+    before = pm.session.get(f"/Referral/{rid}", operation="GET /main/Referral/{id}")
+    comment = f"{MARK} {uuid.uuid4().hex[:8]}"
+    ex = pm.session.request(
+        "PATCH",
+        f"/Referral/{rid}",
+        json_body={"comment": comment},
+        content_type="application/merge-patch+json",
+        operation="PATCH /main/Referral/{id}",
+    )
+    if ex.status != 200:
+        check.fail(f"PATCH answered {ex.status}, expected 200", ex)
+        return
+    after = pm.session.get(f"/Referral/{rid}", operation="GET /main/Referral/{id}")
+    data = after.json if isinstance(after.json, dict) else {}
+    if data.get("comment") != comment:
+        check.fail(
+            f"after PATCH the comment reads {data.get('comment')!r}, expected {comment!r}",
+            ex,
+            after,
+        )
+    if isinstance(before.json, dict) and _comparable(before.json) != _comparable(data):
+        changed = sorted(
+            k for k in set(before.json) | set(data) if before.json.get(k) != data.get(k)
+        )
+        changed = [k for k in changed if k not in ("meta", "comment")]
+        check.fail(f"PATCH of comment also changed {', '.join(changed)}", before, ex, after)
+
+
+def _book_body(pm: Run, proposal: dict[str, Any]) -> dict[str, Any]:
+    appointment = {
+        k: proposal[k]
+        for k in ("start", "end", "minutesDuration", "participant", "supportingInformation")
+        if k in proposal
+    }
+    appointment["resourceType"] = "Appointment"
+    appointment["description"] = MARK
+    return {
+        "resourceType": "Parameters",
+        "parameter": [
+            {"name": "appt-resource", "resource": appointment},
+            {"name": "patient-id", "valueReference": _ref("Patient", _patient_id(pm))},
+            {"name": "status", "valueCode": "booked"},
+        ],
+    }
+
+
+@pytest.mark.pm_check("write.find-and-book", "write")
+def test_a_found_slot_can_be_booked(pm: Run, check: Recorder, writes: dict[str, Any]) -> None:
+    day = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    params = {
+        "start": (day + dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "end": (day + dt.timedelta(days=15)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "duration": 30,
+        "_count": 5,
+    }
+    found = pm.session.get(
+        "/Appointment/$find", params=params, operation="GET /main/Appointment/$find"
+    )
+    proposals = [p for p in entries(found.json) if isinstance(p, dict)]
+    if found.status != 200 or not proposals:
+        check.fail(f"$find answered {found.status} with {len(proposals)} proposals", found)
+        return
+    body = _book_body(pm, proposals[0])
+    ex = pm.session.request(
+        "POST", "/Appointment/$book", json_body=body, operation="POST /main/Appointment/$book"
+    )
+    if ex.status != 201:
+        check.fail(f"$book of a proposed slot answered {ex.status}, expected 201", found, ex)
+        return
+    writes["booking"] = body
+    for problem in walk_resource("Appointment", ex.json):
+        check.fail(f"booked {problem.text()} ({problem.category})", ex)
+
+
+@pytest.mark.pm_check("write.double-booking-refused", "write")
+def test_booking_the_same_slot_twice_is_refused(
+    pm: Run, check: Recorder, writes: dict[str, Any]
+) -> None:
+    body = writes.get("booking")
+    if body is None:
+        pytest.skip("needs the booking made by write.find-and-book")
+    ex = pm.session.request(
+        "POST", "/Appointment/$book", json_body=body, operation="POST /main/Appointment/$book"
+    )
+    if ex.status != 409:
+        check.fail(f"booking an already-booked slot again answered {ex.status}, expected 409", ex)
