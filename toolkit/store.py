@@ -99,8 +99,8 @@ VALIDATION_BATCH_ROWS = 50_000
 COMPARE_LIMIT = 5_000
 """Largest incremental fetch compared row by row with the store to detect "unchanged"."""
 
-PREFETCH_PAGES = 4
-"""Pages fetched ahead of the page being written, so disk work overlaps the network."""
+PREFETCH_PAGES = 8
+"""Pages fetched ahead of the one being written (and the most flattened into one part)."""
 
 MANIFEST = "manifest.json"
 STAGING = ".staging"
@@ -229,35 +229,28 @@ class SyncSummary:
         raise KeyError(msg)
 
     def table(self) -> Any:
-        """A :class:`rich.table.Table` of rows, pages and time per resource."""
+        """A :class:`rich.table.Table`: rows, pages, requests and time per resource."""
         from rich.table import Table
 
         t = Table(title=f"pmtk sync -> {self.out}")
-        for name, justify in (
-            ("resource", "left"),
-            ("mode", "left"),
-            ("status", "left"),
-            ("fetched", "right"),
-            ("rows", "right"),
-            ("pages", "right"),
-            ("requests", "right"),
-            ("elapsed", "right"),
-            ("high-water mark", "left"),
-        ):
-            t.add_column(name, justify=justify)  # type: ignore[arg-type]
+        t.add_column("resource", no_wrap=True)
+        t.add_column("mode", no_wrap=True)
+        t.add_column("status", no_wrap=True)
+        for name in ("fetched", "rows", "child rows", "pages", "requests", "elapsed"):
+            t.add_column(name, justify="right")
         for r in self.resources:
-            rows = ", ".join(f"{k} {v:,}" for k, v in r.rows.items())
-            mode = r.mode + (" (resumed)" if r.resumed else "")
+            main = r.rows.get(r.resource, 0)
+            children = sum(n for table, n in r.rows.items() if table != r.resource)
             t.add_row(
                 r.resource,
-                mode,
+                r.mode + (" (resumed)" if r.resumed else ""),
                 r.status,
                 f"{r.fetched:,}",
-                rows,
+                f"{main:,}",
+                f"{children:,}",
                 str(r.pages),
                 str(r.requests),
                 f"{r.elapsed:.1f} s",
-                r.high_water_mark or "-",
             )
         t.caption = f"{self.requests} requests ({self.pages} pages) in {self.elapsed:.1f} s"
         return t
@@ -498,14 +491,33 @@ class _Prefetch:
                     close()
         self._put(item)
 
-    def __iter__(self) -> Iterator[bytes]:
+    def batches(self, limit: int) -> Iterator[list[bytes]]:
+        """Yield the pages in order, grouped: one page, plus any already fetched (<= limit).
+
+        When writing keeps up with the network every batch is a single page;
+        when it falls behind, the waiting pages are flattened together, which
+        amortises the per-call cost instead of letting the backlog grow.
+        """
         while True:
+            batch: list[bytes] = []
+            end: tuple[str, Any] | None = None
             kind, value = self._queue.get()
-            if kind == "page":
-                yield value
-            elif kind == "error":
-                raise value
-            else:
+            while True:
+                if kind != "page":
+                    end = (kind, value)
+                    break
+                batch.append(value)
+                if len(batch) >= limit:
+                    break
+                try:
+                    kind, value = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                yield batch
+            if end is not None:
+                if end[0] == "error":
+                    raise end[1]
                 return
 
     def __enter__(self) -> _Prefetch:
@@ -729,9 +741,9 @@ class _ResourceSyncer:
         pages = self._pages(cp, first_page)
         try:
             with _Prefetch(iter(pages), PREFETCH_PAGES) as prefetch:
-                for offset, page in enumerate(prefetch):
-                    requested += 1
-                    self._stage_page(cp, page, first_page + offset)
+                for batch in prefetch.batches(PREFETCH_PAGES):
+                    self._stage_pages(cp, batch, first_page + requested)
+                    requested += len(batch)
                     self.on_page(
                         PageProgress(
                             resource=self.rt,
@@ -782,17 +794,22 @@ class _ResourceSyncer:
                 if match is None or int(match.group(1)) > cp.parts:
                     path.unlink(missing_ok=True)
 
-    def _stage_page(self, cp: _Checkpoint, page: bytes, page_number: int) -> None:
+    def _stage_pages(self, cp: _Checkpoint, pages: list[bytes], page_number: int) -> None:
+        """Flatten consecutive pages (from ``page_number``) into one part; checkpoint."""
         from toolkit import views
 
-        bundle = orjson.loads(page)
-        entries = bundle.get("entry") or []
         last_updated: str | None = None
-        for e in entries:
-            stamp = ((e.get("resource") or {}).get("meta") or {}).get("lastUpdated")
-            if isinstance(stamp, str):
-                last_updated = _later(last_updated, stamp)
-        tables = views.flatten_tables(self.rt, [page])
+        n_entries = 0
+        bundle: dict[str, Any] = {}
+        for page in pages:
+            bundle = orjson.loads(page)
+            entries = bundle.get("entry") or []
+            n_entries += len(entries)
+            for e in entries:
+                stamp = ((e.get("resource") or {}).get("meta") or {}).get("lastUpdated")
+                if isinstance(stamp, str):
+                    last_updated = _later(last_updated, stamp)
+        tables = views.flatten_tables(self.rt, pages)
         part = cp.parts + 1
         for table, df in tables.items():
             if df.height == 0:
@@ -810,8 +827,8 @@ class _ResourceSyncer:
             None,
         )
         cp.parts = part
-        cp.pages_done = page_number
-        cp.records += len(entries)
+        cp.pages_done = page_number + len(pages) - 1
+        cp.records += n_entries
         if isinstance(bundle.get("total"), int):
             cp.total = bundle["total"]
         cp.next_url = next_url

@@ -1,0 +1,210 @@
+"""Benchmark of ``toolkit.store.sync`` against the mock (not collected by pytest).
+
+Run::
+
+    uv run python tests/benchmarks/bench_sync.py [--rate 3000] [--scale medium]
+
+Prints, beside their floors and baselines:
+
+1. A full sync at MEDIUM scale: list requests, elapsed time and 429 answers,
+   against the floor the rate limit sets (``requests / rate * 60 s``). To keep
+   the run short, the mock *and* the client use ``--rate`` requests per minute
+   (default 3000, six times the API's 500); the floor is computed for that rate.
+2. A re-sync with nothing changed: requests per resource (target: one list
+   request each, plus at most one token).
+3. Peak memory (``ru_maxrss`` of a fresh child process) of a full sync at SMALL
+   and at MEDIUM scale, beside the size of the final frames and beside a naive
+   baseline that flattens every page of a resource in memory at once
+   (``flatten_tables(rt, list_of_all_pages)``).
+
+Each measured sync runs in its own child process, so that the mock (which runs
+in this process) and earlier runs do not inflate the peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from toolkit import catalogue
+
+
+def _child(args: argparse.Namespace) -> None:
+    """Run one measured operation and print its figures as JSON."""
+    from toolkit.client import Client
+
+    started = time.perf_counter()
+    out: dict[str, Any] = {}
+    with Client(
+        base_url=args.base_url,
+        client_id=args.client_id,
+        client_secret=args.client_secret,
+        requests_per_minute=args.rate,
+        progress=False,
+    ) as client:
+        if args.child == "sync":
+            from toolkit.store import load, sync
+
+            summary = sync(client, args.out, full=args.full, progress=False)
+            out["requests"] = summary.requests
+            out["pages"] = summary.pages
+            out["status"] = {r.resource: r.status for r in summary.resources}
+            out["frames_mb"] = (
+                sum(
+                    load(rt, args.out, table=table).estimated_size()  # type: ignore[union-attr]
+                    for rt in catalogue.LISTED_RESOURCES
+                    for table in summary[rt].rows
+                )
+                / 2**20
+            )
+            out["rows"] = sum(sum(r.rows.values()) for r in summary.resources)
+        else:  # naive: every page of a resource in memory, flattened at once
+            from toolkit.views import flatten_tables
+
+            rows = 0
+            for rt in catalogue.LISTED_RESOURCES:
+                pages = list(client.pages(rt))
+                rows += sum(df.height for df in flatten_tables(rt, pages).values())
+                del pages
+            out["rows"] = rows
+            out["requests"] = client.requests_sent
+    out["elapsed"] = time.perf_counter() - started
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
+
+
+def _run_child(dep: Any, rate: int, kind: str, out: Path, *, full: bool = False) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        kind,
+        "--base-url",
+        dep.base_url,
+        "--client-id",
+        dep.client_id,
+        "--client-secret",
+        dep.client_secret,
+        "--rate",
+        str(rate),
+        "--out",
+        str(out),
+    ]
+    if full:
+        cmd.append("--full")
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        msg = f"child {kind} failed ({done.returncode})"
+        raise SystemExit(msg)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    def diff(key: str) -> dict[str, int]:
+        a, b = before.get(key, {}), after.get(key, {})
+        return {k: int(b[k]) - int(a.get(k, 0)) for k in b if int(b[k]) - int(a.get(k, 0))}
+
+    return {
+        "requests": after["requests"] - before["requests"],
+        "by_status": diff("responses_by_status"),
+        "by_path": diff("requests_by_path"),
+    }
+
+
+def _measure(scale: str, rate: int, work: Path, *, naive: bool) -> dict[str, Any]:
+    from toolkit.mock import serve
+
+    figures: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    with serve(seed=0, scale=scale, rate_limit=rate, test_controls=True) as dep:
+        figures["mock_start_s"] = time.perf_counter() - t0
+        store = work / f"store-{scale}"
+        before = dep.stats()
+        figures["full"] = _run_child(dep, rate, "sync", store)
+        figures["full_server"] = _delta(before, dep.stats())
+        dep.reset_rate_limit()
+        before = dep.stats()
+        figures["resync"] = _run_child(dep, rate, "sync", store)
+        figures["resync_server"] = _delta(before, dep.stats())
+        if naive:
+            dep.reset_rate_limit()
+            figures["naive"] = _run_child(dep, rate, "naive", work / "unused")
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=3000, help="requests/minute (mock and client)")
+    parser.add_argument("--scale", default="medium")
+    parser.add_argument("--child", choices=("sync", "naive"), help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    parser.add_argument("--client-id", help=argparse.SUPPRESS)
+    parser.add_argument("--client-secret", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--full", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+
+    rate = args.rate
+    n_resources = len(catalogue.LISTED_RESOURCES)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        print(f"pmtk sync benchmark: mock and client at {rate} requests/minute", flush=True)
+        small = _measure("small", rate, work, naive=False)
+        big = _measure(args.scale, rate, work, naive=True)
+
+    full, server = big["full"], big["full_server"]
+    requests = server["requests"]
+    floor = requests / rate * 60
+    too_many = server["by_status"].get("429", 0)
+    print()
+    print(f"1. Full sync, {args.scale} scale ({full['rows']:,} rows in every table)")
+    print(f"   {'':<28}{'measured':>12}{'floor/target':>16}")
+    print(f"   {'requests (server count)':<28}{requests:>12,}{'':>16}")
+    print(f"   {'elapsed':<28}{full['elapsed']:>11.1f}s{floor:>15.1f}s")
+    print(f"   {'elapsed / floor':<28}{full['elapsed'] / floor:>12.2f}{'<= 1.05':>16}")
+    print(f"   {'429 answers':<28}{too_many:>12}{0:>16}")
+
+    resync = big["resync_server"]
+    lists = {p: n for p, n in resync["by_path"].items() if p != "/main/oauth/token"}
+    tokens = resync["by_path"].get("/main/oauth/token", 0)
+    print()
+    print("2. Re-sync with nothing changed")
+    print(f"   {'':<28}{'measured':>12}{'target':>16}")
+    print(f"   {'list requests':<28}{sum(lists.values()):>12}{n_resources:>16}")
+    print(f"   {'token requests':<28}{tokens:>12}{'<= 1':>16}")
+    print(f"   {'max per resource':<28}{max(lists.values(), default=0):>12}{1:>16}")
+    print(f"   {'elapsed':<28}{big['resync']['elapsed']:>11.2f}s{'':>16}")
+    print(f"   statuses: {big['resync']['status']}")
+
+    print()
+    print("3. Peak memory (ru_maxrss of the syncing process)")
+    print(f"   {'':<30}{'rows':>10}{'frames':>10}{'peak RSS':>11}")
+    for label, fig in (
+        ("sync, small", small["full"]),
+        (f"sync, {args.scale}", full),
+        (f"naive in-memory, {args.scale}", big["naive"]),
+    ):
+        frames = f"{fig['frames_mb']:.0f} MB" if "frames_mb" in fig else "-"
+        print(f"   {label:<30}{fig['rows']:>10,}{frames:>10}{fig['peak_rss_mb']:>8.0f} MB")
+    growth = full["peak_rss_mb"] - small["full"]["peak_rss_mb"]
+    print(
+        f"   growth small -> {args.scale}: {growth:.0f} MB of RSS for "
+        f"{full['rows'] - small['full']['rows']:,} more rows "
+        f"(final frames grew by {full['frames_mb'] - small['full']['frames_mb']:.0f} MB)"
+    )
+
+
+if __name__ == "__main__":
+    main()
