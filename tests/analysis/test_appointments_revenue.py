@@ -1,4 +1,4 @@
-"""Attendance, slot utilisation, revenue and report comparison on hand-made frames."""
+"""Attendance, slot utilisation and revenue on hand-made frames."""
 
 from __future__ import annotations
 
@@ -196,16 +196,3 @@ def test_appointments_without_invoice_line_ignore_voided_lines() -> None:
     missing = analysis.appointments_without_invoice_line(_visits(), _lines())
     # A1 has a line; A2 (did not attend) has only a voided line; A3 is cancelled.
     assert missing["id"].to_list() == ["A2"]
-
-
-def test_compare_reports_labels_changes() -> None:
-    base = pl.DataFrame({"check": ["a", "b", "c"], "outcome": ["passed", "failed", "passed"]})
-    cur = pl.DataFrame({"check": ["a", "b", "d"], "outcome": ["passed", "passed", "failed"]})
-    out = analysis.compare_reports(cur, base)
-    assert dict(zip(out["check"], out["change"], strict=True)) == {
-        "b": "changed",
-        "d": "new",
-        "c": "gone",
-        "a": "same",
-    }
-    assert out["change"].to_list() == ["changed", "new", "gone", "same"]
