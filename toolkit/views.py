@@ -462,7 +462,8 @@ def _not_in(keys: Iterable[str]) -> str:
             alts.append("")
         return "(?:" + "|".join(alts) + ")"
 
-    return '"' + node(sorted(set(keys))) + r'"\s*:'
+    # A key always follows "{" or "," (JSON grammar); anchoring there halves the scan.
+    return r'[{,]\s*"' + node(sorted(set(keys))) + r'"\s*:'
 
 
 _ENVELOPE = pl.Struct(
@@ -817,6 +818,21 @@ def _dtype_text(dtype: pl.DataType) -> str:
     return str(dtype).replace("time_zone=", "").replace("time_unit=", "")
 
 
+def _rules_note(c: Column) -> str:
+    f = c.field
+    if f is None or c.role != "value":
+        return c.doc
+    notes = [c.doc] if c.doc else []
+    if f.required:
+        notes.append("required")
+    if f.enum:
+        values = ", ".join("null" if v is None else f"`{v}`" for v in f.enum)
+        notes.append(f"{'e.g.' if f.open_enum else 'one of'} {values}")
+    if f.format in ("country", "currency", "canonical") or (f.format == "phone" and not c.when):
+        notes.append(f"{f.format} format")
+    return "; ".join(notes)
+
+
 def views_markdown() -> str:
     """The ``docs/views.md`` tables of every view, generated from :data:`VIEWS`.
 
@@ -842,7 +858,7 @@ def views_markdown() -> str:
             lines += [head, "", "| Column | Dtype | Path | Notes |", "|---|---|---|---|"]
             for c in v.columns:
                 path = c.path.replace("|", "\\|")
-                doc = c.doc.replace("|", "\\|")
+                doc = _rules_note(c).replace("|", "\\|")
                 lines.append(f"| `{c.name}` | `{_dtype_text(c.dtype)}` | `{path}` | {doc} |")
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -319,3 +319,16 @@ def test_read_schema_is_explicit_and_derived_from_the_catalogue() -> None:
     assert isinstance(entry, pl.List)
     resource = dict(entry.inner.to_schema())["resource"]  # type: ignore[union-attr]
     assert "minutesDuration" in dict(resource.to_schema())
+
+
+def test_the_key_scan_flags_only_pages_with_a_key_the_view_does_not_know() -> None:
+    from toolkit.views import _compiled, _scan_unknown
+
+    pattern = _compiled("Appointment").unknown_key
+    known = orjson.dumps(bundle(appointment(1)))
+    pretty = json.dumps(bundle(appointment(1)), indent=2).encode()
+    nested = orjson.dumps(bundle(appointment(1, participant=[{"period": {"start": "x"}}])))
+    top = orjson.dumps(bundle(appointment(1, status="booked")))
+    value_only = orjson.dumps(bundle(appointment(1, description='say "status": no')))
+    flags = _scan_unknown([known, pretty, nested, top, value_only], pattern).to_list()
+    assert flags == [False, False, True, True, False]
