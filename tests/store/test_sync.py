@@ -25,7 +25,7 @@ from toolkit.store import (
 
 
 def _sorted(df: pl.DataFrame) -> pl.DataFrame:
-    keys = [c for c in ("id", "index") if c in df.columns] or [df.columns[0], "index"]
+    keys = ["id"] if "id" in df.columns else [df.columns[0], "index"]  # child: parent id, index
     return df.sort(keys)
 
 
@@ -347,3 +347,21 @@ def test_unknown_resource_is_refused_before_any_request(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigurationError, match="Slot"):
         sync(NoClient(), tmp_path, resources=["Slot"], progress=False)
+
+
+def test_pmtk_sync_command_writes_a_store_and_prints_a_summary(synced: Any, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+
+    dep = synced.dep
+    out = tmp_path / "cli-store"
+    args = ["sync", "--out", str(out), "-r", "Practitioner", "-r", "Organization"]
+    args += ["--base-url", dep.base_url, "--client-id", dep.client_id]
+    result = CliRunner().invoke(
+        app, args, env={"PM_CLIENT_SECRET": dep.client_secret, "COLUMNS": "160"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "Practitioner" in result.output and "requests" in result.output
+    assert set(read_manifest(out)["resources"]) == {"Practitioner", "Organization"}
+    _assert_same_store(out, synced.path, "Practitioner")
