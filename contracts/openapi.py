@@ -308,6 +308,12 @@ def _error_responses(*statuses: str) -> dict[str, Any]:
     return out
 
 
+_DATE = "20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
+_TIME = "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](Z|[+-](0[0-9]|1[0-4]):[0-5][0-9])"
+SEARCH_DATE = f"{_DATE}({_TIME})?"
+"""Query-side dates: the shape *and* a real calendar day, so generated searches are valid."""
+
+
 def _list_parameters(resource_name: str) -> list[JsonSchema]:
     params: list[JsonSchema] = [
         {"$ref": "#/components/parameters/count"},
@@ -320,11 +326,7 @@ def _list_parameters(resource_name: str) -> list[JsonSchema]:
     for name in cat.SEARCH_PARAMETERS.get(resource_name, ()):
         schema: JsonSchema = {"type": "string", "minLength": 1}
         if name == "date":
-            schema = {
-                "type": "string",
-                "pattern": "^(eq|ne|gt|ge|lt|le)?[0-9]{4}-[0-9]{2}-[0-9]{2}"
-                "(T[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:[0-9]{2}))?$",
-            }
+            schema = {"type": "string", "pattern": f"^(eq|ne|gt|ge|lt|le)?{SEARCH_DATE}$"}
         params.append({"name": name, "in": "query", "required": False, "schema": schema})
     return params
 
@@ -341,7 +343,7 @@ def _id_parameter(resource_name: str) -> JsonSchema:
 
 
 def _find_parameters() -> list[JsonSchema]:
-    dt = {"type": "string", "format": "date-time", "pattern": cat.format_pattern("date-time")}
+    dt = {"type": "string", "format": "date-time", "pattern": f"^{_DATE}{_TIME}$"}
     return [
         {"name": "start", "in": "query", "required": True, "schema": dt},
         {"name": "end", "in": "query", "required": True, "schema": dt},
@@ -571,11 +573,7 @@ def _components() -> JsonSchema:
         "lastUpdated": {
             "name": "_lastUpdated",
             "in": "query",
-            "schema": {
-                "type": "string",
-                "pattern": "^(gt|ge|lt|le)?[0-9]{4}-[0-9]{2}-[0-9]{2}"
-                "(T[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:[0-9]{2}))?$",
-            },
+            "schema": {"type": "string", "pattern": f"^(gt|ge|lt|le)?{SEARCH_DATE}$"},
         },
         "sort": {
             "name": "_sort",

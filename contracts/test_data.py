@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.session import FHIR_JSON
 from contracts.suite import Recorder, Run
 from toolkit import catalogue as cat
 
@@ -68,3 +69,7 @@ def test_fields_have_the_catalogue_json_types(pm: Run, check: Recorder, resource
     for read in sample.reads.get(resource, []):
         if read.status != 200:
             check.fail(f"reading a listed {resource} answered {read.status}", read)
+    for ex in [sample.bundles[resource], *sample.reads.get(resource, [])]:
+        media = (ex.header("content-type") or "").split(";")[0].strip().lower()
+        if media != FHIR_JSON:
+            check.fail(f"{ex.operation} is served as {media!r}, expected {FHIR_JSON!r}", ex)

@@ -52,11 +52,13 @@ def _ref(resource: str, rid: str) -> dict[str, str]:
     return {"reference": f"{cat.API_PREFIX}/{resource}/{rid}", "type": resource}
 
 
+def _listed(pm: Run, resource: str) -> list[Any]:
+    ex = pm.sample().bundles.get(resource)
+    return entries(ex.json) if ex is not None else []
+
+
 def _patient_id(pm: Run) -> str:
-    patients = entries(
-        pm.sample().bundles.get("Patient").json if "Patient" in pm.sample().bundles else None
-    )
-    for p in patients:
+    for p in _listed(pm, "Patient"):
         if isinstance(p, dict) and isinstance(p.get("id"), str):
             return str(p["id"])
     pytest.skip("no Patient to write against")
@@ -67,9 +69,7 @@ def _referral_body(pm: Run, writes: dict[str, Any], content_types: list[str]) ->
     if coverage is None:
         pytest.skip("needs the Coverage created by write.create-coverage")
     requester = None
-    for referral in entries(
-        pm.sample().bundles["Referral"].json if "Referral" in pm.sample().bundles else None
-    ):
+    for referral in _listed(pm, "Referral"):
         if isinstance(referral, dict) and isinstance(referral.get("requester"), dict):
             requester = referral["requester"]
             break
@@ -214,7 +214,7 @@ def test_patch_changes_exactly_what_was_sent(
 
 
 def _book_body(pm: Run, proposal: dict[str, Any]) -> dict[str, Any]:
-    appointment = {
+    appointment: dict[str, Any] = {
         k: proposal[k]
         for k in ("start", "end", "minutesDuration", "participant", "supportingInformation")
         if k in proposal

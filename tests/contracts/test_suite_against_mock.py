@@ -1,0 +1,132 @@
+"""The contract suite against the mock: clean passes, every fault is caught in its category."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from toolkit.cli import app
+from toolkit.mock import FAULT_PROFILES, serve
+
+FAULTS = sorted(name for name, p in FAULT_PROFILES.items() if p.category is not None)
+runner = CliRunner()
+
+
+def _check(dep: Any, report_dir: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    result = runner.invoke(
+        app,
+        [
+            "check",
+            "--base-url",
+            dep.base_url,
+            "--client-id",
+            dep.client_id,
+            "--client-secret",
+            dep.client_secret,
+            "--report-dir",
+            str(report_dir),
+            "--schema-examples",
+            "1",
+            *extra,
+        ],
+        catch_exceptions=False,
+    )
+    report_path = report_dir / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else {}
+    return result.exit_code, report, result.output
+
+
+def test_clean_mock_with_every_opt_in_is_conformant_within_90_seconds(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with serve(test_controls=True) as dep:
+        code, report, output = _check(dep, tmp_path, "--allow-writes", "--probe-rate-limit")
+    elapsed = time.monotonic() - started
+    failed = [
+        c["id"] + ": " + c["message"][:200] for c in report["checks"] if c["status"] == "failed"
+    ]
+    assert code == 0, failed or output
+    assert report["summary"]["failed"] == 0
+    assert report["observations"]["rate_limit_probe"]["first_429_at"] == 501
+    assert report["observations"]["token_lifetime"]["honours"].startswith("documented")
+    assert "total time" in output
+    assert elapsed < 90
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault_profile_is_reported_in_its_category(fault: str, tmp_path: Path) -> None:
+    category = FAULT_PROFILES[fault].category
+    extra = ["--request-budget", "200"]
+    if category == "rate-limit":
+        extra.append("--probe-rate-limit")
+    if category == "write":
+        extra.append("--allow-writes")
+    with serve(test_controls=True, fault=fault) as dep:
+        code, report, output = _check(dep, tmp_path, *extra)
+    failed = {c["category"] for c in report.get("checks", []) if c["status"] == "failed"}
+    assert code == 1, output
+    assert category in failed, f"{fault}: failed categories {sorted(failed)}"
+
+
+def _closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_deployment_exits_2_with_a_clear_message(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/main"
+    result = runner.invoke(
+        app,
+        [
+            "check",
+            "--base-url",
+            url,
+            "--client-id",
+            "x",
+            "--client-secret",
+            "s3cret-value",
+            "--report-dir",
+            str(tmp_path),
+        ],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 2
+    assert "unreachable" in result.output
+    assert "s3cret-value" not in result.output
+
+
+def test_base_url_without_credentials_exits_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["check", "--base-url", "http://127.0.0.1:9/main"], env={})
+    assert result.exit_code == 2
+
+
+def test_report_files_redact_the_secret_and_tokens(tmp_path: Path) -> None:
+    with serve(test_controls=True, fault="any-secret-accepted") as dep:
+        code, report, _ = _check(dep, tmp_path)
+        secret = dep.client_secret
+    assert code == 1
+    for name in ("report.json", "junit.xml", "report.html"):
+        text = (tmp_path / name).read_text()
+        assert secret not in text
+        assert "eyJ" not in text  # no JWT (access token) anywhere
+    evidence = [e for c in report["checks"] for e in c["evidence"]]
+    assert evidence and all("curl" in e for e in evidence if "request" in e)
+
+
+def test_baseline_comparison_lists_new_and_fixed_findings(tmp_path: Path) -> None:
+    with serve(test_controls=True, fault="bad-phone") as dep:
+        code, _, _ = _check(dep, tmp_path / "a")
+    assert code == 1
+    with serve(test_controls=True) as dep:
+        code, second, _ = _check(
+            dep, tmp_path / "b", "--baseline", str(tmp_path / "a" / "report.json")
+        )
+    assert code == 0
+    assert "format.values[Organization]" in second["baseline"]["fixed"]
+    assert second["summary"]["new_findings"] == []
