@@ -79,9 +79,7 @@ def test_missing_token_gets_401_operation_outcome(mock_deployment: Deployment) -
 
 
 def test_forged_token_gets_401(mock_deployment: Deployment) -> None:
-    forged = jwt.encode(
-        {"sub": "pmtk-demo", "iat": 0, "exp": 2**40}, b"x" * 32, algorithm="HS256"
-    )
+    forged = jwt.encode({"sub": "pmtk-demo", "iat": 0, "exp": 2**40}, b"x" * 32, algorithm="HS256")
     response = httpx.get(
         f"{mock_deployment.base_url}/Referral",
         headers={**HEADERS, "Authorization": f"Bearer {forged}"},

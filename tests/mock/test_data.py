@@ -47,7 +47,9 @@ def test_ids_carry_the_catalogue_prefixes() -> None:
 
 def test_clinics_are_part_of_the_practice_group() -> None:
     clinics = [r for r in records(small(), "Organization") if r["id"].startswith("CL-")]
-    assert clinics and all(c["partOf"]["reference"] == "/main/Organization/PG-1000" for c in clinics)
+    assert clinics and all(
+        c["partOf"]["reference"] == "/main/Organization/PG-1000" for c in clinics
+    )
 
 
 def test_funders_include_medicare_dva_ndis_and_private_insurers() -> None:
@@ -126,7 +128,9 @@ def test_money_referrals_spend_matches_their_patients_invoice_lines() -> None:
 
 def test_invoice_lines_link_appointment_patient_practitioner_funder_and_invoice() -> None:
     lines = records(small(), "InvoiceLine")
-    assert all(line["performer"]["reference"].startswith("/main/Practitioner/PR-") for line in lines)
+    assert all(
+        line["performer"]["reference"].startswith("/main/Practitioner/PR-") for line in lines
+    )
     funded = [line for line in lines if "extension" in line]
     assert len(funded) > len(lines) / 2
     assert all(

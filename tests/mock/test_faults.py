@@ -20,9 +20,11 @@ RATE = 3
 @pytest.fixture
 def faulty(request: pytest.FixtureRequest) -> Iterator[tuple[Deployment, httpx.Client]]:
     """A mock started with the profile named by the test's parameter and a limit of 3/min."""
-    with serve(fault=request.param, rate_limit=RATE, test_controls=True) as dep:
-        with api_client(dep) as client:
-            yield dep, client
+    with (
+        serve(fault=request.param, rate_limit=RATE, test_controls=True) as dep,
+        api_client(dep) as client,
+    ):
+        yield dep, client
 
 
 def _entries(client: httpx.Client, path: str, **params: object) -> list[dict[str, object]]:
@@ -214,6 +216,9 @@ def test_fault_profile_breaks_its_rule(faulty: tuple[Deployment, httpx.Client]) 
 @pytest.mark.parametrize("name", list(CHECKS))
 def test_without_the_fault_its_check_fails(name: str) -> None:
     """The checks really observe their fault: on a faithful mock each one fails."""
-    with serve(rate_limit=RATE, test_controls=True) as dep, api_client(dep) as client:
-        with pytest.raises((AssertionError, StopIteration)):
-            CHECKS[name](dep, client)
+    with (
+        serve(rate_limit=RATE, test_controls=True) as dep,
+        api_client(dep) as client,
+        pytest.raises((AssertionError, StopIteration)),
+    ):
+        CHECKS[name](dep, client)

@@ -30,7 +30,10 @@ def test_list_returns_a_searchset_bundle_with_total_and_links(
     assert bundle["total"] >= len(bundle["entry"]) > 0
     assert all(e["resource"]["resourceType"] == resource for e in bundle["entry"])
     assert all("lastUpdated" in e["resource"]["meta"] for e in bundle["entry"])
-    assert _link(bundle, "self", ).startswith("http://127.0.0.1:")  # type: ignore[union-attr]
+    assert _link(
+        bundle,
+        "self",
+    ).startswith("http://127.0.0.1:")  # type: ignore[union-attr]
     assert _link(bundle, "last") is not None
 
 
@@ -160,9 +163,7 @@ def test_patient_name_search_ignores_case_and_accents(mock_api: httpx.Client) ->
 def test_patient_family_search(mock_api: httpx.Client) -> None:
     bundle = mock_api.get("Patient", params={"family": "nguyen", "_count": 100}).json()
     assert bundle["total"] > 0
-    assert all(
-        e["resource"]["name"][0]["family"] == "Nguyễn" for e in bundle["entry"]
-    )
+    assert all(e["resource"]["name"][0]["family"] == "Nguyễn" for e in bundle["entry"])
 
 
 def test_organization_name_search(mock_api: httpx.Client) -> None:

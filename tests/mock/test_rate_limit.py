@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from tests.conftest import api_client, token_for
-from toolkit.mock import Deployment, serve
+from toolkit.mock import serve
 
 
 def _exhaust(client: httpx.Client, n: int) -> None:

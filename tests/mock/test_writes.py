@@ -41,6 +41,9 @@ def attachment(**extra: Any) -> dict[str, Any]:
     return item
 
 
+COUNTRY = "Organization.address[0].country"
+
+
 def _expressions(response: httpx.Response) -> list[str]:
     return [x for issue in response.json()["issue"] for x in issue.get("expression", [])]
 
@@ -186,8 +189,8 @@ def test_rule_violations_get_422_naming_the_field(
     ("telecom", "address", "path"),
     [
         ({"system": "phone", "value": "+61 2 9876 5432"}, {}, "Organization.telecom[0].value"),
-        ({"system": "email", "value": "a@b.example"}, {"country": "Australia"}, "Organization.address[0].country"),
-        ({"system": "email", "value": "a@b.example"}, {"country": "XX"}, "Organization.address[0].country"),
+        ({"system": "email", "value": "a@b.example"}, {"country": "Australia"}, COUNTRY),
+        ({"system": "email", "value": "a@b.example"}, {"country": "XX"}, COUNTRY),
     ],
 )  # fmt: skip
 def test_organization_format_rules_get_422(
@@ -237,9 +240,9 @@ def test_patch_with_null_removes_the_field(fresh_api: httpx.Client) -> None:
 
 @pytest.mark.parametrize("resource", ["Appointment/10000001", "Coverage/200001"])
 def test_patch_accepts_plain_application_json(fresh_api: httpx.Client, resource: str) -> None:
-    response = fresh_api.patch(resource, json={"extension": None} if "Cov" in resource else {
-        "description": "moved room"
-    })
+    response = fresh_api.patch(
+        resource, json={"extension": None} if "Cov" in resource else {"description": "moved room"}
+    )
     assert response.status_code == 200
 
 
