@@ -1,0 +1,68 @@
+"""``pmtk notebooks --html``: the analysis notebooks render to HTML with their Vega-Lite charts.
+
+Rendering executes the notebooks again (nbmake already ran them), so one rendering
+of notebooks 02 to 04 is shared by every assertion.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from toolkit.notebooks import RenderResult, notebook_paths, notebooks_command, render_notebooks
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+CHARTED = ("02", "03", "04")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> list[RenderResult]:
+    out = tmp_path_factory.mktemp("html")
+    return render_notebooks(out, notebooks=notebook_paths(NOTEBOOK_DIR, CHARTED), timeout=120)
+
+
+def test_every_cell_runs_when_rendering(rendered: list[RenderResult]) -> None:
+    assert [r.notebook.name[:2] for r in rendered] == list(CHARTED)
+    failures = {r.notebook.name: r.error for r in rendered if not r.ok}
+    assert not failures
+
+
+def test_html_embeds_vega_lite_charts_with_titles(rendered: list[RenderResult]) -> None:
+    for result in rendered:
+        html = result.html.read_text(encoding="utf-8")
+        assert "vegaEmbed" in html, result.html.name
+        schemas = re.findall(
+            r'"\$schema": ?"(https://vega\.github\.io/schema/vega-lite/[^"]+)"', html
+        )
+        assert schemas, f"{result.html.name} has no Vega-Lite spec"
+        specs = re.findall(r'"title": ?(\{[^{}]*"text"[^{}]*\}|"[^"]+")', html)
+        assert specs, f"{result.html.name} charts carry no titles"
+
+
+def test_html_keeps_the_tables(rendered: list[RenderResult]) -> None:
+    for result in rendered:
+        html = result.html.read_text(encoding="utf-8")
+        assert "gt_table" in html, f"{result.html.name} shows no great-tables table"
+
+
+def test_command_reports_an_unknown_selection_without_running(tmp_path: Path) -> None:
+    import typer
+
+    app = typer.Typer()
+    app.command()(notebooks_command)
+    result = CliRunner().invoke(app, ["--html", str(tmp_path), "--only", "99"])
+    assert result.exit_code == 2
+    assert "no numbered notebooks" in result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_rendered_page_is_a_notebook_page(rendered: list[RenderResult]) -> None:
+    html = rendered[0].html.read_text(encoding="utf-8")
+    assert html.lstrip().lower().startswith("<!doctype html>")
+    assert json.dumps("What you will learn")[1:-1] in html
