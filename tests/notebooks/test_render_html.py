@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -33,16 +34,33 @@ def test_every_cell_runs_when_rendering(rendered: list[RenderResult]) -> None:
     assert not failures
 
 
-def test_html_embeds_vega_lite_charts_with_titles(rendered: list[RenderResult]) -> None:
+def _chart_specs(html: str) -> list[dict[str, Any]]:
+    """The Vega-Lite specs Altair's HTML output hands to ``vegaEmbed``."""
+    found = re.findall(r'\}\)\((\{"config".*?\}), \{"mode": "vega-lite"\}\);', html)
+    return [json.loads(spec) for spec in found]
+
+
+def test_html_embeds_vega_lite_charts(rendered: list[RenderResult]) -> None:
     for result in rendered:
         html = result.html.read_text(encoding="utf-8")
         assert "vegaEmbed" in html, result.html.name
-        schemas = re.findall(
-            r'"\$schema": ?"(https://vega\.github\.io/schema/vega-lite/[^"]+)"', html
-        )
-        assert schemas, f"{result.html.name} has no Vega-Lite spec"
-        specs = re.findall(r'"title": ?(\{[^{}]*"text"[^{}]*\}|"[^"]+")', html)
-        assert specs, f"{result.html.name} charts carry no titles"
+        specs = _chart_specs(html)
+        assert specs, f"{result.html.name} has no chart"
+        for spec in specs:
+            assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+
+
+def test_every_chart_has_a_title_and_axis_labels(rendered: list[RenderResult]) -> None:
+    for result in rendered:
+        for spec in _chart_specs(result.html.read_text(encoding="utf-8")):
+            assert spec.get("title"), f"untitled chart in {result.html.name}"
+            for layer in spec.get("layer", [spec]):
+                encoding = layer.get("encoding", {})
+                for channel in ("x", "y"):
+                    if channel in encoding:
+                        assert encoding[channel].get("title"), (
+                            f"{channel} axis without a label in {spec['title']!r}"
+                        )
 
 
 def test_html_keeps_the_tables(rendered: list[RenderResult]) -> None:
