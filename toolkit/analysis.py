@@ -61,6 +61,7 @@ __all__ = [
     "role_organizations",
     "row_counts",
     "slot_utilisation",
+    "top_n",
     "utilisation_summary",
     "weekly_volume",
 ]
@@ -349,6 +350,60 @@ def read_roles(client: RecordReader, ids: Iterable[str], *, limit: int = 500) ->
         except ApiError:
             break
     return role_organizations(records)
+
+
+def top_n(
+    frame: pl.DataFrame,
+    column: str,
+    *,
+    n: int = 8,
+    weight: str | None = None,
+    other: str = "Other",
+) -> pl.DataFrame:
+    """Keep the ``n`` largest groups of ``column`` and relabel the rest as ``other``.
+
+    Charts stay readable (and small) at any practice size: eight lines and an
+    "Other" line, rather than one line per practitioner of a large group.
+
+    Parameters
+    ----------
+    frame
+        Any frame with a string ``column``.
+    column
+        The label column.
+    n
+        How many labels to keep.
+    weight
+        Column summed to rank the labels; rows are counted when ``None``.
+    other
+        The label given to everything else.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``frame`` with ``column`` relabelled (ties broken by label, so the result
+        is deterministic).
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"who": ["a", "a", "b", "c", "c", "c"]})
+    >>> top_n(df, "who", n=2)["who"].to_list()
+    ['a', 'a', 'Other', 'c', 'c', 'c']
+    """
+    size = pl.col(weight).sum() if weight is not None else pl.len()
+    ranked = (
+        frame.group_by(column)
+        .agg(size.alias("_size"))
+        .sort(["_size", column], descending=[True, False], nulls_last=True)
+        .head(n)
+    )
+    keep = ranked[column].implode()
+    return frame.with_columns(
+        pl.when(pl.col(column).is_in(keep))
+        .then(pl.col(column))
+        .otherwise(pl.lit(other))
+        .alias(column)
+    )
 
 
 # --------------------------------------------------------------------------- referrals

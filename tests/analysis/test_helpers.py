@@ -91,3 +91,14 @@ def test_read_roles_stops_at_the_first_refusal_other_than_not_found() -> None:
     out = analysis.read_roles(reader, ["EP-1", "EP-2", "EP-3"])
     assert out.is_empty()
     assert reader.asked == ["EP-1"]
+
+
+def test_top_n_keeps_the_largest_groups_by_weight_and_relabels_the_rest() -> None:
+    df = pl.DataFrame({"who": ["a", "b", "c", "d"], "value": [5.0, 1.0, 9.0, 1.0]})
+    out = analysis.top_n(df, "who", n=2, weight="value", other="others")
+    assert out["who"].to_list() == ["a", "others", "c", "others"]
+
+
+def test_top_n_breaks_ties_by_label() -> None:
+    df = pl.DataFrame({"who": ["b", "a", "c"]})
+    assert analysis.top_n(df, "who", n=1)["who"].to_list() == ["Other", "a", "Other"]
