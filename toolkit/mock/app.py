@@ -476,6 +476,18 @@ class MockApp:
         summary = "; ".join(f"{p}: {m}" for p, m in problems[:5])
         return Problem4xx(422, "invariant", summary, issues=problems, resource=rtype)
 
+    def check_write(self, rtype: str, record: dict[str, Any]) -> None:
+        """Raise 422 listing every catalogue rule ``record`` (a whole record) breaks."""
+        problems = validate(
+            catalogue.RESOURCES[rtype],
+            record,
+            resolves=self.store.resolves,
+            max_attachment_bytes=self.state.options.max_attachment_bytes,
+            check_attachment_types=self.state.fault != "attachment-type-unchecked",
+        )
+        if problems:
+            raise self.invalid(rtype, problems)
+
     # ------------------------------------------------------------------ token
     async def token(self, request: Request) -> Response:
         state = self.state
@@ -660,17 +672,7 @@ class MockApp:
             hint = " (book it with POST /main/Appointment/$book)" if rtype == "Appointment" else ""
             raise Problem4xx(405, "not-supported", f"{rtype} cannot be created{hint}")
         body = await self.json_object(request)
-        resource = catalogue.RESOURCES[rtype]
-        problems = validate(
-            resource,
-            body,
-            create=True,
-            resolves=self.store.resolves,
-            max_attachment_bytes=self.state.options.max_attachment_bytes,
-            check_attachment_types=self.state.fault != "attachment-type-unchecked",
-        )
-        if problems:
-            raise self.invalid(rtype, problems)
+        self.check_write(rtype, body)
         with self.state.lock:
             now = self.state.now()
             rid = self._next_id(rtype)
@@ -736,20 +738,10 @@ class MockApp:
             if key in patch and patch[key] != coll.record(index).get(key):
                 raise self.invalid(rtype, [(key, "cannot be changed")])
         patch.pop("meta", None)
-        resource = catalogue.RESOURCES[rtype]
         with self.state.lock:
             current = coll.record(index)
             merged = merge_patch(current, patch)
-            problems = validate(
-                resource,
-                merged,
-                create=True,
-                resolves=self.store.resolves,
-                max_attachment_bytes=self.state.options.max_attachment_bytes,
-                check_attachment_types=self.state.fault != "attachment-type-unchecked",
-            )
-            if problems:
-                raise self.invalid(rtype, problems)
+            self.check_write(rtype, merged)
             merged.pop("attachments", None)
             now = self.state.now()
             merged["meta"] = {**(merged.get("meta") or {}), "lastUpdated": iso(now)}
@@ -878,11 +870,7 @@ class MockApp:
         if not isinstance(appt, dict):
             raise Problem4xx(400, "required", "$book needs appt-resource (or appt-id)")
         appt = _normalise_refs(appt)
-        problems = validate(
-            catalogue.RESOURCES["Appointment"], appt, create=True, resolves=self.store.resolves
-        )
-        if problems:
-            raise self.invalid("Appointment", problems)
+        self.check_write("Appointment", appt)
         role_id = None
         for part in appt.get("participant") or []:
             actor = part.get("actor") or {}
