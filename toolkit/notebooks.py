@@ -10,7 +10,6 @@ and drawn by ``vegaEmbed`` when the page is opened).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -130,7 +129,6 @@ def execute_notebook(
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb,
