@@ -1,29 +1,36 @@
-"""One generic walk of the catalogue's Field tree over real JSON.
+"""The catalogue rules over records a deployment returned, as contract findings.
 
-:func:`walk_resource` visits every field of a resource as the catalogue
-describes it (nested objects, arrays, extension-encoded fields, references) and
-returns the rule violations it finds, each tagged with the contract category it
-belongs to (``prefix``, ``enum``, ``reference``, ``format``, ``schema``), plus
-what it saw (enum values, id prefixes, shapes) for the report's observations.
+:func:`walk_resource` runs :func:`toolkit.rules.check_resource` in read mode
+(null means absent, write-only fields are skipped, open enums and Practitioner's
+name array are observations) and tags each violation with the contract category
+it belongs to (``prefix``, ``enum``, ``reference``, ``format``, ``schema``; a
+missing required field is a ``format`` finding). :class:`Seen` accumulates what
+the walk saw (enum values, id prefixes, shapes) for the report's observations.
 
 It is pure: no HTTP, no pytest, so the rules can be unit-tested on hand-made JSON.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from toolkit import catalogue as cat
+from toolkit import rules
 
-__all__ = ["Problem", "Seen", "check_reference", "walk_resource"]
+__all__ = ["Problem", "Seen", "walk_resource"]
 
 ALTERNATE_SHAPES: frozenset[tuple[str, str]] = frozenset({("Practitioner", "name")})
 """(resource, field) whose spec shape and client-observed shape are both accepted."""
+
+_ACCEPT_ARRAYS = frozenset(f"{resource}.{name}" for resource, name in ALTERNATE_SHAPES)
+
+CATEGORIES: dict[str, str] = {"type": "schema", "required": "format", "unknown": "schema"}
+"""Contract category of a :class:`toolkit.rules.Violation` category, where they differ."""
 
 _PREFIX_RE = re.compile(r"^([A-Z]{2}-)")
 
@@ -83,180 +90,20 @@ def _enum_fields() -> dict[str, tuple[str | None, ...]]:
     return out
 
 
-# --------------------------------------------------------------------------- format rules
-
-
-def format_problem(fmt: str, value: object) -> str | None:
-    """Why ``value`` breaks format ``fmt``, or None when it conforms."""
-    if not isinstance(value, str):
-        return f"expected a string in {fmt} format, got {type(value).__name__} {value!r}"
-    if not re.match(cat.format_pattern(fmt), value):
-        return f"{value!r} is not a valid {fmt} value (pattern {cat.format_pattern(fmt)})"
-    try:
-        if fmt == "date":
-            dt.date.fromisoformat(value)
-        elif fmt == "date-time":
-            dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return f"{value!r} is not a real calendar {fmt}"
-    if fmt == "country" and value not in cat.country_codes():
-        return f"{value!r} is not an ISO 3166 alpha-2 country code"
-    if fmt == "currency" and value not in cat.currency_codes():
-        return f"{value!r} is not an ISO 4217 currency code"
-    return None
-
-
-def check_reference(ref: cat.Ref, value: object) -> str | None:
-    """Why a reference object breaks ``ref`` (shape, target type, prefix), or None."""
-    if not isinstance(value, dict):
-        return f"expected a reference object, got {type(value).__name__} {value!r}"
-    reference = value.get("reference")
-    if not isinstance(reference, str):
-        return f"reference object has no string 'reference': {value!r}"
-    parts = reference.split("/")
-    if len(parts) != 4 or parts[0] != "" or "/" + parts[1] != cat.API_PREFIX:
-        return f"{reference!r} does not have the shape {cat.API_PREFIX}/<Type>/<id>"
-    path_type, ident = parts[2], parts[3]
-    target = ref.target_for(path_type)
-    if target is None:
-        return f"{reference!r} points at {path_type}, allowed: {', '.join(ref.types)}"
-    declared = value.get("type")
-    if declared is not None and declared != path_type:
-        return f"type {declared!r} disagrees with the reference path {reference!r}"
-    if target.prefixes and not ident.startswith(target.prefixes):
-        return (
-            f"{reference!r}: a {path_type} id here must start with {' or '.join(target.prefixes)}"
-        )
-    if not re.match(ref.pattern, reference):
-        return f"{reference!r} does not match {ref.pattern}"
-    return None
-
-
 # --------------------------------------------------------------------------- walk
 
-_TYPE_CHECKS: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "code": (str,),
-    "boolean": (bool,),
-    "integer": (int,),
-    "number": (int, float),
-    "date": (str,),
-    "date-time": (str,),
-    "canonical": (str,),
-    "base64": (str,),
-}
 
+def _observer(seen: Seen) -> Callable[[rules.Observation], None]:
+    tallies = {
+        "enum": seen.enum_values,
+        "open-enum": seen.open_enum_outside,
+        "shape": seen.shapes,
+    }
 
-class _Walk:
-    def __init__(self, resource_type: str, resource_id: str, seen: Seen) -> None:
-        self.resource_type = resource_type
-        self.resource_id = resource_id
-        self.seen = seen
-        self.problems: list[Problem] = []
+    def observe(o: rules.Observation) -> None:
+        tallies[o.kind][o.field_path][o.value] += 1
 
-    def problem(self, category: str, path: str, message: str) -> None:
-        self.problems.append(Problem(category, self.resource_type, self.resource_id, path, message))
-
-    def fields(
-        self, owner: str, fields: tuple[cat.Field, ...], obj: dict[str, Any], path: str
-    ) -> None:
-        for f in fields:
-            if f.write_only:
-                continue
-            key = f"{path}{f.name}"
-            if f.extension is not None:
-                present, value = _extension_value(obj, f.extension)
-                if not present:
-                    continue
-                if f.extension.value_key == "valueCoding" and f.type != "object":
-                    value = value.get("code") if isinstance(value, dict) else value
-                self.value(owner, f, value, key, many=False)
-                continue
-            if f.name not in obj or (obj[f.name] is None and None not in f.enum):
-                if f.required:
-                    self.problem("format", key, "required field is missing")
-                continue
-            self.value(owner, f, obj[f.name], key, many=f.many)
-
-    def value(self, owner: str, f: cat.Field, value: Any, path: str, *, many: bool) -> None:
-        shape_key = f"{owner}.{f.name}"
-        if (self.resource_type, f.name) in ALTERNATE_SHAPES and owner == self.resource_type:
-            self.seen.shapes[shape_key]["array" if isinstance(value, list) else "object"] += 1
-            if isinstance(value, list):
-                for i, item in enumerate(value):
-                    self.value(owner, f, item, f"{path}[{i}]", many=False)
-                return
-        if many:
-            if not isinstance(value, list):
-                self.problem("schema", path, f"expected an array, got {type(value).__name__}")
-                return
-            for i, item in enumerate(value):
-                self.value(owner, f, item, f"{path}[{i}]", many=False)
-            return
-        if f.ref is not None:
-            message = check_reference(f.ref, value)
-            if message:
-                self.problem("reference", path, message)
-            return
-        if f.type == "object":
-            if not isinstance(value, dict):
-                self.problem("schema", path, f"expected an object, got {type(value).__name__}")
-                return
-            self.fields(f"{owner}.{f.name}", f.fields, value, f"{path}.")
-            self._conditional_formats(f, value, path)
-            return
-        if f.enum:
-            enum_key = _enum_path(self.resource_type, path)
-            if value in f.enum:
-                self.seen.enum_values[enum_key][_enum_key(value)] += 1
-            elif f.open_enum:
-                self.seen.open_enum_outside[enum_key][_enum_key(value)] += 1
-            else:
-                allowed = ", ".join(_enum_key(v) for v in f.enum)
-                self.problem("enum", path, f"{value!r} is not one of the allowed values: {allowed}")
-            return
-        if value is None:
-            return
-        expected = _TYPE_CHECKS.get(f.type)
-        if expected and (not isinstance(value, expected) or _is_bool_as_number(f, value)):
-            self.problem("schema", path, f"expected {f.type}, got {type(value).__name__}")
-            return
-        fmt = f.format or (f.type if f.type in ("date", "date-time") else None)
-        if fmt and f.format_when is None:
-            message = format_problem(fmt, value)
-            if message:
-                self.problem("format", path, message)
-
-    def _conditional_formats(self, f: cat.Field, obj: dict[str, Any], path: str) -> None:
-        for sub in f.fields:
-            if sub.format is None or sub.format_when is None or sub.name not in obj:
-                continue
-            sibling, values = sub.format_when
-            if obj.get(sibling) in values:
-                message = format_problem(sub.format, obj[sub.name])
-                if message:
-                    self.problem("format", f"{path}.{sub.name}", message)
-
-
-def _is_bool_as_number(f: cat.Field, value: object) -> bool:
-    return f.type in ("integer", "number") and isinstance(value, bool)
-
-
-_INDEX_RE = re.compile(r"\[\d+\]")
-
-
-def _enum_path(resource_type: str, path: str) -> str:
-    return resource_type + "." + _INDEX_RE.sub("", path)
-
-
-def _extension_value(obj: dict[str, Any], ext: cat.Extension) -> tuple[bool, Any]:
-    items = obj.get(ext.container)
-    if not isinstance(items, list):
-        return False, None
-    for item in items:
-        if isinstance(item, dict) and item.get("url") == ext.url and ext.value_key in item:
-            return True, item[ext.value_key]
-    return False, None
+    return observe
 
 
 def walk_resource(resource_type: str, data: Any, seen: Seen | None = None) -> list[Problem]:
@@ -267,24 +114,13 @@ def walk_resource(resource_type: str, data: Any, seen: Seen | None = None) -> li
     seen = seen if seen is not None else Seen()
     if not isinstance(data, dict):
         return [Problem("schema", resource_type, "?", "", "resource is not a JSON object")]
-    res = cat.resource(resource_type)
     rid = data.get("id")
-    walk = _Walk(resource_type, str(rid), seen)
     seen.resources[resource_type] += 1
-    declared = data.get("resourceType")
-    if declared != resource_type:
-        walk.problem("schema", "resourceType", f"expected {resource_type!r}, got {declared!r}")
-    if not isinstance(rid, str) or not rid:
-        walk.problem("prefix", "id", f"missing or non-string id {rid!r}")
-    else:
+    if isinstance(rid, str) and rid:
         m = _PREFIX_RE.match(rid)
         seen.id_prefixes[resource_type][m.group(1) if m else "(none)"] += 1
-        if res.id_prefixes and not rid.startswith(res.id_prefixes):
-            allowed = ", ".join(res.id_prefixes)
-            walk.problem(
-                "prefix", "id", f"{rid!r} does not start with an allowed prefix ({allowed})"
-            )
-        elif not re.match(res.id_pattern, rid):
-            walk.problem("prefix", "id", f"{rid!r} does not match {res.id_pattern}")
-    walk.fields(resource_type, tuple(f for f in res.fields if f.name != "id"), data, "")
-    return walk.problems
+    options = rules.Options(mode="read", accept_arrays=_ACCEPT_ARRAYS, observe=_observer(seen))
+    return [
+        Problem(CATEGORIES.get(v.category, v.category), resource_type, str(rid), v.path, v.message)
+        for v in rules.check_resource(resource_type, data, options)
+    ]
