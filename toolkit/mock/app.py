@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolkit import catalogue
+from toolkit import catalogue, rules
 from toolkit.mock.data import (
     ANCHOR,
     DAY,
@@ -983,17 +983,15 @@ class MockApp:
                 raise Problem4xx(400, "required", f"$book needs the {name} parameter")
             return {}
         value = _normalise_refs(item.get("valueReference"))
-        target = value.get("reference") if isinstance(value, dict) else None
-        if not isinstance(target, str) or not target.startswith(f"/main/{rtype}/"):
-            raise self.invalid(
-                "Parameters",
-                [(f"parameter[{name}].valueReference", f"must reference /main/{rtype}/<id>")],
-            )
-        if not self.store.resolves(target):
-            raise self.invalid(
-                "Parameters", [(f"parameter[{name}].valueReference", f"{target} does not exist")]
-            )
-        return ref(rtype, _last_segment(target))
+        field = catalogue.Field(name, "reference", ref=catalogue.Ref((catalogue.Target(rtype),)))
+        options = rules.Options(resolves=self.store.resolves)
+        path = f"parameter[{name}].valueReference"
+        problems = [
+            (v.path, v.message) for v in rules.check_value(field, value, options, path=path)
+        ]
+        if problems:
+            raise self.invalid("Parameters", problems)
+        return ref(rtype, _last_segment(value["reference"]))
 
     def _param_code(
         self,
