@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,7 +75,6 @@ _PRIMITIVE_COLUMN: dict[str, pl.DataType] = {
     "date": pl.Date(),
     "date-time": DATETIME,
 }
-_WORKERS = max(2, min(8, os.cpu_count() or 2))
 _REFERENCE = pl.Struct({"reference": pl.String(), "type": pl.String()})
 # Keys the view reads nowhere but knows are harmless (not worth a second pass).
 _TOLERATED_KEYS = frozenset({"display"})
@@ -576,32 +576,77 @@ def _extras(page: bytes, known_top: frozenset[str], n: int, index: int) -> list[
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class _Page:
-    kind: str | None
-    entries: pl.Series | None  # the entry structs of a Bundle
-    row: dict[str, Any] | None  # the whole (one-row) page when it is not a Bundle
-
-
-def _read_page(raw: bytes, schema: dict[str, Any]) -> _Page | str:
-    """Read one page with the explicit schema; a string is the reader's complaint."""
-    try:
-        df = pl.read_json(raw, schema=schema)
-    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-        text = str(exc).strip()
-        return text.splitlines()[0][:300] if text else type(exc).__name__
-    kind = df.get_column("resourceType")[0]
-    if kind != "Bundle":
-        return _Page(kind, None, df.row(0, named=True))
-    entries = df.get_column("entry")[0]
-    return _Page(kind, entries, None)
-
-
 def _scan_unknown(raws: list[bytes], pattern: str) -> pl.Series:
     """Per page: does it contain a JSON key outside the view's known keys (Rust regex)?"""
     pages = pl.Series("page", raws, dtype=pl.Binary).cast(pl.String, strict=False)
     # A page that is not UTF-8 becomes null here; treat it as suspicious (exact pass).
     return pages.str.contains(pattern).fill_null(True)
+
+
+_WORKERS = max(2, min(8, os.cpu_count() or 2))
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The module's persistent reader threads (created on first use, then reused).
+
+    A pool per call cost more than the reads of a single page, which is how
+    :mod:`toolkit.store` calls the flattener.
+    """
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="pmtk-read")
+        return _pool
+
+
+def _read_error(comp: _Compiled, index: int, exc: Exception) -> DataValidationError:
+    text = str(exc).strip()
+    detail = text.splitlines()[0][:300] if text else type(exc).__name__
+    msg = (
+        f"page {index} is not a {comp.resource} Bundle the view can read "
+        f"(a value has the wrong JSON type, or the JSON is malformed): {detail}"
+    )
+    return DataValidationError(msg, None)
+
+
+def _kind_error(raw: bytes, kind: str | None, index: int) -> DataValidationError:
+    if kind == "OperationOutcome":
+        row = pl.read_json(raw, schema=_ENVELOPE.to_schema()).row(0, named=True)
+        detail = _outcome_text(row)
+        msg = f"page {index} is an OperationOutcome (an error answer), not a Bundle: {detail}"
+    else:
+        msg = f"page {index} is not a Bundle (resourceType {kind!r})"
+    return DataValidationError(msg, None)
+
+
+_Block = tuple[list[pl.Series], list[pl.Series], tuple[int, Exception] | None]
+
+
+def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
+    """Read consecutive pages; stop at the first that cannot be read as one Bundle object.
+
+    Returns each page's ``resourceType`` and ``entry`` (one-row Series) and the
+    failure, if any, as ``(page index, exception)``.
+    """
+    kinds: list[pl.Series] = []
+    lists: list[pl.Series] = []
+    for i, raw in enumerate(raws, start):
+        try:
+            df = pl.read_json(raw, schema=comp.bundle_schema)
+        except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
+            return kinds, lists, (i, exc)
+        if df.height != 1:  # a JSON array, not one Bundle object
+            return (
+                kinds,
+                lists,
+                (i, ValueError(f"a JSON array of {df.height} values, not one object")),
+            )
+        kinds.append(df.get_column("resourceType"))
+        lists.append(df.get_column("entry"))
+    return kinds, lists, None
 
 
 def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
@@ -613,42 +658,52 @@ def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
         return pl.DataFrame(
             schema={"resource": entry_dtype.inner.fields[0].dtype, "extra": pl.String()}
         )
-    # pl.read_json releases the GIL: pages are read in parallel, and the key scan
-    # (which runs on Polars' own thread pool) overlaps with the reads.
-    with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
-        scan = pool.submit(_scan_unknown, raws, comp.unknown_key)
-        results = list(pool.map(_read_page, raws, [comp.bundle_schema] * len(raws)))
-        suspicious = scan.result()
-    parts: list[pl.Series] = []
-    counts: list[int] = []
-    for i, result in enumerate(results):
-        if isinstance(result, str):
-            msg = (
-                f"page {i} is not a {comp.resource} Bundle the view can read "
-                f"(a value has the wrong JSON type, or the JSON is malformed): {result}"
-            )
-            raise DataValidationError(msg, None)
-        if result.kind == "OperationOutcome":
-            detail = _outcome_text(result.row or {})
-            msg = f"page {i} is an OperationOutcome (an error answer), not a Bundle: {detail}"
-            raise DataValidationError(msg, None)
-        if result.kind != "Bundle":
-            msg = f"page {i} is not a Bundle (resourceType {result.kind!r})"
-            raise DataValidationError(msg, None)
-        n = 0 if result.entries is None else result.entries.len()
-        counts.append(n)
-        if result.entries is not None and n:
-            parts.append(result.entries)
-    flagged = {i for i in suspicious.arg_true().to_list() if counts[i]}
-    entry_struct = entry_dtype.inner
-    if parts:
-        entries = pl.concat(parts, rechunk=True).struct.field("resource").to_frame()
+    # pl.read_json releases the GIL: contiguous blocks of pages are read on the
+    # persistent threads (one block each) while this thread runs the key scan
+    # (one Rust regex pass). Finer blocks, or the scan on a pool thread too,
+    # measured slower on 2 cores. A single page is read inline.
+    kinds: list[pl.Series] = []
+    lists: list[pl.Series] = []
+    failure: tuple[int, Exception] | None = None
+    if len(raws) == 1:
+        blocks = [_read_block(comp, raws, 0)]
+        suspicious = _scan_unknown(raws, comp.unknown_key)
     else:
-        entries = pl.Series("resource", [], dtype=entry_struct).struct.field("resource").to_frame()
+        size = -(-len(raws) // _WORKERS)
+        futures = [
+            _executor().submit(_read_block, comp, raws[i : i + size], i)
+            for i in range(0, len(raws), size)
+        ]
+        suspicious = _scan_unknown(raws, comp.unknown_key)
+        blocks = [f.result() for f in futures]
+    for block_kinds, block_lists, block_failure in blocks:
+        kinds.extend(block_kinds)
+        lists.extend(block_lists)
+        if block_failure is not None:
+            failure = block_failure
+            break
+    # Errors in page order: the first page that is not a readable Bundle.
+    if kinds:
+        kind = pl.concat(kinds)
+        not_bundle = (kind != "Bundle").fill_null(value=True)
+        if not_bundle.any():
+            first = int(not_bundle.arg_true()[0])
+            raise _kind_error(raws[first], kind[first], first)
+    if failure is not None:
+        raise _read_error(comp, *failure)
+    entry_lists = pl.concat(lists)
+    counts = entry_lists.list.len().fill_null(0)
+    entries = (
+        entry_lists.explode(empty_as_null=False, keep_nulls=False)
+        .struct.field("resource")
+        .to_frame()
+    )
+    flagged = (suspicious & (counts > 0)).arg_true().to_list()
     if flagged:
         extra: list[str | None] = []
-        for i, n in enumerate(counts):
-            if i in flagged:
+        wanted = set(flagged)
+        for i, n in enumerate(counts.to_list()):
+            if i in wanted:
                 extra.extend(_extras(raws[i], comp.known_top, n, i))
             else:
                 extra.extend([None] * n)
@@ -656,9 +711,11 @@ def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
     else:
         entries = entries.with_columns(extra=pl.lit(None, dtype=pl.String))
     kind_expr = pl.col("resource").struct.field("resourceType")
-    return entries.filter(
-        pl.col("resource").is_not_null() & (kind_expr.is_null() | (kind_expr == comp.resource))
-    )
+    keep = pl.col("resource").is_not_null() & (kind_expr.is_null() | (kind_expr == comp.resource))
+    # Filtering copies every nested column: only do it when something is dropped.
+    if entries.select((~keep).any()).item():
+        entries = entries.filter(keep)
+    return entries
 
 
 # --------------------------------------------------------------------------- projection

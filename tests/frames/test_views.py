@@ -303,6 +303,25 @@ def test_malformed_json_raises_a_data_validation_error() -> None:
         flatten("Appointment", [b'{"resourceType": "Bundle", "entry": ['])
 
 
+def test_a_page_that_is_a_json_array_raises_instead_of_being_half_read() -> None:
+    two = orjson.dumps([bundle(appointment(1)), bundle(appointment(2))])
+    for pages in ([b"[]"], [orjson.dumps(bundle(appointment(1))), two]):
+        with pytest.raises(DataValidationError, match=f"page {len(pages) - 1} is not"):
+            flatten("Appointment", pages)
+
+
+def test_errors_name_the_first_bad_page_in_page_order() -> None:
+    good = orjson.dumps(bundle(appointment(1)))
+    outcome = {"resourceType": "OperationOutcome", "issue": [{"severity": "error"}]}
+    pages = [good] * 5 + [orjson.dumps(outcome)] + [good] * 5 + [b"{"] + [good] * 5
+    with pytest.raises(DataValidationError, match="page 5 is an OperationOutcome"):
+        flatten("Appointment", pages)
+    with pytest.raises(DataValidationError, match="page 10 is not"):
+        flatten("Appointment", pages[:5] + pages[6:])
+    tables = flatten_tables("Appointment", [good] * 17)
+    assert tables["Appointment"].height == 17
+
+
 def test_unknown_resource_type_lists_the_known_ones() -> None:
     with pytest.raises(ConfigurationError, match="known types: Referral, Appointment"):
         flatten("Invoice", [])
