@@ -585,7 +585,7 @@ def _scan_unknown(raws: list[bytes], pattern: str) -> pl.Series:
 
 _WORKERS = max(2, min(8, os.cpu_count() or 2))
 
-_pool: ThreadPoolExecutor | None = None
+_pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
 
 
@@ -593,13 +593,15 @@ def _executor() -> ThreadPoolExecutor:
     """The module's persistent reader threads (created on first use, then reused).
 
     A pool per call cost more than the reads of a single page, which is how
-    :mod:`toolkit.store` calls the flattener.
+    :mod:`toolkit.store` calls the flattener. A forked child process has none
+    of its parent's threads, so it gets a pool of its own.
     """
     global _pool
     with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="pmtk-read")
-        return _pool
+        if _pool is None or _pool[0] != os.getpid():
+            pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="pmtk-read")
+            _pool = (os.getpid(), pool)
+        return _pool[1]
 
 
 def _read_error(comp: _Compiled, index: int, exc: Exception) -> DataValidationError:
@@ -614,7 +616,10 @@ def _read_error(comp: _Compiled, index: int, exc: Exception) -> DataValidationEr
 
 def _kind_error(raw: bytes, kind: str | None, index: int) -> DataValidationError:
     if kind == "OperationOutcome":
-        row = pl.read_json(raw, schema=_ENVELOPE.to_schema()).row(0, named=True)
+        try:
+            row = pl.read_json(raw, schema=_ENVELOPE.to_schema()).row(0, named=True)
+        except (pl.exceptions.PolarsError, OSError, ValueError):  # pragma: no cover
+            row = {}  # it was read with the wider Bundle schema already
         detail = _outcome_text(row)
         msg = f"page {index} is an OperationOutcome (an error answer), not a Bundle: {detail}"
     else:
