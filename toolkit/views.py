@@ -627,31 +627,44 @@ def _kind_error(raw: bytes, kind: str | None, index: int) -> DataValidationError
     return DataValidationError(msg, None)
 
 
-_Block = tuple[list[pl.Series], list[pl.Series], tuple[int, Exception] | None]
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """What one reader thread made of consecutive pages."""
+
+    kinds: pl.Series  # each page's resourceType
+    counts: pl.Series  # each page's number of entries
+    resources: pl.Series  # the entry resources of every page, in order
+    failure: tuple[int, Exception] | None  # (page index, error) of the page it stopped at
 
 
 def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
     """Read consecutive pages; stop at the first that cannot be read as one Bundle object.
 
-    Returns each page's ``resourceType`` and ``entry`` (one-row Series) and the
-    failure, if any, as ``(page index, exception)``.
+    The block's entries are gathered and exploded here, on the reader thread,
+    so that the caller only joins a few long Series.
     """
-    kinds: list[pl.Series] = []
-    lists: list[pl.Series] = []
+    kinds: list[pl.Series] = [pl.Series("resourceType", [], dtype=pl.String)]
+    lists: list[pl.Series] = [pl.Series("entry", [], dtype=comp.bundle_schema["entry"])]
+    failure: tuple[int, Exception] | None = None
     for i, raw in enumerate(raws, start):
         try:
             df = pl.read_json(raw, schema=comp.bundle_schema)
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-            return kinds, lists, (i, exc)
+            failure = (i, exc)
+            break
         if df.height != 1:  # a JSON array, not one Bundle object
-            return (
-                kinds,
-                lists,
-                (i, ValueError(f"a JSON array of {df.height} values, not one object")),
-            )
+            failure = (i, ValueError(f"a JSON array of {df.height} values, not one object"))
+            break
         kinds.append(df.get_column("resourceType"))
         lists.append(df.get_column("entry"))
-    return kinds, lists, None
+    entry_lists = pl.concat(lists)
+    resources = entry_lists.explode(empty_as_null=False, keep_nulls=False).struct.field("resource")
+    return _Block(
+        kinds=pl.concat(kinds, rechunk=True),
+        counts=entry_lists.list.len().fill_null(0),
+        resources=resources,
+        failure=failure,
+    )
 
 
 def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
@@ -667,9 +680,6 @@ def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
     # persistent threads (one block each) while this thread runs the key scan
     # (one Rust regex pass). Finer blocks, or the scan on a pool thread too,
     # measured slower on 2 cores. A single page is read inline.
-    kinds: list[pl.Series] = []
-    lists: list[pl.Series] = []
-    failure: tuple[int, Exception] | None = None
     if len(raws) == 1:
         blocks = [_read_block(comp, raws, 0)]
         suspicious = _scan_unknown(raws, comp.unknown_key)
@@ -681,28 +691,22 @@ def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
         ]
         suspicious = _scan_unknown(raws, comp.unknown_key)
         blocks = [f.result() for f in futures]
-    for block_kinds, block_lists, block_failure in blocks:
-        kinds.extend(block_kinds)
-        lists.extend(block_lists)
-        if block_failure is not None:
-            failure = block_failure
+    failure: tuple[int, Exception] | None = None
+    for n, block in enumerate(blocks):
+        if block.failure is not None:
+            failure = block.failure
+            blocks = blocks[: n + 1]
             break
     # Errors in page order: the first page that is not a readable Bundle.
-    if kinds:
-        kind = pl.concat(kinds)
-        not_bundle = (kind != "Bundle").fill_null(value=True)
-        if not_bundle.any():
-            first = int(not_bundle.arg_true()[0])
-            raise _kind_error(raws[first], kind[first], first)
+    kind = pl.concat([b.kinds for b in blocks])
+    not_bundle = (kind != "Bundle").fill_null(value=True)
+    if not_bundle.any():
+        first = int(not_bundle.arg_true()[0])
+        raise _kind_error(raws[first], kind[first], first)
     if failure is not None:
         raise _read_error(comp, *failure)
-    entry_lists = pl.concat(lists)
-    counts = entry_lists.list.len().fill_null(0)
-    entries = (
-        entry_lists.explode(empty_as_null=False, keep_nulls=False)
-        .struct.field("resource")
-        .to_frame()
-    )
+    counts = pl.concat([b.counts for b in blocks])
+    entries = pl.concat([b.resources for b in blocks]).alias("resource").to_frame()
     flagged = (suspicious & (counts > 0)).arg_true().to_list()
     if flagged:
         extra: list[str | None] = []
