@@ -366,7 +366,9 @@ class Client:
             request = self._http.build_request(
                 method, url, params=params, content=content, headers=headers
             )
+            sent_at = self.throttle.now()
             response = self._http.send(request)
+            self.throttle.note_round_trip(self.throttle.now() - sent_at)
             log.debug("%s %s -> %s", method, request.url, response.status_code)
             self.throttle.observe(response.status_code, response.headers)
             if response.status_code != 429:

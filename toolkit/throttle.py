@@ -38,6 +38,9 @@ __all__ = [
 WINDOW = 60.0
 """Length of the API's sliding window in seconds."""
 
+MAX_ROUND_TRIP_MARGIN = 1.0
+"""Cap on the latency margin added to the client's window, in seconds."""
+
 MAX_RETRY_AFTER = 120.0
 """Longest server-directed wait honoured in one go, in seconds."""
 
@@ -154,6 +157,7 @@ class Throttle:
         self._sent: deque[float] = deque()
         self._hold_until = 0.0
         self._missing_streak = 0
+        self._margin = 0.0
         self.waited = 0.0
         self.rate_limited = 0
 
@@ -167,8 +171,25 @@ class Throttle:
             while self._sent and self._sent[0] <= now - WINDOW:
                 self._sent.popleft()
             if len(self._sent) >= limit:
-                delay = max(delay, self._sent[len(self._sent) - limit] + WINDOW - now)
+                oldest = self._sent[len(self._sent) - limit]
+                delay = max(delay, oldest + WINDOW + self._margin - now)
         return delay
+
+    def now(self) -> float:
+        """The throttle's clock, for timing a round trip."""
+        return self._clock()
+
+    def note_round_trip(self, seconds: float) -> None:
+        """Widen the window by the slowest round trip seen (capped at one second).
+
+        The client stamps a request when it sends it, the server when it arrives.
+        Without a margin, request ``limit + 1`` can reach the server exactly one
+        window after request 1 was *sent* but before a window has passed since
+        request 1 *arrived*, and earn a 429. Waiting an extra round trip (which
+        is at least the one-way latency of the request a window ago) closes that gap.
+        """
+        with self._lock:
+            self._margin = max(self._margin, min(max(seconds, 0.0), MAX_ROUND_TRIP_MARGIN))
 
     def acquire(self) -> float:
         """Wait until a request may be sent, then record it. Returns the seconds waited."""
@@ -235,5 +256,5 @@ class Throttle:
             while self._sent and self._sent[0] <= now - WINDOW:
                 self._sent.popleft()
             if self._sent:
-                return max(1.0, self._sent[0] + WINDOW - now)
+                return max(1.0, self._sent[0] + WINDOW + self._margin - now)
         return 1.0

@@ -94,6 +94,24 @@ def test_sliding_window_waits_for_the_oldest_request(clock):
     assert throttle.waited == pytest.approx(57.0)
 
 
+def test_window_widens_by_the_slowest_round_trip_so_the_server_never_sees_one_too_many(clock):
+    # The server stamps request 1 on arrival, up to one round trip after we sent it:
+    # request 4 must wait that long too, or it lands inside the server's window.
+    throttle = Throttle(3, clock=clock, sleep=clock.sleep)
+    for trip in (0.4, 0.1, 0.2):
+        throttle.acquire()
+        throttle.note_round_trip(trip)
+        clock.now += 1
+    assert throttle.acquire() == pytest.approx(57.4)
+
+
+def test_round_trip_margin_is_capped_at_one_second(clock):
+    throttle = Throttle(1, clock=clock, sleep=clock.sleep)
+    throttle.acquire()
+    throttle.note_round_trip(30.0)
+    assert throttle.acquire() == pytest.approx(61.0)
+
+
 def test_remaining_zero_holds_until_retry_after(clock):
     throttle = Throttle(500, clock=clock, sleep=clock.sleep)
     throttle.acquire()
