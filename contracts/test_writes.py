@@ -48,6 +48,19 @@ def _created(check: Recorder, ex: Exchange, resource: str) -> dict[str, Any] | N
     return body
 
 
+def _create(
+    pm: Run, check: Recorder, writes: dict[str, Any], resource: str, body: dict[str, Any]
+) -> None:
+    """POST ``body`` to the catalogue's create path; on success remember the new id."""
+    (path,) = [e.path for e in cat.ENDPOINTS if e.kind == "create" and e.resource == resource]
+    ex = pm.session.request(
+        "POST", path.removeprefix(cat.API_PREFIX), json_body=body, operation=f"POST {path}"
+    )
+    created = _created(check, ex, resource)
+    if created:
+        writes[resource.lower()] = created["id"]
+
+
 def _ref(resource: str, rid: str) -> dict[str, str]:
     return {"reference": f"{cat.API_PREFIX}/{resource}/{rid}", "type": resource}
 
@@ -111,12 +124,7 @@ def test_created_organization_is_an_sp_practice(
             }
         ],
     }
-    ex = pm.session.request(
-        "POST", "/Organization", json_body=body, operation="POST /main/Organization"
-    )
-    created = _created(check, ex, "Organization")
-    if created:
-        writes["organization"] = created["id"]
+    _create(pm, check, writes, "Organization", body)
 
 
 @pytest.mark.pm_check("write.create-practitioner", "write")
@@ -128,12 +136,7 @@ def test_created_practitioner_is_an_ep_contact(
         "name": {"use": "official", "given": ["Contract"], "family": "Check", "prefix": ["Dr"]},
         "active": True,
     }
-    ex = pm.session.request(
-        "POST", "/Practitioner", json_body=body, operation="POST /main/Practitioner"
-    )
-    created = _created(check, ex, "Practitioner")
-    if created:
-        writes["practitioner"] = created["id"]
+    _create(pm, check, writes, "Practitioner", body)
 
 
 @pytest.mark.pm_check("write.create-coverage", "write")
@@ -147,21 +150,20 @@ def test_coverage_is_created(pm: Run, check: Recorder, writes: dict[str, Any]) -
         "subscriberID": "PMTK-CHECK",
         "status": "active",
     }
-    ex = pm.session.request("POST", "/Coverage/", json_body=body, operation="POST /main/Coverage/")
-    created = _created(check, ex, "Coverage")
-    if created:
-        writes["coverage"] = created["id"]
+    _create(pm, check, writes, "Coverage", body)
 
 
 @pytest.mark.pm_check("write.referral-attachments", "write")
 def test_referral_accepts_every_allowed_attachment_type(
     pm: Run, check: Recorder, writes: dict[str, Any]
 ) -> None:
-    body = _referral_body(pm, writes, list(cat.ATTACHMENT_CONTENT_TYPES))
-    ex = pm.session.request("POST", "/Referral", json_body=body, operation="POST /main/Referral")
-    created = _created(check, ex, "Referral")
-    if created:
-        writes["referral"] = created["id"]
+    _create(
+        pm,
+        check,
+        writes,
+        "Referral",
+        _referral_body(pm, writes, list(cat.ATTACHMENT_CONTENT_TYPES)),
+    )
 
 
 @pytest.mark.pm_check("write.attachment-type-rejected", "write")
