@@ -11,7 +11,7 @@ pages of 100 (bytes, as the client receives them), and times on the same pages:
 * ``pl.DataFrame(list_of_dicts)`` (schema inference; after ``orjson.loads``).
 
 Options: ``--resources N`` (default 200000), ``--page-size N`` (default 100),
-``--repeat N`` (best of N, default 3; the methods take turns, so that each
+``--repeat N`` (best of N, default 5; the methods take turns, so that each
 sees the same machine load).
 """
 
@@ -25,6 +25,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+# toolkit before polars: importing it first gives Polars' allocator pmtk's
+# setting (toolkit.POLARS_ALLOCATOR_CONF); PMTK_POLARS_ALLOCATOR=default keeps Polars' own.
+import toolkit
+
+# isort: split
 import orjson
 import pandas as pd
 import polars as pl
@@ -139,13 +144,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resources", type=int, default=200_000)
     parser.add_argument("--page-size", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     raw = pages(args.resources, args.page_size)
     size_mb = sum(map(len, raw)) / 1e6
     print(
         f"{args.resources} Appointments in {len(raw)} pages of {args.page_size} "
-        f"({size_mb:.0f} MB of JSON); best of {args.repeat}"
+        f"({size_mb:.0f} MB of JSON); best of {args.repeat}; pmtk {toolkit.__version__}, "
+        f"polars {pl.__version__}, pandas {pd.__version__}"
     )
     assert pmtk(raw) == args.resources
     runs = [
@@ -170,6 +176,8 @@ def main() -> None:
         f"measured {ours:,.0f}/s ({'met' if ours >= TARGET_RATE else 'NOT met'}) and "
         f"{versus:.1f}x ({'met' if versus >= TARGET_RATIO else 'NOT met'})"
     )
+    allocator = os.environ.get("_RJEM_MALLOC_CONF", "(not set)")
+    print(f"polars allocator (_RJEM_MALLOC_CONF): {allocator}")
     cores = os.cpu_count() or 1
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"machine: {cores} cores, load average {load} (1, 5, 15 min) at the end of the run")
