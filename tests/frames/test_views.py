@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
 import orjson
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, DataValidationError
@@ -351,3 +354,97 @@ def test_the_key_scan_flags_only_pages_with_a_key_the_view_does_not_know() -> No
     value_only = orjson.dumps(bundle(appointment(1, description='say "status": no')))
     flags = _scan_unknown([known, pretty, nested, top, value_only], pattern).to_list()
     assert flags == [False, False, True, True, False]
+
+
+def test_pages_read_in_batches_give_what_page_by_page_reading_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from toolkit import views
+
+    pages = [
+        bundle(*(appointment(10 * p + i) for i in range(p % 4))) for p in range(12)
+    ]  # pages of 0..3 entries, the empty ones included
+    pages[3] = bundle(appointment(31, status="booked"), appointment(32))  # unknown top key
+    pages[7] = bundle(appointment(71), {"resourceType": "Patient", "id": "5"})
+    raws = [orjson.dumps(p) for p in pages]
+    singly = [flatten_tables("Appointment", [raw]) for raw in raws]
+    expected = {name: pl.concat([t[name] for t in singly]) for name in singly[0]}
+    read_together: list[int] = []
+    read_batch = views._read_batch
+
+    def counting(comp: Any, batch: list[bytes]) -> pl.DataFrame | None:
+        df = read_batch(comp, batch)
+        read_together.append(0 if df is None else df.height)
+        return df
+
+    monkeypatch.setattr(views, "_read_batch", counting)
+    for size in (1, 2_000, 5_000, 1 << 20):  # from one page a batch to all in one
+        monkeypatch.setattr(views, "_BATCH_BYTES", size)
+        read_together.clear()
+        together = flatten_tables("Appointment", raws)
+        for name, frame in expected.items():
+            assert together[name].equals(frame), (size, name)
+        # Every batch of several pages was read in one call (no fallback).
+        batched = [len(b) for _, b in views._batches(raws, 0) if len(b) > 1]
+        assert sum(read_together) == sum(batched), (size, read_together)
+    assert batched == [len(raws)]  # the last size put every page in one batch
+    assert expected["Appointment"].get_column("extra").drop_nulls().to_list() == [
+        '{"status":"booked"}'
+    ]
+
+
+def test_two_broken_pages_that_join_into_valid_json_are_still_refused() -> None:
+    first = (
+        b'{"resourceType":"Bundle","entry":[{"resource":{"resourceType":"Appointment","id":"1"}}'
+    )
+    second = b'{"resource":{"resourceType":"Appointment","id":"2"}}]}'
+    with pytest.raises(DataValidationError, match="page 0 is not"):
+        flatten("Appointment", [first, second])
+
+
+def _iso(moment: dt.datetime, minutes: int | None, fraction: bool, sep: str) -> str:
+    text = moment.isoformat(sep=sep, timespec="microseconds" if fraction else "seconds")
+    if minutes is None:
+        return text + "Z"
+    sign = "-" if minutes < 0 else "+"
+    return f"{text}{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+_WELL_FORMED = st.builds(
+    _iso,
+    st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31)),
+    st.one_of(st.none(), st.integers(-23 * 60 - 59, 23 * 60 + 59)),
+    st.booleans(),
+    st.sampled_from(["T", "T", "T", " ", "t"]),
+)
+_DATE_TIMES = st.one_of(
+    _WELL_FORMED,
+    # Well-formed values with one character changed, dropped or added.
+    st.builds(
+        lambda text, at, char, how: (
+            text[:at] + char + text[at + (how != "insert") :]
+            if how != "drop"
+            else text[:at] + text[at + 1 :]
+        ),
+        _WELL_FORMED,
+        st.integers(0, 31),
+        st.sampled_from(list("0123456789+-:.TZz ")),
+        st.sampled_from(["replace", "insert", "drop"]),
+    ),
+    st.text(max_size=30),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.none(), _DATE_TIMES), max_size=20))
+def test_the_fast_date_time_path_gives_exactly_what_chrono_gives(values: list[str | None]) -> None:
+    from toolkit.views import _datetime_exact, _datetime_fast
+
+    text = pl.Series("t", values, dtype=pl.String)
+    fast = text.to_frame().select(_datetime_fast(pl.col("t"))).to_series()
+    left = (fast.is_null() & text.is_not_null()).arg_true()
+    completed = fast.scatter(left, _datetime_exact(text.gather(left)))
+    assert completed.dtype == DATETIME
+    # As integers: year 1 minus an offset is before what Python's datetime can hold.
+    expected = _datetime_exact(text)
+    assert completed.cast(pl.Int64).to_list() == expected.cast(pl.Int64).to_list()
