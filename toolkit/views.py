@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -472,6 +473,7 @@ def _complete_datetimes(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> p
 class _Compiled:
     resource: str
     bundle_schema: dict[str, Any]
+    batch_schema: dict[str, Any]  # bundle_schema + the batch sentinel (see _read_batch)
     known_top: frozenset[str]
     unknown_key: str
     views: tuple[View, ...]
@@ -544,6 +546,7 @@ def _compiled(resource_type: str) -> _Compiled:
     return _Compiled(
         resource=resource_type,
         bundle_schema=bundle_schema,
+        batch_schema={**bundle_schema, _SENTINEL: pl.String()},
         known_top=frozenset(resource_dtype.to_schema()),
         unknown_key=_not_in(known_all),
         views=views,
@@ -701,23 +704,49 @@ def _batches(raws: list[bytes], start: int) -> Iterator[tuple[int, list[bytes]]]
         yield first, batch
 
 
-def _read_batch(comp: _Compiled, batch: list[bytes]) -> pl.DataFrame | None:
-    """Read several pages at once as one JSON array; ``None`` when they must be read singly.
+_SENTINEL = "_pmtk_batch_sentinel"
+_NONCE = secrets.token_hex(8)
+"""Random per process, so that no page can contain a sentinel's value."""
 
-    A read succeeds with one row per page only when the pages join into valid
-    JSON with one top-level value per page. A page that is malformed, an array
-    or not an object makes the read fail or the row count differ (two broken
-    pages that happen to join into one valid value give one row for two), and
-    the caller then reads that batch page by page, which reports the exact
-    page, exactly as a single read does.
+
+def _read_batch(comp: _Compiled, batch: list[bytes]) -> pl.DataFrame | None:
+    """Read several pages in one call; ``None`` when they must be read page by page.
+
+    The pages are joined into one JSON array with a sentinel object between
+    each two (``{"entry": [], "_pmtk_batch_sentinel": "<nonce>-<i>"}``, the
+    nonce random per process; an empty rather than a null ``entry`` keeps the
+    explode of the entries a copy-free one). The read is kept only when the
+    rows alternate page, sentinel, page, ... with every sentinel in its place:
+    no page text can hold a sentinel's value, so each page then is exactly one
+    JSON value, which is what reading it alone requires. A page that is
+    malformed, an array, two values, or half of a value completed by its
+    neighbour fails that test or the read, and the caller reads the batch page
+    by page, which names the page.
+
+    Returns
+    -------
+    polars.DataFrame or None
+        One row per page and one per sentinel (odd rows), read with
+        ``comp.batch_schema``. Only ``Series`` methods that do not go through
+        Polars' query engine are used here: this runs once per batch on the
+        reader threads, and a query per batch cost more than the batching saved.
     """
     if len(batch) < 2:
         return None
+    parts = [b"[", batch[0]]
+    expected: list[str | None] = [None]
+    for i, page in enumerate(batch[1:]):
+        sentinel = f"{_NONCE}-{i}"
+        parts += [b',{"entry":[],"', _SENTINEL.encode(), b'":"', sentinel.encode(), b'"},', page]
+        expected += [sentinel, None]
+    parts.append(b"]")
     try:
-        df = pl.read_json(b"[" + b",".join(batch) + b"]", schema=comp.bundle_schema)
+        df = pl.read_json(b"".join(parts), schema=comp.batch_schema)
     except (pl.exceptions.PolarsError, OSError, ValueError):
         return None
-    return df if df.height == len(batch) else None
+    if df.height != len(expected) or df.get_column(_SENTINEL).to_list() != expected:
+        return None
+    return df
 
 
 def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
@@ -728,12 +757,14 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
     """
     kinds: list[pl.Series] = [pl.Series("resourceType", [], dtype=pl.String)]
     lists: list[pl.Series] = [pl.Series("entry", [], dtype=comp.bundle_schema["entry"])]
+    is_page: list[bool] = []  # False for the rows of batch sentinels
     failure: tuple[int, Exception] | None = None
     for first, batch in _batches(raws, start):
         together = _read_batch(comp, batch)
         if together is not None:
             kinds.append(together.get_column("resourceType"))
             lists.append(together.get_column("entry"))
+            is_page += [True, False] * (len(batch) - 1) + [True]
             continue
         for i, raw in enumerate(batch, first):
             try:
@@ -746,13 +777,15 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
                 break
             kinds.append(df.get_column("resourceType"))
             lists.append(df.get_column("entry"))
+            is_page.append(True)
         if failure is not None:
             break
     entry_lists = pl.concat(lists)
     resources = entry_lists.explode(empty_as_null=False, keep_nulls=False).struct.field("resource")
+    pages = pl.Series("page", is_page, dtype=pl.Boolean)
     return _Block(
-        kinds=pl.concat(kinds, rechunk=True),
-        counts=entry_lists.list.len().fill_null(0),
+        kinds=pl.concat(kinds, rechunk=True).filter(pages),
+        counts=entry_lists.list.len().fill_null(0).filter(pages),
         resources=resources,
         failure=failure,
     )
