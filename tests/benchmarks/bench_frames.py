@@ -11,7 +11,7 @@ pages of 100 (bytes, as the client receives them), and times on the same pages:
 * ``pl.DataFrame(list_of_dicts)`` (schema inference; after ``orjson.loads``).
 
 Options: ``--resources N`` (default 200000), ``--page-size N`` (default 100),
-``--repeat N`` (best of N, default 3; the methods take turns, so that each
+``--repeat N`` (best of N, default 5; the methods take turns, so that each
 sees the same machine load, and each timed run follows an untimed run of the
 same method).
 """
@@ -145,7 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resources", type=int, default=200_000)
     parser.add_argument("--page-size", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     raw = pages(args.resources, args.page_size)
     size_mb = sum(map(len, raw)) / 1e6
