@@ -25,8 +25,9 @@ def _tune_polars_allocator() -> None:
 
     Polars' JSON reader allocates and frees a parse tree for every batch of
     pages. With Polars' default decay (``dirty_decay_ms:500,muzzy_decay_ms:1000``)
-    those pages go back to the kernel and fault in again for the next batch,
-    which cost a quarter of the flatten time in ``tests/benchmarks``. Polars
+    those pages go back to the kernel and fault in again for the next batch:
+    about a fifth of the flatten time in ``tests/benchmarks`` went to kernel page
+    faults (a ``perf`` profile). Polars
     reads ``_RJEM_MALLOC_CONF`` once, when it is first imported, and appends it
     to its own defaults, so this only takes effect when ``toolkit`` is imported
     before ``polars``. It is skipped when ``_RJEM_MALLOC_CONF`` is already set

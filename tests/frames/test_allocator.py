@@ -10,7 +10,7 @@ import pytest
 
 import toolkit
 
-SHOW = "import os, sys; {imports}; print(os.environ.get('_RJEM_MALLOC_CONF', ''))"
+SHOW = "import os; {imports}; print(os.environ.get('_RJEM_MALLOC_CONF', ''))"
 
 
 def _conf(imports: str, **env: str) -> str:
