@@ -343,17 +343,45 @@ def test_read_schema_is_explicit_and_derived_from_the_catalogue() -> None:
     assert "minutesDuration" in dict(resource.to_schema())
 
 
-def test_the_key_scan_flags_only_pages_with_a_key_the_view_does_not_know() -> None:
+def test_the_key_scan_flags_exactly_the_pages_with_an_unknown_top_level_key() -> None:
     from toolkit.views import _compiled, _scan_unknown
 
-    pattern = _compiled("Appointment").unknown_key
+    decoder = _compiled("Appointment").top_keys
     known = orjson.dumps(bundle(appointment(1)))
     pretty = json.dumps(bundle(appointment(1)), indent=2).encode()
     nested = orjson.dumps(bundle(appointment(1, participant=[{"period": {"start": "x"}}])))
     top = orjson.dumps(bundle(appointment(1, status="booked")))
     value_only = orjson.dumps(bundle(appointment(1, description='say "status": no')))
-    flags = _scan_unknown([known, pretty, nested, top, value_only], pattern).to_list()
-    assert flags == [False, False, True, True, False]
+    # Names the view knows deeper down (coding.code, extension.url), here at the top.
+    known_deeper = orjson.dumps(bundle(appointment(1, code="x", url="y")))
+    escaped_key = b'{"entry":[{"resource":{"resourceType":"Appointment","st\\u0061rt":1}}]}'
+    not_a_bundle = b'[{"entry": []}]'
+    pages = [known, pretty, nested, top, value_only, known_deeper, escaped_key, not_a_bundle]
+    flags = _scan_unknown(pages, decoder)
+    assert flags == [False, False, False, True, False, True, False, True]
+
+
+def test_a_page_that_is_not_utf8_is_refused_with_its_index() -> None:
+    good = orjson.dumps(bundle(appointment(1)))
+    broken = orjson.dumps(bundle(appointment(2, description="Review"))).replace(b"Rev", b"\xff\xfe")
+    with pytest.raises(DataValidationError, match="page 1 is not a Appointment Bundle"):
+        flatten("Appointment", [good, broken])
+
+
+def test_top_level_keys_that_the_view_knows_only_deeper_down_are_kept_in_extra() -> None:
+    narrative = {"status": "generated", "div": "<div>Ann</div>"}
+    records = [
+        appointment(1, code="walk-in", type={"text": "t"}),
+        appointment(2),
+        {"resourceType": "Appointment", "id": "3", "url": "u", "display": "d"},
+    ]
+    df = flatten("Appointment", [bundle(*records)])
+    extra = df.get_column("extra").to_list()
+    assert json.loads(extra[0]) == {"code": "walk-in", "type": {"text": "t"}}
+    assert extra[1] is None
+    assert json.loads(extra[2]) == {"url": "u", "display": "d"}
+    patient = {"resourceType": "Patient", "id": "P1", "text": narrative}
+    assert json.loads(flatten("Patient", bundle(patient)).item(0, "extra")) == {"text": narrative}
 
 
 def test_pages_read_in_batches_give_what_page_by_page_reading_gives(
