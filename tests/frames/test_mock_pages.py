@@ -7,7 +7,7 @@ import pytest
 
 from toolkit import catalogue
 from toolkit.schemas import validate
-from toolkit.views import flatten_tables
+from toolkit.views import flatten, flatten_tables
 
 
 def fetch_pages(client: httpx.Client, resource_type: str, limit: int = 5) -> list[bytes]:
@@ -31,3 +31,15 @@ def test_mock_pages_flatten_and_validate(mock_api: httpx.Client, resource_type: 
     assert main.get_column("extra").null_count() == main.height, main.get_column("extra")[0]
     for name, df in tables.items():
         validate(df, resource_type, table=None if name == resource_type else name)
+
+
+@pytest.mark.parametrize("resource_type", catalogue.LISTED_RESOURCES)
+def test_one_table_read_alone_equals_that_table_of_flatten_tables(
+    mock_api: httpx.Client, resource_type: str
+) -> None:
+    # flatten(table=...) reads only the fields that table uses (a slimmer schema).
+    pages = fetch_pages(mock_api, resource_type, limit=3)
+    tables = flatten_tables(resource_type, pages)
+    for name, expected in tables.items():
+        alone = flatten(resource_type, pages, table=None if name == resource_type else name)
+        assert alone.equals(expected), name

@@ -361,10 +361,25 @@ def test_the_key_scan_flags_exactly_the_pages_with_an_unknown_top_level_key() ->
     assert flags == [False, False, False, True, False, True, False, True]
 
 
+def test_one_table_reads_only_its_fields_and_still_keeps_unknown_keys() -> None:
+    # participant is not read for the main table: a wrong type there stops only
+    # the tables that use it. Unknown keys are still found against every field.
+    odd = appointment(2, status="booked")
+    odd["participant"] = "not a list"
+    pages = [bundle(appointment(1), odd)]
+    main = flatten("Appointment", pages)
+    assert main.get_column("id").to_list() == ["1", "2"]
+    assert main.get_column("extra").to_list() == [None, '{"status":"booked"}']
+    with pytest.raises(DataValidationError, match="page 0 is not a Bundle of Appointment"):
+        flatten("Appointment", pages, table="appointment_participant")
+    with pytest.raises(DataValidationError, match="page 0 is not a Bundle of Appointment"):
+        flatten_tables("Appointment", pages)
+
+
 def test_a_page_that_is_not_utf8_is_refused_with_its_index() -> None:
     good = orjson.dumps(bundle(appointment(1)))
     broken = orjson.dumps(bundle(appointment(2, description="Review"))).replace(b"Rev", b"\xff\xfe")
-    with pytest.raises(DataValidationError, match="page 1 is not a Appointment Bundle"):
+    with pytest.raises(DataValidationError, match="page 1 is not a Bundle of Appointment"):
         flatten("Appointment", [good, broken])
 
 
