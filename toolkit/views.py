@@ -18,9 +18,9 @@ Path language (a small FHIRPath subset, compiled to Polars expressions):
 
 Reading is done by Polars' native JSON reader with an explicit schema derived
 from the catalogue (:func:`read_schema`); nothing is inferred, so every declared
-column exists with its declared dtype even when no record carries it. Keys the
-view does not know are kept, as JSON, in the ``extra`` column of the main table
-(see :func:`flatten_tables` for how that stays cheap).
+column exists with its declared dtype even when no record carries it. Top-level
+keys the view does not know are kept, as JSON, in the ``extra`` column of the main
+table (see :func:`flatten_tables` for how that stays exact and cheap).
 """
 
 from __future__ import annotations
