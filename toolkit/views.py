@@ -472,11 +472,21 @@ def _complete_datetimes(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> p
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     resource: str
-    bundle_schema: dict[str, Any]
-    batch_schema: dict[str, Any]  # bundle_schema + the batch sentinel (see _read_batch)
-    known_top: frozenset[str]
+    resource_dtype: pl.Struct  # entry[].resource as read: every field, or one table's
+    known_top: frozenset[str]  # every top-level field of the resource
     top_keys: msgspec.json.Decoder[Any]  # see _top_level_keys
     views: tuple[View, ...]
+
+    @property
+    def bundle_schema(self) -> dict[str, Any]:
+        """The schema a page is read with (see :func:`read_schema`)."""
+        entry = pl.List(pl.Struct({"resource": self.resource_dtype}))
+        return {**_ENVELOPE.to_schema(), "entry": entry}
+
+    @property
+    def batch_schema(self) -> dict[str, Any]:
+        """:attr:`bundle_schema` plus the batch sentinel (see :func:`_read_batch`)."""
+        return {**self.bundle_schema, _SENTINEL: pl.String()}
 
 
 _ENVELOPE = pl.Struct(
@@ -507,7 +517,7 @@ def _top_level_keys(known_top: frozenset[str]) -> msgspec.json.Decoder[Any]:
     """
     fields = [
         (f"f{i}", msgspec.Raw, msgspec.field(default=None, name=key))
-        for i, key in enumerate(sorted(known_top | {"resourceType"}))
+        for i, key in enumerate(sorted(known_top))
     ]
     res = msgspec.defstruct("Resource", fields, forbid_unknown_fields=True, gc=False)
     entry = msgspec.defstruct("Entry", [("resource", res | None, None)], gc=False)
@@ -522,15 +532,10 @@ def _compiled(resource_type: str) -> _Compiled:
     fields = tuple(f for f in res.fields if not f.write_only)
     resource_struct = _level_read_dtype(fields)
     resource_dtype = pl.Struct({"resourceType": pl.String(), **resource_struct.to_schema()})
-    bundle_schema: dict[str, Any] = {
-        **_ENVELOPE.to_schema(),
-        "entry": pl.List(pl.Struct({"resource": resource_dtype})),
-    }
     known_top = frozenset(resource_dtype.to_schema())
     return _Compiled(
         resource=resource_type,
-        bundle_schema=bundle_schema,
-        batch_schema={**bundle_schema, _SENTINEL: pl.String()},
+        resource_dtype=resource_dtype,
         known_top=known_top,
         top_keys=_top_level_keys(known_top),
         views=views,
@@ -564,18 +569,8 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
     full = _compiled(resource_type)
     (view_,) = [v for v in full.views if v.name == table]
     wanted = _top_fields(view_) | {"resourceType", "id"}
-    entry = full.bundle_schema["entry"]
-    assert isinstance(entry, pl.List) and isinstance(entry.inner, pl.Struct)
-    resource = entry.inner.fields[0].dtype
-    assert isinstance(resource, pl.Struct)
-    slim = pl.Struct([f for f in resource.fields if f.name in wanted])
-    bundle_schema = {**full.bundle_schema, "entry": pl.List(pl.Struct({"resource": slim}))}
-    return dataclasses.replace(
-        full,
-        bundle_schema=bundle_schema,
-        batch_schema={**bundle_schema, _SENTINEL: pl.String()},
-        views=(view_,),
-    )
+    slim = pl.Struct([f for f in full.resource_dtype.fields if f.name in wanted])
+    return dataclasses.replace(full, resource_dtype=slim, views=(view_,))
 
 
 def read_schema(resource_type: str) -> pl.Schema:
@@ -795,8 +790,9 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
     The block's entries are gathered and exploded here, on the reader thread,
     so that the caller only joins a few long Series.
     """
+    schema = comp.bundle_schema
     kinds: list[pl.Series] = [pl.Series("resourceType", [], dtype=pl.String)]
-    lists: list[pl.Series] = [pl.Series("entry", [], dtype=comp.bundle_schema["entry"])]
+    lists: list[pl.Series] = [pl.Series("entry", [], dtype=schema["entry"])]
     is_page: list[bool] = []  # False for the rows of batch sentinels
     unknown: list[bool] = []
     failure: tuple[int, Exception] | None = None
@@ -810,7 +806,7 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
             continue
         for i, raw in enumerate(batch, first):
             try:
-                df = pl.read_json(raw, schema=comp.bundle_schema)
+                df = pl.read_json(raw, schema=schema)
             except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
                 failure = (i, exc)
                 break
@@ -838,12 +834,8 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
 def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
     """One row per entry resource of ``comp.resource``: ``resource`` struct + ``extra``."""
     raws = [_as_bytes(page) for page in _iter_pages(pages)]
-    entry_dtype = comp.bundle_schema["entry"]
-    assert isinstance(entry_dtype, pl.List) and isinstance(entry_dtype.inner, pl.Struct)
     if not raws:
-        return pl.DataFrame(
-            schema={"resource": entry_dtype.inner.fields[0].dtype, "extra": pl.String()}
-        )
+        return pl.DataFrame(schema={"resource": comp.resource_dtype, "extra": pl.String()})
     # pl.read_json releases the GIL: contiguous blocks of pages are read on the
     # persistent threads (one block each, in batches of _BATCH_BYTES). Each
     # thread runs the key scan (msgspec, which holds the GIL) on a batch right
