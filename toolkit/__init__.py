@@ -11,10 +11,11 @@ The public names are imported lazily (module ``__getattr__``), so that
 from __future__ import annotations
 
 # ruff: noqa: F401
-import importlib
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from toolkit._lazy import lazy_exports
 
 POLARS_ALLOCATOR_CONF = "dirty_decay_ms:5000,muzzy_decay_ms:5000"
 """The jemalloc options pmtk gives Polars (see :func:`_tune_polars_allocator`)."""
@@ -88,17 +89,4 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module_name, attr = _EXPORTS[name]
-    except KeyError:
-        msg = f"module 'toolkit' has no attribute {name!r}"
-        raise AttributeError(msg) from None
-    module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

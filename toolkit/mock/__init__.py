@@ -10,8 +10,9 @@ the catalogue with the client; it never imports ``toolkit.client``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from toolkit._lazy import lazy_exports
 from toolkit.mock.faults import FAULT_PROFILES, FaultProfile
 
 if TYPE_CHECKING:
@@ -20,25 +21,16 @@ if TYPE_CHECKING:
 
 # The server, app and data generator (uvicorn, Starlette, the synthetic practice) load
 # on first use, so that ``pmtk --help`` and ``pmtk check --base-url ...`` don't pay for them.
-_LAZY = {
-    "Deployment": "toolkit.mock.server",
-    "serve": "toolkit.mock.server",
-    "CLIENT_ID": "toolkit.mock.state",
-    "CLIENT_SECRET": "toolkit.mock.state",
-    "MockOptions": "toolkit.mock.state",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'toolkit.mock' has no attribute {name!r}"
-        raise AttributeError(msg)
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Deployment": ("toolkit.mock.server", "Deployment"),
+        "serve": ("toolkit.mock.server", "serve"),
+        "CLIENT_ID": ("toolkit.mock.state", "CLIENT_ID"),
+        "CLIENT_SECRET": ("toolkit.mock.state", "CLIENT_SECRET"),
+        "MockOptions": ("toolkit.mock.state", "MockOptions"),
+    },
+)
 
 
 __all__ = [
