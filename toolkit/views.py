@@ -1021,19 +1021,19 @@ def flatten(resource_type: str, pages: Any, *, table: str | None = None) -> pl.D
     polars.DataFrame
         Every declared column of the view, in its declared dtype.
 
-    Notes
-    -----
-    Only the top-level fields the table uses are read (the main Appointment table
-    reads no ``participant``), which is faster than :func:`flatten_tables`; a value
-    of the wrong JSON type in a field the table does not use therefore stops only
-    the tables that use it. Unknown keys are checked against every field.
-
     Raises
     ------
     ConfigurationError
         Unknown resource type or table.
     DataValidationError
         As for :func:`flatten_tables`.
+
+    Notes
+    -----
+    Only the top-level fields the table uses are read (the main Appointment table
+    reads no ``participant``), which is faster than :func:`flatten_tables`; a value
+    of the wrong JSON type in a field the table does not use therefore stops only
+    the tables that use it. Unknown keys are checked against every field.
 
     Examples
     --------
