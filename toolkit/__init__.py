@@ -61,7 +61,12 @@ if TYPE_CHECKING:  # the names re-exported lazily below, for type checkers
     from toolkit.throttle import RetryPolicy
     from toolkit.views import flatten, flatten_tables
 
-__version__ = "0.1.0"
+try:
+    from importlib.metadata import PackageNotFoundError, version
+
+    __version__ = version("pmtk")
+except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+    __version__ = "0+unknown"
 
 _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Client": ("toolkit.client", "Client"),

@@ -19,6 +19,29 @@ app = typer.Typer(
     add_completion=False,
     help="Practice-management API toolkit: mock deployment, contract checks, sync.",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from toolkit import __version__
+
+        typer.echo(f"pmtk {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print pmtk's version and exit.",
+    ),
+) -> None:
+    """Practice-management API toolkit: mock deployment, contract checks, sync."""
+
+
 app.command("mock")(mock_command)
 app.command("check")(check_command)
 app.command("notebooks")(notebooks_command)
