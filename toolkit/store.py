@@ -776,7 +776,14 @@ def _claim(root: Path) -> None:
 
 
 def _init_manifest(root: Path) -> None:
-    """Mark a claimed folder as a pmtk store before anything else is written into it."""
+    """Mark a claimed folder as a pmtk store before anything else is written into it.
+
+    Called under the lock, so a temporary manifest left behind is a dead
+    writer's (killed between writing and renaming it) and can go.
+    """
+    for leftover in root.glob(".manifest.json.*.tmp"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
     if not _manifest_path(root).exists():
         _write_json(
             _manifest_path(root),
@@ -1882,10 +1889,12 @@ def load(
         if problem is not None:
             raise StoreDamaged(root, [problem])
     declared = declared_schemas(resource_type).get(name)
+    # A damaged file can make Polars panic (a BaseException) rather than raise.
+    unreadable = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError)
     try:
         frame = pl.scan_parquet(path)
         stored_schema = frame.collect_schema()
-    except (pl.exceptions.PolarsError, OSError) as exc:
+    except unreadable as exc:
         msg = (
             f"{path} is not a readable Parquet file ({exc}); "
             f"run `{_repair_command(root, resource_type)}`"
@@ -1903,7 +1912,7 @@ def load(
         return frame
     try:
         return frame.collect()
-    except (pl.exceptions.PolarsError, OSError) as exc:
+    except unreadable as exc:
         msg = (
             f"{path} is not a readable Parquet file ({exc}); "
             f"run `{_repair_command(root, resource_type)}`"
