@@ -774,8 +774,7 @@ def _claim(root: Path) -> None:
     try:
         others = sorted(e.name for e in root.iterdir() if not _OWN_LEFTOVERS.fullmatch(e.name))
     except OSError as exc:
-        msg = f"cannot list {root} ({exc.strerror or exc}); choose another --out"
-        raise StoreError(msg) from exc
+        raise StoreWriteError(root, exc.errno, "listing the folder", str(exc)) from exc
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         msg = (

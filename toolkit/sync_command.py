@@ -125,8 +125,10 @@ def sync_command(
         check_folder(out)  # before connecting: a refusal writes nothing and costs nothing
     except (NotAStore, ManifestDamaged) as exc:
         raise fail("refused", exc, EXIT_REFUSED) from None
+    except StoreWriteError as exc:
+        raise fail("sync failed", exc, EXIT_WRITE_FAILED) from None
     except PmtkError as exc:
-        raise fail("sync failed", exc, EXIT_FAILED) from None
+        raise fail("refused", exc, EXIT_REFUSED) from None  # e.g. a newer store format
     settings: dict[str, Any] = {
         key: value
         for key, value in (
