@@ -3,10 +3,11 @@
 Layout of a store directory (``pmtk-store`` unless told otherwise)::
 
     pmtk-store/
-      manifest.json                    what is stored, how fresh it is, which schema
-      Appointment/data.parquet         one dataset per resource ...
-      appointment_participant/data.parquet   ... and per child table of its view
-      Referral/data.parquet
+      manifest.json                    "kind": "pmtk-store"; what is stored, how fresh,
+                                       which schema, and the sha256 of every data file
+      Appointment/data-<sha16>.parquet one dataset per resource ...
+      appointment_participant/data-<sha16>.parquet   ... and per child table of its view
+      Referral/data-<sha16>.parquet
       .staging/<Resource>/             only while a sync of <Resource> is unfinished
         state.json                     the checkpoint: query, pages done, high-water mark
         <table>/part-000001.parquet    one part file per fetched page and table
@@ -25,10 +26,23 @@ How a resource is synced (:func:`sync`):
    ``scan_parquet``/``sink_parquet`` (streaming): the newest staged version of a
    record replaces the stored one, and the child-table rows of a replaced
    record are replaced as a whole.
-4. **Commit.** The merged files are moved over the datasets with
-   :func:`os.replace` and the manifest is replaced last. The checkpoint records
-   the commit first, so a crash half-way through is rolled forward by the next
-   run. Readers never see a half-written file.
+4. **Commit.** Each merged file is fsynced and moved to a new name derived
+   from its sha256 (``data-<first 16 hex digits>.parquet``), beside the file
+   it replaces, and the manifest, which names the files and their checksums,
+   is replaced last: that single :func:`os.replace` switches the resource from
+   the old files to the new ones. The files of the previous version are then
+   deleted. The checkpoint records the commit first, so a crash half-way
+   through is rolled forward by the next run; until then the old manifest
+   still names the old files, which are intact. Every file, and every folder
+   whose entries changed, is fsynced before the manifest points at it.
+
+The store never takes over a folder it did not create: :func:`sync` writes only
+into a missing or empty folder, or into a folder whose ``manifest.json`` carries
+``"kind": "pmtk-store"`` (:class:`NotAStore` otherwise, before writing
+anything). A damaged manifest is never overwritten (:class:`ManifestDamaged`).
+:func:`load` and :func:`verify` compare every data file with the checksum the
+manifest recorded (:class:`StoreDamaged`), and a local write failure (disk full,
+read-only or forbidden folder) is one :class:`StoreWriteError` naming the file.
 
 Incremental semantics: the manifest keeps, per resource, the server-side
 high-water mark (the greatest ``meta.lastUpdated`` stored). The next sync asks
@@ -47,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import errno
 import hashlib
 import os
 import queue
@@ -72,23 +87,40 @@ __all__ = [
     "DEFAULT_STORE",
     "PAGE_SIZE",
     "STORE_FORMAT",
+    "STORE_KIND",
+    "FileProblem",
+    "ManifestDamaged",
+    "NotAStore",
     "PageProgress",
     "PageSource",
     "ResourceSync",
+    "StoreDamaged",
     "StoreError",
+    "StoreWriteError",
     "SyncSummary",
+    "VerifyReport",
+    "check_folder",
     "declared_schemas",
     "load",
     "read_manifest",
     "schema_version",
     "sync",
+    "verify",
 ]
 
 DEFAULT_STORE = "pmtk-store"
 """Directory used when no ``out``/``store`` is given."""
 
-STORE_FORMAT = 1
-"""Version of the on-disk layout and of ``manifest.json``."""
+STORE_FORMAT = 2
+"""Version of the on-disk layout and of ``manifest.json``.
+
+2 added the ``kind`` marker, a sha256 per data file and content-named data
+files. A format-1 store is still recognised as pmtk's own; its resources carry
+another :func:`schema_version`, so the next sync rebuilds each in full.
+"""
+
+STORE_KIND = "pmtk-store"
+"""The ``kind`` of a pmtk manifest: what makes a folder recognisably a pmtk store."""
 
 PAGE_SIZE = catalogue.MAX_PAGE_SIZE
 """``_count`` of every list request: the largest page the API serves."""
@@ -104,7 +136,6 @@ PREFETCH_PAGES = 8
 
 MANIFEST = "manifest.json"
 STAGING = ".staging"
-DATA_FILE = "data.parquet"
 STATE_FILE = "state.json"
 PART_COLUMN = "_part"
 
@@ -113,7 +144,144 @@ ErrorsMode = Literal["raise", "warn"]
 
 
 class StoreError(PmtkError, FileNotFoundError):
-    """The store, a resource in it, or one of its files is missing, locked or unreadable."""
+    """The store, a resource in it, or one of its files is missing, locked or unreadable.
+
+    Subclasses::
+
+        StoreError
+        ├── NotAStore          the folder is not empty and is not a pmtk store: nothing written
+        ├── ManifestDamaged    manifest.json is unreadable or malformed: nothing written
+        ├── StoreDamaged       a data file is missing or fails its recorded sha256
+        └── StoreWriteError    disk full, read-only or forbidden folder while writing
+    """
+
+    def __str__(self) -> str:  # FileNotFoundError would otherwise format (errno, strerror)
+        return str(self.args[0]) if self.args else ""
+
+
+class NotAStore(StoreError):
+    """The folder exists, is not empty, and holds no pmtk manifest; pmtk wrote nothing to it."""
+
+
+class ManifestDamaged(StoreError):
+    """``manifest.json`` cannot be read or understood; pmtk will not overwrite it."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileProblem:
+    """One data file that failed verification.
+
+    Attributes
+    ----------
+    resource
+        The resource whose table it holds.
+    table
+        The table (the resource's main table or a child table).
+    path
+        The file, as the manifest names it (relative to the store).
+    problem
+        ``"missing"``, ``"checksum mismatch"``, ``"unreadable"`` or ``"no checksum"``
+        (a table written by a pmtk older than store format 2).
+    expected, actual
+        The recorded and the computed sha256 (``None`` when unknown).
+    """
+
+    resource: str
+    table: str
+    path: str
+    problem: str
+    expected: str | None = None
+    actual: str | None = None
+
+    def describe(self, root: Path) -> str:
+        """One line: which file, what is wrong, and the command that repairs it."""
+        detail = self.problem
+        if self.problem == "checksum mismatch" and self.expected and self.actual:
+            detail += f" (recorded sha256 {self.expected[:16]}..., file has {self.actual[:16]}...)"
+        return (
+            f"{root / self.path} ({self.resource}, table {self.table}): {detail}; "
+            f"repair: {_repair_command(root, self.resource)}"
+        )
+
+
+def _repair_command(root: Path, resource_type: str) -> str:
+    return f"pmtk sync --out {root} --full --resource {resource_type}"
+
+
+class StoreDamaged(StoreError):
+    """A data file is missing or its bytes differ from the sha256 the manifest recorded.
+
+    ``problems`` lists every :class:`FileProblem` found; the message names each
+    file and the ``pmtk sync --full --resource ...`` command that rebuilds it.
+    """
+
+    def __init__(self, root: Path, problems: Sequence[FileProblem]) -> None:
+        self.root = root
+        self.problems = list(problems)
+        lines = [p.describe(root) for p in self.problems]
+        head = "damaged data in the pmtk store" if len(lines) > 1 else "damaged data file"
+        super().__init__(f"{head}: " + "; ".join(lines))
+
+
+class StoreWriteError(StoreError):
+    """Writing the store failed on the local file system (disk full, read-only, permission).
+
+    The data committed before is intact: a failed write never replaces a file
+    that the manifest names. ``errno`` is the OS error number (e.g.
+    :data:`errno.ENOSPC`), ``path`` the file or folder, ``step`` what was being
+    written.
+    """
+
+    def __init__(self, path: Path, err: int | None, step: str, detail: str) -> None:
+        self.path = path
+        self.step = step
+        reason = _ERRNO_REASONS.get(err, detail) if err is not None else detail
+        msg = (
+            f"cannot write the store: {reason} while {step} ({path}); "
+            "the data stored before is unchanged. Free space or fix the folder's "
+            "permissions, then run the same command again to resume."
+        )
+        super().__init__(msg)
+        self.errno = err
+
+
+_ERRNO_REASONS: dict[int | None, str] = {
+    errno.ENOSPC: "the disk is full (ENOSPC)",
+    errno.EDQUOT: "the disk quota is exhausted (EDQUOT)",
+    errno.EROFS: "the file system is read-only (EROFS)",
+    errno.EACCES: "permission denied (EACCES)",
+    errno.EPERM: "operation not permitted (EPERM)",
+    errno.EIO: "an I/O error from the device (EIO)",
+}
+_OS_ERROR_TEXT = re.compile(r"os error (\d+)")
+
+
+def _os_errno(exc: BaseException) -> int | None:
+    """The OS error number behind ``exc``: an OSError's, or one Polars quotes in its text."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno
+    match = _OS_ERROR_TEXT.search(str(exc))
+    return int(match.group(1)) if match else None
+
+
+@contextlib.contextmanager
+def _writing(path: Path, step: str) -> Iterator[None]:
+    """Turn a file-system failure while doing ``step`` on ``path`` into a :class:`StoreWriteError`.
+
+    Polars reports an I/O failure as a ``ComputeError`` quoting ``(os error 28)``;
+    Python as an :class:`OSError`. Both become one line naming the file.
+    """
+    try:
+        yield
+    except PmtkError:
+        raise
+    except OSError as exc:
+        raise StoreWriteError(path, exc.errno, step, exc.strerror or str(exc)) from exc
+    except pl.exceptions.PolarsError as exc:
+        err = _os_errno(exc)
+        if err is None:
+            raise
+        raise StoreWriteError(path, err, step, str(exc)) from exc
 
 
 class PageSource(Protocol):
@@ -179,6 +347,9 @@ class ResourceSync:
         Seconds spent on this resource in this run.
     high_water_mark
         Greatest ``meta.lastUpdated`` stored (server time), or ``None``.
+    repaired
+        Stored files (relative paths) that were missing or failed their checksum
+        before this run; the resource was then re-fetched in full.
     """
 
     resource: str
@@ -191,6 +362,7 @@ class ResourceSync:
     requests: int = 0
     elapsed: float = 0.0
     high_water_mark: str | None = None
+    repaired: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -244,7 +416,7 @@ class SyncSummary:
             t.add_row(
                 r.resource,
                 r.mode + (" (resumed)" if r.resumed else ""),
-                r.status,
+                r.status + (" (repaired)" if r.repaired else ""),
                 f"{r.fetched:,}",
                 f"{main:,}",
                 f"{children:,}",
@@ -276,11 +448,67 @@ def _later(a: str | None, b: str | None) -> str | None:
     return b if _instant(b) > _instant(a) else a
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    """Replace ``path`` atomically: a reader sees the old or the new file, never a part."""
+def _fsync_file(path: Path) -> None:
+    """Flush a written file's bytes to the device (a rename alone orders nothing)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the entries of a folder (created, renamed, removed files) durable."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(path, flags)
+    except (IsADirectoryError, PermissionError):  # pragma: no cover - Windows: no dir fsync
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # pragma: no cover - file systems without directory fsync
+        if exc.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _mkdir(path: Path, step: str) -> None:
+    """Create ``path`` (and parents); fsync each parent whose entries changed."""
+    if path.is_dir():
+        return
+    with _writing(path, step):
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+        path.mkdir(parents=True, exist_ok=True)
+        for created in reversed(missing):
+            _fsync_dir(created.parent)
+
+
+def _replace(src: Path, dst: Path, step: str, *, durable: bool = True) -> None:
+    """Rename ``src`` over ``dst`` and (when ``durable``) make the rename durable."""
+    with _writing(dst, step):
+        os.replace(src, dst)
+        if durable:
+            _fsync_dir(dst.parent)
+
+
+def _write_json(
+    path: Path, obj: Any, step: str = "writing the manifest", *, durable: bool = True
+) -> None:
+    """Replace ``path`` atomically (and durably): a reader sees the old or the new file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
-    os.replace(tmp, path)
+    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    try:
+        with _writing(tmp, step), tmp.open("wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        _replace(tmp, path, step, durable=durable)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def _read_json(path: Path) -> Any:
@@ -288,9 +516,53 @@ def _read_json(path: Path) -> Any:
 
 
 def _write_parquet(df: pl.DataFrame, path: Path) -> None:
+    """Write a staged part file, atomically but not fsynced.
+
+    Staged parts are not worth an fsync per page (it doubled the time of an
+    unpaced full sync): after a power loss, a part that did not reach the disk
+    is found unreadable on resume and the resource starts over
+    (:meth:`_ResourceSyncer._resume_point`).
+    """
     tmp = path.with_name(f".{path.name}.tmp")
-    df.write_parquet(tmp)
-    os.replace(tmp, path)
+    step = f"staging {path.parent.name}/{path.name}"
+    try:
+        with _writing(tmp, step):
+            df.write_parquet(tmp)
+        _replace(tmp, path, step, durable=False)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _sink_parquet(frame: pl.LazyFrame, target: Path, step: str, *, durable: bool = True) -> None:
+    """Stream ``frame`` into ``target`` through a temporary file (fsynced when ``durable``)."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        with _writing(tmp, step):
+            frame.sink_parquet(tmp)
+            if durable:
+                _fsync_file(tmp)
+        _replace(tmp, target, step, durable=durable)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _data_name(digest: str) -> str:
+    """The file name of a committed table: named by its content, so it never overwrites."""
+    return f"data-{digest[:16]}.parquet"
+
+
+_DATA_FILE_NAME = re.compile(
+    r"(data(-[0-9a-f]{16})?\.parquet|\.data(-[0-9a-f]{16})?\.parquet\.tmp)"
+)
 
 
 def _snake(name: str) -> str:
@@ -377,6 +649,48 @@ def _manifest_path(root: Path) -> Path:
     return root / MANIFEST
 
 
+def _check_manifest(root: Path, manifest: Any) -> dict[str, Any]:
+    """Accept a parsed manifest as pmtk's own, or say why it is not."""
+    path = _manifest_path(root)
+    if not isinstance(manifest, dict):
+        msg = (
+            f"{path} is not a pmtk manifest (a JSON {type(manifest).__name__}, not an object), "
+            f"so {root} is not a pmtk store; pmtk writes nothing there. Choose another --out"
+        )
+        raise NotAStore(msg)
+    kind = manifest.get("kind")
+    legacy = kind is None and manifest.get("format") == 1  # written before the marker existed
+    if kind != STORE_KIND and not legacy:
+        msg = (
+            f'{path} is not a pmtk manifest (no "kind": "{STORE_KIND}"), so {root} is not '
+            "a pmtk store; pmtk writes nothing there. Choose another --out"
+        )
+        raise NotAStore(msg)
+    fmt = manifest.get("format")
+    if isinstance(fmt, int) and fmt > STORE_FORMAT:
+        msg = (
+            f"the store at {root} was written by a newer pmtk (store format {fmt}, this pmtk "
+            f"reads up to {STORE_FORMAT}); upgrade pmtk"
+        )
+        raise StoreError(msg)
+    resources = manifest.get("resources")
+    if (
+        not isinstance(fmt, int)
+        or not isinstance(resources, dict)
+        or not all(isinstance(e, dict) for e in resources.values())
+    ):
+        raise ManifestDamaged(_damaged_message(root, "its format or resources are malformed"))
+    return manifest
+
+
+def _damaged_message(root: Path, reason: str) -> str:
+    return (
+        f"the manifest of the store at {root} is unreadable ({reason}). pmtk cannot tell what "
+        "the store holds and will not overwrite it. Restore manifest.json from a backup, or "
+        f"sync into a new folder (`pmtk sync --out NEW-FOLDER`) and then remove {root}"
+    )
+
+
 def read_manifest(store: str | os.PathLike[str] = DEFAULT_STORE) -> dict[str, Any]:
     """The parsed ``manifest.json`` of a store.
 
@@ -388,12 +702,17 @@ def read_manifest(store: str | os.PathLike[str] = DEFAULT_STORE) -> dict[str, An
     Returns
     -------
     dict
-        ``{"format": 1, "resources": {<type>: {...}}}``; see ``docs/store.md``.
+        ``{"kind": "pmtk-store", "format": 2, "resources": {<type>: {...}}}``;
+        see ``docs/store.md``.
 
     Raises
     ------
     StoreError
-        When the directory or its manifest is missing or unreadable.
+        When the directory or its manifest is missing.
+    NotAStore
+        When ``manifest.json`` is not a pmtk manifest.
+    ManifestDamaged
+        When ``manifest.json`` is unreadable or malformed.
     """
     root = Path(store)
     path = _manifest_path(root)
@@ -403,27 +722,96 @@ def read_manifest(store: str | os.PathLike[str] = DEFAULT_STORE) -> dict[str, An
         raise StoreError(msg)
     try:
         manifest = _read_json(path)
-    except (OSError, orjson.JSONDecodeError) as exc:
-        msg = f"the manifest of the store at {root} is unreadable ({exc}); run `pmtk sync --full`"
-        raise StoreError(msg) from exc
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("resources"), dict):
-        msg = f"the manifest of the store at {root} is malformed; run `pmtk sync --full`"
-        raise StoreError(msg)
-    return manifest
+    except OSError as exc:
+        raise ManifestDamaged(_damaged_message(root, exc.strerror or str(exc))) from exc
+    except orjson.JSONDecodeError as exc:
+        raise ManifestDamaged(_damaged_message(root, f"not valid JSON: {exc}")) from exc
+    return _check_manifest(root, manifest)
+
+
+_OWN_LEFTOVERS = re.compile(r"\.lock|\.manifest\.json\.\d+\.tmp")
+"""Entries pmtk may leave in a folder before its first manifest exists."""
+
+
+def check_folder(out: str | os.PathLike[str]) -> None:
+    """Raise unless :func:`sync` may write into ``out``; writes nothing.
+
+    ``out`` may be missing, empty, or a pmtk store (a ``manifest.json`` with
+    ``"kind": "pmtk-store"``).
+
+    Parameters
+    ----------
+    out
+        The folder a sync would write into.
+
+    Raises
+    ------
+    NotAStore
+        ``out`` is a file, or a non-empty folder without a pmtk manifest.
+    ManifestDamaged
+        ``out`` has a ``manifest.json`` that cannot be read.
+    """
+    _claim(Path(out))
+
+
+def _claim(root: Path) -> None:
+    """Refuse, before writing anything, a folder that pmtk must not write into.
+
+    Accepted: a missing folder, an empty one (or one holding only pmtk's lock
+    file from a first sync killed before its manifest was written), and a pmtk
+    store. Anything else -- a file, a folder with other contents, a foreign or
+    damaged ``manifest.json`` -- raises, so that a user's own files are never
+    overwritten.
+    """
+    if not root.exists():
+        return
+    if not root.is_dir():
+        msg = f"{root} is a file, not a folder; choose another --out for the pmtk store"
+        raise NotAStore(msg)
+    if _manifest_path(root).exists():
+        read_manifest(root)
+        return
+    try:
+        others = sorted(e.name for e in root.iterdir() if not _OWN_LEFTOVERS.fullmatch(e.name))
+    except OSError as exc:
+        raise StoreWriteError(root, exc.errno, "listing the folder", str(exc)) from exc
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        msg = (
+            f"{root} is not empty and is not a pmtk store (it has no pmtk manifest.json; it "
+            f"holds {shown}). pmtk writes only into a missing or empty folder or its own "
+            "store, and wrote nothing. Choose another --out"
+        )
+        raise NotAStore(msg)
+
+
+def _init_manifest(root: Path) -> None:
+    """Mark a claimed folder as a pmtk store before anything else is written into it.
+
+    Called under the lock, so a temporary manifest left behind is a dead
+    writer's (killed between writing and renaming it) and can go.
+    """
+    for leftover in root.glob(".manifest.json.*.tmp"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    if not _manifest_path(root).exists():
+        _write_json(
+            _manifest_path(root),
+            {"kind": STORE_KIND, "format": STORE_FORMAT, "resources": {}},
+            "creating the store's manifest",
+        )
 
 
 def _load_manifest_for_write(root: Path) -> dict[str, Any]:
     if not _manifest_path(root).exists():
-        return {"format": STORE_FORMAT, "resources": {}}
-    try:
-        return read_manifest(root)
-    except StoreError:
-        # An unreadable manifest cannot be trusted: every resource starts over in full.
-        return {"format": STORE_FORMAT, "resources": {}}
+        return {"kind": STORE_KIND, "format": STORE_FORMAT, "resources": {}}
+    # A damaged manifest raises here: overwriting it would lose what it says.
+    return read_manifest(root)
 
 
 def _update_manifest(root: Path, resource_type: str, entry: dict[str, Any]) -> None:
     manifest = _load_manifest_for_write(root)
+    manifest["kind"] = STORE_KIND
     manifest["format"] = STORE_FORMAT
     manifest["resources"][resource_type] = entry
     _write_json(_manifest_path(root), manifest)
@@ -432,13 +820,15 @@ def _update_manifest(root: Path, resource_type: str, entry: dict[str, Any]) -> N
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
     """Hold an exclusive lock on the store; a second writer fails fast."""
-    root.mkdir(parents=True, exist_ok=True)
+    _mkdir(root, "creating the store folder")
     try:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX: no lock, single writer assumed
         yield
         return
-    with (root / ".lock").open("a+") as handle:
+    with _writing(root / ".lock", "creating the store's lock file"):
+        handle = (root / ".lock").open("a+")
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -624,11 +1014,13 @@ class _ResourceSyncer:
         self.version = schema_version(resource_type)
         self.empty = _empty_tables(resource_type)
         self.key = _parent_key(resource_type)
+        self.stored: dict[str, Path] = {}
+        """The committed file of each table, when an incremental sync builds on it."""
 
     # -- paths ---------------------------------------------------------------------
 
     def _final(self, table: str) -> Path:
-        return self.root / table / DATA_FILE
+        return self.stored[table]
 
     def _parts_dir(self, table: str) -> Path:
         return self.stage / table
@@ -637,7 +1029,27 @@ class _ResourceSyncer:
         return self.stage / "merged" / f"{table}.parquet"
 
     def _save(self, cp: _Checkpoint) -> None:
-        _write_json(self.state_path, cp.to_json())
+        # Only the checkpoints that end the fetch are fsynced: losing a per-page one
+        # to a power cut costs a re-fetch, never data (see _resume_point).
+        _write_json(
+            self.state_path,
+            cp.to_json(),
+            f"writing the {self.rt} sync checkpoint",
+            durable=cp.phase != "fetch",
+        )
+
+    def _parts_readable(self, cp: _Checkpoint) -> bool:
+        """Whether every part the checkpoint counts can be read (after a power cut, maybe not)."""
+        for table in self.empty:
+            for path in self._part_files(table):
+                match = re.fullmatch(r"part-(\d+)\.parquet", path.name)
+                if match is None or int(match.group(1)) > cp.parts:
+                    continue
+                try:
+                    pl.read_parquet_schema(path)
+                except (OSError, pl.exceptions.PolarsError, pl.exceptions.PanicException):
+                    return False
+        return True
 
     # -- planning ------------------------------------------------------------------
 
@@ -647,13 +1059,27 @@ class _ResourceSyncer:
         entry = _load_manifest_for_write(self.root)["resources"].get(self.rt)
         return entry if isinstance(entry, dict) else None
 
-    def _stored_ok(self, entry: Mapping[str, Any] | None) -> bool:
-        return (
-            entry is not None
-            and entry.get("schema_version") == self.version
-            and entry.get("high_water_mark") is not None
-            and all(self._final(t).is_file() for t in self.empty)
-        )
+    def _stored_ok(self, entry: Mapping[str, Any] | None, problems: list[FileProblem]) -> bool:
+        """Whether an incremental sync can build on the stored data: same view, intact files.
+
+        Verifying the checksums here matters: an incremental merge copies the
+        stored rows into the new file, so a damaged file would otherwise come
+        back under a fresh, valid checksum.
+        """
+        if (
+            entry is None
+            or entry.get("schema_version") != self.version
+            or entry.get("high_water_mark") is None
+        ):
+            return False
+        tables = entry.get("tables")
+        if not isinstance(tables, dict) or set(tables) != set(self.empty):
+            return False
+        problems.extend(_verify_entry(self.root, self.rt, entry))
+        if problems:
+            return False
+        self.stored = {t: self.root / str(tables[t]["path"]) for t in self.empty}
+        return True
 
     def _resume_point(self) -> _Checkpoint | None:
         if not self.state_path.is_file():
@@ -668,11 +1094,26 @@ class _ResourceSyncer:
             return cp  # always rolled forward: the datasets may already be half swapped
         if self.full and cp.mode != "full":
             return None
+        if not self._parts_readable(cp):
+            return None
         return cp
 
     # -- the run -------------------------------------------------------------------
 
     def run(self) -> ResourceSync:
+        try:
+            return self._run()
+        except PmtkError:
+            raise
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            # A write step without its own _writing() context: still one clear line.
+            err = _os_errno(exc)
+            if err is None:
+                raise
+            where = Path(getattr(exc, "filename", None) or self.root)
+            raise StoreWriteError(where, err, f"syncing {self.rt}", str(exc)) from exc
+
+    def _run(self) -> ResourceSync:
         started = time.monotonic()
         previous = self._previous()
         cp = self._resume_point()
@@ -680,10 +1121,14 @@ class _ResourceSyncer:
             self._commit(cp)
             previous = self._previous()
             cp = None
+        problems: list[FileProblem] = []
+        stored_ok = self._stored_ok(previous, problems)
+        if cp is not None and cp.mode == "incremental" and not stored_ok:
+            cp = None  # it would merge into data that is gone or damaged
         resumed = cp is not None
         if cp is None:
             shutil.rmtree(self.stage, ignore_errors=True)
-            incremental = not self.full and self._stored_ok(previous)
+            incremental = not self.full and stored_ok
             cp = _Checkpoint(
                 resource=self.rt,
                 schema_version=self.version,
@@ -691,9 +1136,10 @@ class _ResourceSyncer:
                 since=_next_since(previous) if incremental and previous else None,
                 started_at=_now_iso(),
             )
-            self.stage.mkdir(parents=True, exist_ok=True)
+            _mkdir(self.stage, f"staging {self.rt}")
             self._save(cp)
         result = ResourceSync(resource=self.rt, mode=cp.mode, resumed=resumed)
+        result.repaired = [p.path for p in problems]
         sent_before = _requests_sent(self.client)
         try:
             if cp.phase == "fetch":
@@ -760,6 +1206,11 @@ class _ResourceSyncer:
                 raise
         cp.phase = "merge"
         cp.next_url = None
+        # The staged parts were written without fsync; the "merge" checkpoint is
+        # durable and promises them all, so flush them first (one call, not one per page).
+        sync_all = getattr(os, "sync", None)
+        if sync_all is not None:
+            sync_all()
         self._save(cp)
         return requested
 
@@ -815,7 +1266,7 @@ class _ResourceSyncer:
             if df.height == 0:
                 continue
             directory = self._parts_dir(table)
-            directory.mkdir(parents=True, exist_ok=True)
+            _mkdir(directory, f"staging {self.rt}")
             staged = df.with_columns(pl.lit(part, dtype=pl.Int32).alias(PART_COLUMN))
             _write_parquet(staged, directory / f"part-{part:06d}.parquet")
         next_url = next(
@@ -873,12 +1324,14 @@ class _ResourceSyncer:
 
     def _write_new(self) -> None:
         """Sink the deduplicated staged rows of every table to one file each (streaming)."""
-        (self.stage / "new").mkdir(parents=True, exist_ok=True)
+        _mkdir(self.stage / "new", f"merging the staged pages of {self.rt}")
         for table, empty in self.empty.items():
-            target = self._new_file(table)
-            tmp = target.with_name(f".{target.name}.tmp")
-            self._dedupe(table).select(empty.columns).cast(empty.schema).sink_parquet(tmp)
-            os.replace(tmp, target)
+            _sink_parquet(
+                self._dedupe(table).select(empty.columns).cast(empty.schema),
+                self._new_file(table),
+                f"merging the staged pages of {table}",
+                durable=False,  # an intermediate: the merge and its checkpoint come after
+            )
 
     def _new_rows(self, table: str) -> pl.LazyFrame:
         return pl.scan_parquet(self._new_file(table))
@@ -922,10 +1375,11 @@ class _ResourceSyncer:
                 return False
         return True
 
-    def _merge(self, cp: _Checkpoint) -> dict[str, int]:
-        (self.stage / "merged").mkdir(parents=True, exist_ok=True)
+    def _merge(self, cp: _Checkpoint) -> dict[str, dict[str, Any]]:
+        """Write each table's merged dataset; return its manifest entry (path, rows, sha256)."""
+        _mkdir(self.stage / "merged", f"merging {self.rt}")
         ids = self._new_rows(self.rt).select("id")
-        rows: dict[str, int] = {}
+        tables: dict[str, dict[str, Any]] = {}
         for table, empty in self.empty.items():
             new = self._new_rows(table)
             if cp.mode == "incremental":
@@ -937,14 +1391,21 @@ class _ResourceSyncer:
             else:
                 frame = new
             target = self._merged(table)
-            tmp = target.with_name(f".{target.name}.tmp")
-            frame.cast(empty.schema).sink_parquet(tmp)
-            os.replace(tmp, target)
-            rows[table] = pl.scan_parquet(target).select(pl.len()).collect().item()
-        return rows
+            _sink_parquet(frame.cast(empty.schema), target, f"writing the merged {table} table")
+            digest = _sha256(target)
+            tables[table] = {
+                "path": f"{table}/{_data_name(digest)}",
+                "rows": pl.scan_parquet(target).select(pl.len()).collect().item(),
+                "bytes": target.stat().st_size,
+                "sha256": digest,
+            }
+        return tables
 
     def _entry(
-        self, cp: _Checkpoint, previous: Mapping[str, Any] | None, rows: Mapping[str, int]
+        self,
+        cp: _Checkpoint,
+        previous: Mapping[str, Any] | None,
+        tables: Mapping[str, Mapping[str, Any]],
     ) -> dict[str, Any]:
         hwm = cp.max_last_updated
         if cp.mode == "incremental" and previous is not None:
@@ -957,9 +1418,7 @@ class _ResourceSyncer:
             "next_since": _since_after(hwm, cp.server_time),
             "fetched_at": _now_iso(),
             "mode": cp.mode,
-            "tables": {
-                table: {"path": f"{table}/{DATA_FILE}", "rows": n} for table, n in rows.items()
-            },
+            "tables": {table: dict(info) for table, info in tables.items()},
         }
 
     def _finish(
@@ -968,12 +1427,10 @@ class _ResourceSyncer:
         self._write_new()
         if self._unchanged(cp) and previous is not None:
             result.status = "unchanged"
-            stored = {t: int(v["rows"]) for t, v in previous.get("tables", {}).items()}
-            entry = self._entry(cp, previous, stored)
+            entry = self._entry(cp, previous, previous["tables"])
         else:
             self._validate_new()
-            rows = self._merge(cp)
-            entry = self._entry(cp, previous, rows)
+            entry = self._entry(cp, previous, self._merge(cp))
         entry["last_sync"] = {
             "started_at": cp.started_at,
             "records_fetched": cp.records,
@@ -988,16 +1445,39 @@ class _ResourceSyncer:
         result.high_water_mark = entry["high_water_mark"]
 
     def _commit(self, cp: _Checkpoint) -> None:
-        """Swap merged datasets in, then the manifest; safe to repeat after a crash."""
-        for table in self.empty:
+        """Move the merged files in beside the old ones, then switch the manifest.
+
+        Safe to repeat after a crash at any point. Until the manifest is
+        replaced it names the previous files, which nothing has touched, so a
+        failure (a full disk, a read-only folder) leaves the store as it was.
+        """
+        if cp.entry is None:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            return
+        tables: dict[str, Any] = cp.entry["tables"]
+        for table, info in tables.items():
+            final = self.root / str(info["path"])
             merged = self._merged(table)
             if merged.is_file():
-                final = self._final(table)
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(merged, final)
-        if cp.entry is not None:
-            _update_manifest(self.root, self.rt, cp.entry)
+                _mkdir(final.parent, f"committing {table}")
+                _replace(merged, final, f"committing {table}")
+            if not final.is_file():
+                # Neither staged nor committed (staging removed by hand): start over.
+                shutil.rmtree(self.stage, ignore_errors=True)
+                return
+        _update_manifest(self.root, self.rt, cp.entry)
+        self._remove_superseded(tables)
         shutil.rmtree(self.stage, ignore_errors=True)
+
+    def _remove_superseded(self, tables: Mapping[str, Any]) -> None:
+        """Delete the data files the manifest no longer names (previous versions)."""
+        for table, info in tables.items():
+            keep = (self.root / str(info["path"])).name
+            directory = self.root / table
+            with contextlib.suppress(OSError):  # a leftover costs space, never correctness
+                for path in directory.iterdir():
+                    if path.name != keep and _DATA_FILE_NAME.fullmatch(path.name):
+                        path.unlink()
 
 
 def _server_time(date_header: str | None) -> str | None:
@@ -1134,6 +1614,130 @@ def _client_quiet(client: Any) -> Iterator[None]:
         client.progress = before
 
 
+# --------------------------------------------------------------------------- verification
+
+
+def _check_table(
+    root: Path, resource_type: str, table: str, info: Mapping[str, Any]
+) -> FileProblem | None:
+    """Compare one committed file with its recorded sha256 (``None`` when intact)."""
+    rel = str(info.get("path", f"{table}/?"))
+    path = root / rel
+    expected = info.get("sha256")
+    if not path.is_file():
+        return FileProblem(resource_type, table, rel, "missing", expected if expected else None)
+    if not isinstance(expected, str) or not expected:
+        return FileProblem(resource_type, table, rel, "no checksum")
+    try:
+        actual = _sha256(path)
+    except OSError as exc:
+        return FileProblem(resource_type, table, rel, f"unreadable ({exc.strerror or exc})")
+    if actual != expected:
+        return FileProblem(resource_type, table, rel, "checksum mismatch", expected, actual)
+    return None
+
+
+def _verify_entry(root: Path, resource_type: str, entry: Mapping[str, Any]) -> list[FileProblem]:
+    tables = entry.get("tables")
+    if not isinstance(tables, dict):
+        return []
+    found = (
+        _check_table(root, resource_type, table, info if isinstance(info, dict) else {})
+        for table, info in tables.items()
+    )
+    return [p for p in found if p is not None]
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What :func:`verify` checked and what it found.
+
+    Attributes
+    ----------
+    store
+        The store directory.
+    files
+        Files checked (relative paths), in manifest order.
+    bytes
+        Bytes hashed.
+    problems
+        One :class:`FileProblem` per damaged, missing or unverifiable file.
+    elapsed
+        Seconds spent hashing.
+    """
+
+    store: Path
+    files: list[str] = field(default_factory=list)
+    bytes: int = 0
+    problems: list[FileProblem] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Whether every file matched its recorded checksum."""
+        return not self.problems
+
+    def raise_for_problems(self) -> None:
+        """Raise :class:`StoreDamaged` listing every problem, if there is any."""
+        if self.problems:
+            raise StoreDamaged(self.store, self.problems)
+
+
+def verify(
+    store: str | os.PathLike[str] = DEFAULT_STORE,
+    resources: Sequence[str] | None = None,
+) -> VerifyReport:
+    """Check every data file of a store against the sha256 its manifest recorded.
+
+    Nothing is written and nothing is fetched. Hashing runs at the disk's
+    read speed (see ``docs/store.md`` for figures).
+
+    Parameters
+    ----------
+    store
+        The store directory.
+    resources
+        Only these resource types (default every resource in the manifest).
+
+    Returns
+    -------
+    VerifyReport
+        ``report.ok`` is true when every file is intact; ``report.problems``
+        names each damaged file. ``report.raise_for_problems()`` turns them into
+        a :class:`StoreDamaged`.
+
+    Raises
+    ------
+    StoreError
+        When there is no store at ``store``, or it holds none of ``resources``.
+    NotAStore, ManifestDamaged
+        When the manifest is foreign or unreadable.
+    """
+    root = Path(store)
+    started = time.monotonic()
+    manifest = read_manifest(root)
+    held: dict[str, Any] = manifest["resources"]
+    wanted = list(resources) if resources else list(held)
+    missing = [r for r in wanted if r not in held]
+    if missing:
+        stored = ", ".join(sorted(held)) or "nothing"
+        msg = f"the store at {root} holds no {', '.join(missing)} data (it holds: {stored})"
+        raise StoreError(msg)
+    report = VerifyReport(store=root)
+    for rt in wanted:
+        tables = held[rt].get("tables")
+        for table, info in (tables if isinstance(tables, dict) else {}).items():
+            info = info if isinstance(info, dict) else {}
+            report.files.append(str(info.get("path", table)))
+            problem = _check_table(root, rt, table, info)
+            if problem is not None:
+                report.problems.append(problem)
+            elif isinstance(info.get("path"), str):
+                report.bytes += (root / info["path"]).stat().st_size
+    report.elapsed = time.monotonic() - started
+    return report
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -1155,7 +1759,9 @@ def sync(
         bytes, normally a :class:`toolkit.Client`. ``None`` uses
         :func:`toolkit.connect` (``PM_*`` settings, or the embedded mock).
     out
-        The store directory; created when missing.
+        The store directory: missing, empty, or a pmtk store. A stored file
+        that fails its checksum makes that resource sync in full (listed in
+        ``ResourceSync.repaired``).
     resources
         Resource types to sync; default every listed resource
         (:data:`toolkit.catalogue.LISTED_RESOURCES`).
@@ -1177,6 +1783,13 @@ def sync(
 
     Raises
     ------
+    NotAStore
+        When ``out`` exists, is not empty and is not a pmtk store (nothing is written).
+    ManifestDamaged
+        When the store's ``manifest.json`` is unreadable (nothing is written).
+    StoreWriteError
+        When the disk is full or the folder read-only or forbidden; the data
+        committed before is unchanged and the next run resumes.
     StoreError
         When another sync holds the store's lock.
     toolkit.errors.DataValidationError
@@ -1205,6 +1818,7 @@ def sync(
         known = ", ".join(catalogue.LISTED_RESOURCES)
         msg = f"cannot sync {', '.join(unknown)}: not a listed resource (choose from {known})"
         raise ConfigurationError(msg)
+    _claim(root)  # before connecting: refusing costs nothing
     owned: Any = None
     if client is None:
         import toolkit
@@ -1216,11 +1830,14 @@ def sync(
     callback: ProgressCallback | None = progress if callable(progress) else None
     show = sys.stderr.isatty() if progress is None else progress is True
     try:
+        _claim(root)  # before anything is written: a user's folder is never touched
         with (
             _locked(root),
             _client_quiet(client),
             _ProgressBars(show and callback is None) as bars,
         ):
+            _claim(root)  # again under the lock: another process may have written meanwhile
+            _init_manifest(root)
             for rt in wanted:
                 bars.start(rt)
                 syncer = _ResourceSyncer(
@@ -1249,6 +1866,7 @@ def load(
     *,
     table: str | None = None,
     lazy: bool = False,
+    verify: bool = True,
 ) -> pl.DataFrame | pl.LazyFrame:
     """Read a stored table back with the dtypes its view declares.
 
@@ -1263,6 +1881,10 @@ def load(
         ``"participant"``); default the resource's main table.
     lazy
         Return a :class:`polars.LazyFrame` over the file instead of reading it.
+    verify
+        Compare the file's sha256 with the one the manifest recorded before
+        reading it (a full read of the file; about 2 ms per MB, see
+        ``docs/store.md``). ``False`` skips the check.
 
     Returns
     -------
@@ -1270,8 +1892,12 @@ def load(
 
     Raises
     ------
+    StoreDamaged
+        When the file is missing or fails its checksum (or, written by a pmtk
+        before store format 2, has none); the message names the file and the
+        ``pmtk sync --full --resource ...`` command that rebuilds it.
     StoreError
-        When the store, the resource, the table or its file is missing or
+        When the store, the resource or the table is missing, the file is
         unreadable, or was written with another schema than the current view.
     """
     root = Path(store)
@@ -1291,16 +1917,26 @@ def load(
     if name not in tables:
         msg = f"{resource_type} has no table {table!r} in {root}; tables: {', '.join(tables)}"
         raise StoreError(msg)
-    path = root / str(tables[name]["path"])
+    info = tables[name] if isinstance(tables[name], dict) else {}
+    path = root / str(info.get("path"))
     if not path.is_file():
-        msg = f"{path} is missing although the manifest lists it; run `pmtk sync --full`"
-        raise StoreError(msg)
+        missing = FileProblem(resource_type, name, str(info.get("path")), "missing")
+        raise StoreDamaged(root, [missing])
+    if verify:
+        problem = _check_table(root, resource_type, name, info)
+        if problem is not None:
+            raise StoreDamaged(root, [problem])
     declared = declared_schemas(resource_type).get(name)
+    # A damaged file can make Polars panic (a BaseException) rather than raise.
+    unreadable = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError)
     try:
         frame = pl.scan_parquet(path)
         stored_schema = frame.collect_schema()
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        msg = f"{path} is not a readable Parquet file ({exc}); run `pmtk sync --full`"
+    except unreadable as exc:
+        msg = (
+            f"{path} is not a readable Parquet file ({exc}); "
+            f"run `{_repair_command(root, resource_type)}`"
+        )
         raise StoreError(msg) from exc
     if declared is not None:
         if list(stored_schema.names()) != list(declared.names()):
@@ -1314,6 +1950,9 @@ def load(
         return frame
     try:
         return frame.collect()
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        msg = f"{path} is not a readable Parquet file ({exc}); run `pmtk sync --full`"
+    except unreadable as exc:
+        msg = (
+            f"{path} is not a readable Parquet file ({exc}); "
+            f"run `{_repair_command(root, resource_type)}`"
+        )
         raise StoreError(msg) from exc

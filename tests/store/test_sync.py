@@ -66,8 +66,11 @@ def test_full_sync_writes_every_child_table_keyed_by_parent(synced: Any) -> None
         appointments.select(pl.col("id").alias("appointment_id")), on="appointment_id", how="anti"
     )
     assert orphans.height == 0
-    for table in declared_schemas("Appointment"):
-        assert (synced.path / table / "data.parquet").is_file()
+    tables = read_manifest(synced.path)["resources"]["Appointment"]["tables"]
+    assert set(tables) == set(declared_schemas("Appointment"))
+    for table, info in tables.items():
+        assert info["path"].startswith(f"{table}/data-"), info
+        assert (synced.path / info["path"]).is_file()
 
 
 def test_manifest_records_high_water_mark_wall_time_rows_and_schema(synced: Any) -> None:
@@ -102,7 +105,7 @@ def test_resync_with_nothing_changed_costs_one_list_request_per_resource(
     synced: Any, new_client: Any
 ) -> None:
     dep = synced.dep
-    before = {p.name: p.stat().st_mtime_ns for p in synced.path.glob("*/data.parquet")}
+    before = {p.name: p.stat().st_mtime_ns for p in synced.path.glob("*/data-*.parquet")}
     dep.reset_rate_limit()
     start = dep.stats()
     with new_client(dep) as client:
@@ -122,7 +125,7 @@ def test_resync_with_nothing_changed_costs_one_list_request_per_resource(
     )
     assert token <= 1
     assert end["requests"] - start["requests"] == len(catalogue.LISTED_RESOURCES) + token
-    after = {p.name: p.stat().st_mtime_ns for p in synced.path.glob("*/data.parquet")}
+    after = {p.name: p.stat().st_mtime_ns for p in synced.path.glob("*/data-*.parquet")}
     assert after == before, "an unchanged resource must not be rewritten"
 
 
@@ -316,10 +319,13 @@ def test_load_of_a_resource_never_synced_names_what_the_store_holds(
 def test_load_of_a_corrupt_or_missing_file_raises_store_error(synced: Any, tmp_path: Path) -> None:
     store = tmp_path / "store"
     shutil.copytree(synced.path, store)
-    (store / "Referral" / "data.parquet").write_bytes(b"not parquet at all")
-    with pytest.raises(StoreError, match="not a readable Parquet file"):
+    tables = read_manifest(store)["resources"]
+    (store / tables["Referral"]["tables"]["Referral"]["path"]).write_bytes(b"not parquet at all")
+    with pytest.raises(StoreError, match="checksum mismatch"):
         load("Referral", store)
-    (store / "Practitioner" / "data.parquet").unlink()
+    with pytest.raises(StoreError, match="not a readable Parquet file"):
+        load("Referral", store, verify=False)
+    (store / tables["Practitioner"]["tables"]["Practitioner"]["path"]).unlink()
     with pytest.raises(StoreError, match="missing"):
         load("Practitioner", store)
     (store / "manifest.json").write_bytes(b"{truncated")
