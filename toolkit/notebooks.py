@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -66,29 +68,65 @@ _MISSING_LIBRARY = (
 )
 
 
+_GLOBALS_SNIPPET = "window.vegaEmbed = vegaEmbed; window.vegaLite = vegaLite; window.vega = vega;"
+
+
+def _cache_dir() -> Path:
+    """pmtk's cache folder: ``$XDG_CACHE_HOME/pmtk``, else ``~/.cache/pmtk``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pmtk"
+
+
+def _vega_bundle() -> str:
+    """vl-convert's JavaScript bundle, cached on disk per vl-convert and Vega-Lite version.
+
+    Building it takes vl-convert 4 to 20 seconds, once per kernel without the
+    cache, so every notebook run would pay it. A cache file that cannot be
+    read or written is not an error: the bundle is then built again.
+    """
+    import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    vl_version = vl_version_for_vl_convert()
+    cached = _cache_dir() / f"vega-embed-{vl_convert.__version__}-{vl_version}.js"
+    try:
+        text = cached.read_text(encoding="utf-8")
+    except OSError:
+        text = ""
+    # A bundle ends with the snippet that publishes vegaEmbed; an empty or foreign file does not.
+    if "window.vegaEmbed=" in text[-400:]:
+        return text
+    text = vl_convert.javascript_bundle(_GLOBALS_SNIPPET, vl_version=vl_version)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=cached.parent, suffix=".tmp", delete=False
+        ) as handle:
+            handle.write(text)
+        os.replace(handle.name, cached)
+    except OSError:
+        pass
+    return text
+
+
 @functools.cache
 def vega_script() -> str:
     """The ``<script>`` element that defines ``window.vegaEmbed``, with no network access.
 
     The bundle (Vega, Vega-Lite and vega-embed, about 0.9 MB) is the one
-    ``vl-convert-python`` ships for the Vega-Lite version Altair targets. It runs
-    inside a function, so that its top-level names do not leak into the page,
-    and only when ``vegaEmbed`` is not yet defined, so that running
-    :func:`setup_charts` twice is harmless.
+    ``vl-convert-python`` builds for the Vega-Lite version Altair targets,
+    cached under ``~/.cache/pmtk`` (or ``$XDG_CACHE_HOME/pmtk``). It runs inside
+    a function, so that its top-level names do not leak into the page, and only
+    when ``vegaEmbed`` is not yet defined, so that running :func:`setup_charts`
+    twice is harmless.
 
     Returns
     -------
     str
         HTML holding one inline ``<script>``.
     """
-    import vl_convert
-    from altair.utils._importers import vl_version_for_vl_convert
-
-    bundle = vl_convert.javascript_bundle(
-        "window.vegaEmbed = vegaEmbed; window.vegaLite = vegaLite; window.vega = vega;",
-        vl_version=vl_version_for_vl_convert(),
-    )
-    # "</script" inside the code would end the element early; "<\/" means the
+    bundle = _vega_bundle()
+    # "</script" inside the code would end the element early; "<\\/" means the
     # same in every JavaScript string, template and regex literal.
     bundle = re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE)
     return (
