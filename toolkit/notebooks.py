@@ -20,6 +20,7 @@ Notebooks
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import os
 import re
@@ -88,7 +89,8 @@ def _vega_bundle() -> str:
     from altair.utils._importers import vl_version_for_vl_convert
 
     vl_version = vl_version_for_vl_convert()
-    cached = _cache_dir() / f"vega-embed-{vl_convert.__version__}-{vl_version}.js"
+    converter = importlib.metadata.version("vl-convert-python")
+    cached = _cache_dir() / f"vega-embed-{converter}-{vl_version}.js"
     try:
         text = cached.read_text(encoding="utf-8")
     except OSError:
