@@ -1,16 +1,32 @@
-"""Execute the analysis notebooks and render them to HTML: ``pmtk notebooks --html DIR``.
+"""Charts that draw offline, and the analysis notebooks run and rendered: ``pmtk notebooks``.
 
-Each notebook runs in a fresh kernel with its own folder as the working
-directory, exactly as nbmake runs it in CI, so it reaches whatever deployment
-``toolkit.connect()`` resolves: the embedded mock by default, or a real one
-through ``PM_BASE_URL``, ``PM_CLIENT_ID`` and ``PM_CLIENT_SECRET``. The HTML keeps
-every output, including the Altair charts (their Vega-Lite specs are embedded
-and drawn by ``vegaEmbed`` when the page is opened).
+Charts
+    :func:`setup_charts` (the first code cell of every charting notebook) makes
+    Altair draw with no network: the Vega, Vega-Lite and vega-embed libraries
+    come from the ``vl-convert-python`` package and are written once into that
+    cell's output, and every chart after it is a small ``<div>`` and a call to
+    the already loaded ``vegaEmbed``. The same output works in JupyterLab, in
+    Jupyter Notebook and in the HTML pages below, none of which then loads a
+    script from a CDN.
+Notebooks
+    Each notebook runs in a fresh kernel with its own folder as the working
+    directory, exactly as ``uv run pytest`` runs it in CI (``conftest.py`` uses
+    :func:`execute_notebook` too), so it reaches whatever deployment
+    ``toolkit.connect()`` resolves: the embedded mock by default, or a real one
+    through ``PM_BASE_URL``, ``PM_CLIENT_ID`` and ``PM_CLIENT_SECRET``. The HTML
+    page keeps every output and references no script on the network.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import json
+import os
+import re
+import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +35,205 @@ from typing import Annotated, Any
 import typer
 
 __all__ = [
+    "CHART_CLASS",
+    "CHART_RENDERER",
     "RenderResult",
+    "chart_html",
     "default_notebook_dir",
     "execute_notebook",
+    "kernel_manager_class",
     "notebook_paths",
     "notebooks_command",
     "render_html",
     "render_notebooks",
+    "setup_charts",
+    "vega_script",
 ]
+
+#: Name under which :func:`setup_charts` registers its Altair renderer.
+CHART_RENDERER = "pmtk"
+#: CSS class of every chart container; a drawn chart holds vega-embed's ``<svg>``.
+CHART_CLASS = "pmtk-chart"
+
+# vega-embed's defaults, except: SVG rather than canvas (sharper in print and
+# countable in a DOM dump), and no "Open in Vega Editor" action, which needs the network.
+_EMBED_DEFAULTS: dict[str, Any] = {
+    "mode": "vega-lite",
+    "renderer": "svg",
+    "actions": {"export": True, "source": True, "compiled": True, "editor": False},
+}
+
+_MISSING_LIBRARY = (
+    "This chart needs the Vega libraries, which toolkit.notebooks.setup_charts() writes"
+    " into the output of the notebook's first code cell: run that cell, then this one."
+)
+
+
+_GLOBALS_SNIPPET = "window.vegaEmbed = vegaEmbed; window.vegaLite = vegaLite; window.vega = vega;"
+
+
+def _cache_dir() -> Path:
+    """pmtk's cache folder: ``$XDG_CACHE_HOME/pmtk``, else ``~/.cache/pmtk``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pmtk"
+
+
+def _vega_bundle() -> str:
+    """vl-convert's JavaScript bundle, cached on disk per vl-convert and Vega-Lite version.
+
+    Building it takes vl-convert 4 to 20 seconds, once per kernel without the
+    cache, so every notebook run would pay it. A cache file that cannot be
+    read or written is not an error: the bundle is then built again.
+    """
+    import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    vl_version = vl_version_for_vl_convert()
+    converter = importlib.metadata.version("vl-convert-python")
+    cached = _cache_dir() / f"vega-embed-{converter}-{vl_version}.js"
+    try:
+        text = cached.read_text(encoding="utf-8")
+    except OSError:
+        text = ""
+    # A bundle ends with the snippet that publishes vegaEmbed; an empty or foreign file does not.
+    if "window.vegaEmbed=" in text[-400:]:
+        return text
+    text = vl_convert.javascript_bundle(_GLOBALS_SNIPPET, vl_version=vl_version)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=cached.parent, suffix=".tmp", delete=False
+        ) as handle:
+            handle.write(text)
+        os.replace(handle.name, cached)
+    except OSError:
+        pass
+    return text
+
+
+@functools.cache
+def vega_script() -> str:
+    """The ``<script>`` element that defines ``window.vegaEmbed``, with no network access.
+
+    The bundle (Vega, Vega-Lite and vega-embed, about 0.9 MB) is the one
+    ``vl-convert-python`` builds for the Vega-Lite version Altair targets,
+    cached under ``~/.cache/pmtk`` (or ``$XDG_CACHE_HOME/pmtk``). It runs inside
+    a function, so that its top-level names do not leak into the page, and only
+    when ``vegaEmbed`` is not yet defined, so that running :func:`setup_charts`
+    twice is harmless.
+
+    Returns
+    -------
+    str
+        HTML holding one inline ``<script>``.
+    """
+    bundle = _vega_bundle()
+    # "</script" inside the code would end the element early; "<\\/" means the
+    # same in every JavaScript string, template and regex literal.
+    bundle = re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE)
+    return (
+        '<script type="text/javascript" data-pmtk="vega-libraries">\n'
+        'if (typeof window.vegaEmbed !== "function") { (function () {\n'
+        f"{bundle}\n"
+        "})(); }\n"
+        "</script>"
+    )
+
+
+def _json_for_script(value: Any) -> str:
+    """JSON that is also safe inside an HTML ``<script>`` (no ``</script>`` breakout)."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def chart_html(spec: dict[str, Any], embed_options: dict[str, Any] | None = None) -> str:
+    """HTML that draws one Vega-Lite chart with the already loaded ``vegaEmbed``.
+
+    Parameters
+    ----------
+    spec
+        The Vega-Lite specification (``chart.to_dict()``).
+    embed_options
+        vega-embed options, merged over pmtk's defaults (SVG renderer, no
+        editor link).
+
+    Returns
+    -------
+    str
+        A ``<div class="pmtk-chart">`` and the ``<script>`` that fills it. If
+        the Vega libraries are missing, or the spec fails, the div says so in
+        text instead of staying blank.
+    """
+    options = {**_EMBED_DEFAULTS, **(embed_options or {})}
+    div_id = f"{CHART_CLASS}-{uuid.uuid4().hex}"
+    # The spec sits alone on its line, so that tests and tools can read it back.
+    return (
+        f'<div class="{CHART_CLASS}" id="{div_id}"></div>\n'
+        '<script type="text/javascript">\n'
+        "(function () {\n"
+        f"var spec = {_json_for_script(spec)};\n"
+        f"var options = {_json_for_script(options)};\n"
+        # JupyterLab runs output scripts after attaching them, so the div is the
+        # script's previous sibling; the id is the fallback.
+        "var el = document.currentScript && document.currentScript.previousElementSibling;\n"
+        f'if (!el || el.id !== "{div_id}") {{ el = document.getElementById("{div_id}"); }}\n'
+        "function fail(message) {\n"
+        '  el.className += " pmtk-chart-error"; el.textContent = message;\n'
+        "}\n"
+        'if (typeof window.vegaEmbed !== "function") {\n'
+        f"  fail({json.dumps(_MISSING_LIBRARY)});\n"
+        "} else {\n"
+        "  window.vegaEmbed(el, spec, options)\n"
+        '    .catch(function (err) { fail("Chart error: " + err); });\n'
+        "}\n"
+        "})();\n"
+        "</script>"
+    )
+
+
+def _chart_renderer(spec: dict[str, Any], **metadata: Any) -> dict[str, str]:
+    """Altair renderer: the chart's HTML, and a line of text for plain consoles."""
+    title = spec.get("title")
+    if isinstance(title, dict):
+        title = title.get("text")
+    label = f"<Altair chart: {title}>" if title else "<Altair chart>"
+    return {"text/html": chart_html(spec, metadata.get("embed_options")), "text/plain": label}
+
+
+def setup_charts() -> None:
+    """Make Altair charts draw offline, in JupyterLab, Jupyter and rendered HTML alike.
+
+    Registers and enables the ``pmtk`` Altair renderer (:func:`chart_html`),
+    and, inside an IPython kernel, displays :func:`vega_script` as this cell's
+    output so that every later chart in the page finds ``vegaEmbed``. Call it
+    once, in the notebook's first code cell; calling it again is harmless.
+    Outside IPython only the renderer is set.
+
+    Notes
+    -----
+    Altair's default ``html`` renderer loads Vega from a CDN, which leaves every
+    chart blank ("Error loading script") without network access. To save a
+    single chart as a standalone page, use ``chart.save(path, inline=True)``.
+    """
+    import altair as alt
+
+    if CHART_RENDERER not in alt.renderers.names():
+        alt.renderers.register(CHART_RENDERER, _chart_renderer)
+    alt.renderers.enable(CHART_RENDERER)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    display(
+        {
+            "text/html": vega_script(),
+            "text/plain": "Charts: Vega-Lite drawn offline (libraries embedded in this output).",
+        },
+        raw=True,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +309,40 @@ def notebook_paths(directory: Path | None = None, only: Sequence[str] = ()) -> l
     return found
 
 
+def kernel_manager_class() -> type[Any]:
+    """A kernel manager class whose kernels talk over CurveZMQ-encrypted TCP when they can.
+
+    ipykernel warns "Kernel is running over TCP without encryption" for every
+    kernel started without keys. With ``transport_encryption="auto"`` the
+    manager provisions keys whenever pyzmq has CurveZMQ and the kernelspec
+    declares support (ipykernel's does), so the warning has no cause.
+
+    Returns
+    -------
+    type
+        A subclass of ``jupyter_client.manager.AsyncKernelManager``, for
+        ``nbclient.NotebookClient(kernel_manager_class=...)`` (which then
+        starts and shuts down the kernel itself).
+    """
+    return _encrypted_kernel_manager()
+
+
+@functools.cache
+def _encrypted_kernel_manager() -> type[Any]:
+    import zmq
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class EncryptedKernelManager(AsyncKernelManager):
+        """``AsyncKernelManager`` with CurveZMQ transport encryption on by default."""
+
+        @default("transport_encryption")
+        def _default_transport_encryption(self) -> str:
+            return "auto" if zmq.has("curve") else "disabled"
+
+    return EncryptedKernelManager
+
+
 def execute_notebook(
     path: Path,
     *,
@@ -130,8 +371,12 @@ def execute_notebook(
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
     client = NotebookClient(
         nb,
+        kernel_manager_class=kernel_manager_class(),
         timeout=timeout,
         kernel_name=kernel_name,
         resources={"metadata": {"path": str(path.parent)}},
@@ -143,8 +388,18 @@ def execute_notebook(
     return nb, None
 
 
+# nbconvert's "lab" page loads require.js, MathJax and mermaid from CDNs. The
+# notebooks need none of them (charts bring their own libraries, see
+# setup_charts), and a page that works offline must not try to fetch them.
+_OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
 def render_html(nb: Any) -> str:
-    """HTML of an executed notebook, with its outputs (charts included).
+    """HTML of an executed notebook, with its outputs, that loads nothing from the network.
 
     Parameters
     ----------
@@ -154,11 +409,19 @@ def render_html(nb: Any) -> str:
     Returns
     -------
     str
-        A standalone HTML page (nbconvert's ``lab`` template).
+        A standalone HTML page: nbconvert's ``lab`` template without its CDN
+        scripts (require.js, MathJax, mermaid). Charts made after
+        :func:`setup_charts` draw from the libraries embedded in the page.
     """
+    import jinja2
     from nbconvert import HTMLExporter
 
-    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    exporter = HTMLExporter(
+        template_name="lab",
+        template_file="pmtk_offline.html.j2",
+        extra_loaders=[jinja2.DictLoader({"pmtk_offline.html.j2": _OFFLINE_TEMPLATE})],
+    )
+    body, _ = exporter.from_notebook_node(nb)
     return str(body)
 
 

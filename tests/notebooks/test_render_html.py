@@ -1,23 +1,25 @@
-"""``pmtk notebooks --html``: the analysis notebooks render to HTML with their Vega-Lite charts.
+"""``pmtk notebooks --html``: the charting notebooks render to pages that draw offline.
 
-Rendering executes the notebooks again (nbmake already ran them), so one rendering
-of notebooks 02 to 04 is shared by every assertion.
+Rendering executes the notebooks again (the notebook tests already ran them), so
+one rendering of notebooks 02 to 05 is shared by every assertion, including the
+one that opens each page in headless Chromium with the network blocked and
+counts the charts vega-embed drew.
 """
 
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.notebooks.charts_dom import NETWORK_SCRIPT, chart_specs, count_charts
 from toolkit.notebooks import RenderResult, notebook_paths, notebooks_command, render_notebooks
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
-CHARTED = ("02", "03", "04")
+CHARTED = ("02", "03", "04", "05")
 
 pytestmark = pytest.mark.slow
 
@@ -34,17 +36,11 @@ def test_every_cell_runs_when_rendering(rendered: list[RenderResult]) -> None:
     assert not failures
 
 
-def _chart_specs(html: str) -> list[dict[str, Any]]:
-    """The Vega-Lite specs Altair's HTML output hands to ``vegaEmbed``."""
-    found = re.findall(r'\}\)\((\{"config".*?\}), \{"mode": "vega-lite"\}\);', html)
-    return [json.loads(spec) for spec in found]
-
-
 def test_html_embeds_vega_lite_charts(rendered: list[RenderResult]) -> None:
     for result in rendered:
         html = result.html.read_text(encoding="utf-8")
         assert "vegaEmbed" in html, result.html.name
-        specs = _chart_specs(html)
+        specs = chart_specs(html)
         assert specs, f"{result.html.name} has no chart"
         for spec in specs:
             assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
@@ -52,7 +48,7 @@ def test_html_embeds_vega_lite_charts(rendered: list[RenderResult]) -> None:
 
 def test_every_chart_has_a_title_and_axis_labels(rendered: list[RenderResult]) -> None:
     for result in rendered:
-        for spec in _chart_specs(result.html.read_text(encoding="utf-8")):
+        for spec in chart_specs(result.html.read_text(encoding="utf-8")):
             assert spec.get("title"), f"untitled chart in {result.html.name}"
             for layer in spec.get("layer", [spec]):
                 encoding = layer.get("encoding", {})
@@ -84,3 +80,25 @@ def test_rendered_page_is_a_notebook_page(rendered: list[RenderResult]) -> None:
     html = rendered[0].html.read_text(encoding="utf-8")
     assert html.lstrip().lower().startswith("<!doctype html>")
     assert json.dumps("What you will learn")[1:-1] in html
+
+
+def test_pages_load_no_script_from_the_network(rendered: list[RenderResult]) -> None:
+    for result in rendered:
+        html = result.html.read_text(encoding="utf-8")
+        found = NETWORK_SCRIPT.search(html)
+        assert found is None, f"{result.html.name} loads {html[found.start() : found.end() + 80]}"
+        assert html.count('data-pmtk="vega-libraries"') == 1, result.html.name
+
+
+def test_every_chart_draws_in_headless_chromium_offline(
+    rendered: list[RenderResult], chromium: Callable[[Path], str]
+) -> None:
+    for result in rendered:
+        html = result.html.read_text(encoding="utf-8")
+        expected = len(chart_specs(html))
+        assert expected >= 1, f"{result.html.name} has no chart"
+        dom = chromium(result.html)
+        counted = count_charts(dom)
+        assert "Error loading script" not in dom, result.html.name
+        assert counted.errors == (), f"{result.html.name}: {counted.errors}"
+        assert (counted.containers, counted.drawn) == (expected, expected), result.html.name

@@ -1,0 +1,85 @@
+"""Headless Chromium with the network blocked, for tests that open rendered pages.
+
+``chromium`` (session fixture) is a function ``dump_dom(page: Path) -> str``: it
+loads ``page`` from disk in a fresh profile, lets scripts run for a virtual-time
+budget, and returns the DOM as the page then stands. Every request to the
+network goes to a dead proxy (``127.0.0.1:9``) and every host name resolves to
+nothing, so a page that needs a CDN shows it.
+
+The browser is Debian's ``chromium-headless-shell`` (or ``chromium``);
+``PMTK_CHROMIUM`` names another binary. ``.ci/run`` installs it. When it is
+missing the tests fail under CI (``CI`` set) and are skipped elsewhere, with the
+install command in the message.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+BROWSERS = ("chromium-headless-shell", "chromium")
+INSTALL = "apt-get install -y chromium-headless-shell"
+
+# The flags Chromium needs on a closed machine (no background fetches, no sandbox
+# as root), plus the two that cut every page request off from the network.
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--proxy-server=127.0.0.1:9",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--virtual-time-budget=20000",
+)
+
+
+def find_chromium() -> str | None:
+    """Path of the headless browser, or ``None``."""
+    named = os.environ.get("PMTK_CHROMIUM")
+    if named:
+        return shutil.which(named) or (named if Path(named).is_file() else None)
+    for name in BROWSERS:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Callable[[Path], str]:
+    """``dump_dom(page)``: the page's DOM after its scripts ran, offline."""
+    binary = find_chromium()
+    if binary is None:
+        message = f"headless Chromium is not installed: {INSTALL} (or set PMTK_CHROMIUM)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+    def dump_dom(page: Path) -> str:
+        with tempfile.TemporaryDirectory(prefix="pmtk-chromium-") as profile:
+            completed = subprocess.run(
+                [binary, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        if completed.returncode != 0 or "<html" not in completed.stdout:
+            msg = (
+                f"{binary} could not load {page} (exit {completed.returncode}):\n"
+                f"{completed.stderr[-2000:]}"
+            )
+            raise AssertionError(msg)
+        return completed.stdout
+
+    return dump_dom
