@@ -679,7 +679,7 @@ class MockApp:
 
     # ------------------------------------------------------------------ list
     def select(self, rtype: str, coll: Collection, params: list[tuple[str, str]]) -> Sequence[int]:
-        indices: Sequence[int] = range(len(coll))
+        indices: Sequence[int] = coll.order()
         filters: list[Callable[[int], bool]] = []
         sort_spec: str | None = None
         allowed = catalogue.SEARCH_PARAMETERS.get(rtype, ())
