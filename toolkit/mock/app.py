@@ -350,9 +350,9 @@ def merge_participants(current: Any, patch: list[Any]) -> tuple[list[Any], list[
 def _owner_of(resource: str, record: Record) -> str | None:
     if resource == "Appointment":
         for part in record.get("participant") or []:
-            actor = part.get("actor") if isinstance(part, dict) else None
-            if isinstance(actor, dict) and actor.get("type") == "Patient":
-                return _last_segment(str(actor.get("reference", "")))
+            text = _actor_key(part) or ""
+            if "/Patient/" in text:  # the reference names the type; `type` is optional
+                return _last_segment(text)
         return None
     key = {"Referral": "subject", "Coverage": "beneficiary", "InvoiceLine": "subject"}.get(resource)
     target = record.get(key) if key else None
