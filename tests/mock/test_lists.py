@@ -129,7 +129,8 @@ def test_appointment_patient_search(mock_api: httpx.Client) -> None:
     assert bundle["total"] > 0
     for entry in bundle["entry"]:
         actors = [p["actor"]["reference"] for p in entry["resource"]["participant"]]
-        assert "/main/Patient/100002" in actors
+        # live shapes: absolute references to the mock's own origin
+        assert f"{str(mock_api.base_url).rstrip('/')}/Patient/100002" in actors
 
 
 @pytest.mark.parametrize(
@@ -148,7 +149,7 @@ def test_patient_reference_search(
     bundle = mock_api.get(resource, params={param: patient}).json()
     assert bundle["total"] >= 1
     assert {e["resource"][field]["reference"] for e in bundle["entry"]} == {
-        f"/main/Patient/{patient}"
+        f"{str(mock_api.base_url).rstrip('/')}/Patient/{patient}"
     }
 
 

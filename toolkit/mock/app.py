@@ -7,18 +7,22 @@ FHIR OperationOutcome; nothing answers with a traceback.
 
 from __future__ import annotations
 
+import calendar
 import copy
 import datetime as dt
 import math
+import re
 import time
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from email.utils import formatdate
 from typing import Any
 from urllib.parse import urlencode
 
 import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,6 +40,14 @@ from toolkit.mock.data import (
     ref,
 )
 from toolkit.mock.faults import FAULT_PROFILES
+from toolkit.mock.shapes import (
+    STATUS_URL,
+    absolute_references,
+    extension_name,
+    status_code,
+    to_spec,
+    to_stored,
+)
 from toolkit.mock.state import MockState, TokenProblem
 from toolkit.mock.store import Collection, Record
 from toolkit.mock.validation import Problem, validate
@@ -44,6 +56,9 @@ __all__ = ["create_app"]
 
 FHIR_JSON = "application/fhir+json"
 PATCH_TYPES = frozenset({"application/merge-patch+json", "application/json", FHIR_JSON})
+BODY_TYPES = frozenset({"application/json", FHIR_JSON})
+ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
+NAME_ARRAYS = frozenset({"Practitioner.name"})
 PATCHABLE = frozenset({"Referral", "Appointment", "Coverage"})
 CREATABLE = {"Referral": "", "Coverage": "", "Organization": "SP-", "Practitioner": "EP-"}
 LISTED = frozenset(catalogue.LISTED_RESOURCES)
@@ -149,30 +164,47 @@ class Ctx:
 # --------------------------------------------------------------------------- parsing helpers
 
 
+_INSTANT = re.compile(
+    r"(?P<y>[0-9]{4})(?:-(?P<m>[0-9]{2})(?:-(?P<d>[0-9]{2})"
+    r"(?:T(?P<time>[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,9})?)?)"
+    r"(?P<tz>Z|[+-][0-9]{2}:[0-9]{2})?)?)?)?"
+)
+
+
 def _parse_instant(value: str) -> tuple[float, float]:
-    """A FHIR date/date-time search value as a half-open [lo, hi) epoch range."""
+    """A FHIR date/date-time search value as a half-open [lo, hi) epoch range.
+
+    Only FHIR's forms (``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``, ``YYYY-MM-DDThh:mm[:ss[.f]]``
+    with ``Z``, an offset or nothing for UTC), years 0001 to 9999. The upper bound
+    is computed in epoch seconds, so ``9999-12-31`` works instead of overflowing.
+    """
+    match = _INSTANT.fullmatch(value)
+    if match is None or match["y"] == "0000":
+        msg = f"{value[:60]!r} is not a FHIR date or date-time (YYYY-MM-DDThh:mm:ssZ)"
+        raise Problem4xx(400, "invalid", msg)
     try:
-        if len(value) == 4 and value.isdigit():
-            lo = dt.datetime(int(value), 1, 1, tzinfo=dt.UTC)
-            hi = dt.datetime(int(value) + 1, 1, 1, tzinfo=dt.UTC)
-        elif len(value) == 7 and value[4] == "-":
-            y, m = int(value[:4]), int(value[5:])
-            lo = dt.datetime(y, m, 1, tzinfo=dt.UTC)
-            hi = dt.datetime(y + (m == 12), m % 12 + 1, 1, tzinfo=dt.UTC)
-        elif len(value) == 10:
-            day = dt.date.fromisoformat(value)
-            lo = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
-            hi = lo + dt.timedelta(days=1)
+        year = int(match["y"])
+        if match["m"] is None:
+            lo = dt.datetime(year, 1, 1, tzinfo=dt.UTC).timestamp()
+            hi = lo + (366 if calendar.isleap(year) else 365) * 86_400
+        elif match["d"] is None:
+            month = int(match["m"])
+            lo = dt.datetime(year, month, 1, tzinfo=dt.UTC).timestamp()
+            hi = lo + calendar.monthrange(year, month)[1] * 86_400
+        elif match["time"] is None:
+            day = dt.date(year, int(match["m"]), int(match["d"]))
+            lo = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
+            hi = lo + 86_400
         else:
-            moment = dt.datetime.fromisoformat(value)
+            moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=dt.UTC)
-            lo = moment
-            hi = moment + dt.timedelta(seconds=1)
-    except ValueError:
-        msg = f"{value!r} is not a date or date-time"
+            lo = moment.timestamp()
+            hi = lo + 1
+    except (ValueError, OverflowError, OSError):
+        msg = f"{value[:60]!r} is not a real calendar date or time"
         raise Problem4xx(400, "invalid", msg) from None
-    return lo.timestamp(), hi.timestamp()
+    return lo, hi
 
 
 def _date_predicate(param: str, raw: str) -> Callable[[float | None], bool]:
@@ -195,6 +227,23 @@ def _date_predicate(param: str, raw: str) -> Callable[[float | None], bool]:
 
 def _last_segment(value: str) -> str:
     return value.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _depth_problem(value: Any, limit: int) -> str | None:
+    """Why ``value`` nests deeper than ``limit`` arrays/objects, or None (iterative)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return f"the body nests deeper than {limit} levels of objects and arrays"
+        stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 def _fold(text: str) -> str:
@@ -240,12 +289,70 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def _actor_key(entry: Any) -> str | None:
+    actor = entry.get("actor") if isinstance(entry, dict) else None
+    text = actor.get("reference") if isinstance(actor, dict) else None
+    return text if isinstance(text, str) and text else None
+
+
+def _merge_extensions(current: Any, patch: list[Any]) -> list[Any]:
+    """Extension arrays inside a participant merge by (bare) url; null removes one."""
+    result = [copy.deepcopy(x) for x in current] if isinstance(current, list) else []
+    for item in patch:
+        url = item.get("url") if isinstance(item, dict) else None
+        found = next(
+            (n for n, x in enumerate(result) if isinstance(x, dict) and x.get("url") == url), None
+        )
+        if url is None or found is None:
+            result.append(copy.deepcopy(item))
+        else:
+            result[found] = copy.deepcopy(item)
+    return result
+
+
+def merge_participants(current: Any, patch: list[Any]) -> tuple[list[Any], list[Problem]]:
+    """Merge a PATCH's ``participant`` entries into the current ones BY ACTOR.
+
+    The live service does this (facts, "Cancelling a patient's attendance"): a patch
+    with only the patient's participant changes that participant and keeps the
+    practitioner's. RFC 7386 would replace the whole array; this is the one place the
+    mock departs from it. Inside a matched entry, members merge as RFC 7386 and the
+    ``extension``/``modifierExtension`` arrays merge by url. An entry with an actor
+    that matches none is added. Every patch entry needs an actor.
+    """
+    result = [copy.deepcopy(p) for p in current] if isinstance(current, list) else []
+    problems: list[Problem] = []
+    for n, entry in enumerate(patch):
+        key = _actor_key(entry)
+        if not isinstance(entry, dict) or key is None:
+            message = "is required in a PATCH: participants are merged by their actor"
+            problems.append((f"participant[{n}].actor.reference", message))
+            continue
+        found = next((i for i, p in enumerate(result) if _actor_key(p) == key), None)
+        if found is None:
+            result.append(merge_patch({}, entry))
+            continue
+        merged = merge_patch(result[found], {k: v for k, v in entry.items() if "xtension" not in k})
+        for container in ("extension", "modifierExtension"):
+            if container not in entry:
+                continue
+            value = entry[container]
+            if value is None:
+                merged.pop(container, None)
+            elif isinstance(value, list):
+                merged[container] = _merge_extensions(merged.get(container), value)
+            else:
+                merged[container] = copy.deepcopy(value)  # the rules report the wrong type
+        result[found] = merged
+    return result, problems
+
+
 def _owner_of(resource: str, record: Record) -> str | None:
     if resource == "Appointment":
         for part in record.get("participant") or []:
-            actor = part.get("actor") if isinstance(part, dict) else None
-            if isinstance(actor, dict) and actor.get("type") == "Patient":
-                return _last_segment(str(actor.get("reference", "")))
+            text = _actor_key(part) or ""
+            if "/Patient/" in text:  # the reference names the type; `type` is optional
+                return _last_segment(text)
         return None
     key = {"Referral": "subject", "Coverage": "beneficiary", "InvoiceLine": "subject"}.get(resource)
     target = record.get(key) if key else None
@@ -272,25 +379,40 @@ def _date_of(resource: str, record: Record) -> float | None:
         return None
 
 
+def _participant_status(part: dict[str, Any]) -> str | None:
+    for ext in part.get("modifierExtension") or []:
+        if isinstance(ext, dict) and extension_name(str(ext.get("url", ""))) == STATUS_URL:
+            return status_code(ext)
+    return None
+
+
 def _appointment_slot(record: Record) -> tuple[str | None, int, int, bool]:
-    """(role id, start epoch, minutes, cancelled) of an appointment record."""
+    """(role id, start epoch, minutes, cancelled) of an appointment record (any shape).
+
+    The appointment holds its slot unless the practitioner's participant is
+    cancelled or every patient participant is (so cancelling one patient of a
+    group appointment keeps the slot, and cancelling the only patient frees it).
+    """
     role = None
-    cancelled = False
+    patients: list[bool] = []
+    practitioner_cancelled = False
     for part in record.get("participant") or []:
-        actor = part.get("actor") or {}
-        if actor.get("type") == "PractitionerRole":
-            role = _last_segment(str(actor.get("reference", "")))
-        for ext in part.get("modifierExtension") or []:
-            if ext.get("url") == "appointment-participant-status":
-                code = (ext.get("valueCoding") or {}).get("code")
-                if actor.get("type") == "Patient" and code == "cancelled":
-                    cancelled = True
+        text = _actor_key(part) or ""
+        parts = text.split("/")
+        kind = parts[-2] if len(parts) >= 2 else ""
+        cancelled = _participant_status(part) in ("cancelled", "cancelled (no charge)")
+        if kind == "PractitionerRole":
+            role = parts[-1]
+            practitioner_cancelled = practitioner_cancelled or cancelled
+        elif kind == "Patient":
+            patients.append(cancelled)
     try:
         start = int(_parse_instant(record["start"])[0])
         end = int(_parse_instant(record["end"])[0])
     except (KeyError, Problem4xx, TypeError):
         return role, 0, 0, True
-    return role, start, max(0, (end - start) // 60), cancelled
+    freed = practitioner_cancelled or (bool(patients) and all(patients))
+    return role, start, max(0, (end - start) // 60), freed
 
 
 # --------------------------------------------------------------------------- the app
@@ -427,8 +549,15 @@ class MockApp:
             rec.pop("end", None)
 
     def respond(
-        self, content: bytes, status: int = 200, headers: dict[str, str] | None = None
+        self,
+        request: Request,
+        content: bytes,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
     ) -> Response:
+        """A FHIR JSON response; a live deployment's references become absolute here."""
+        if self.state.options.shapes == "live":
+            content = absolute_references(content, origin(request))
         response = fhir(content, status, headers)
         if self.state.fault == "wrong-content-type":
             response.headers["content-type"] = "application/json"
@@ -446,15 +575,26 @@ class MockApp:
                 raise Problem4xx(
                     413, "too-costly", f"the body ({size} bytes) is larger than {limit} bytes"
                 )
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media and media not in BODY_TYPES and media not in PATCH_TYPES:
+            raise Problem4xx(
+                415,
+                "not-supported",
+                f"the body must be JSON (Content-Type application/json), not {media[:60]!r}",
+            )
         body = bytearray()
         too_big = False
-        async for chunk in request.stream():
-            if too_big:
-                continue  # drain without keeping, so the client can read the answer
-            body += chunk
-            if len(body) > limit:
-                too_big = True
-                body = bytearray()
+        try:
+            async for chunk in request.stream():
+                if too_big:
+                    continue  # drain without keeping, so the client can read the answer
+                body += chunk
+                if len(body) > limit:
+                    too_big = True
+                    body = bytearray()
+        except ClientDisconnect:
+            # the connection went away (or the body timeout cut it): nothing to answer
+            raise Problem4xx(400, "incomplete", "the request body was not sent in full") from None
         if too_big:
             raise Problem4xx(413, "too-costly", f"the body is larger than {limit} bytes")
         return bytes(body)
@@ -467,26 +607,47 @@ class MockApp:
             raise Problem4xx(400, "structure", f"the body is not valid JSON: {exc}") from None
         if not isinstance(value, dict):
             raise Problem4xx(400, "structure", "the body must be a JSON object")
+        problem = _depth_problem(value, self.state.options.max_depth)
+        if problem is not None:
+            raise Problem4xx(400, "too-costly", problem)
         return value
 
     def location(self, request: Request, rtype: str, rid: str) -> str:
-        return f"{request.url.scheme}://{request.url.netloc}/main/{rtype}/{rid}"
+        return f"{origin(request)}/main/{rtype}/{rid}"
 
     def invalid(self, rtype: str, problems: list[Problem]) -> Problem4xx:
         summary = "; ".join(f"{p}: {m}" for p, m in problems[:5])
         return Problem4xx(422, "invariant", summary, issues=problems, resource=rtype)
 
     def check_write(self, rtype: str, record: dict[str, Any]) -> None:
-        """Raise 422 listing every catalogue rule ``record`` (a whole record) breaks."""
+        """Raise 422 listing every catalogue rule ``record`` (a whole spec-form record) breaks."""
         problems = validate(
             catalogue.RESOURCES[rtype],
             record,
             resolves=self.store.resolves,
             max_attachment_bytes=self.state.options.max_attachment_bytes,
             check_attachment_types=self.state.fault != "attachment-type-unchecked",
+            accept_arrays=NAME_ARRAYS,
         )
+        if rtype == "Practitioner" and self.state.options.shapes == "spec":
+            names = record.get("name")
+            if isinstance(names, list) and len(names) > 1:
+                message = "this deployment serves the spec's single name object: send one name"
+                problems.append(("name", message))
         if problems:
             raise self.invalid(rtype, problems)
+
+    def stored(self, rtype: str, record: Record) -> tuple[Record, bytes]:
+        """The deployment's form of a checked record and its JSON, made before storing.
+
+        Serialising first means a record that cannot be written out (orjson refuses
+        nesting deeper than 254) is refused instead of poisoning every later read.
+        """
+        record = to_stored(rtype, record, self.state.options.shapes)
+        try:
+            return record, orjson.dumps(record)
+        except orjson.JSONEncodeError as exc:
+            raise Problem4xx(400, "too-costly", f"the record cannot be stored: {exc}") from None
 
     # ------------------------------------------------------------------ token
     async def token(self, request: Request) -> Response:
@@ -514,11 +675,11 @@ class MockApp:
         content = orjson.dumps(
             {"token_type": "Bearer", "expires_in": state.options.expires_in, "access_token": token}
         )
-        return self.respond(content, 200, {"cache-control": "no-store"})
+        return self.respond(request, content, 200, {"cache-control": "no-store"})
 
     # ------------------------------------------------------------------ list
     def select(self, rtype: str, coll: Collection, params: list[tuple[str, str]]) -> Sequence[int]:
-        indices: Sequence[int] = range(len(coll))
+        indices: Sequence[int] = coll.order()
         filters: list[Callable[[int], bool]] = []
         sort_spec: str | None = None
         allowed = catalogue.SEARCH_PARAMETERS.get(rtype, ())
@@ -621,15 +782,15 @@ class MockApp:
     ) -> bytes:
         fault = self.state.fault
         path = request.url.path
-        origin = f"{request.url.scheme}://{request.url.netloc}"
+        base = origin(request)
         kept = [(k, v) for k, v in params if k != "page"]
 
         def link(n: int, absolute: bool = True) -> str:
             query = urlencode([*kept, ("page", str(n))])
-            return f"{origin if absolute else ''}{path}?{query}"
+            return f"{base if absolute else ''}{path}?{query}"
 
         last = max(1, math.ceil(total / count))
-        self_link = f"{origin}{path}" + (f"?{request.url.query}" if request.url.query else "")
+        self_link = f"{base}{path}" + (f"?{request.url.query}" if request.url.query else "")
         links: list[dict[str, str]] = [{"relation": "self", "url": self_link}]
         absolute = fault != "relative-next-links"
         if fault == "paging-loop" and page == 2:
@@ -657,13 +818,15 @@ class MockApp:
         chosen = [] if summary_count else indices[start : start + count]
         entries = [self.raw(rtype, coll, i) for i in chosen]
         content = self.bundle(request, params, len(indices), entries, count, page, total_mode)
-        return self.respond(content)
+        # armed touches fire after this page was built: the next page sees them
+        self.state.list_served(rtype)
+        return self.respond(request, content)
 
     # ------------------------------------------------------------------ read, create, patch
     async def read(self, request: Request, ctx: Ctx) -> Response:
         rtype = request.path_params["rtype"]
         coll, index = self.lookup(rtype, request.path_params["rid"])
-        return self.respond(self.raw(rtype, coll, index))
+        return self.respond(request, self.raw(rtype, coll, index))
 
     async def create(self, request: Request, ctx: Ctx) -> Response:
         rtype = request.path_params["rtype"]
@@ -671,24 +834,25 @@ class MockApp:
         if rtype not in CREATABLE:
             hint = " (book it with POST /main/Appointment/$book)" if rtype == "Appointment" else ""
             raise Problem4xx(405, "not-supported", f"{rtype} cannot be created{hint}")
-        body = await self.json_object(request)
+        body = to_spec(await self.json_object(request))
         self.check_write(rtype, body)
         with self.state.lock:
             now = self.state.now()
             rid = self._next_id(rtype)
-            record = self._stored(rtype, rid, body, now)
+            record, content = self.stored(rtype, self._stored(rtype, rid, body, now))
             coll = self.store[rtype]
-            coll.add(
+            index = coll.add(
                 rid,
                 record,
                 updated=now,
                 date=_date_of(rtype, record),
                 owner=_owner_of(rtype, record),
             )
+            coll.prime(index, content)
             if rtype == "Practitioner":
                 self._add_external_role(rid, now)
-            content = coll.raw(coll.pos[rid])
-        return self.respond(content, 201, {"location": self.location(request, rtype, rid)})
+        headers = {"location": self.location(request, rtype, rid)}
+        return self.respond(request, content, 201, headers)
 
     def _next_id(self, rtype: str) -> str:
         prefix = CREATABLE.get(rtype, "")
@@ -733,29 +897,41 @@ class MockApp:
                 "not-supported",
                 "PATCH bodies are JSON merge patches: Content-Type application/merge-patch+json",
             )
-        patch = await self.json_object(request)
+        patch = to_spec(await self.json_object(request))
         for key in ("id", "resourceType"):
             if key in patch and patch[key] != coll.record(index).get(key):
                 raise self.invalid(rtype, [(key, "cannot be changed")])
         patch.pop("meta", None)
         with self.state.lock:
             current = coll.record(index)
-            merged = merge_patch(current, patch)
+            spec_current = to_spec(current)
+            participants = patch.pop("participant", None) if rtype == "Appointment" else None
+            merged = merge_patch(spec_current, patch)
+            if isinstance(participants, list):
+                merged["participant"], problems = merge_participants(
+                    spec_current.get("participant"), participants
+                )
+                if problems:
+                    raise self.invalid(rtype, problems)
+            elif participants is not None:
+                merged["participant"] = participants  # not an array: the rules say so
             self.check_write(rtype, merged)
             merged.pop("attachments", None)
             now = self.state.now()
             merged["meta"] = {**(merged.get("meta") or {}), "lastUpdated": iso(now)}
+            record, content = self.stored(rtype, merged)
             if rtype == "Appointment":
-                self._move_slot(current, merged)
+                self._move_slot(current, record)
             coll.replace(
                 index,
-                merged,
+                record,
                 updated=now,
-                date=_date_of(rtype, merged),
-                owner=_owner_of(rtype, merged),
+                date=_date_of(rtype, record),
+                owner=_owner_of(rtype, record),
             )
-            content = coll.raw(index)
-        return self.respond(content)
+            coll.prime(index, content)
+            coll.move_to_end(index)
+        return self.respond(request, content)
 
     def _move_slot(self, old: Record, new: Record) -> None:
         grid = self.state.data.grid
@@ -803,7 +979,7 @@ class MockApp:
         start = (page - 1) * count
         entries = [self._proposal(r, s, duration) for r, s in proposals[start : start + count]]
         content = self.bundle(request, params, len(proposals), entries, count, page, total_mode)
-        return self.respond(content)
+        return self.respond(request, content)
 
     def _free_slots(
         self, roles: list[int], lo: int, hi: int, duration: int, first_only: bool
@@ -869,7 +1045,7 @@ class MockApp:
         appt = (params.get("appt-resource") or {}).get("resource")
         if not isinstance(appt, dict):
             raise Problem4xx(400, "required", "$book needs appt-resource (or appt-id)")
-        appt = _normalise_refs(appt)
+        appt = to_spec(appt)
         self.check_write("Appointment", appt)
         role_id = None
         for part in appt.get("participant") or []:
@@ -939,18 +1115,20 @@ class MockApp:
                     ],
                 }
             )
+            record, content = self.stored("Appointment", record)
             if status != "cancelled":
                 grid.take(r, start, minutes)
             coll = self.store["Appointment"]
-            coll.add(
+            index = coll.add(
                 rid,
                 record,
                 updated=now,
                 date=float(start),
                 owner=_last_segment(patient_ref["reference"]),
             )
-            content = coll.raw(coll.pos[rid])
-        return self.respond(content, 201, {"location": self.location(request, "Appointment", rid)})
+            coll.prime(index, content)
+        headers = {"location": self.location(request, "Appointment", rid)}
+        return self.respond(request, content, 201, headers)
 
     async def _join_group(
         self, request: Request, params: dict[str, dict[str, Any]], patient: dict[str, str]
@@ -958,21 +1136,21 @@ class MockApp:
         target = self._param_ref(params, "appt-id", "Appointment")
         coll, index = self.lookup("Appointment", _last_segment(target["reference"]))
         with self.state.lock:
-            current = coll.record(index)
+            merged = to_spec(coll.record(index))
             present = any(
-                (p.get("actor") or {}).get("reference") == patient["reference"]
-                for p in current.get("participant") or []
+                _actor_key(p) == patient["reference"] for p in merged.get("participant") or []
             )
-            merged = copy.deepcopy(current)
             if not present:
                 merged.setdefault("participant", []).append(
                     {"actor": patient, "modifierExtension": [_status_ext("booked")]}
                 )
             now = self.state.now()
             merged["meta"] = {"lastUpdated": iso(now)}
-            coll.replace(index, merged, updated=now, date=coll.date[index], owner=coll.owner[index])
-            content = coll.raw(index)
-        return self.respond(content, 200)
+            record, content = self.stored("Appointment", merged)
+            coll.replace(index, record, updated=now, date=coll.date[index], owner=coll.owner[index])
+            coll.prime(index, content)
+            coll.move_to_end(index)
+        return self.respond(request, content, 200)
 
     def _param_ref(
         self, params: dict[str, dict[str, Any]], name: str, rtype: str, required: bool = True
@@ -982,7 +1160,7 @@ class MockApp:
             if required:
                 raise Problem4xx(400, "required", f"$book needs the {name} parameter")
             return {}
-        value = _normalise_refs(item.get("valueReference"))
+        value = to_spec(item.get("valueReference"))
         field = catalogue.Field(name, "reference", ref=catalogue.Ref((catalogue.Target(rtype),)))
         options = rules.Options(resolves=self.store.resolves)
         path = f"parameter[{name}].valueReference"
@@ -1003,7 +1181,7 @@ class MockApp:
         item = params.get(name)
         if item is None:
             return default
-        code = item.get("valueCode")
+        code = status_code(item)  # valueCode, valueCoding or valueString
         if code == "cancelled (no charge)":
             code = "cancelled"
         if code not in allowed:
@@ -1034,7 +1212,10 @@ class MockApp:
                     or not math.isfinite(seconds)
                 ):
                     raise Problem4xx(400, "invalid", "advance must be a number of seconds")
-                result = state.advance_clock(float(seconds))
+                try:
+                    result = state.advance_clock(float(seconds))
+                except ValueError as exc:
+                    raise Problem4xx(400, "invalid", str(exc)) from None
             elif action == "rate-limit/reset" and method == "POST":
                 state.reset_rate_limit()
                 result = {"reset": True}
@@ -1055,32 +1236,80 @@ class MockApp:
             elif action == "stats/reset" and method == "POST":
                 state.reset_stats()
                 result = {"reset": True}
+            elif action == "touch" and method == "POST":
+                result = self._touch(await self.json_object(request))
+            elif action == "touch" and method == "GET":
+                result = state.pending()
+            elif action == "touch" and method == "DELETE":
+                state.clear_triggers()
+                result = state.pending()
             else:
                 raise Problem4xx(404, "not-found", f"no test control {method} {action}")
         except Problem4xx as problem:
             return error(problem.status, problem.code, problem.diagnostics)
         return Response(orjson.dumps(result), media_type="application/json")
 
+    def _touch(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``{"type", "ids", "after_list_requests"?}``: touch now, or arm a touch."""
+        rtype, ids = body.get("type"), body.get("ids")
+        if not isinstance(rtype, str):
+            raise Problem4xx(400, "invalid", "type must be a resource type name")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise Problem4xx(400, "invalid", "ids must be an array of record ids")
+        try:
+            if "after_list_requests" in body:
+                return self.state.arm_touch(rtype, ids, body["after_list_requests"])
+            return self.state.touch(rtype, ids)
+        except ValueError as exc:
+            raise Problem4xx(400, "invalid", str(exc)) from None
+
 
 def _status_ext(code: str) -> dict[str, Any]:
     return {"url": "appointment-participant-status", "valueCoding": {"code": code}}
 
 
-def _normalise_refs(value: Any) -> Any:
-    """Turn absolute references (``https://host/main/Patient/1``) into ``/main/Patient/1``."""
-    if isinstance(value, dict):
-        out = {k: _normalise_refs(v) for k, v in value.items()}
-        target = out.get("reference")
-        if isinstance(target, str) and "/main/" in target and not target.startswith("/main/"):
-            out["reference"] = "/main/" + target.split("/main/", 1)[1]
-        return out
-    if isinstance(value, list):
-        return [_normalise_refs(v) for v in value]
-    return value
+def origin(request: Request) -> str:
+    """``http://127.0.0.1:<port>``: the address the server really listens on.
+
+    Taken from the ASGI ``server`` (the bound socket), not the ``Host`` header, so a
+    forged Host cannot point links or references at another machine.
+    """
+    server = request.scope.get("server")
+    if server and server[1] is not None:
+        return f"http://{server[0]}:{server[1]}"
+    return f"{request.url.scheme}://{request.url.netloc}"
+
+
+KNOWN_TYPES = frozenset(catalogue.RESOURCES)
+OPERATIONS = frozenset({"/main/Appointment/$find", "/main/Appointment/$book"})
+
+
+def route_key(path: str) -> str:
+    """The route template a path counts under in the statistics.
+
+    Known resource types keep their name (``/main/Appointment/{id}``); everything
+    else folds into a handful of keys, so that any number of distinct paths costs
+    a bounded number of counters.
+    """
+    if path == "/main/oauth/token" or path in OPERATIONS:
+        return path
+    parts = path.split("/")
+    if len(parts) < 3 or parts[0] != "" or parts[1] != "main":
+        return "(outside /main)"
+    rtype = parts[2] if parts[2] in KNOWN_TYPES else "{unknown type}"
+    if len(parts) == 3:
+        return f"/main/{rtype}"
+    if len(parts) == 4:
+        return f"/main/{rtype}/" if parts[3] == "" else f"/main/{rtype}/{{id}}"
+    return "/main/(deeper path)"
 
 
 class Gate:
-    """Pure ASGI wrapper: refuses requests without a User-Agent (403) and keeps stats."""
+    """Pure ASGI wrapper: User-Agent check (403), a virtual-clock ``Date``, statistics.
+
+    Every response gets a ``Date`` header from the mock's virtual clock (the server
+    time a client should note before a walk), in place of uvicorn's real-time one.
+    """
 
     def __init__(self, app: ASGIApp, state: MockState) -> None:
         self.app = app
@@ -1092,35 +1321,33 @@ class Gate:
             return
         path: str = scope["path"]
         counted = not path.startswith("/main/_test/")
-        has_agent = any(k == b"user-agent" and v.strip() for k, v in scope["headers"])
-        if not has_agent:
-            content = outcome_bytes("forbidden", "a User-Agent header is required")
-            response = fhir(content, 403)
-            if counted:
-                self.state.record(path, 403)
-            await response(scope, receive, send)
-            return
-        if not counted:
-            await self.app(scope, receive, send)
-            return
         status_seen = 500
+        state = self.state
 
-        async def counting_send(message: Message) -> None:
+        async def dated_send(message: Message) -> None:
             nonlocal status_seen
             if message["type"] == "http.response.start":
                 status_seen = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"date"]
+                headers.append((b"date", formatdate(state.now(), usegmt=True).encode()))
+                message = {**message, "headers": headers}
             await send(message)
 
+        has_agent = any(k == b"user-agent" and v.strip() for k, v in scope["headers"])
         try:
-            await self.app(scope, receive, counting_send)
+            if not has_agent:
+                content = outcome_bytes("forbidden", "a User-Agent header is required")
+                await fhir(content, 403)(scope, receive, dated_send)
+            else:
+                await self.app(scope, receive, dated_send)
         finally:
-            self.state.record(path, status_seen)
+            if counted:
+                state.record(route_key(path), status_seen)
 
 
 def create_app(state: MockState) -> ASGIApp:
     """The ASGI application serving ``state``."""
     mock = MockApp(state)
-    any_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
     def by_method(
         table: dict[str, Handler], *, is_list: bool = False
@@ -1128,6 +1355,8 @@ def create_app(state: MockState) -> ASGIApp:
         guarded = {
             m: mock.guarded(h, counts_as_list=is_list and m == "GET") for m, h in table.items()
         }
+        if "GET" in guarded:
+            guarded["HEAD"] = guarded["GET"]  # uvicorn sends the headers without the body
 
         async def endpoint(request: Request) -> Response:
             handler = guarded.get(request.method)
@@ -1149,31 +1378,44 @@ def create_app(state: MockState) -> ASGIApp:
         return await mock.token(request)
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return error(404, "not-found", f"nothing at {request.url.path}")
+        return error(404, "not-found", f"nothing at {request.url.path[:200]}")
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # Starlette's own refusals (a method outside a route's list, a bad request):
+        # an OperationOutcome like every other error, never text/plain.
+        status = exc.status_code if isinstance(exc, HTTPException) else 400
+        detail = exc.detail if isinstance(exc, HTTPException) else "bad request"
+        headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else None
+        return error(status, "not-supported" if status == 405 else "invalid", str(detail), headers)
 
     async def server_error(request: Request, exc: Exception) -> Response:
         return error(500, "exception", "the mock failed to handle this request")
 
     routes = [
-        Route("/main/oauth/token", token, methods=any_method),
-        Route("/main/_test/{action:path}", mock.control, methods=any_method),
-        Route("/main/Appointment/$find", by_method({"GET": mock.find}), methods=any_method),
-        Route("/main/Appointment/$book", by_method({"POST": mock.book}), methods=any_method),
+        Route("/main/oauth/token", token, methods=ALL_METHODS),
+        Route("/main/_test/{action:path}", mock.control, methods=ALL_METHODS),
+        Route("/main/Appointment/$find", by_method({"GET": mock.find}), methods=ALL_METHODS),
+        Route("/main/Appointment/$book", by_method({"POST": mock.book}), methods=ALL_METHODS),
         Route(
             "/main/{rtype}",
             by_method({"GET": mock.list_, "POST": mock.create}, is_list=True),
-            methods=any_method,
+            methods=ALL_METHODS,
         ),
-        Route("/main/{rtype}/", by_method({"POST": mock.create}), methods=any_method),
+        Route("/main/{rtype}/", by_method({"POST": mock.create}), methods=ALL_METHODS),
         Route(
             "/main/{rtype}/{rid}",
             by_method({"GET": mock.read, "PATCH": mock.patch}),
-            methods=any_method,
+            methods=ALL_METHODS,
         ),
     ]
     app = Starlette(
         routes=routes,
-        exception_handlers={404: not_found, 500: server_error, Exception: server_error},
+        exception_handlers={
+            404: not_found,
+            HTTPException: http_error,
+            500: server_error,
+            Exception: server_error,
+        },
     )
     app.router.redirect_slashes = False
     return Gate(app, state)

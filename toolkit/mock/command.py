@@ -12,6 +12,11 @@ from toolkit import catalogue
 __all__ = ["mock_command"]
 
 
+class ShapesChoice(StrEnum):
+    live = "live"
+    spec = "spec"
+
+
 class ScaleChoice(StrEnum):
     small = "small"
     medium = "medium"
@@ -37,6 +42,10 @@ def mock_command(
         bool, typer.Option("--test-controls", help="Enable /main/_test/* (test use only).")
     ] = False,
     fault: Annotated[str | None, typer.Option(help="Start with this fault profile active.")] = None,
+    shapes: Annotated[
+        ShapesChoice,
+        typer.Option(help="live: the forms seen on the live service; spec: the spec's forms."),
+    ] = ShapesChoice.live,
 ) -> None:
     """Serve a mock practice-management deployment on 127.0.0.1 until Ctrl-C."""
     import time
@@ -54,6 +63,7 @@ def mock_command(
             expires_in=expires_in,
             test_controls=test_controls,
             fault=fault,
+            shapes=shapes.value,
         ) as dep:
             typer.echo(f"base URL:      {dep.base_url}")
             typer.echo(f"client id:     {dep.client_id}")
@@ -62,6 +72,7 @@ def mock_command(
                 typer.echo(f"test controls: {dep.base_url}/_test/ (test use only)")
             if fault:
                 typer.echo(f"fault profile: {fault}")
+            typer.echo(f"shapes:        {shapes.value}")
             typer.echo("serving until Ctrl-C", err=True)
             try:
                 while True:

@@ -23,11 +23,14 @@ turned into JSON records only when first read, so that the large scale
 from __future__ import annotations
 
 import calendar
+import collections
+import functools
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from toolkit.mock.shapes import Shapes, to_stored
 from toolkit.mock.store import Record, Store
 
 __all__ = [
@@ -184,23 +187,38 @@ def _mix(seed: int, index: int, salt: int) -> int:
 class DayGrid:
     """The slot grid: which 30-minute units of which PractitionerRole are taken."""
 
-    taken: set[tuple[int, int]] = field(default_factory=set)
-    """(role index, unit start epoch) pairs covered by a non-cancelled appointment."""
+    taken: collections.Counter[tuple[int, int]] = field(default_factory=collections.Counter)
+    """How many non-cancelled appointments cover each (role index, unit start epoch).
+
+    A count, not a set: a PATCH may move a second appointment onto a taken unit,
+    and moving one of the two away again must leave the unit taken.
+    """
 
     def units(self, start: int, minutes: int) -> list[int]:
-        count = max(1, -(-minutes // GRID_MINUTES))
-        return [start + i * GRID_MINUTES * 60 for i in range(count)]
+        """The grid units [start, start + minutes) touches, aligned to the grid.
+
+        An appointment PATCHed to 09:15 occupies the 09:00 and 09:30 units; without
+        the alignment it would occupy units no booking ever looks at.
+        """
+        unit = GRID_MINUTES * 60
+        first = start - start % unit
+        end = start + max(1, minutes) * 60
+        return list(range(first, end, unit))
 
     def is_free(self, role: int, start: int, minutes: int) -> bool:
-        return all((role, u) not in self.taken for u in self.units(start, minutes))
+        return all(self.taken[(role, u)] <= 0 for u in self.units(start, minutes))
 
     def take(self, role: int, start: int, minutes: int) -> None:
         for u in self.units(start, minutes):
-            self.taken.add((role, u))
+            self.taken[(role, u)] += 1
 
     def release(self, role: int, start: int, minutes: int) -> None:
         for u in self.units(start, minutes):
-            self.taken.discard((role, u))
+            left = self.taken[(role, u)] - 1
+            if left > 0:
+                self.taken[(role, u)] = left
+            else:
+                del self.taken[(role, u)]
 
     @staticmethod
     def on_grid(start: int, minutes: int) -> bool:
@@ -274,10 +292,17 @@ def _org_type(code: str, display: str) -> list[dict[str, Any]]:
     ]
 
 
-def generate(seed: int = 0, scale: str = "small") -> PracticeData:
-    """Build the whole store for ``seed`` and ``scale`` (deterministic)."""
+def generate(seed: int = 0, scale: str = "small", shapes: Shapes = "live") -> PracticeData:
+    """Build the whole store for ``seed`` and ``scale`` (deterministic).
+
+    ``shapes`` is the JSON form of the records (:mod:`toolkit.mock.shapes`); the
+    same seed gives the same practice in both forms.
+    """
     if scale not in SCALES:
         msg = f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}"
+        raise ValueError(msg)
+    if shapes not in ("live", "spec"):
+        msg = f"unknown shapes {shapes!r}; choose live or spec"
         raise ValueError(msg)
     sc = SCALES[scale]
     rng = random.Random(seed)
@@ -1017,6 +1042,8 @@ def generate(seed: int = 0, scale: str = "small") -> PracticeData:
             owner=patient_ids[a_patient[i]],
         )
 
+    if shapes == "live":
+        _live_forms(store)
     return PracticeData(
         store=store,
         seed=seed,
@@ -1032,3 +1059,26 @@ def generate(seed: int = 0, scale: str = "small") -> PracticeData:
             "EP-": 7001 + len(ep_ids),
         },
     )
+
+
+def _live_forms(store: Store) -> None:
+    """Turn every generated record (built in the spec's form) into the live forms.
+
+    Eager records are converted now; lazily built ones convert as they are built.
+    Patients with a second given name also get a ``usual`` name (the facts: a
+    Patient may hold both a usual and an official name).
+    """
+    for coll in store.collections.values():
+        for index, rec in list(coll.records_built()):
+            rec = to_stored(coll.name, rec, "live")
+            if coll.name == "Patient":
+                official = rec["name"][0]
+                if len(official["given"]) > 1:
+                    usual = {"use": "usual", "given": [official["given"][1]]}
+                    rec["name"] = [*rec["name"], {**usual, "family": official["family"]}]
+            coll.set_built(index, rec)
+        coll.wrap_builder(functools.partial(_to_live, coll.name))
+
+
+def _to_live(rtype: str, record: Record) -> Record:
+    return to_stored(rtype, record, "live")

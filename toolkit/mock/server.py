@@ -12,6 +12,7 @@ import uvicorn
 
 from toolkit.errors import ConfigurationError
 from toolkit.mock.app import create_app
+from toolkit.mock.protocol import Limits, guarded_protocol
 from toolkit.mock.state import MockOptions, MockState
 
 __all__ = ["HOST", "Deployment", "serve"]
@@ -63,6 +64,28 @@ class Deployment:
     def reset_stats(self) -> None:
         self._controls().reset_stats()
 
+    def touch(self, rtype: str, ids: list[str]) -> dict[str, Any]:
+        """Touch records now: ``meta.lastUpdated`` becomes now, and they move last in lists."""
+        try:
+            return self._controls().touch(rtype, ids)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+
+    def touch_after(self, rtype: str, ids: list[str], after_list_requests: int) -> dict[str, Any]:
+        """Touch records right after the ``after_list_requests``-th list page of ``rtype``."""
+        try:
+            return self._controls().arm_touch(rtype, ids, after_list_requests)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+
+    def pending_touches(self) -> dict[str, Any]:
+        """The armed touches not yet fired."""
+        return self._controls().pending()
+
+    def clear_touches(self) -> None:
+        """Disarm every pending touch."""
+        self._controls().clear_triggers()
+
 
 def build_state(**options: Any) -> MockState:
     """A :class:`MockState` from keyword options, with a ConfigurationError for bad ones."""
@@ -77,11 +100,20 @@ def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Itera
     """Serve a mock deployment on 127.0.0.1 until the ``with`` block ends.
 
     ``port=0`` picks a free port. Other options are those of
-    :class:`toolkit.mock.state.MockOptions`: ``seed``, ``scale``, ``rate_limit``,
-    ``token_lifetime``, ``expires_in``, ``test_controls``, ``fault``,
-    ``max_body_bytes``, ``max_attachment_bytes``.
+    :class:`toolkit.mock.state.MockOptions`: ``seed``, ``scale``, ``shapes``
+    (``"live"`` or ``"spec"``), ``rate_limit``, ``token_lifetime``, ``expires_in``,
+    ``test_controls``, ``fault``, ``max_body_bytes``, ``max_attachment_bytes``,
+    ``max_depth``, ``max_header_bytes``, ``header_timeout``, ``body_timeout``,
+    ``timeout_keep_alive``, ``limit_concurrency``.
     """
     state = build_state(**options)
+    opts = state.options
+    limits = Limits(
+        max_header_bytes=opts.max_header_bytes,
+        header_timeout=opts.header_timeout,
+        body_timeout=opts.body_timeout,
+        clock=state.now,
+    )
     config = uvicorn.Config(
         create_app(state),
         host=HOST,
@@ -90,6 +122,13 @@ def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Itera
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=2,
+        # httptools with the head-size limit and deadlines uvicorn lacks (protocol.py)
+        http=guarded_protocol(limits),
+        timeout_keep_alive=opts.timeout_keep_alive,
+        limit_concurrency=opts.limit_concurrency,
+        h11_max_incomplete_event_size=opts.max_header_bytes,  # if h11 is ever chosen
+        date_header=False,  # the app sends Date from the virtual clock
+        server_header=False,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="pmtk-mock", daemon=True)

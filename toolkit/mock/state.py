@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import collections
+import copy
 import hmac
 import math
 import secrets
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +19,8 @@ import jwt
 from toolkit import catalogue
 from toolkit.mock.data import PracticeData, generate, iso
 from toolkit.mock.faults import FAULT_PROFILES
+from toolkit.mock.shapes import SHAPES, Shapes
+from toolkit.mock.store import Collection
 
 __all__ = [
     "CLIENT_ID",
@@ -34,6 +38,14 @@ DIE_EARLY_SECONDS = 300
 
 DEFAULT_MAX_BODY_BYTES = 4 * math.ceil(catalogue.MAX_ATTACHMENT_BYTES / 3) + 1024 * 1024
 """Largest request body: one maximum-size attachment in base64 (~266.7 MiB) plus 1 MiB."""
+DEFAULT_MAX_DEPTH = 64
+DEFAULT_MAX_HEADER_BYTES = 32 * 1024
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 60.0
+DEFAULT_LIMIT_CONCURRENCY = 128
+MAX_TRIGGERS = 100
+MAX_CLOCK_OFFSET = 100 * 365 * 86_400.0
+"""The virtual clock stays within 100 years of real time (dates must stay printable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +61,20 @@ class MockOptions:
     fault: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_attachment_bytes: int = catalogue.MAX_ATTACHMENT_BYTES
+    shapes: Shapes = "live"
+    """``live`` serves the forms seen on the live service, ``spec`` the spec's literal ones."""
+    max_depth: int = DEFAULT_MAX_DEPTH
+    """Deepest JSON nesting a written body may have (objects and arrays)."""
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    """Largest request line plus headers; more gets 431 and the connection is closed."""
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    """Seconds a connection may take to send a whole request head (408, then closed)."""
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    """Seconds a request may take to send its whole body once the head is in (408)."""
+    timeout_keep_alive: int = 5
+    """Seconds an idle keep-alive connection stays open (uvicorn's option)."""
+    limit_concurrency: int = DEFAULT_LIMIT_CONCURRENCY
+    """Connections or requests in progress at once before 503 (uvicorn's option)."""
 
 
 class TokenProblem(Exception):
@@ -57,6 +83,16 @@ class TokenProblem(Exception):
     def __init__(self, code: str, message: str) -> None:
         self.code = code
         super().__init__(message)
+
+
+@dataclass(slots=True)
+class Trigger:
+    """Touch ``ids`` of ``rtype`` once ``after`` more list pages of ``rtype`` were served."""
+
+    rtype: str
+    ids: tuple[str, ...]
+    after: int
+    seen: int = 0
 
 
 @dataclass(slots=True)
@@ -77,8 +113,19 @@ class MockState:
         if options.rate_limit < 1:
             msg = "rate_limit must be at least 1"
             raise ValueError(msg)
+        if options.shapes not in SHAPES:
+            msg = f"unknown shapes {options.shapes!r}; choose {' or '.join(SHAPES)}"
+            raise ValueError(msg)
+        for name in ("max_depth", "max_header_bytes", "limit_concurrency", "timeout_keep_alive"):
+            if getattr(options, name) < 1:
+                msg = f"{name} must be at least 1"
+                raise ValueError(msg)
+        for name in ("header_timeout", "body_timeout"):
+            if not getattr(options, name) > 0:
+                msg = f"{name} must be a positive number of seconds"
+                raise ValueError(msg)
         self.options = options
-        self.data: PracticeData = generate(options.seed, options.scale)
+        self.data: PracticeData = generate(options.seed, options.scale, options.shapes)
         self.store = self.data.store
         self.lock = threading.RLock()
         self.offset = 0.0
@@ -90,6 +137,7 @@ class MockState:
         self._windows: dict[str, collections.deque[float]] = {}
         self.counters: collections.Counter[str] = collections.Counter()
         self.stats_data = _Stats()
+        self.triggers: list[Trigger] = []
 
     # ------------------------------------------------------------------ clock
     def now(self) -> float:
@@ -97,7 +145,11 @@ class MockState:
         return time.time() + self.offset
 
     def advance_clock(self, seconds: float) -> dict[str, Any]:
+        """Move the virtual clock; raises ValueError beyond :data:`MAX_CLOCK_OFFSET`."""
         with self.lock:
+            if not math.isfinite(seconds) or abs(self.offset + seconds) > MAX_CLOCK_OFFSET:
+                msg = "the virtual clock must stay within 100 years of real time"
+                raise ValueError(msg)
             self.offset += seconds
             return {"now": iso(self.now()), "offset": self.offset}
 
@@ -190,11 +242,12 @@ class MockState:
             self._windows.clear()
 
     # ------------------------------------------------------------------ stats
-    def record(self, path: str, status: int) -> None:
+    def record(self, route: str, status: int) -> None:
+        """Count one request under its route template (bounded keys, not raw paths)."""
         with self.lock:
             self.stats_data.requests += 1
             self.stats_data.by_status[str(status)] += 1
-            self.stats_data.by_path[path] += 1
+            self.stats_data.by_path[route] += 1
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -203,6 +256,86 @@ class MockState:
                 "responses_by_status": dict(self.stats_data.by_status),
                 "requests_by_path": dict(self.stats_data.by_path),
             }
+
+    # ------------------------------------------------------------------ changing collections
+    def touch(self, rtype: str, ids: Sequence[str]) -> dict[str, Any]:
+        """Rewrite ``meta.lastUpdated`` of records (now) and move them last in list order.
+
+        Raises ValueError naming an unknown type or id (then nothing is touched).
+        """
+        with self.lock:
+            coll = self._touchable(rtype, ids)
+            now = self.now()
+            for rid in ids:
+                index = coll.pos[rid]
+                record = copy.deepcopy(coll.record(index))
+                record["meta"] = {**(record.get("meta") or {}), "lastUpdated": iso(now)}
+                coll.replace(
+                    index, record, updated=now, date=coll.date[index], owner=coll.owner[index]
+                )
+                coll.move_to_end(index)
+            return {"type": rtype, "touched": list(ids), "lastUpdated": iso(now)}
+
+    def _touchable(self, rtype: str, ids: Sequence[str]) -> Collection:
+        coll = self.store.collections.get(rtype)
+        if coll is None or rtype not in catalogue.LISTED_RESOURCES:
+            listed = ", ".join(catalogue.LISTED_RESOURCES)
+            msg = f"type must be a listed resource type ({listed}), got {rtype!r}"
+            raise ValueError(msg)
+        if not ids:
+            msg = "ids must name at least one record"
+            raise ValueError(msg)
+        missing = [rid for rid in ids if rid not in coll.pos]
+        if missing:
+            msg = f"{rtype} has no record with id {', '.join(map(repr, missing[:5]))}"
+            raise ValueError(msg)
+        return coll
+
+    def arm_touch(self, rtype: str, ids: Sequence[str], after: int) -> dict[str, Any]:
+        """Touch ``ids`` right after the ``after``-th list page of ``rtype`` from now on."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 1:
+            msg = f"after_list_requests must be an integer of at least 1, got {after!r}"
+            raise ValueError(msg)
+        with self.lock:
+            self._touchable(rtype, ids)
+            if len(self.triggers) >= MAX_TRIGGERS:
+                msg = f"at most {MAX_TRIGGERS} touches may be armed at once"
+                raise ValueError(msg)
+            self.triggers.append(Trigger(rtype, tuple(ids), after))
+            return self.pending()
+
+    def pending(self) -> dict[str, Any]:
+        """The armed touches: ``{"armed": [{type, ids, after_list_requests, seen}]}``."""
+        with self.lock:
+            armed = [
+                {
+                    "type": t.rtype,
+                    "ids": list(t.ids),
+                    "after_list_requests": t.after,
+                    "seen": t.seen,
+                }
+                for t in self.triggers
+            ]
+            return {"armed": armed}
+
+    def clear_triggers(self) -> None:
+        with self.lock:
+            self.triggers.clear()
+
+    def list_served(self, rtype: str) -> None:
+        """Count a served list page of ``rtype``; fire the touches that are due."""
+        with self.lock:
+            if not self.triggers:
+                return
+            due = []
+            for t in self.triggers:
+                if t.rtype == rtype:
+                    t.seen += 1
+                    if t.seen >= t.after:
+                        due.append(t)
+            for t in due:
+                self.triggers.remove(t)
+                self.touch(t.rtype, t.ids)
 
     def reset_stats(self) -> None:
         with self.lock:

@@ -12,7 +12,7 @@ sorting never have to materialise records.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -40,6 +40,7 @@ class Collection:
         self._builder = builder
         self._records: dict[int, Record] = {}
         self._bytes: OrderedDict[int, bytes] = OrderedDict()
+        self._order: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -65,7 +66,45 @@ class Collection:
         self.owner.append(owner)
         if record is not None:
             self._records[index] = record
+        if self._order is not None:
+            self._order.append(index)
         return index
+
+    def order(self) -> Sequence[int]:
+        """Indices in the default list order: the order records were last written.
+
+        The seeded data comes in generation order; every create appends, and every
+        PATCH or touch moves the record to the end (:meth:`move_to_end`). So a
+        record written while a client walks the pages moves, and the walk sees one
+        record twice and misses another, as it would on a changing collection.
+        """
+        return range(len(self.ids)) if self._order is None else self._order
+
+    def move_to_end(self, index: int) -> None:
+        """Put ``index`` last in the default list order (it was just written)."""
+        if self._order is None:
+            self._order = list(range(len(self.ids)))
+        self._order.remove(index)
+        self._order.append(index)
+
+    def records_built(self) -> list[tuple[int, Record]]:
+        """The records held as dicts so far (eager ones, lazily built ones once read)."""
+        return list(self._records.items())
+
+    def set_built(self, index: int, record: Record) -> None:
+        """Replace a held record without touching its search keys (a change of form)."""
+        self._records[index] = record
+        self._bytes.pop(index, None)
+
+    def wrap_builder(self, convert: Callable[[Record], Record]) -> None:
+        """Pass every lazily built record through ``convert``."""
+        inner = self._builder
+        if inner is not None:
+            self._builder = lambda index: convert(inner(index))
+
+    def prime(self, index: int, data: bytes) -> None:
+        """Cache ``data`` as the JSON of record ``index`` (already serialised by the caller)."""
+        self._bytes[index] = data
 
     def record(self, index: int) -> Record:
         """The record at ``index`` as a dict (shared: copy before changing it)."""

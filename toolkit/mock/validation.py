@@ -30,11 +30,13 @@ def validate(
     resolves: Callable[[str], bool] | None = None,
     max_attachment_bytes: int = catalogue.MAX_ATTACHMENT_BYTES,
     check_attachment_types: bool = True,
+    accept_arrays: frozenset[str] = frozenset(),
 ) -> list[Problem]:
     """Every catalogue rule ``body`` breaks, as ``(path, message)`` pairs.
 
     ``resolves`` (``/main/<Type>/<id>`` -> bool) checks that references point at
-    existing records.
+    existing records. ``accept_arrays`` lists catalogue paths (``Practitioner.name``)
+    whose single object may also come as an array of such objects.
     """
     options = rules.Options(
         mode="create",
@@ -42,5 +44,6 @@ def validate(
         resolves=resolves,
         max_attachment_bytes=max_attachment_bytes,
         check_attachment_types=check_attachment_types,
+        accept_arrays=accept_arrays,
     )
     return [(v.path, v.message) for v in rules.check_resource(resource, body, options)]

@@ -1,0 +1,186 @@
+"""uvicorn's httptools protocol with the limits it lacks: head size, head and body deadlines.
+
+uvicorn 0.54 (``uvicorn/protocols/http/httptools_impl.py``) has no limit on the
+size of a request head with httptools (``h11_max_incomplete_event_size`` only
+applies to the h11 parser), starts no timer before a connection's first request
+or while a request is half sent (``timeout_keep_alive`` only runs between
+requests), and answers a parse error, a 500 or ``limit_concurrency``'s 503 in
+``text/plain``. :func:`guarded_protocol` returns a subclass that:
+
+* counts the bytes of the request line and headers and, past ``max_header_bytes``,
+  answers **431** and closes;
+* gives a connection ``header_timeout`` seconds from its first byte (or from
+  opening) to finish a request head, and a request ``body_timeout`` seconds from
+  the end of its head to finish its body; otherwise it answers **408** (when no
+  response has started) and closes the connection;
+* answers malformed HTTP with **400**, and the concurrency limit with **503**, as
+  OperationOutcomes (``application/fhir+json``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from email.utils import formatdate
+from typing import Any
+
+import orjson
+from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = ["Limits", "guarded_protocol"]
+
+REASONS = {
+    400: b"Bad Request",
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+
+
+class Limits:
+    """The connection limits of one deployment (see ``docs/mock.md``)."""
+
+    __slots__ = ("body_timeout", "clock", "header_timeout", "max_header_bytes")
+
+    def __init__(
+        self,
+        *,
+        max_header_bytes: int,
+        header_timeout: float,
+        body_timeout: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.max_header_bytes = max_header_bytes
+        self.header_timeout = header_timeout
+        self.body_timeout = body_timeout
+        self.clock = clock
+
+
+def _outcome(code: str, text: str) -> bytes:
+    issue = {"severity": "error", "code": code, "diagnostics": text, "details": {"text": text}}
+    return orjson.dumps({"resourceType": "OperationOutcome", "issue": [issue]})
+
+
+def raw_response(status: int, code: str, text: str, clock: Callable[[], float]) -> bytes:
+    """A complete HTTP/1.1 response with an OperationOutcome that closes the connection."""
+    body = _outcome(code, text)
+    head = [
+        b"HTTP/1.1 %d %s\r\n" % (status, REASONS[status]),
+        b"content-type: application/fhir+json\r\n",
+        b"content-length: %d\r\n" % len(body),
+        b"date: " + formatdate(clock(), usegmt=True).encode() + b"\r\n",
+        b"connection: close\r\n\r\n",
+    ]
+    return b"".join(head) + body
+
+
+async def _busy(scope: Any, receive: Any, send: Any) -> None:
+    content = _outcome("transient", "the mock is handling too many requests; retry shortly")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/fhir+json"),
+                (b"content-length", str(len(content)).encode()),
+                (b"retry-after", b"1"),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": content, "more_body": False})
+
+
+class _HeadTooLarge(Exception):
+    """Raised inside a parser callback; httptools turns it into a parser error."""
+
+
+def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
+    """An :class:`HttpToolsProtocol` subclass enforcing ``limits`` (pass it as ``http=``)."""
+
+    class GuardedProtocol(HttpToolsProtocol):
+        _limits = limits
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._head_bytes = 0
+            self._too_large = False
+            self._deadline: asyncio.TimerHandle | None = None
+
+        # -------------------------------------------------------------- timers
+        def _arm(self, seconds: float, what: str) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(seconds, self._expired, what)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self, what: str) -> None:
+            self._deadline = None
+            if self.transport.is_closing():
+                return
+            if self.cycle is None or not self.cycle.response_started:
+                text = f"the request {what} was not received within the time limit"
+                self.transport.write(raw_response(408, "timeout", text, self._limits.clock))
+            self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm(self._limits.header_timeout, "head")
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        # -------------------------------------------------------------- parser callbacks
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._head_bytes = 0
+            if self._deadline is None:
+                self._arm(self._limits.header_timeout, "head")
+
+        def _count(self, size: int) -> None:
+            self._head_bytes += size
+            if self._head_bytes > self._limits.max_header_bytes:
+                self._too_large = True
+                raise _HeadTooLarge
+
+        def on_url(self, url: bytes) -> None:
+            self._count(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+            if self.cycle is not None and self.cycle.more_body:
+                self._arm(self._limits.body_timeout, "body")
+
+        def on_message_complete(self) -> None:
+            self._disarm()
+            super().on_message_complete()
+
+        # ------------------------------------------------ uvicorn's plain-text answers
+        def send_400_response(self, msg: str) -> None:
+            if self._too_large:
+                limit = self._limits.max_header_bytes
+                text = f"the request line and headers are larger than {limit} bytes"
+                content = raw_response(431, "too-costly", text, self._limits.clock)
+            else:
+                text = "the request is not valid HTTP/1.1"
+                content = raw_response(400, "structure", text, self._limits.clock)
+            self.transport.write(content)
+            self.transport.close()
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            if app is service_unavailable:
+                app = _busy
+            super()._start_asgi_task(cycle, app)
+
+    return GuardedProtocol
