@@ -260,6 +260,7 @@ def _record(run: Run, rec: Recorder, report: pytest.TestReport) -> None:
         status=status,
         message=run.session.redact(message),
         evidence=rec.evidence,
+        observed=rec.observed_list(),
     )
 
 

@@ -52,6 +52,7 @@ class Recorder:
         self.problems: list[str] = []
         self.evidence: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        self.observed: dict[tuple[str, str], dict[str, Any]] = {}
         self._seen: set[int] = set()
 
     def attach(self, *exchanges: Exchange | None) -> None:
@@ -68,6 +69,22 @@ class Recorder:
 
     def note(self, message: str) -> None:
         self.notes.append(message)
+
+    def observe(self, field: str, message: str, *, rule: str, source: str, count: int = 1) -> None:
+        """Record an observation-level finding: reported once per (field, rule), never failing.
+
+        ``count`` adds to the number of records (or values) it was seen in; ``message``
+        of the first sighting is kept as the example.
+        """
+        key = (field, rule)
+        entry = self.observed.get(key)
+        if entry is None:
+            entry = {"field": field, "rule": rule, "source": source, "count": 0, "example": message}
+            self.observed[key] = entry
+        entry["count"] += count
+
+    def observed_list(self) -> list[dict[str, Any]]:
+        return [self.observed[k] for k in sorted(self.observed)]
 
     def message(self) -> str:
         shown = self.problems[:20]
@@ -158,6 +175,9 @@ class Run:
         obs["error_body_shape"] = {k: dict(v) for k, v in sorted(error_shapes.items())}
         if self._sample is not None:
             seen = self._sample.seen
+            obs["reference_forms"] = seen.reference_forms()
+            obs["forms"] = seen.form_report()
+            obs["missing_everywhere"] = seen.missing_everywhere()
             obs["enum_values"] = seen.enum_report()
             obs["id_prefixes"] = {k: dict(v) for k, v in sorted(seen.id_prefixes.items())}
             shape = seen.shapes.get("Practitioner.name", Counter())

@@ -76,6 +76,7 @@ class Seen:
     unknown_extensions: dict[str, Counter[str]] = field(
         default_factory=lambda: defaultdict(Counter)
     )
+    unknown_keys: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     current: str = ""
     """``Type/id`` of the record being walked, for examples."""
 
@@ -131,8 +132,10 @@ class Seen:
                 {
                     "field": fpath,
                     "source": source,
+                    "within": parent,
                     "walked": walked,
                     "unknown_extensions_beside": sorted(unknown),
+                    "unknown_keys_beside": sorted(self.unknown_keys.get(parent, Counter())),
                 }
             )
         return out
@@ -197,6 +200,7 @@ def _observer(seen: Seen) -> Callable[[rules.Observation], None]:
         "shape": seen.shapes,
         "form": seen.forms,
         "unknown-extension": seen.unknown_extensions,
+        "unknown-key": seen.unknown_keys,
     }
 
     def observe(o: rules.Observation) -> None:

@@ -83,7 +83,9 @@ Mode = Literal["create", "patch", "read"]
 Category = Literal[
     "type", "required", "enum", "reference", "prefix", "format", "attachment", "unknown"
 ]
-ObservationKind = Literal["enum", "open-enum", "shape", "form", "present", "unknown-extension"]
+ObservationKind = Literal[
+    "enum", "open-enum", "shape", "form", "present", "unknown-extension", "unknown-key"
+]
 CONTAINERS = ("extension", "modifierExtension")
 CODED_KEYS = ("valueCoding", "valueCode", "valueString")
 """Value keys of a coded extension value: the spec's "coded value" covers all three (facts)."""
@@ -110,8 +112,9 @@ class Observation:
     ``open-enum`` (a value outside an open enum), ``shape`` (``"array"`` or
     ``"object"`` for a field in ``Options.accept_arrays``), ``form`` (a form met
     with ``live_forms``, e.g. ``reference:absolute``), ``present`` (the field holds
-    a value; ``value`` is empty) or ``unknown-extension`` (an extension url no
-    field claims; ``field_path`` ends in the container). ``field_path`` is the
+    a value; ``value`` is empty), ``unknown-extension`` (an extension url no
+    field claims; ``field_path`` ends in the container) or ``unknown-key`` (a key
+    the catalogue does not describe, when not ``closed``). ``field_path`` is the
     catalogue path without indices (``Appointment.participant.type``), ``path``
     the JSON path.
     """
@@ -392,6 +395,10 @@ class _Walk:
         self.extensions(fields, obj, prefix, fpath, src)
         if self.o.closed:
             self.unknown_keys(fields, obj, prefix, (skip | {"resourceType"}) if top else skip)
+        elif self.o.observe is not None:
+            names = {f.name for f in fields} | set(CONTAINERS) | {"resourceType", "id"}
+            for key in obj.keys() - names:
+                self.see("unknown-key", fpath, f"{prefix}{key}", key)
 
     def _extension_items(self, obj: dict[str, Any], f: Field) -> list[Any]:
         assert f.extension is not None
