@@ -94,12 +94,15 @@ def test_fields_have_the_catalogue_json_types(pm: Run, check: Recorder, resource
         if not entry["field"].startswith(f"{resource}."):
             continue
         message = (
-            f"{entry['field']} ({entry['source']}) is absent from all {entry['walked']} walked"
+            f"{entry['field']} ({entry['source']}) is absent from all {entry['walked']} "
+            f"{entry['within']} walked"
         )
-        if entry["unknown_extensions_beside"]:
-            message += "; unrecognised extension urls beside it: " + ", ".join(
-                entry["unknown_extensions_beside"][:5]
-            )
+        for key, words in (
+            ("unknown_extensions_beside", "unrecognised extension urls"),
+            ("unknown_keys_beside", "unknown keys"),
+        ):
+            if entry[key]:
+                message += f"; {words} beside it: " + ", ".join(entry[key][:5])
         check.observe(
             entry["field"],
             message,
