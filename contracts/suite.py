@@ -20,7 +20,7 @@ from contracts.session import Exchange, Session
 from contracts.walker import Problem, Seen, walk_resource
 from toolkit import catalogue as cat
 
-__all__ = ["Options", "Recorder", "Run", "Sample", "current_run"]
+__all__ = ["Options", "Preset", "Recorder", "Run", "Sample", "current_run"]
 
 MAX_EVIDENCE = 5
 
@@ -31,7 +31,7 @@ class Options:
 
     base_url: str | None = None
     client_id: str | None = None
-    client_secret: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
     user_agent: str | None = None
     allow_writes: bool = False
     probe_rate_limit: bool = False
@@ -41,6 +41,21 @@ class Options:
     request_budget: int = 300
     schema_examples: int = 3
     reads_per_resource: int = 2
+
+
+class Preset:
+    """A pytest plugin object carrying the run's :class:`Options` (``pmtk check``).
+
+    ``pytest.main(args, plugins=[Preset(options)])``: the settings travel as an object,
+    so no value (a secret beginning with ``-``, say) is ever parsed as a command-line
+    word, and none appears in pytest's own messages.
+    """
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def __repr__(self) -> str:
+        return "Preset(<pmtk contract options>)"
 
 
 class Recorder:
