@@ -75,6 +75,7 @@ __all__ = [
     "format_problem",
     "id_problem",
     "non_spec_rules",
+    "non_spec_rules_table",
     "reference_form",
     "reference_problem",
 ]
@@ -775,3 +776,9 @@ def non_spec_rules() -> list[RuleSource]:
             out.append(RuleSource(res.name, "(create)", "required", res.create_source, rule))
         fields(res.name, res.fields, "")
     return out
+
+
+def non_spec_rules_table() -> str:
+    """:func:`non_spec_rules` as a markdown table (the generated list in docs/contracts.md)."""
+    head = "| Resource | Field | Aspect | Source | Rule |\n|---|---|---|---|---|\n"
+    return head + "\n".join(r.row() for r in non_spec_rules()) + "\n"
