@@ -51,12 +51,12 @@ __all__ = [
     "Ref",
     "Resource",
     "Target",
-    "weakest",
     "country_codes",
     "currency_codes",
     "field_at",
     "format_pattern",
     "resource",
+    "weakest",
 ]
 
 FieldType = Literal[
