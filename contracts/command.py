@@ -7,74 +7,47 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from contracts.suite import Options
 
 __all__ = ["check_command", "run_suite"]
 
 SUITE_DIR = Path(__file__).parent
 
 
-def _suite_args(
-    *,
-    base_url: str | None,
-    client_id: str | None,
-    client_secret: str | None,
-    user_agent: str | None,
-    allow_writes: bool,
-    probe_rate_limit: bool,
-    token_probe_seconds: int,
-    report_dir: Path,
-    baseline: Path | None,
-    request_budget: int,
-    schema_examples: int,
-) -> list[str]:
-    args = [
-        str(SUITE_DIR),
-        "-c",
-        str(SUITE_DIR / "pytest.ini"),
-        "--rootdir",
-        str(SUITE_DIR),
-        "-q",
-        "--no-header",
-        "--tb=no",
-        "-p",
-        "no:cacheprovider",
-        "--pm-no-summary",
-        "--report-dir",
-        str(report_dir),
-        "--request-budget",
-        str(request_budget),
-        "--schema-examples",
-        str(schema_examples),
-        "--token-probe-seconds",
-        str(token_probe_seconds),
-    ]
-    for flag, value in (
-        ("--pm-base-url", base_url),
-        ("--pm-client-id", client_id),
-        ("--pm-client-secret", client_secret),
-        ("--pm-user-agent", user_agent),
-        ("--baseline", str(baseline) if baseline else None),
-    ):
-        if value:
-            args += [flag, value]
-    if allow_writes:
-        args.append("--allow-writes")
-    if probe_rate_limit:
-        args.append("--probe-rate-limit")
-    return args
+PYTEST_ARGS: tuple[str, ...] = (
+    "-c",
+    str(SUITE_DIR / "pytest.ini"),
+    "--rootdir",
+    str(SUITE_DIR),
+    "-q",
+    "--no-header",
+    "--tb=no",
+    "-p",
+    "no:cacheprovider",
+    "--pm-no-summary",
+)
+"""The only command-line words pytest gets: fixed ones. Settings travel in a Preset."""
 
 
-def run_suite(args: list[str]) -> int:
-    """Run pytest on the suite with ``args``; map its exit status to 0, 1 or 2."""
+def run_suite(options: Options) -> int:
+    """Run pytest on the suite with ``options``; map its exit status to 0, 1 or 2.
+
+    The options are handed over as a plugin object (:class:`contracts.suite.Preset`),
+    never as argv words: a value beginning with ``-`` stays a value, and no secret
+    can reach pytest's own messages.
+    """
     import pytest
 
     from contracts import suite
 
     suite.LAST_REPORT.clear()
-    status = int(pytest.main(args))
+    suite.EXIT_REASON.clear()
+    status = int(pytest.main([str(SUITE_DIR), *PYTEST_ARGS], plugins=[suite.Preset(options)]))
     if status == 0:
         return 0
     if status == 1 and suite.LAST_REPORT:
@@ -135,9 +108,11 @@ def check_command(
 ) -> None:
     """Check a deployment (or the embedded mock) against the API contract."""
     from rich.console import Console
+    from rich.text import Text
 
     from contracts import suite
     from contracts.report import render_summary
+    from contracts.suite import Options
 
     console = Console()
     if base_url is None and (client_id or client_secret):
@@ -151,7 +126,7 @@ def check_command(
         raise typer.Exit(2)
     started = time.monotonic()
     code = run_suite(
-        _suite_args(
+        Options(
             base_url=base_url,
             client_id=client_id,
             client_secret=client_secret,
@@ -162,7 +137,7 @@ def check_command(
             report_dir=report_dir,
             baseline=baseline,
             request_budget=request_budget,
-            schema_examples=schema_examples,
+            schema_examples=max(1, schema_examples),
         )
     )
     elapsed = time.monotonic() - started
@@ -171,7 +146,7 @@ def check_command(
         console.print(f"reports in {report_dir}/ (report.json, junit.xml, report.html)")
     if code == 2:
         reason = suite.EXIT_REASON[-1] if suite.EXIT_REASON else "the suite could not run"
-        console.print(f"[red]pmtk check: {reason}[/]")
+        console.print(Text(f"pmtk check: {reason}", style="red"))
     verdict = {0: "conformant", 1: "findings", 2: "not checked"}[code]
     console.print(f"{verdict}; total time {elapsed:.1f} s")
     raise typer.Exit(code)

@@ -22,11 +22,21 @@ from contracts.report import CheckRecord, build_report, render_summary, write_re
 from contracts.session import (
     DEFAULT_USER_AGENT,
     BudgetExhausted,
+    ForeignOrigin,
     Session,
     TokenRefused,
     Unreachable,
 )
-from contracts.suite import EXIT_REASON, LAST_REPORT, Options, Recorder, Run, pop_run, push_run
+from contracts.suite import (
+    EXIT_REASON,
+    LAST_REPORT,
+    Options,
+    Preset,
+    Recorder,
+    Run,
+    pop_run,
+    push_run,
+)
 
 RUN_KEY = pytest.StashKey[Run]()
 MOCK_KEY = pytest.StashKey[AbstractContextManager[Any]]()
@@ -77,12 +87,20 @@ def _usage(message: str) -> pytest.UsageError:
     return pytest.UsageError(message)
 
 
-def _stop(message: str) -> None:
+def _stop(message: str, run: Run | None = None) -> None:
+    if run is not None:
+        message = run.session.redact(message)
     EXIT_REASON.append(message)
     pytest.exit(message, returncode=2)
 
 
 def _options(config: pytest.Config) -> Options:
+    # `pmtk check` hands its settings over as an object, never as argv words: a secret
+    # starting with "-" would otherwise be parsed as an option (and echoed back).
+    for plugin in config.pluginmanager.get_plugins():
+        if isinstance(plugin, Preset):
+            return plugin.options
+
     def opt(name: str, env: str | None = None) -> Any:
         value = config.getoption(name)
         if value in (None, "") and env:
@@ -161,7 +179,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         run.session.detect_test_controls()
         run.session.token()
     except Unreachable as exc:
-        _stop(f"deployment unreachable: {exc}")
+        _stop(f"deployment unreachable: {exc}", run)
     except TokenRefused as exc:
         if exc.exchange.status in (400, 401, 403):
             _stop(
@@ -227,6 +245,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         pytest.skip(f"{exc}; raise --request-budget to run this check")
     except Unreachable as exc:
         raise CheckFailed(f"deployment stopped answering: {exc}") from None
+    except ForeignOrigin as exc:
+        rec.fail(str(exc))
     if rec.problems:
         raise CheckFailed(rec.message())
 
@@ -260,6 +280,7 @@ def _record(run: Run, rec: Recorder, report: pytest.TestReport) -> None:
         status=status,
         message=run.session.redact(message),
         evidence=rec.evidence,
+        observed=rec.observed_list(),
     )
 
 
@@ -285,6 +306,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         requests=run.session.used + run.session.exempt_used,
         baseline_path=run.options.baseline,
     )
+    # Redacted as data, before any serialisation: every report file and the console
+    # summary are rendered from this one dict.
+    report = run.session.redact_data(report)
     write_reports(report, run.options.report_dir)
     session.config.stash[REPORT_KEY] = report
     LAST_REPORT.append(report)

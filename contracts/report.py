@@ -7,10 +7,11 @@
       "target": "https://.../main",
       "started": ISO-8601, "finished": ISO-8601, "elapsed_seconds": float,
       "checks": [{"id", "category", "status": "passed|failed|skipped", "message",
-                  "evidence": [{"request", "response", "curl"} | {"note"}]}],
+                  "evidence": [{"request", "response", "curl"} | {"note"}],
+                  "observed": [{"field", "rule", "source", "count", "example"}]}],
       "observations": {...},
-      "summary": {"total", "passed", "failed", "skipped", "requests",
-                  "by_category": {category: {"passed", "failed", "skipped"}},
+      "summary": {"total", "passed", "failed", "skipped", "observed", "requests",
+                  "by_category": {category: {"passed", "failed", "skipped", "observed"}},
                   "new_findings": [...], "fixed_findings": [...]},
       "baseline": {"file", "new", "fixed"} | null
     }
@@ -46,6 +47,8 @@ CATEGORIES: tuple[str, ...] = (
     "write",
 )
 REPORT_FORMAT = 1
+MAX_OBSERVED_SHOWN = 12
+"""Observation-level findings printed on the console; the reports hold all of them."""
 
 
 @dataclass
@@ -57,6 +60,9 @@ class CheckRecord:
     status: str = "passed"
     message: str = ""
     evidence: list[dict[str, Any]] = field(default_factory=list)
+    observed: list[dict[str, Any]] = field(default_factory=list)
+    """Observation-level findings: never a failure (a rule from the facts or pmtk, a
+    reference form other than the spec's, a field absent from every record)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,19 +71,24 @@ class CheckRecord:
             "status": self.status,
             "message": self.message,
             "evidence": self.evidence,
+            "observed": self.observed,
         }
 
 
 def _summary(checks: list[CheckRecord], requests: int) -> dict[str, Any]:
     by_category: dict[str, dict[str, int]] = {}
     for c in checks:
-        counts = by_category.setdefault(c.category, {"passed": 0, "failed": 0, "skipped": 0})
+        counts = by_category.setdefault(
+            c.category, {"passed": 0, "failed": 0, "skipped": 0, "observed": 0}
+        )
         counts[c.status] = counts.get(c.status, 0) + 1
+        counts["observed"] += len(c.observed)
     return {
         "total": len(checks),
         "passed": sum(c.status == "passed" for c in checks),
         "failed": sum(c.status == "failed" for c in checks),
         "skipped": sum(c.status == "skipped" for c in checks),
+        "observed": sum(len(c.observed) for c in checks),
         "requests": requests,
         "by_category": dict(sorted(by_category.items(), key=lambda kv: _category_rank(kv[0]))),
         "new_findings": [],
@@ -153,6 +164,9 @@ def write_junit(report: dict[str, Any], path: Path) -> None:
             failure.text = c["message"] + ("\n\n" + "\n".join(curls) if curls else "")
         elif c["status"] == "skipped":
             ET.SubElement(case, "skipped", message=c["message"][:500])
+        if c.get("observed"):
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n".join(_observed_line(o) for o in c["observed"])
     root = ET.Element("testsuites")
     root.append(suite)
     ET.indent(root)
@@ -190,6 +204,14 @@ fixed {{ report.baseline.fixed|join(", ") or "none" }}.</p>{% endif %}
 {% if e.request %}: {{ e.request.method }} {{ e.request.url }} &rarr; {{ e.response.status }}
 {% endif %}</summary><pre>{{ e | tojson(indent=2) }}</pre></details>{% endfor %}
 {% else %}<p class="passed">No findings.</p>{% endfor %}
+<h2>Observed (not failures)</h2>
+<p>Rules that come from the public facts or from pmtk, reference forms other than the
+spec's, and declared fields absent from every record: reported once per field.</p>
+<table><tr><th>Check</th><th>Field</th><th>Rule</th><th>Source</th><th>Count</th><th>Example</th></tr>
+{% for c in report.checks %}{% for o in c.observed %}<tr><td>{{ c.id }}</td><td>{{ o.field }}</td>
+<td>{{ o.rule }}</td><td>{{ o.source }}</td><td>{{ o.count }}</td>
+<td>{{ o.example[:300] }}</td></tr>
+{% endfor %}{% endfor %}</table>
 <h2>All checks</h2>
 <table><tr><th>Check</th><th>Category</th><th>Status</th><th>Message</th></tr>
 {% for c in report.checks %}<tr><td>{{ c.id }}</td><td>{{ c.category }}</td>
@@ -199,6 +221,10 @@ fixed {{ report.baseline.fixed|join(", ") or "none" }}.</p>{% endif %}
 <pre>{{ report.observations | tojson(indent=2) }}</pre>
 </body></html>
 """
+
+
+def _observed_line(o: dict[str, Any]) -> str:
+    return f"{o['field']} [{o['rule']}, {o['source']}] x{o['count']}: {o['example']}"
 
 
 def write_html(report: dict[str, Any], path: Path) -> None:
@@ -231,20 +257,33 @@ def render_summary(report: dict[str, Any]) -> Any:
     table.add_column("Passed", justify="right", style="green")
     table.add_column("Failed", justify="right", style="red")
     table.add_column("Skipped", justify="right", style="dim")
+    table.add_column("Observed", justify="right", style="yellow")
     table.add_column("Failed checks")
     for category, n in s["by_category"].items():
         failed = [c["id"] for c in report["checks"] if c["category"] == category]
         failed = [i for i in failed if _status(report, i) == "failed"]
         table.add_row(
-            category, str(n["passed"]), str(n["failed"]), str(n["skipped"]), "\n".join(failed)
+            category,
+            str(n["passed"]),
+            str(n["failed"]),
+            str(n["skipped"]),
+            str(n.get("observed", 0)),
+            "\n".join(failed),
         )
     lines: list[Table | Text] = [
         table,
         Text(
-            f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped; "
+            f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped, "
+            f"{s.get('observed', 0)} observed (not failures); "
             f"{s['requests']} requests in {report['elapsed_seconds']:.1f} s"
         ),
     ]
+    observed = [o for c in report["checks"] for o in c.get("observed", [])]
+    for o in observed[:MAX_OBSERVED_SHOWN]:
+        lines.append(Text(f"observed: {_observed_line(o)}"[:200]))
+    if len(observed) > MAX_OBSERVED_SHOWN:
+        more = len(observed) - MAX_OBSERVED_SHOWN
+        lines.append(Text(f"observed: ... and {more} more in report.json / report.html"))
     if report.get("baseline"):
         b = report["baseline"]
         lines.append(

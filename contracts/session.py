@@ -10,13 +10,15 @@ own ``x-ratelimit-remaining`` runs low, so passive checks never cause a 429.
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
 
 import httpx
 
@@ -26,8 +28,10 @@ __all__ = [
     "DEFAULT_USER_AGENT",
     "BudgetExhausted",
     "Exchange",
+    "ForeignOrigin",
     "Session",
     "Unreachable",
+    "secret_forms",
 ]
 
 DEFAULT_USER_AGENT = "pmtk-contracts/0.1 (pmtk@example.invalid)"
@@ -50,6 +54,50 @@ class BudgetExhausted(Exception):
 
 class Unreachable(Exception):
     """The deployment did not answer at all (connection refused, DNS, timeout)."""
+
+
+class ForeignOrigin(Exception):
+    """A URL (a ``next`` link) leads off the configured origin, or from https to http.
+
+    Raised before anything is sent: the suite never contacts another origin, with or
+    without credentials.
+    """
+
+
+def origin_of(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``url``, the port made explicit for http and https."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def secret_forms(secret: str, *, client_id: str | None = None) -> list[str]:
+    """Every form in which ``secret`` can land in an output, longest first.
+
+    Raw, JSON-escaped (ASCII and not), ``repr``, URL-encoded (path and form), HTML- and
+    XML-escaped, base64 (alone and as HTTP Basic ``client_id:secret``).
+    """
+    forms = {
+        secret,
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        repr(secret)[1:-1],
+        quote(secret, safe=""),
+        quote(secret),
+        quote_plus(secret),
+        html.escape(secret),
+        html.escape(secret, quote=False),
+        base64.b64encode(secret.encode()).decode(),
+        base64.urlsafe_b64encode(secret.encode()).decode(),
+    }
+    forms |= {f.rstrip("=") for f in list(forms) if f.endswith("=")}
+    if client_id:
+        forms.add(base64.b64encode(f"{client_id}:{secret}".encode()).decode())
+    return sorted((f for f in forms if len(f) >= 4), key=len, reverse=True)
 
 
 @dataclass
@@ -142,7 +190,9 @@ class Session:
         self.epoch = 0
         self.waited = 0.0
         self._sleep = sleep
-        self._secrets: set[str] = {client_secret} if client_secret else set()
+        self._secrets: set[str] = set()
+        self._forms: list[str] = []
+        self.add_secret(client_secret)
         self._token: Token | None = None
         self._http = httpx.Client(timeout=timeout, follow_redirects=False)
         self.test_controls = False
@@ -156,21 +206,77 @@ class Session:
 
     def url(self, path: str) -> str:
         """An absolute URL for ``path`` (``/Referral``), a ``/main/...`` path or a link."""
-        if path.startswith(("http://", "https://")):
+        path = path.strip()
+        if path.startswith(("\\", "/\\")):
+            # Browsers and some URL parsers read a backslash as a slash: keep that reading,
+            # so that such a link is judged by the origin it would really reach.
+            path = path.replace("\\", "/")
+        if path.startswith("//"):
+            return f"{urlsplit(self.base_url).scheme}:{path}"
+        if "://" in path.split("?", 1)[0]:
             return path
         if path.startswith(cat.API_PREFIX + "/"):
             return urljoin(self.origin + "/", path.lstrip("/"))
         return self.base_url + "/" + path.lstrip("/")
 
     def redact(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret:
-                text = text.replace(secret, REDACTED)
+        """``text`` with every known secret, in every encoded form, replaced."""
+        for form in self._forms:
+            if form in text:
+                text = text.replace(form, REDACTED)
         return text
 
+    def redact_data(self, data: Any) -> Any:
+        """A copy of JSON-like ``data`` with secrets removed from every string (keys too).
+
+        Used before anything is serialised, so an escaped secret never needs finding.
+        """
+        if isinstance(data, str):
+            return self.redact(data)
+        if isinstance(data, Mapping):
+            return {self.redact(str(k)): self.redact_data(v) for k, v in data.items()}
+        if isinstance(data, (list, tuple)):
+            return [self.redact_data(v) for v in data]
+        return data
+
+    def redact_body(self, body: str) -> str:
+        """A request or response body redacted by structure: JSON, then form, then text."""
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        else:
+            return json.dumps(self.redact_data(parsed), ensure_ascii=False)
+        if "=" in body and " " not in body.strip():
+            pairs = parse_qsl(body, keep_blank_values=True)
+            if pairs:
+                return self.redact(urlencode([(self.redact(k), self.redact(v)) for k, v in pairs]))
+        return self.redact(body)
+
+    def redact_url(self, url: str) -> str:
+        """``url`` with secrets removed from its query values (decoded first) and elsewhere."""
+        parts = urlsplit(url)
+        if parts.query:
+            pairs = parse_qsl(parts.query, keep_blank_values=True)
+            query = urlencode([(self.redact(k), self.redact(v)) for k, v in pairs])
+            parts = parts._replace(query=query)
+        return self.redact(urlunsplit(parts))
+
     def add_secret(self, value: str) -> None:
-        if value:
+        if value and value not in self._secrets:
             self._secrets.add(value)
+            forms = set(self._forms)
+            forms.update(secret_forms(value, client_id=self.client_id))
+            self._forms = sorted(forms, key=len, reverse=True)
+
+    def check_origin(self, url: str) -> None:
+        """Raise :class:`ForeignOrigin` unless ``url`` is on the configured origin."""
+        if origin_of(url) != origin_of(self.base_url):
+            msg = (
+                f"{self.redact_url(url)!r} is not on the configured origin {self.origin!r}; "
+                "not followed (credentials go only to the configured origin)"
+            )
+            raise ForeignOrigin(msg)
 
     def close(self) -> None:
         self._http.close()
@@ -250,6 +356,7 @@ class Session:
         sent_headers = {k: v for k, v in sent_headers.items() if v}
         content = json.dumps(json_body) if json_body is not None else None
         url = self.url(path)
+        self.check_origin(url)
         started = time.monotonic()
         try:
             response = self._http.request(
@@ -288,7 +395,9 @@ class Session:
     ) -> Exchange:
         """Add an exchange made elsewhere (schemathesis) to the log, redacted."""
         shown = {
-            k: (f"Bearer {REDACTED}" if k.lower() == "authorization" else self.redact(v))
+            self.redact(k): (
+                f"Bearer {REDACTED}" if k.lower() == "authorization" else self.redact(v)
+            )
             for k, v in headers.items()
         }
         try:
@@ -298,12 +407,12 @@ class Session:
         ex = Exchange(
             seq=len(self.log) + 1,
             method=method,
-            url=self.redact(url),
+            url=self.redact_url(url),
             request_headers=shown,
-            request_body=self.redact(body) if body is not None else None,
+            request_body=self.redact_body(body) if body is not None else None,
             status=status,
-            response_headers=dict(response_headers),
-            response_body=self.redact(text),
+            response_headers={k: self.redact(v) for k, v in response_headers.items()},
+            response_body=self.redact_body(text),
             elapsed=elapsed,
             epoch=self.epoch,
             authenticated=authenticated,
@@ -343,7 +452,7 @@ class Session:
             return ex, None
         self.add_secret(access)
         # The token itself was recorded before it was known to be secret.
-        ex.response_body = self.redact(ex.response_body)
+        ex.response_body = self.redact_body(ex.response_body)
         token = Token(
             access_token=access,
             expires_in=data.get("expires_in"),

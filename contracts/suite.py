@@ -20,7 +20,7 @@ from contracts.session import Exchange, Session
 from contracts.walker import Problem, Seen, walk_resource
 from toolkit import catalogue as cat
 
-__all__ = ["Options", "Recorder", "Run", "Sample", "current_run"]
+__all__ = ["Options", "Preset", "Recorder", "Run", "Sample", "current_run"]
 
 MAX_EVIDENCE = 5
 
@@ -31,7 +31,7 @@ class Options:
 
     base_url: str | None = None
     client_id: str | None = None
-    client_secret: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
     user_agent: str | None = None
     allow_writes: bool = False
     probe_rate_limit: bool = False
@@ -43,6 +43,21 @@ class Options:
     reads_per_resource: int = 2
 
 
+class Preset:
+    """A pytest plugin object carrying the run's :class:`Options` (``pmtk check``).
+
+    ``pytest.main(args, plugins=[Preset(options)])``: the settings travel as an object,
+    so no value (a secret beginning with ``-``, say) is ever parsed as a command-line
+    word, and none appears in pytest's own messages.
+    """
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def __repr__(self) -> str:
+        return "Preset(<pmtk contract options>)"
+
+
 class Recorder:
     """Collects the problems and evidence of one check while it runs."""
 
@@ -52,6 +67,7 @@ class Recorder:
         self.problems: list[str] = []
         self.evidence: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        self.observed: dict[tuple[str, str], dict[str, Any]] = {}
         self._seen: set[int] = set()
 
     def attach(self, *exchanges: Exchange | None) -> None:
@@ -68,6 +84,22 @@ class Recorder:
 
     def note(self, message: str) -> None:
         self.notes.append(message)
+
+    def observe(self, field: str, message: str, *, rule: str, source: str, count: int = 1) -> None:
+        """Record an observation-level finding: reported once per (field, rule), never failing.
+
+        ``count`` adds to the number of records (or values) it was seen in; ``message``
+        of the first sighting is kept as the example.
+        """
+        key = (field, rule)
+        entry = self.observed.get(key)
+        if entry is None:
+            entry = {"field": field, "rule": rule, "source": source, "count": 0, "example": message}
+            self.observed[key] = entry
+        entry["count"] += count
+
+    def observed_list(self) -> list[dict[str, Any]]:
+        return [self.observed[k] for k in sorted(self.observed)]
 
     def message(self) -> str:
         shown = self.problems[:20]
@@ -158,6 +190,9 @@ class Run:
         obs["error_body_shape"] = {k: dict(v) for k, v in sorted(error_shapes.items())}
         if self._sample is not None:
             seen = self._sample.seen
+            obs["reference_forms"] = seen.reference_forms()
+            obs["forms"] = seen.form_report()
+            obs["missing_everywhere"] = seen.missing_everywhere()
             obs["enum_values"] = seen.enum_report()
             obs["id_prefixes"] = {k: dict(v) for k, v in sorted(seen.id_prefixes.items())}
             shape = seen.shapes.get("Practitioner.name", Counter())

@@ -2,7 +2,11 @@
 
 One sample (page 1 of every list at the maximum page size, plus a few reads) is
 walked once by :func:`contracts.walker.walk_resource`; each check reports the
-problems of its own category for one resource.
+problems of its own category for one resource. A problem with a rule of the spec
+fails the check; a problem with a rule that comes from the facts or from pmtk is an
+observation-level finding of the check, once per field with a count. So are a
+reference form other than the spec's (``reference.shape``) and a declared field
+that no record of a non-empty list holds (``schema.fields``).
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 from contracts.session import FHIR_JSON
-from contracts.suite import Recorder, Run
+from contracts.suite import Recorder, Run, Sample
+from contracts.walker import SPEC_REFERENCE_FORM
 from toolkit import catalogue as cat
 
 RESOURCES = list(cat.LISTED_RESOURCES)
@@ -24,9 +29,17 @@ def _report(pm: Run, check: Recorder, resource: str, category: str) -> None:
     checked = len(sample.bundles[resource].json.get("entry") or [])
     if checked == 0:
         check.note(f"no {resource} records to check")
+    _problems(sample, check, resource, category)
+
+
+def _problems(sample: Sample, check: Recorder, resource: str, category: str) -> None:
     for problem, ex in sample.problems.get(resource, []):
-        if problem.category == category:
+        if problem.category != category:
+            continue
+        if problem.source == "spec":
             check.fail(problem.text(), ex)
+        else:
+            check.observe(problem.field, problem.text(), rule=category, source=problem.source)
 
 
 @pytest.mark.pm_check("prefix.ids", "prefix")
@@ -45,6 +58,19 @@ def test_enum_fields_hold_allowed_values(pm: Run, check: Recorder, resource: str
 @pytest.mark.parametrize("resource", RESOURCES)
 def test_references_have_the_catalogue_shape(pm: Run, check: Recorder, resource: str) -> None:
     _report(pm, check, resource, "reference")
+    for entry in pm.sample().seen.reference_forms():
+        if not entry["field"].startswith(f"{resource}."):
+            continue
+        forms = ", ".join(
+            f"{n} {form}" for form, n in entry["forms"].items() if form != SPEC_REFERENCE_FORM
+        )
+        message = (
+            f"{entry['field']}: {forms} reference(s), not the spec's /main/<Type>/<id> "
+            f"(e.g. {entry['example']})"
+        )
+        check.observe(
+            entry["field"], message, rule="reference-form", source="facts", count=entry["other"]
+        )
 
 
 @pytest.mark.pm_check("format.values", "format")
@@ -63,9 +89,27 @@ def test_fields_have_the_catalogue_json_types(pm: Run, check: Recorder, resource
         ex = sample.errors[resource]
         check.fail(f"GET /main/{resource}?_count={cat.MAX_PAGE_SIZE} answered {ex.status}", ex)
         return
-    for problem, ex in sample.problems.get(resource, []):
-        if problem.category == "schema":
-            check.fail(problem.text(), ex)
+    _problems(sample, check, resource, "schema")
+    for entry in sample.seen.missing_everywhere():
+        if not entry["field"].startswith(f"{resource}."):
+            continue
+        message = (
+            f"{entry['field']} ({entry['source']}) is absent from all {entry['walked']} "
+            f"{entry['within']} walked"
+        )
+        for key, words in (
+            ("unknown_extensions_beside", "unrecognised extension urls"),
+            ("unknown_keys_beside", "unknown keys"),
+        ):
+            if entry[key]:
+                message += f"; {words} beside it: " + ", ".join(entry[key][:5])
+        check.observe(
+            entry["field"],
+            message,
+            rule="missing-everywhere",
+            source=entry["source"],
+            count=entry["walked"],
+        )
     for read in sample.reads.get(resource, []):
         if read.status != 200:
             check.fail(f"reading a listed {resource} answered {read.status}", read)

@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from contracts.session import Exchange
+from contracts.session import Exchange, ForeignOrigin
 from contracts.suite import Recorder, Run, entries
 from toolkit import catalogue as cat
 
@@ -51,6 +51,11 @@ def walk_pages(pm: Run, check: Recorder, resource: str, first: Exchange, count: 
         if link is None:
             break
         url = pm.session.url(link)
+        try:
+            pm.session.check_origin(url)
+        except ForeignOrigin as exc:
+            check.fail(f"{resource}: page {page}'s next link leaves the deployment: {exc}", ex)
+            return
         if _page_key(url) in visited:
             check.fail(
                 f"{resource}: page {page}'s next link points back to a page already read: {link}",

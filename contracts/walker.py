@@ -1,11 +1,15 @@
 """The catalogue rules over records a deployment returned, as contract findings.
 
-:func:`walk_resource` runs :func:`toolkit.rules.check_resource` in read mode
-(null means absent, write-only fields are skipped, open enums and Practitioner's
-name array are observations) and tags each violation with the contract category
+:func:`walk_resource` runs :func:`toolkit.rules.check_resource` in read mode with
+the live service's forms accepted (null means absent, write-only fields are
+skipped, open enums, Practitioner's name array, full extension urls, coded values
+in any of ``valueCoding``/``valueCode``/``valueString`` and absolute or ``Type/id``
+references are observations) and tags each violation with the contract category
 it belongs to (``prefix``, ``enum``, ``reference``, ``format``, ``schema``; a
-missing required field is a ``format`` finding). :class:`Seen` accumulates what
-the walk saw (enum values, id prefixes, shapes) for the report's observations.
+missing required field is a ``format`` finding) and the source of the rule it
+broke: only a ``spec`` problem fails a check. :class:`Seen` accumulates what the
+walk saw (enum values, id prefixes, shapes, forms, which fields held a value) for
+the report's observations, the reference-form findings and the missing-field check.
 
 It is pure: no HTTP, no pytest, so the rules can be unit-tested on hand-made JSON.
 """
@@ -33,6 +37,8 @@ CATEGORIES: dict[str, str] = {"type": "schema", "required": "format", "unknown":
 """Contract category of a :class:`toolkit.rules.Violation` category, where they differ."""
 
 _PREFIX_RE = re.compile(r"^([A-Z]{2}-)")
+_INDEX_RE = re.compile(r"\[\d+\]")
+SPEC_REFERENCE_FORM = "relative"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +50,15 @@ class Problem:
     resource_id: str
     path: str
     message: str
+    source: str = "spec"
 
     def text(self) -> str:
         return f"{self.resource_type}/{self.resource_id} {self.path}: {self.message}"
+
+    @property
+    def field(self) -> str:
+        """The JSON path without array indices, prefixed by the type: one key per field."""
+        return f"{self.resource_type}.{_INDEX_RE.sub('', self.path)}"
 
 
 @dataclass
@@ -58,6 +70,75 @@ class Seen:
     id_prefixes: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     shapes: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     resources: Counter[str] = field(default_factory=Counter)
+    forms: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    form_examples: dict[tuple[str, str], str] = field(default_factory=dict)
+    present: Counter[str] = field(default_factory=Counter)
+    unknown_extensions: dict[str, Counter[str]] = field(
+        default_factory=lambda: defaultdict(Counter)
+    )
+    unknown_keys: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    current: str = ""
+    """``Type/id`` of the record being walked, for examples."""
+
+    def reference_forms(self) -> list[dict[str, Any]]:
+        """Per reference field whose values used a form other than the spec's: the counts.
+
+        One entry per field (never per record): ``field``, ``forms`` (form -> count,
+        the spec's ``relative`` included), ``other`` (references not in the spec's form)
+        and an ``example`` record and path.
+        """
+        out = []
+        for fpath, counts in sorted(self.forms.items()):
+            refs = {k.removeprefix("reference:"): n for k, n in counts.items() if "reference:" in k}
+            other = sum(n for k, n in refs.items() if k != SPEC_REFERENCE_FORM)
+            if not other:
+                continue
+            form = next(k for k in refs if k != SPEC_REFERENCE_FORM)
+            out.append(
+                {
+                    "field": fpath,
+                    "forms": dict(sorted(refs.items())),
+                    "other": other,
+                    "example": self.form_examples.get((fpath, f"reference:{form}"), ""),
+                }
+            )
+        return out
+
+    def form_report(self) -> dict[str, dict[str, int]]:
+        """Every non-reference form met (full extension urls, value keys, alternates)."""
+        return {
+            fpath: dict(sorted(c.items()))
+            for fpath, c in sorted(self.forms.items())
+            if any(not k.startswith("reference:") for k in c)
+        }
+
+    def missing_everywhere(self) -> list[dict[str, Any]]:
+        """Fields the catalogue (and so the views) declare that no walked record held.
+
+        A field counts only where its parent was seen: a participant field is missing
+        everywhere when participants were walked and none held it. Unknown extension
+        urls met beside it are listed, since a url that does not match is the usual
+        cause of a column that is null everywhere.
+        """
+        out = []
+        for name, fpath, parent, source in _declared_fields():
+            walked = self.resources[name] if parent == name else self.present[parent]
+            if walked == 0 or self.present[fpath] > 0:
+                continue
+            unknown: set[str] = set()
+            for container in ("extension", "modifierExtension"):
+                unknown.update(self.unknown_extensions.get(f"{parent}.{container}", Counter()))
+            out.append(
+                {
+                    "field": fpath,
+                    "source": source,
+                    "within": parent,
+                    "walked": walked,
+                    "unknown_extensions_beside": sorted(unknown),
+                    "unknown_keys_beside": sorted(self.unknown_keys.get(parent, Counter())),
+                }
+            )
+        return out
 
     def enum_report(self) -> dict[str, dict[str, list[str]]]:
         """Per enum field: values seen, allowed values never seen, values outside the list."""
@@ -80,6 +161,25 @@ def _enum_key(value: object) -> str:
 
 
 @cache
+def _declared_fields() -> tuple[tuple[str, str, str, str], ...]:
+    """(resource, field path, parent path, effective source) of every readable field."""
+    out: list[tuple[str, str, str, str]] = []
+
+    def visit(name: str, fields: tuple[cat.Field, ...], parent: str, src: cat.Source) -> None:
+        for f in fields:
+            if f.write_only or f.name == "id":
+                continue
+            fsrc = cat.weakest(src, f.source)
+            out.append((name, f"{parent}.{f.name}", parent, fsrc))
+            visit(name, f.fields, f"{parent}.{f.name}", fsrc)
+
+    for name in cat.LISTED_RESOURCES:
+        res = cat.resource(name)
+        visit(name, res.fields, name, res.source)
+    return tuple(out)
+
+
+@cache
 def _enum_fields() -> dict[str, tuple[str | None, ...]]:
     out: dict[str, tuple[str | None, ...]] = {}
     for name in cat.LISTED_RESOURCES:
@@ -98,10 +198,18 @@ def _observer(seen: Seen) -> Callable[[rules.Observation], None]:
         "enum": seen.enum_values,
         "open-enum": seen.open_enum_outside,
         "shape": seen.shapes,
+        "form": seen.forms,
+        "unknown-extension": seen.unknown_extensions,
+        "unknown-key": seen.unknown_keys,
     }
 
     def observe(o: rules.Observation) -> None:
+        if o.kind == "present":
+            seen.present[o.field_path] += 1
+            return
         tallies[o.kind][o.field_path][o.value] += 1
+        if o.kind == "form":
+            seen.form_examples.setdefault((o.field_path, o.value), f"{seen.current} {o.path}")
 
     return observe
 
@@ -119,8 +227,18 @@ def walk_resource(resource_type: str, data: Any, seen: Seen | None = None) -> li
     if isinstance(rid, str) and rid:
         m = _PREFIX_RE.match(rid)
         seen.id_prefixes[resource_type][m.group(1) if m else "(none)"] += 1
-    options = rules.Options(mode="read", accept_arrays=_ACCEPT_ARRAYS, observe=_observer(seen))
+    seen.current = f"{resource_type}/{rid}"
+    options = rules.Options(
+        mode="read", live_forms=True, accept_arrays=_ACCEPT_ARRAYS, observe=_observer(seen)
+    )
     return [
-        Problem(CATEGORIES.get(v.category, v.category), resource_type, str(rid), v.path, v.message)
+        Problem(
+            CATEGORIES.get(v.category, v.category),
+            resource_type,
+            str(rid),
+            v.path,
+            v.message,
+            v.source,
+        )
         for v in rules.check_resource(resource_type, data, options)
     ]

@@ -56,6 +56,7 @@ __all__ = [
     "field_at",
     "format_pattern",
     "resource",
+    "weakest",
 ]
 
 FieldType = Literal[
@@ -73,6 +74,24 @@ FieldType = Literal[
 ]
 Format = Literal["phone", "country", "currency", "date", "date-time", "base64", "canonical"]
 Source = Literal["spec", "facts", "pmtk"]
+Aspect = Literal["type", "required", "enum", "reference", "format", "encoding"]
+"""One kind of rule a field carries; each may come from a different source.
+
+``type`` the JSON type (and array-ness), ``required`` presence, ``enum`` the listed
+values, ``reference`` the allowed targets and their id prefixes, ``format`` a format
+rule, ``encoding`` where an extension-encoded field lives (container and value key).
+"""
+SOURCE_RANK: dict[str, int] = {"spec": 0, "facts": 1, "pmtk": 2}
+
+
+def weakest(*sources: Source) -> Source:
+    """The least authoritative of ``sources`` (``spec`` < ``facts`` < ``pmtk``).
+
+    A rule is only as strong as every link of the chain that states it: a spec-typed
+    sub-field of a facts-only resource is a facts rule.
+    """
+    return max(sources, key=SOURCE_RANK.__getitem__, default="spec")
+
 
 API_PREFIX = "/main"
 """Every resource path begins with this (spec section 9)."""
@@ -200,6 +219,16 @@ class Field:
     format_when: tuple[str, tuple[str, ...]] | None = None
     """``(sibling, values)``: ``format`` applies only when the sibling field holds one of
     ``values`` (a telecom ``value`` is a phone number only for ``system`` phone, sms, fax)."""
+    aspects: tuple[tuple[Aspect, Source], ...] = ()
+    """Per-aspect sources where they differ from ``source``: the spec names Coverage
+    ``status`` but its values come from the facts, so ``(("enum", "facts"),)``."""
+
+    def source_of(self, aspect: Aspect) -> Source:
+        """Where this field's ``aspect`` rule comes from (never stronger than ``source``)."""
+        for name, src in self.aspects:
+            if name == aspect:
+                return weakest(self.source, src)
+        return self.source
 
     def child(self, name: str) -> Field:
         for f in self.fields:
@@ -221,6 +250,8 @@ class Resource:
     listed: bool = True
     source: Source = "spec"
     doc: str = ""
+    create_source: Source = "facts"
+    """Where ``create_required`` comes from (the facts list Coverage and Referral needs)."""
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -265,23 +296,34 @@ PRACTITIONER_ANY = ("Practitioner", ("PR-", "EP-"))
 ROLE_ANY = ("PractitionerRole", ("PR-", "EP-"))
 ORG_ANY = ("Organization", ("PG-", "CL-", "OG-", "FD-", "SP-"))
 
-TELECOM = Field(
-    "telecom",
-    "object",
-    many=True,
-    fields=(
-        Field("system", "code", enum=("sms", "phone", "fax", "email")),
-        Field(
-            "value",
-            "string",
-            format="phone",
-            format_when=("system", ("phone", "sms", "fax")),
-            doc="Phone values follow +{country code}{digits}.",
+
+def _telecom(enum_source: Source = "spec") -> Field:
+    """Telecom items; the spec lists system and use values only for Organization."""
+    return Field(
+        "telecom",
+        "object",
+        many=True,
+        fields=(
+            Field(
+                "system",
+                "code",
+                enum=("sms", "phone", "fax", "email"),
+                aspects=(("enum", enum_source),),
+            ),
+            Field(
+                "value",
+                "string",
+                format="phone",
+                format_when=("system", ("phone", "sms", "fax")),
+                doc="Phone values follow +{country code}{digits}.",
+            ),
+            Field("use", "code", enum=("home", "work", "mobile"), aspects=(("enum", enum_source),)),
         ),
-        Field("use", "code", enum=("home", "work", "mobile")),
-    ),
-    doc="Contact details.",
-)
+        doc="Contact details.",
+    )
+
+
+TELECOM = _telecom()
 
 ADDRESS = Field(
     "address",
@@ -362,7 +404,12 @@ REFERRAL = Resource(
             "limitQuantity",
             "object",
             fields=(
-                Field("quantity", "integer"),
+                Field(
+                    "quantity",
+                    "integer",
+                    aspects=(("type", "pmtk"),),
+                    doc="Untyped in the spec; the facts show a Quantity {value}.",
+                ),
                 Field("quantityOffset", "integer"),
                 Field("quantityUsed", "integer"),
             ),
@@ -394,13 +441,20 @@ APPOINTMENT = Resource(
         Field("end", "date-time", required=True, format="date-time"),
         Field("minutesDuration", "integer"),
         Field("created", "date-time", format="date-time"),
-        _reference_field("supportingInformation", _ref("HealthcareService"), many=True),
+        _reference_field(
+            "supportingInformation",
+            _ref("HealthcareService"),
+            many=True,
+            aspects=(("type", "facts"),),
+            doc="One Reference in the spec; an array of them in the facts.",
+        ),
         Field(
             "location-type",
             "code",
             enum=LOCATION_TYPES,
             open_enum=True,
             extension=Extension("location-type", "valueCode"),
+            aspects=(("enum", "facts"), ("encoding", "pmtk")),
         ),
         Field(
             "participant",
@@ -415,7 +469,12 @@ APPOINTMENT = Resource(
                     fields=(Field("coding", "object", many=True, fields=CODING),),
                     doc="ATND (attender) for the practitioner participant.",
                 ),
-                _reference_field("actor", _ref(ROLE_ANY, "Patient"), source="facts"),
+                _reference_field(
+                    "actor",
+                    _ref(ROLE_ANY, "Patient"),
+                    source="facts",
+                    aspects=(("reference", "pmtk"),),
+                ),
                 Field(
                     "appointment-participant-status",
                     "code",
@@ -424,11 +483,13 @@ APPOINTMENT = Resource(
                     extension=Extension(
                         "appointment-participant-status", "valueCoding", "modifierExtension"
                     ),
+                    aspects=(("enum", "facts"), ("encoding", "facts")),
                 ),
                 _reference_field(
                     "appointment-participant-invoice",
                     _ref("Invoice"),
                     extension=Extension("appointment-participant-invoice", "valueReference"),
+                    aspects=(("encoding", "facts"),),
                 ),
             ),
         ),
@@ -444,36 +505,53 @@ COVERAGE = Resource(
         Field("subscriberID", "string"),
         Field("dependent", "string"),
         Field("period", "object", fields=(Field("start", "date", format="date"),)),
-        Field("status", "code", enum=("active", "cancelled"), doc="Values from the facts."),
-        _reference_field("payor", _ref("Patient", ("Organization", ("FD-", "OG-")))),
+        Field(
+            "status",
+            "code",
+            enum=("active", "cancelled"),
+            aspects=(("enum", "facts"),),
+            doc="Values from the facts.",
+        ),
+        _reference_field(
+            "payor",
+            _ref("Patient", ("Organization", ("FD-", "OG-"))),
+            aspects=(("reference", "pmtk"),),
+            doc="The spec allows any Organization; pmtk expects a funder or organization id.",
+        ),
         Field(
             "coverage-patient-anonymous",
             "boolean",
             spec_name="coverage patient anonymous",
             extension=Extension("coverage-patient-anonymous", "valueBoolean"),
+            aspects=(("type", "pmtk"), ("encoding", "pmtk")),
         ),
         Field(
             "coverage-payer",
             "object",
             spec_name="coverage payer",
             fields=(
-                Field("code", "code", enum=("29", "30", "31", "32"), source="facts"),
+                Field("code", "code", enum=("29", "30", "31", "32"), aspects=(("enum", "facts"),)),
                 Field("display", "string"),
             ),
             extension=Extension("coverage-payer", "valueCoding"),
+            aspects=(("encoding", "facts"),),
         ),
         _reference_field(
             "coverage-organisation",
             _ref(ORG_ANY),
             spec_name="coverage organisation",
             extension=Extension("coverage-organisation", "valueReference"),
+            aspects=(("encoding", "facts"),),
         ),
         ATTACHMENTS,
         Field(
             "identifier",
             "object",
             spec_name="identifier (Medicare / DVA coverages)",
-            fields=(Field("system", "string"), Field("value", "string")),
+            fields=(
+                Field("system", "string", source="pmtk"),
+                Field("value", "string", source="pmtk"),
+            ),
             doc="Medicare or DVA business identifier; structure not shown in the spec.",
         ),
     ),
@@ -493,12 +571,18 @@ ORGANIZATION = Resource(
     id_prefixes=("PG-", "CL-", "OG-", "FD-", "SP-"),
     create_prefixes=("SP-",),
     create_required=("name",),
+    create_source="pmtk",
 )
 
 PRACTITIONER = Resource(
     "Practitioner",
     _common(
-        Field("identifier", "object", many=True, fields=(Field("value", "string"),)),
+        Field(
+            "identifier",
+            "object",
+            many=True,
+            fields=(Field("value", "string", source="facts"),),
+        ),
         Field(
             "name",
             "object",
@@ -507,6 +591,7 @@ PRACTITIONER = Resource(
                     "use",
                     "code",
                     enum=("usual", "official", "temp", "nickname", "anonymous", "old", "maiden"),
+                    aspects=(("enum", "pmtk"),),
                 ),
                 Field("given", "string", many=True),
                 Field("family", "string"),
@@ -514,7 +599,7 @@ PRACTITIONER = Resource(
             ),
             doc="The spec says object; the facts observe an array (a contract observation).",
         ),
-        TELECOM,
+        _telecom(enum_source="pmtk"),
         Field("active", "boolean"),
         Field(
             "qualification",
@@ -524,6 +609,7 @@ PRACTITIONER = Resource(
                 Field(
                     "code",
                     "object",
+                    source="facts",
                     fields=(Field("coding", "object", many=True, fields=CODING),),
                 ),
             ),
@@ -532,6 +618,7 @@ PRACTITIONER = Resource(
     id_prefixes=("PR-", "EP-"),
     create_prefixes=("EP-",),
     create_required=("name",),
+    create_source="pmtk",
 )
 
 INVOICE_LINE = Resource(
@@ -572,6 +659,7 @@ INVOICE_LINE = Resource(
             "invoice-line-funder",
             _ref(("Organization", ("FD-",))),
             extension=Extension("invoice-line-funder", "valueReference"),
+            aspects=(("encoding", "pmtk"),),
         ),
     ),
 )
