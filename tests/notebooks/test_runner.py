@@ -45,3 +45,17 @@ def test_a_failing_cell_is_reported_and_the_kernel_prints_no_tcp_warning(tmp_pat
 def test_kernels_are_started_with_curve_encryption() -> None:
     manager = kernel_manager_class()(kernel_name="python3")
     assert manager.transport_encryption == "auto"
+
+
+def test_pytest_runs_notebooks_with_nbmake_and_prints_no_footer() -> None:
+    root = Path(__file__).resolve().parents[2]
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-n", "0", "notebooks/01_quickstart.ipynb"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "01_quickstart.ipynb" in completed.stdout  # collected by nbmake
+    assert "Learn more about nbmake" not in completed.stdout + completed.stderr
