@@ -1,6 +1,9 @@
-"""Settings of a :class:`toolkit.Client`: where the deployment is and who is calling.
+"""Settings of every pmtk entry point: where the deployment is and who is calling.
 
-Every setting can come from a keyword argument or from the environment:
+One configuration path serves :class:`toolkit.Client`, :func:`toolkit.connect`,
+``pmtk check``, ``pmtk sync`` and the notebooks. Each setting comes from a keyword
+argument, else the environment, else a ``.env`` file in the working directory
+(read by pydantic-settings):
 
 ==================  =====================  ==============================================
 Argument            Environment variable   Meaning
@@ -12,28 +15,64 @@ Argument            Environment variable   Meaning
 ``user_agent``      ``PM_USER_AGENT``      ``"<vendor name> (<vendor email>)"``
 ==================  =====================  ==============================================
 
-An explicit argument wins over the environment; ``base_url`` wins over ``region``.
+An explicit argument wins over the environment, which wins over ``.env``;
+``base_url`` wins over ``region``. The embedded mock deployment is used only when
+*nothing* is configured: credentials without an address are refused, and so is a
+``PM_`` variable whose name is a near miss of a known one (``PM_BASEURL``), because
+silently checking the mock instead of the user's deployment is a false pass.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_USER_AGENT",
+    "KNOWN_VARIABLES",
+    "PmtkConfigWarning",
     "Secret",
     "Settings",
+    "check_base_url",
+    "configured",
     "region_for_country",
     "resolve_settings",
 ]
 
 DEFAULT_USER_AGENT = "pmtk/0.1 (set PM_USER_AGENT)"
 """Sent when no user agent is configured; the API refuses requests without one."""
+
+CONNECTION_VARIABLES = (
+    "PM_BASE_URL",
+    "PM_REGION",
+    "PM_CLIENT_ID",
+    "PM_CLIENT_SECRET",
+    "PM_USER_AGENT",
+)
+"""The variables that select and authenticate a deployment."""
+
+KNOWN_VARIABLES = (
+    *CONNECTION_VARIABLES,
+    "PM_BASELINE",  # the conformance notebook's baseline report
+    "PM_ACCESS_TOKEN",  # replaying a report's curl line by hand
+    "PM_TIMEZONE",  # the practice's time zone for analysis
+)
+"""Every ``PM_`` variable pmtk reads; any other near-miss name is a configuration error."""
+
+
+class PmtkConfigWarning(UserWarning):
+    """A setting pmtk can work without, but that the user most likely meant to give."""
 
 
 class Secret:
@@ -92,6 +131,66 @@ class Settings:
         return f"{self.base_url}/oauth/token"
 
 
+class _Environment(BaseSettings):
+    """The ``PM_`` variables of the environment and of ``./.env`` (environment first)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PM_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+    )
+
+    base_url: str | None = None
+    region: str | None = None
+    client_id: str | None = None
+    client_secret: SecretStr | None = None
+    user_agent: str | None = None
+
+
+def _dotenv_names(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    names = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            names.append(line.split("=", 1)[0].removeprefix("export ").strip())
+    return names
+
+
+def _check_names(names: list[str], where: str) -> None:
+    """Refuse a ``PM_`` name that is a near miss of a known one (a typo)."""
+    for name in names:
+        upper = name.upper()
+        if not upper.startswith("PM_") or upper in KNOWN_VARIABLES:
+            continue
+        close = difflib.get_close_matches(upper, KNOWN_VARIABLES, n=1, cutoff=0.75)
+        if close:
+            msg = (
+                f"unknown setting {name} ({where}): did you mean {close[0]}? "
+                f"pmtk reads {', '.join(CONNECTION_VARIABLES)}"
+            )
+            raise ConfigurationError(msg)
+
+
+def _read_environment(environ: Mapping[str, str] | None) -> _Environment:
+    if environ is not None:
+        _check_names(list(environ), "environment")
+        values = {k[3:].lower(): v for k, v in environ.items() if k.upper().startswith("PM_")}
+        fields = _Environment.model_fields
+        known: dict[str, object] = {k: v for k, v in values.items() if k in fields}
+        if isinstance(secret := known.get("client_secret"), str):
+            known["client_secret"] = SecretStr(secret)
+        return _Environment.model_construct(None, **known)
+    _check_names(list(os.environ), "environment")
+    _check_names(_dotenv_names(Path(".env")), "file .env")
+    return _Environment()
+
+
 def region_for_country(country: str) -> str:
     """The region whose address a client in ``country`` must use.
 
@@ -134,6 +233,73 @@ def _base_url_for(region: str) -> str:
         raise ConfigurationError(msg) from None
 
 
+def check_base_url(base_url: str) -> str:
+    """``base_url`` without a trailing slash, or a :class:`ConfigurationError` saying the fix.
+
+    Examples
+    --------
+    >>> check_base_url("https://au-api.halaxy.com/main/")
+    'https://au-api.halaxy.com/main'
+    >>> check_base_url("https://au-api.halaxy.com")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    toolkit.errors.ConfigurationError: ... use https://au-api.halaxy.com/main
+    """
+    text = base_url.strip()
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        msg = (
+            f"base URL {base_url!r} must be an http:// or https:// address with a host, "
+            f"for example {catalogue.REGIONS['au']}"
+        )
+        raise ConfigurationError(msg)
+    if parts.username is not None or parts.password is not None:
+        msg = "base URL must not carry a user name or password: pass client_id/client_secret"
+        raise ConfigurationError(msg)
+    if parts.query or parts.fragment:
+        msg = f"base URL {base_url!r} must not have a query or fragment"
+        raise ConfigurationError(msg)
+    path = parts.path.rstrip("/")
+    if not path.endswith(catalogue.API_PREFIX):
+        fixed = f"{parts.scheme}://{parts.netloc}{path}{catalogue.API_PREFIX}"
+        msg = (
+            f"base URL {base_url!r} must end with {catalogue.API_PREFIX} (every resource "
+            f"path begins with {catalogue.API_PREFIX}): use {fixed}"
+        )
+        raise ConfigurationError(msg)
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def configured(
+    *,
+    base_url: str | None = None,
+    region: str | None = None,
+    client_id: str | None = None,
+    client_secret: str | Secret | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> bool:
+    """Whether a deployment is configured; ``False`` means "use the embedded mock".
+
+    Raises
+    ------
+    ConfigurationError
+        When credentials are given without an address (they would otherwise be sent
+        to the local mock, or dropped), or a ``PM_`` variable name is a near miss.
+    """
+    env = _read_environment(environ)
+    has_address = bool(base_url or region or env.base_url or env.region)
+    has_credentials = bool(client_id or client_secret or env.client_id or env.client_secret)
+    if has_credentials and not has_address:
+        msg = (
+            "credentials are configured (PM_CLIENT_ID / PM_CLIENT_SECRET or arguments) but "
+            "no deployment address: set PM_BASE_URL (for example "
+            f"{catalogue.REGIONS['au']}) or PM_REGION; to use the embedded mock, unset the "
+            "credentials"
+        )
+        raise ConfigurationError(msg)
+    return has_address
+
+
 def resolve_settings(
     base_url: str | None = None,
     client_id: str | None = None,
@@ -142,47 +308,57 @@ def resolve_settings(
     user_agent: str | None = None,
     region: str | None = None,
     environ: Mapping[str, str] | None = None,
+    warn: bool = True,
 ) -> Settings:
-    """Combine arguments and environment into :class:`Settings`.
+    """Combine arguments, environment and ``.env`` into :class:`Settings`.
 
     Parameters
     ----------
     base_url, client_id, client_secret, user_agent, region
-        Explicit settings; ``None`` falls back to the environment.
+        Explicit settings; ``None`` falls back to the environment, then ``.env``.
     environ
-        The environment to read (default ``os.environ``).
+        The environment to read instead of ``os.environ`` and ``.env``.
+    warn
+        Emit a :class:`PmtkConfigWarning` when no user agent is configured.
 
     Raises
     ------
     ConfigurationError
-        When the address or a credential is missing; the message names the
-        environment variable to set.
+        When the address or a credential is missing or malformed; the message names
+        the environment variable to set, or the fix.
     """
-    env = os.environ if environ is None else environ
+    env = _read_environment(environ)
     if base_url is None and region is None:
-        base_url = env.get("PM_BASE_URL") or None
-        if base_url is None and env.get("PM_REGION"):
-            region = env["PM_REGION"]
+        base_url = env.base_url or None
+        if base_url is None and env.region:
+            region = env.region
     if base_url is None and region is not None:
         base_url = _base_url_for(region)
     if not base_url:
         msg = (
             "no deployment address: pass base_url= or region=, or set PM_BASE_URL "
-            "(for example https://au-api.halaxy.com/main)"
+            f"(for example {catalogue.REGIONS['au']})"
         )
         raise ConfigurationError(msg)
-    if not base_url.startswith(("http://", "https://")):
-        msg = f"base_url must start with http:// or https://, got {base_url!r}"
-        raise ConfigurationError(msg)
-    client_id = client_id if client_id is not None else env.get("PM_CLIENT_ID")
+    base_url = check_base_url(base_url)
+    client_id = client_id if client_id is not None else env.client_id
     if not client_id:
         msg = "no client id: pass client_id= or set PM_CLIENT_ID"
         raise ConfigurationError(msg)
-    if client_secret is None:
-        client_secret = env.get("PM_CLIENT_SECRET")
+    if client_secret is None and env.client_secret is not None:
+        client_secret = env.client_secret.get_secret_value()
     secret = client_secret if isinstance(client_secret, Secret) else Secret(client_secret or "")
     if not secret:
         msg = "no client secret: pass client_secret= or set PM_CLIENT_SECRET"
         raise ConfigurationError(msg)
-    agent = user_agent or env.get("PM_USER_AGENT") or DEFAULT_USER_AGENT
-    return Settings(base_url.rstrip("/"), client_id, secret, agent)
+    agent = user_agent or env.user_agent
+    if not agent:
+        agent = DEFAULT_USER_AGENT
+        if warn:
+            msg = (
+                f"no user agent configured; sending {DEFAULT_USER_AGENT!r}. The API asks "
+                "every application to identify itself: set PM_USER_AGENT (or user_agent=) to "
+                "'<vendor name> (<vendor email>)'"
+            )
+            warnings.warn(msg, PmtkConfigWarning, stacklevel=3)
+    return Settings(base_url, client_id, secret, agent)
