@@ -33,6 +33,16 @@ from toolkit.mock import Deployment, serve
 USER_AGENT = "pmtk-tests (tests@example.invalid)"
 
 
+@pytest.fixture(autouse=True)
+def _identified_application(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs as an application that identifies itself, as a configured user does.
+
+    Without ``PM_USER_AGENT`` a client warns (:class:`toolkit.config.PmtkConfigWarning`);
+    the tests of that warning delete the variable themselves.
+    """
+    monkeypatch.setenv("PM_USER_AGENT", USER_AGENT)
+
+
 def token_for(dep: Deployment) -> str:
     """A fresh access token from ``dep``'s token endpoint."""
     response = httpx.post(

@@ -17,6 +17,7 @@ fields).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -67,6 +68,50 @@ _PATCH = rules.Options(mode="patch", server_fields=frozenset({"meta"}), closed=T
 _BOOKED = rules.Options(mode="create", server_fields=frozenset({"id", "meta"}), closed=True)
 
 
+_ANY_REFERENCE = re.compile(
+    r"^(?:[A-Za-z][A-Za-z0-9+.-]*://[^/]+)?(?:/[^?#]*?)?/?(?:main/)?"
+    r"(?P<type>[A-Z][A-Za-z]+)/(?P<id>[^/?#]+)$"
+)
+
+
+def spec_form(value: Any) -> Any:
+    """``value`` with every reference and extension url in the spec's form, for sending.
+
+    Records read from the live service carry absolute references
+    (``https://au-api.halaxy.com/main/Patient/1``) or ``Type/id`` ones, and full
+    canonical extension urls (public-docs-facts.md); a body built from them is
+    written in the spec's form, ``/main/Patient/1`` and the bare extension name.
+
+    Examples
+    --------
+    >>> spec_form({"subject": {"reference": "https://au-api.halaxy.com/main/Patient/1"}})
+    {'subject': {'reference': '/main/Patient/1'}}
+    >>> spec_form({"extension": [{"url": "https://x.test/StructureDefinition/location-type"}]})
+    {'extension': [{'url': 'location-type'}]}
+    """
+    if isinstance(value, list):
+        return [spec_form(v) for v in value]
+    if not isinstance(value, Mapping):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "reference" and isinstance(item, str):
+            match = _ANY_REFERENCE.match(item)
+            if match:
+                item = f"{catalogue.API_PREFIX}/{match['type']}/{match['id']}"
+        elif key in ("extension", "modifierExtension") and isinstance(item, list):
+            item = [
+                {**spec_form(e), "url": e["url"].rstrip("/").rsplit("/", 1)[-1]}
+                if isinstance(e, Mapping) and isinstance(e.get("url"), str)
+                else spec_form(e)
+                for e in item
+            ]
+        else:
+            item = spec_form(item)
+        out[key] = item
+    return out
+
+
 def _pairs(violations: list[rules.Violation]) -> Problems:
     return [(v.path, v.message) for v in violations]
 
@@ -83,7 +128,7 @@ def check_create(resource_type: str, body: Any) -> dict[str, Any]:
         known = ", ".join(sorted(CREATABLE))
         reason = f"{resource_type} has no create endpoint; creatable: {known}"
         raise RequestValidationError(resource_type, [("", reason)])
-    data = as_body(body)
+    data = spec_form(as_body(body))
     problems = _pairs(rules.check_resource(resource_type, data, _CREATE))
     if problems:
         raise RequestValidationError(resource_type, problems)
@@ -111,7 +156,7 @@ def check_patch(resource_type: str, record_id: str, changes: Any) -> dict[str, A
         known = ", ".join(sorted(PATCHABLE - NOT_PATCHABLE))
         problems.append(("", f"{reason}; patchable: {known}"))
         raise RequestValidationError(resource_type, problems)
-    data = as_body(changes)
+    data = spec_form(as_body(changes))
     wrong_id = rules.id_problem(catalogue.resource(resource_type), record_id)
     if wrong_id is not None:
         problems.append(("id", wrong_id))
@@ -136,7 +181,7 @@ def reference_to(resource_type: str, value: Any) -> dict[str, Any]:
     {'reference': '/main/PractitionerRole/PR-9', 'type': 'PractitionerRole'}
     """
     if isinstance(value, Mapping):
-        return dict(value)
+        return dict(spec_form(value))
     text = str(value)
     if not text.startswith("/"):
         text = f"{catalogue.API_PREFIX}/{resource_type}/{text}"

@@ -6,7 +6,7 @@ import pytest
 
 import toolkit
 from toolkit.client import Client, search_params
-from toolkit.config import DEFAULT_USER_AGENT, resolve_settings
+from toolkit.config import DEFAULT_USER_AGENT, PmtkConfigWarning, resolve_settings
 from toolkit.errors import ConfigurationError
 from toolkit.throttle import RetryPolicy, Throttle, parse_retry_after
 
@@ -47,7 +47,8 @@ def test_settings_come_from_the_environment(clean_env):
 
 
 def test_region_picks_the_regional_address_and_default_user_agent(clean_env):
-    s = resolve_settings(client_id="a", client_secret="b", region="eu")
+    with pytest.warns(PmtkConfigWarning, match="PM_USER_AGENT"):
+        s = resolve_settings(client_id="a", client_secret="b", region="eu")
     assert s.base_url == "https://eu-api.halaxy.com/main"
     assert s.user_agent == DEFAULT_USER_AGENT
     with pytest.raises(ConfigurationError, match="unknown region"):

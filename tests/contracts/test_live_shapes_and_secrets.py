@@ -53,7 +53,10 @@ def _check(base_url: str, report_dir: Path, *extra: str) -> tuple[int, dict[str,
 def test_live_shaped_deployment_with_a_hostile_secret_is_conformant_and_leaks_nothing(
     tmp_path: Path,
 ) -> None:
-    with serve(test_controls=True, shapes="spec") as dep, live_proxy(dep, secret=SECRET, token_text=TOKEN) as url:
+    with (
+        serve(test_controls=True, shapes="spec") as dep,
+        live_proxy(dep, secret=SECRET, token_text=TOKEN) as url,
+    ):
         code, report, output = _check(url, tmp_path)
     failed = [
         c["id"] + ": " + c["message"][:300] for c in report["checks"] if c["status"] == "failed"
@@ -114,7 +117,10 @@ def test_next_link_to_another_origin_is_a_paging_finding_and_is_never_contacted(
 
 
 def test_secret_with_a_leading_dash_in_a_flag_runs_the_suite(tmp_path: Path) -> None:
-    with serve(test_controls=True, shapes="spec") as dep, live_proxy(dep, secret=SECRET, token_text=TOKEN) as url:
+    with (
+        serve(test_controls=True, shapes="spec") as dep,
+        live_proxy(dep, secret=SECRET, token_text=TOKEN) as url,
+    ):
         result = runner.invoke(
             app,
             [

@@ -128,8 +128,9 @@ def _shell_script(block: Block, port: int) -> str:
                 keep = line.endswith("\\")
         code = "\n".join(lines)
     code = code.replace("8765", str(port))
-    return textwrap.dedent(
-        """\
+    return (
+        textwrap.dedent(
+            """\
         set -euo pipefail
         uv() {
           [ "$1" = run ] || { echo "only 'uv run' is simulated" >&2; return 2; }
@@ -141,7 +142,9 @@ def _shell_script(block: Block, port: int) -> str:
         }
         trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
         """
-    ) + code
+        )
+        + code
+    )
 
 
 SHELL_BLOCKS = [b for b in ALL if b.lang in SHELLS]
