@@ -28,7 +28,7 @@ def test_a_misspelt_base_url_variable_is_an_error_not_a_silent_mock(
     bare_env: pytest.MonkeyPatch,
 ) -> None:
     bare_env.setenv("PM_BASEURL", "https://au-api.halaxy.com/main")
-    with pytest.raises(ConfigurationError, match="PM_BASEURL.*did you mean PM_BASE_URL"):
+    with pytest.raises(ConfigurationError, match=r"PM_BASEURL.*did you mean PM_BASE_URL"):
         configured()
 
 
