@@ -444,7 +444,13 @@ COVERAGE = Resource(
         Field("subscriberID", "string"),
         Field("dependent", "string"),
         Field("period", "object", fields=(Field("start", "date", format="date"),)),
-        Field("status", "code", enum=("active", "cancelled"), doc="Values from the facts."),
+        Field(
+            "status",
+            "code",
+            enum=("active", "cancelled"),
+            source="facts",
+            doc="Values from the facts (the spec: 'not shown').",
+        ),
         _reference_field("payor", _ref("Patient", ("Organization", ("FD-", "OG-")))),
         Field(
             "coverage-patient-anonymous",
@@ -474,6 +480,7 @@ COVERAGE = Resource(
             "object",
             spec_name="identifier (Medicare / DVA coverages)",
             fields=(Field("system", "string"), Field("value", "string")),
+            source="pmtk",
             doc="Medicare or DVA business identifier; structure not shown in the spec.",
         ),
     ),
@@ -498,7 +505,12 @@ ORGANIZATION = Resource(
 PRACTITIONER = Resource(
     "Practitioner",
     _common(
-        Field("identifier", "object", many=True, fields=(Field("value", "string"),)),
+        Field(
+            "identifier",
+            "object",
+            many=True,
+            fields=(Field("value", "string", source="facts"),),
+        ),
         Field(
             "name",
             "object",
@@ -507,12 +519,15 @@ PRACTITIONER = Resource(
                     "use",
                     "code",
                     enum=("usual", "official", "temp", "nickname", "anonymous", "old", "maiden"),
+                    source="pmtk",
+                    doc="FHIR HumanName.use; the sources name only official and usual.",
                 ),
                 Field("given", "string", many=True),
                 Field("family", "string"),
                 Field("prefix", "string", many=True),
             ),
-            doc="The spec says object; the facts observe an array (a contract observation).",
+            doc="The spec says one object; the live service sends an array of HumanName "
+            "(facts). The views read it as an array and accept both.",
         ),
         TELECOM,
         Field("active", "boolean"),
@@ -525,6 +540,7 @@ PRACTITIONER = Resource(
                     "code",
                     "object",
                     fields=(Field("coding", "object", many=True, fields=CODING),),
+                    source="facts",
                 ),
             ),
         ),
@@ -565,7 +581,14 @@ INVOICE_LINE = Resource(
                     "code",
                     enum=("base", "surcharge", "deduction", "discount", "tax", "informational"),
                 ),
-                Field("amount", "object", fields=MONEY),
+                Field(
+                    "amount",
+                    "object",
+                    fields=(
+                        Field("value", "number"),
+                        Field("currency", "string", format="currency", source="pmtk"),
+                    ),
+                ),
             ),
         ),
         _reference_field(
