@@ -338,6 +338,17 @@ _INVALID_DOC = (
 )
 
 
+def _extra_column() -> Column:
+    return Column(
+        "extra",
+        "(keys the view does not know)",
+        pl.String(),
+        "JSON object of the row's unknown keys, nested ones by path "
+        "(`participant[0].period`); null when none",
+        role="extra",
+    )
+
+
 def _invalid_column() -> Column:
     return Column(
         "invalid", "(values of an unexpected JSON type)", pl.String(), _INVALID_DOC, role="invalid"
@@ -375,16 +386,7 @@ def _views_for(res: Resource) -> tuple[View, ...]:
         )
         note = f"(the `{value}` entry, else the first)"
         cols.extend(dataclasses.replace(c, doc=f"{c.doc} {note}".strip()) for c in sub)
-    cols.append(
-        Column(
-            "extra",
-            "(keys the view does not know)",
-            pl.String(),
-            "JSON object of unknown keys, nested ones by path (`participant[0].period`); "
-            "null when none",
-            role="extra",
-        )
-    )
+    cols.append(_extra_column())
     cols.append(_invalid_column())
     views = [View(res.name, res.name, tuple(cols), doc=res.doc)]
     key = f"{table}_id"
@@ -407,7 +409,7 @@ def _views_for(res: Resource) -> tuple[View, ...]:
             View(
                 f"{table}_{child_name}",
                 res.name,
-                (*lead, *sub, _invalid_column()),
+                (*lead, *sub, _extra_column(), _invalid_column()),
                 for_each=path,
                 doc=f.doc,
             )
@@ -592,7 +594,8 @@ def _complete_datetimes(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> p
 class _Compiled:
     resource: str
     resource_dtype: pl.Struct  # entry[].resource as read: every field, or one table's
-    full_dtype: pl.Struct  # every field: what pages are checked and repaired against
+    unread: frozenset[str]  # known top-level fields this read skips (one table's read)
+    unread_arrays: frozenset[str]  # those of them that are arrays (still checked to be one)
     strict: msgspec.json.Decoder[Any]  # see _strict_decoder
     views: tuple[View, ...]
     columns: tuple[tuple[str, str | None, str, str], ...]  # see _column_keys
@@ -654,7 +657,11 @@ def _msgspec_type(dtype: _AnyDtype, name: str) -> Any:
     return _MSGSPEC_LEAVES[dtype if isinstance(dtype, type) else type(dtype)]
 
 
-def _strict_decoder(resource_dtype: pl.Struct) -> msgspec.json.Decoder[Any]:
+def _strict_decoder(
+    resource_dtype: pl.Struct,
+    unread: frozenset[str] = frozenset(),
+    unread_arrays: frozenset[str] = frozenset(),
+) -> msgspec.json.Decoder[Any]:
     """A decoder that fails on a page whose resources hold anything the fast read would lose.
 
     Each resource is decoded into msgspec ``Struct`` types mirroring the read
@@ -664,10 +671,28 @@ def _strict_decoder(resource_dtype: pl.Struct) -> msgspec.json.Decoder[Any]:
     depth, or a value of another JSON type than the schema's (which Polars
     would refuse, or silently coerce: a number read into a String column, 1.5
     truncated into an Int64 one). Everything outside ``entry[].resource`` is
-    skipped. Such a page, or one not shaped as a Bundle, goes to
-    :func:`_repair`.
+    skipped, and so are the values of the known top-level fields in ``unread``
+    (one table's read does not use them; those in ``unread_arrays`` must still
+    be arrays, whose elements are skipped). Such a page, or one not shaped as a
+    Bundle, goes to :func:`_repair`.
     """
-    res = _msgspec_type(resource_dtype, "Resource")
+    fields = [
+        (
+            f"f{i}",
+            _msgspec_type(f.dtype, f"Resource_{i}") | None,
+            msgspec.field(default=None, name=f.name),
+        )
+        for i, f in enumerate(resource_dtype.fields)
+    ]
+    fields += [
+        (
+            f"u{i}",
+            list[msgspec.Raw] | None if name in unread_arrays else msgspec.Raw,
+            msgspec.field(default=None, name=name),
+        )
+        for i, name in enumerate(sorted(unread))
+    ]
+    res = msgspec.defstruct("Resource", fields, forbid_unknown_fields=True, gc=False)
     entry = msgspec.defstruct("Entry", [("resource", res | None, None)], gc=False)
     page = msgspec.defstruct("Page", [("entry", list[entry] | None, None)], gc=False)  # type: ignore[valid-type]
     return msgspec.json.Decoder(page)
@@ -712,7 +737,8 @@ def _compiled(resource_type: str) -> _Compiled:
     return _Compiled(
         resource=resource_type,
         resource_dtype=resource_dtype,
-        full_dtype=resource_dtype,
+        unread=frozenset(),
+        unread_arrays=frozenset(),
         strict=_strict_decoder(resource_dtype),
         views=views,
         columns=_column_keys(views),
@@ -743,13 +769,28 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
     Reading a field costs Polars' JSON reader time even when no column needs it
     (Appointment's main table reads 20 % faster without ``participant``), so
     :func:`flatten` of one table reads just that table's top-level fields. The
-    check of keys and JSON types still knows every field of the resource.
+    exact check types only those fields (the others are skipped as raw JSON) and
+    still knows every key: each table reports the odd values and unknown keys of
+    what it reads.
     """
     full = _compiled(resource_type)
     (view_,) = [v for v in full.views if v.name == table]
     wanted = _top_fields(view_) | {"resourceType", "id"}
     slim = pl.Struct([f for f in full.resource_dtype.fields if f.name in wanted])
-    return dataclasses.replace(full, resource_dtype=slim, views=(view_,))
+    unread = frozenset(f.name for f in full.resource_dtype.fields if f.name not in wanted)
+    arrays = frozenset(
+        f.name
+        for f in full.resource_dtype.fields
+        if f.name in unread and isinstance(f.dtype, pl.List)
+    )
+    return dataclasses.replace(
+        full,
+        resource_dtype=slim,
+        unread=unread,
+        unread_arrays=arrays,
+        strict=_strict_decoder(slim, unread, arrays),
+        views=(view_,),
+    )
 
 
 def read_schema(resource_type: str) -> pl.Schema:
@@ -893,8 +934,15 @@ class _Conformer:
     its JSON type; ``extra`` every key the schema does not know, by path.
     """
 
-    def __init__(self, resource: str) -> None:
+    def __init__(
+        self,
+        resource: str,
+        unread: frozenset[str] = frozenset(),
+        unread_arrays: frozenset[str] = frozenset(),
+    ) -> None:
         self.resource = resource
+        self.unread = unread  # top-level fields this read does not use: dropped
+        self.unread_arrays = unread_arrays  # ... but checked to be arrays
         self.problems: list[tuple[str, str, Any]] = []
         self.extra: _Leftovers = {}
 
@@ -938,6 +986,10 @@ class _Conformer:
             sub_path = f"{path}.{name}" if path else name
             inner = fields.get(name)
             if inner is None:
+                if not path and name in self.unread:
+                    if name in self.unread_arrays and not isinstance(value, list | None):
+                        self.problems.append((name, name, value))
+                    continue
                 self.extra[sub_path] = value
                 continue
             out[name] = self.value(value, inner, sub_path, f"{key}.{name}" if key else name)
@@ -1005,8 +1057,8 @@ def _repair(comp: _Compiled, raw: bytes) -> tuple[bytes, _Fix] | None:
             fix.extra.append(None)
             fix.invalid.append(None)
             continue
-        conformer = _Conformer(comp.resource)
-        fixed = conformer.struct(res, comp.full_dtype, "", "")
+        conformer = _Conformer(comp.resource, comp.unread, comp.unread_arrays)
+        fixed = conformer.struct(res, comp.resource_dtype, "", "")
         out.append({"resource": fixed})
         fix.extra.append(orjson.dumps(conformer.extra).decode() if conformer.extra else None)
         problems: list[_Problem] = []
@@ -1316,37 +1368,53 @@ def _check_parsed(df: pl.DataFrame, raw: pl.DataFrame, view: View, id_col: str) 
     raise DataValidationError(msg, cases)
 
 
-def _invalid_of(view: View, frame: pl.DataFrame) -> pl.Series:
-    """The ``invalid`` column of ``view``: the problems of each row's own values.
+def _row_owner(view: View) -> Any:
+    """A test of whether a path (``participant[1].period``) belongs to a row of ``view``.
 
-    ``frame`` has the record's problems (JSON, from :func:`_repair`) in
-    ``invalid`` and, for a child table, the element's position in ``index``.
-    A main table lists every problem of its record (a child table's column as
-    ``<table>.<column>``); a child table lists those of its element. Python
-    runs only over the rows that have a problem.
+    A child table's row owns the paths below its element (``<for_each>[<index>]``);
+    the main table owns every other path.
     """
-    column = frame.get_column("invalid")
-    if column.null_count() == frame.height:
-        return column
+    children = tuple(v.for_each for v in _resource_views(view.resource) if v.for_each)
+
+    def owns(path: str, index: int | None) -> bool:
+        if view.for_each is None:
+            return not any(path.startswith(f"{c}[") for c in children if c)
+        head = f"{view.for_each}[{index}]"
+        return path == head or path.startswith((f"{head}.", f"{head}["))
+
+    return owns
+
+
+def _per_row(view: View, frame: pl.DataFrame) -> list[pl.Series]:
+    """The ``extra`` and ``invalid`` columns of ``view``: what belongs to each row.
+
+    ``frame`` has the record's unknown keys (``extra``, a JSON object by path)
+    and odd values (``invalid``, from :func:`_repair`) and, for a child table,
+    the element's position in ``index``. Python runs only over the rows that
+    have either.
+    """
+    owns = _row_owner(view)
     positions = frame.get_column("index").to_list() if view.for_each else None
-    out: list[str | None] = []
-    for row, text in enumerate(column.to_list()):
-        if text is None:
-            out.append(None)
+    out: list[pl.Series] = []
+    for name in ("extra", "invalid"):
+        column = frame.get_column(name)
+        if column.null_count() == frame.height:
             continue
-        mine = []
-        for p in orjson.loads(text):
-            if positions is None:
-                col = p["column"]
-                if col is not None and p["table"] != view.name:
-                    col = f"{p['table']}.{col}"
-            elif p["table"] == view.name and p["index"] == positions[row]:
-                col = p["column"]
-            else:
-                continue
-            mine.append({"path": p["path"], "column": col, "value": p["value"]})
-        out.append(orjson.dumps(mine).decode() if mine else None)
-    return pl.Series("invalid", out, dtype=pl.String)
+        values: list[str | None] = []
+        for row, text in enumerate(column.to_list()):
+            at = positions[row] if positions is not None else None
+            mine: Any = None
+            if text is not None and name == "extra":
+                mine = {k: v for k, v in orjson.loads(text).items() if owns(k, at)}
+            elif text is not None:
+                mine = [
+                    {"path": p["path"], "column": p["column"], "value": p["value"]}
+                    for p in orjson.loads(text)
+                    if p["table"] == view.name and p["index"] == at
+                ]
+            values.append(orjson.dumps(mine).decode() if mine else None)
+        out.append(pl.Series(name, values, dtype=pl.String))
+    return out
 
 
 def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
@@ -1365,7 +1433,10 @@ def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
         assert key is not None
         frame = (
             entries.select(
-                pl.col("resource").struct.field("id").alias(key), items.alias("_item"), "invalid"
+                pl.col("resource").struct.field("id").alias(key),
+                items.alias("_item"),
+                "extra",
+                "invalid",
             )
             .filter(pl.col("_item").list.len() > 0)
             .with_columns(index=pl.int_ranges(pl.col("_item").list.len(), dtype=pl.Int64))
@@ -1374,14 +1445,14 @@ def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
         base = pl.col("_item")
         raw_exprs = [
             pl.col(c.name)
-            if c.name in (key, "index", "invalid")
+            if c.name in (key, "index", "extra", "invalid")
             else _compile(c.path, base).alias(c.name)
             for c in view.columns
         ]
         id_col = key
     raw = frame.select(raw_exprs)
-    if raw.get_column("invalid").null_count() != raw.height:
-        raw = raw.with_columns(_invalid_of(view, raw))
+    if any(raw.get_column(n).null_count() != raw.height for n in ("extra", "invalid")):
+        raw = raw.with_columns(_per_row(view, raw))
     typed = raw.select(
         _typed(pl.col(c.name), c.dtype).cast(c.dtype).alias(c.name) for c in view.columns
     )

@@ -264,8 +264,8 @@ def test_child_tables_of_organization_invoice_line_and_patient() -> None:
     }
     prices = flatten("InvoiceLine", [bundle(line)], table="invoice_line_price_component")
     assert prices.rows() == [
-        ("L1", 0, "base", 100.0, "AUD", None),
-        ("L1", 1, "tax", 10.5, "AUD", None),
+        ("L1", 0, "base", 100.0, "AUD", None, None),
+        ("L1", 1, "tax", 10.5, "AUD", None, None),
     ]
     patient = {"resourceType": "Patient", "id": "P1", "name": [{"given": ["Ann"], "family": "Lee"}]}
     names = flatten("Patient", [bundle(patient)], table="patient_name")
@@ -275,6 +275,7 @@ def test_child_tables_of_organization_invoice_line_and_patient() -> None:
         "use": None,
         "given": ["Ann"],
         "family": "Lee",
+        "extra": None,
         "invalid": None,
     }
 
@@ -401,7 +402,9 @@ def test_one_table_reads_only_its_fields_and_still_reports_every_odd_value() -> 
     ]
     participants = flatten("Appointment", pages, table="appointment_participant")
     assert participants.get_column("appointment_id").to_list() == ["1", "1"]
-    assert flatten_tables("Appointment", pages)["appointment_participant"].equals(participants)
+    tables = flatten_tables("Appointment", pages)
+    assert tables["appointment_participant"].equals(participants)
+    assert tables["Appointment"].equals(main)
 
 
 def test_a_page_that_is_not_utf8_is_refused_with_its_index() -> None:
