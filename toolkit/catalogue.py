@@ -597,7 +597,8 @@ PRACTITIONER = Resource(
                 Field("family", "string"),
                 Field("prefix", "string", many=True),
             ),
-            doc="The spec says object; the facts observe an array (a contract observation).",
+            doc="The spec says one object; the live service sends an array of HumanName "
+            "(facts). The views read it as an array and accept both.",
         ),
         _telecom(enum_source="pmtk"),
         Field("active", "boolean"),
@@ -652,7 +653,14 @@ INVOICE_LINE = Resource(
                     "code",
                     enum=("base", "surcharge", "deduction", "discount", "tax", "informational"),
                 ),
-                Field("amount", "object", fields=MONEY),
+                Field(
+                    "amount",
+                    "object",
+                    fields=(
+                        Field("value", "number"),
+                        Field("currency", "string", format="currency", source="pmtk"),
+                    ),
+                ),
             ),
         ),
         _reference_field(

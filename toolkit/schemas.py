@@ -24,6 +24,7 @@ import warnings
 from functools import cache
 from typing import Literal
 
+import orjson
 import pandera.polars as pa
 import polars as pl
 from pandera.api.polars.types import PolarsData
@@ -33,7 +34,14 @@ from toolkit import catalogue
 from toolkit.errors import DataValidationError
 from toolkit.views import Column, View, view
 
-__all__ = ["PmtkDataWarning", "schema_for", "summarise", "validate"]
+__all__ = [
+    "PmtkDataWarning",
+    "non_spec_rules",
+    "rules_markdown",
+    "schema_for",
+    "summarise",
+    "validate",
+]
 
 
 class PmtkDataWarning(UserWarning):
@@ -143,28 +151,87 @@ def _checks(v: View, col: Column) -> list[pa.Check]:
     return checks
 
 
+def _column_source(v: View, col: Column) -> str:
+    """Where a column's rules come from; the keys of a table are pmtk's shape of the spec's ids."""
+    return "spec" if col.role in ("id", "key", "index", "extra", "invalid") else col.source
+
+
 @cache
-def _schema(resource_type: str, table: str | None) -> pa.DataFrameSchema:
+def _schema(resource_type: str, table: str | None, spec: bool = True) -> pa.DataFrameSchema:
+    """The spec's rules (``spec=True``: failures) or the other rules (observations).
+
+    The rules of a column come from the column's source (:attr:`Column.source`):
+    ``spec`` rules go in the first schema; ``facts`` and ``pmtk`` rules in the
+    second, which holds only the columns that have such rules.
+    """
     v = view(resource_type, table)
     columns: dict[str, pa.Column] = {}
     for col in v.columns:
+        mine = (_column_source(v, col) == "spec") == spec
+        if not mine and not spec:
+            continue
         required = col.role in ("id", "key", "index") or (
             col.field is not None and col.field.required and col.role == "value"
         )
         columns[col.name] = pa.Column(
             col.dtype,
-            checks=_checks(v, col),
-            nullable=not required,
+            checks=_checks(v, col) if mine else [],
+            nullable=not (required and mine),
             unique=col.role == "id",
             description=col.doc or None,
         )
-    unique = [v.key, "index"] if v.key else None
+    unique = [v.key, "index"] if v.key and spec else None
     return pa.DataFrameSchema(
         columns,
         name=v.name,
         unique=unique,
-        description=f"{v.name}: flat view of {resource_type}",
+        description=f"{v.name}: flat view of {resource_type}"
+        + ("" if spec else " (rules from the facts and pmtk's own reading)"),
     )
+
+
+def non_spec_rules() -> list[tuple[str, str, str, str]]:
+    """Every rule of the frames' schemas that does not come from the spec.
+
+    Returns
+    -------
+    list of (table, column, check, source)
+        ``source`` is ``facts`` or ``pmtk``; a violation of one of these rules is
+        a :class:`PmtkDataWarning`, never a :class:`~toolkit.errors.DataValidationError`.
+        The JSON type of a column with such a source is an observation too
+        (``json_type``); it is not listed, to keep the list short.
+    """
+    from toolkit.views import VIEWS
+
+    out = []
+    for views in VIEWS.values():
+        for v in views:
+            for col in v.columns:
+                source = _column_source(v, col)
+                if source == "spec":
+                    continue
+                checks = []
+                if col.field is not None and col.field.required and col.role == "value":
+                    checks.append("not_nullable")
+                checks += [c.name or str(c) for c in _checks(v, col)]
+                out += [(v.name, col.name, check, source) for check in checks]
+    return out
+
+
+def rules_markdown() -> str:
+    """The ``docs/views.md`` list of the rules that are not the spec's (generated).
+
+    Returns
+    -------
+    str
+        A Markdown table: table, column, check, source.
+    """
+    lines = [
+        "| Table | Column | Check | Source |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| `{t}` | `{c}` | {k} | {s} |" for t, c, k, s in non_spec_rules()]
+    return "\n".join(lines) + "\n"
 
 
 def schema_for(resource_type: str, table: str | None = None) -> pa.DataFrameSchema:
@@ -267,7 +334,48 @@ def validate(
         msg = f"errors must be 'raise' or 'warn', not {errors!r}"
         raise ValueError(msg)
     frame = df.collect() if isinstance(df, pl.LazyFrame) else df
-    schema = schema_for(resource_type, table)
+    v = view(resource_type, table)
+    unread = _unread_cases(frame, v)
+    failures = _with_ids(
+        _concat(_pandera_cases(_schema(resource_type, table, spec=True), frame), unread[0]),
+        frame,
+        v,
+    )
+    observed = _with_ids(
+        _concat(_pandera_cases(_schema(resource_type, table, spec=False), frame), unread[1]),
+        frame,
+        v,
+    )
+    name = table or resource_type
+    if observed is not None:
+        message = (
+            f"{name}: {observed.height} value(s) break rules that come from the facts or "
+            f"pmtk's own reading, not the spec (an observation, not a failure):\n"
+            f"{summarise(observed)}"
+        )
+        warnings.warn(PmtkDataWarning(message, observed), stacklevel=2)
+    if failures is None:
+        return frame
+    message = f"{name}: {failures.height} failure(s) against its schema:\n{summarise(failures)}"
+    if errors == "raise":
+        raise DataValidationError(message, failures)
+    warnings.warn(PmtkDataWarning(message, failures), stacklevel=2)
+    return frame
+
+
+_CASES_SCHEMA = pl.Schema(
+    {
+        "failure_case": pl.String(),
+        "schema_context": pl.String(),
+        "column": pl.String(),
+        "check": pl.String(),
+        "check_number": pl.Int32(),
+        "index": pl.Int32(),
+    }
+)
+
+
+def _pandera_cases(schema: pa.DataFrameSchema, frame: pl.DataFrame) -> pl.DataFrame | None:
     try:
         schema.validate(frame, lazy=True)
     except SchemaErrors as exc:
@@ -277,11 +385,67 @@ def validate(
         if cases is None:
             raise DataValidationError(str(exc), None) from None
     else:
-        return frame
+        return None
     assert isinstance(cases, pl.DataFrame)
-    name = table or resource_type
-    message = f"{name}: {cases.height} failure(s) against its schema:\n{summarise(cases)}"
-    if errors == "raise":
-        raise DataValidationError(message, cases)
-    warnings.warn(PmtkDataWarning(message, cases), stacklevel=2)
-    return frame
+    return cases.select(pl.col(n).cast(t) for n, t in _CASES_SCHEMA.items())
+
+
+def _unread_cases(frame: pl.DataFrame, v: View) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """Failure cases for the values read as null for their JSON type (the ``invalid`` column).
+
+    One row per value: ``column`` is the column that holds the null (for a
+    main table, a child table's column as ``<table>.<column>``; the JSON path
+    when no column reads it), ``check`` is ``json_type: <path>``, and
+    ``failure_case`` the raw value as JSON. Split into (spec rules, other rules).
+    """
+    if "invalid" not in frame.columns or frame.get_column("invalid").null_count() == frame.height:
+        return None, None
+    sources = _sources(v.resource)
+    rows: tuple[list[dict[str, object]], list[dict[str, object]]] = ([], [])
+    for index, text in enumerate(frame.get_column("invalid").to_list()):
+        if text is None:
+            continue
+        for problem in orjson.loads(text):
+            column = problem["column"]
+            qualified = column if column is None or "." in column else f"{v.name}.{column}"
+            source = sources.get(qualified or "", "spec")
+            rows[source != "spec"].append(
+                {
+                    "failure_case": orjson.dumps(problem["value"]).decode(),
+                    "schema_context": "Column",
+                    "column": column if column is not None else problem["path"],
+                    "check": f"json_type: {problem['path']}",
+                    "check_number": None,
+                    "index": index,
+                }
+            )
+    return tuple(  # type: ignore[return-value]
+        pl.DataFrame(r, schema=_CASES_SCHEMA) if r else None for r in rows
+    )
+
+
+@cache
+def _sources(resource_type: str) -> dict[str, str]:
+    """``<table>.<column>`` → the source of its rules, for every table of the resource."""
+    from toolkit.views import VIEWS
+
+    return {
+        f"{v.name}.{c.name}": _column_source(v, c) for v in VIEWS[resource_type] for c in v.columns
+    }
+
+
+def _concat(*parts: pl.DataFrame | None) -> pl.DataFrame | None:
+    present = [p for p in parts if p is not None and p.height]
+    return pl.concat(present) if present else None
+
+
+def _with_ids(cases: pl.DataFrame | None, frame: pl.DataFrame, v: View) -> pl.DataFrame | None:
+    """Add ``id``: the record id of each failing row (a child table's parent id)."""
+    if cases is None:
+        return None
+    key = v.key or "id"
+    if key not in frame.columns:
+        return cases.with_columns(id=pl.lit(None, dtype=pl.String))
+    ids = frame.select(pl.col(key).cast(pl.String).alias("id")).with_row_index("index")
+    ids = ids.with_columns(pl.col("index").cast(pl.Int32))
+    return cases.join(ids, on="index", how="left", maintain_order="left")

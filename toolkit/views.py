@@ -39,9 +39,10 @@ from typing import Any, Literal
 import msgspec
 import orjson
 import polars as pl
+from polars.datatypes import DataTypeClass
 
 from toolkit import catalogue
-from toolkit.catalogue import Field, Resource
+from toolkit.catalogue import Field, Resource, Source
 from toolkit.errors import ConfigurationError, DataValidationError
 
 __all__ = [
@@ -57,7 +58,7 @@ __all__ = [
     "views_markdown",
 ]
 
-Role = Literal["value", "id", "ref_id", "ref_type", "key", "index", "extra"]
+Role = Literal["value", "id", "ref_id", "ref_type", "key", "index", "extra", "invalid"]
 
 DATETIME = pl.Datetime("us", "UTC")
 """The dtype of every date-time column: microseconds, converted to UTC."""
@@ -110,6 +111,9 @@ class Column:
     ``extra`` (unknown keys)."""
     when: tuple[str, tuple[str, ...]] | None = None
     """``(column, values)``: the field's format applies only where ``column`` is in values."""
+    source: Source = "spec"
+    """Where the column's rules come from: ``spec``, ``facts`` or ``pmtk`` (the field's
+    own source, or that of an enclosing object or resource that is not the spec's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,14 +176,19 @@ def _field_read_dtype(f: Field) -> pl.DataType:
     return pl.List(inner) if f.many else inner
 
 
-def _extension_value_dtype(f: Field) -> pl.DataType:
+_CODED_KEYS = ("valueCoding", "valueCode", "valueString")
+"""The forms a coded extension value arrives in (facts, "Shapes seen on the live service")."""
+
+
+def _extension_value_dtypes(f: Field) -> dict[str, pl.DataType]:
+    """The value keys an extension element is read with: a superset of the live forms."""
     assert f.extension is not None
     key = f.extension.value_key
     if key == "valueReference":
-        return _REFERENCE
-    if key == "valueCoding":
-        return _CODING
-    return _PRIMITIVE_READ[f.type]
+        return {key: _REFERENCE}
+    if key in ("valueCoding", "valueCode"):
+        return {"valueCoding": _CODING, "valueCode": pl.String(), "valueString": pl.String()}
+    return {key: _PRIMITIVE_READ[f.type]}
 
 
 def _level_read_dtype(fields: tuple[Field, ...]) -> pl.Struct:
@@ -189,7 +198,7 @@ def _level_read_dtype(fields: tuple[Field, ...]) -> pl.Struct:
     for f in fields:
         if f.extension is not None:
             values = containers.setdefault(f.extension.container, {"url": pl.String()})
-            values[f.extension.value_key] = _extension_value_dtype(f)
+            values.update(_extension_value_dtypes(f))
         else:
             out[f.name] = _field_read_dtype(f)
     for container, values in containers.items():
@@ -197,10 +206,26 @@ def _level_read_dtype(fields: tuple[Field, ...]) -> pl.Struct:
     return pl.Struct(out)
 
 
+_VALUE_ASPECTS: tuple[catalogue.Aspect, ...] = ("type", "enum", "format")
+
+
+def _rule_source(f: Field, aspects: tuple[catalogue.Aspect, ...] = _VALUE_ASPECTS) -> Source:
+    """The weakest source among the rules a column checks.
+
+    A column's checks are one schema, so an enum only the facts give (Coverage
+    ``status``) makes that column an observation; a reference's id column also
+    carries its id-prefix rule (``reference``), its type column does not. How a
+    value is encoded (``encoding``) never reaches a frame: the reader takes every form.
+    """
+    return catalogue.weakest(f.source, *(f.source_of(a) for a in aspects))
+
+
 def _source_path(f: Field, parent: str) -> str:
     if f.extension is not None:
         ext = f.extension
-        base = f"{ext.container}.where(url='{ext.url}').{ext.value_key}"
+        coded = ext.value_key in ("valueCoding", "valueCode") and f.type != "object"
+        value = "coded()" if coded else ext.value_key
+        base = f"{ext.container}.where(url='{ext.url}').{value}"
     else:
         base = f.name
     return f"{parent}.{base}" if parent else base
@@ -211,14 +236,25 @@ def _column_dtype(f: Field) -> pl.DataType:
 
 
 def _columns(
-    res: Resource, fields: tuple[Field, ...], table: str, prefix: str, parent: str, root: bool
+    res: Resource,
+    fields: tuple[Field, ...],
+    table: str,
+    prefix: str,
+    parent: str,
+    root: bool,
+    inherited: Source = "spec",
 ) -> tuple[list[Column], list[tuple[str, Field, str]]]:
-    """Columns of one level; repeating objects at the root are returned as children."""
+    """Columns of one level; repeating objects at the root are returned as children.
+
+    ``inherited`` is the source of the enclosing object (or resource): a field
+    inside a rule that only the facts give is itself only as good as the facts.
+    """
     cols: list[Column] = []
     children: list[tuple[str, Field, str]] = []
     for f in fields:
         if f.write_only:
             continue
+        src: Source = inherited if inherited != "spec" else f.source
         if f.extension is not None:
             name = _snake(f.name)
             if name.startswith(table + "_"):
@@ -242,17 +278,19 @@ def _columns(
                     f"id of the referenced {targets}, prefix kept",
                     field=f,
                     role="ref_id",
+                    source=catalogue.weakest(src, _rule_source(f, ("type", "reference"))),
                 )
             )
             if len(ref.targets) > 1:
                 cols.append(
                     Column(
                         f"{name}_type",
-                        f"{path}.type",
+                        f"{path}.getReferenceType()",
                         pl.String(),
                         f"one of {targets}",
                         field=f,
                         role="ref_type",
+                        source=catalogue.weakest(src, _rule_source(f, ("type",))),
                     )
                 )
         elif f.type == "object":
@@ -263,16 +301,42 @@ def _columns(
                 sub_prefix = prefix
             else:
                 sub_prefix = name
-            sub, _ = _columns(res, f.fields, table, sub_prefix, step, root=False)
+            sub, _ = _columns(res, f.fields, table, sub_prefix, step, root=False, inherited=src)
             note = " (first element)" if f.many else ""
+            coded = f.extension is not None and f.extension.value_key == "valueCoding"
             cols.extend(
-                Column(c.name, c.path, c.dtype, (c.doc + note).strip(), c.field, c.role, c.when)
+                dataclasses.replace(
+                    c,
+                    # A coded object's code may arrive as valueCode or valueString too.
+                    path=c.path[: -len("valueCoding.code")] + "coded()"
+                    if coded and c.path.endswith(".valueCoding.code")
+                    else c.path,
+                    doc=(c.doc + note).strip(),
+                )
                 for c in sub
             )
-        elif f.extension is not None and f.extension.value_key == "valueCoding":
-            cols.append(Column(name, f"{path}.code", pl.String(), "coded value", field=f))
+        elif f.extension is not None and f.extension.value_key in ("valueCoding", "valueCode"):
+            cols.append(
+                Column(
+                    name,
+                    path,
+                    pl.String(),
+                    "coded value",
+                    field=f,
+                    source=catalogue.weakest(src, _rule_source(f)),
+                )
+            )
         elif f.many:
-            cols.append(Column(name, path, pl.List(_column_dtype(f)), "array of values", field=f))
+            cols.append(
+                Column(
+                    name,
+                    path,
+                    pl.List(_column_dtype(f)),
+                    "array of values",
+                    field=f,
+                    source=catalogue.weakest(src, _rule_source(f)),
+                )
+            )
         else:
             note = "converted to UTC" if f.type == "date-time" else ""
             when = None
@@ -281,40 +345,109 @@ def _columns(
                 when = (_join(prefix, Field(sibling, "string")), values)
                 note = f"{f.format} format where {when[0]} is one of {', '.join(values)}"
             role: Role = "id" if root and f.name == "id" else "value"
-            cols.append(Column(name, path, _column_dtype(f), note, field=f, role=role, when=when))
+            cols.append(
+                Column(
+                    name,
+                    path,
+                    _column_dtype(f),
+                    note,
+                    field=f,
+                    role=role,
+                    when=when,
+                    source=catalogue.weakest(src, _rule_source(f)),
+                )
+            )
     return cols, children
+
+
+# Repeating objects whose preferred element also gives main-table columns: the
+# ``official`` entry, else the first (``name_family`` beside the ``<type>_name`` table).
+_PREFERRED: dict[tuple[str, str], tuple[str, str]] = {
+    ("Practitioner", "name"): ("use", "official"),
+    ("Patient", "name"): ("use", "official"),
+}
+
+_INVALID_DOC = (
+    "JSON array of the values of an unexpected JSON type read as null "
+    "(`path`, `column`, raw `value`); null when none"
+)
+
+
+def _extra_column() -> Column:
+    return Column(
+        "extra",
+        "(keys the view does not know)",
+        pl.String(),
+        "JSON object of the row's unknown keys, nested ones by path "
+        "(`participant[0].period`); null when none",
+        role="extra",
+    )
+
+
+def _invalid_column() -> Column:
+    return Column(
+        "invalid", "(values of an unexpected JSON type)", pl.String(), _INVALID_DOC, role="invalid"
+    )
+
+
+_READ_AS_ARRAY: frozenset[tuple[str, str]] = frozenset({("Practitioner", "name")})
+"""Fields the spec gives as one object and the live service sends as an array (facts):
+read as an array, so that the live form takes the fast path (the spec's single
+object is one of the alternative forms, :data:`_ALTERNATIVE_FORMS`). The
+catalogue keeps the spec's form, which the mock's write checks and the contract
+suite use."""
+
+
+def _reader_fields(res: Resource) -> tuple[Field, ...]:
+    """The resource's fields as the reader reads them (see :data:`_READ_AS_ARRAY`)."""
+    return tuple(
+        dataclasses.replace(f, many=True) if (res.name, f.name) in _READ_AS_ARRAY else f
+        for f in res.fields
+    )
 
 
 def _views_for(res: Resource) -> tuple[View, ...]:
     table = _snake(res.name)
-    cols, children = _columns(res, res.fields, table, "", "", root=True)
-    cols.append(
-        Column(
-            "extra",
-            "(keys the view does not know)",
-            pl.String(),
-            "JSON object of unknown top-level keys; null when none",
-            role="extra",
+    fields = _reader_fields(res)
+    cols, children = _columns(res, fields, table, "", "", root=True, inherited=res.source)
+    for _name, f, path in children:
+        preferred = _PREFERRED.get((res.name, f.name))
+        if preferred is None:
+            continue
+        src: Source = res.source if res.source != "spec" else f.source
+        key_, value = preferred
+        sub, _ = _columns(
+            res, f.fields, table, _snake(f.name), f"{path}.prefer({key_}='{value}')", False, src
         )
-    )
+        note = f"(the `{value}` entry, else the first)"
+        cols.extend(dataclasses.replace(c, doc=f"{c.doc} {note}".strip()) for c in sub)
+    cols.append(_extra_column())
+    cols.append(_invalid_column())
     views = [View(res.name, res.name, tuple(cols), doc=res.doc)]
     key = f"{table}_id"
     for name, f, path in children:
         child_name = _TABLE_RENAMES.get((res.name, f.name), name)
+        src = res.source if res.source != "spec" else f.source
         lead = (
             Column(key, "%parent.id", pl.String(), f"id of the parent {res.name}", role="key"),
             Column("index", "%index", pl.Int64(), "position in the parent's array", role="index"),
         )
         if f.type == "reference":
-            sub, _ = _columns(res, (Field(f.name, "reference", ref=f.ref),), "", "", "", False)
+            sub, _ = _columns(res, (Field(f.name, "reference", ref=f.ref),), "", "", "", False, src)
             sub = [
-                Column(c.name, c.path.replace(f"{f.name}.", "$this.", 1), c.dtype, c.doc, f, c.role)
+                dataclasses.replace(c, path=c.path.replace(f"{f.name}.", "$this.", 1), field=f)
                 for c in sub
             ]
         else:
-            sub, _ = _columns(res, f.fields, f"{table}_{child_name}", "", "", root=False)
+            sub, _ = _columns(res, f.fields, f"{table}_{child_name}", "", "", False, src)
         views.append(
-            View(f"{table}_{child_name}", res.name, lead + tuple(sub), for_each=path, doc=f.doc)
+            View(
+                f"{table}_{child_name}",
+                res.name,
+                (*lead, *sub, _extra_column(), _invalid_column()),
+                for_each=path,
+                doc=f.doc,
+            )
         )
     return tuple(views)
 
@@ -384,7 +517,10 @@ def view(resource_type: str, table: str | None = None) -> View:
 # --------------------------------------------------------------------------- path compiler
 
 _STEP = re.compile(
-    r"where\(url='(?P<url>[^']*)'\)|(?P<fn>first|getReferenceKey)\(\)|(?P<key>\$this|[A-Za-z_][\w-]*)"
+    r"where\(url='(?P<url>[^']*)'\)"
+    r"|prefer\((?P<pkey>\w+)='(?P<pvalue>[^']*)'\)"
+    r"|(?P<fn>first|getReferenceKey|getReferenceType|coded)\(\)"
+    r"|(?P<key>\$this|[A-Za-z_][\w-]*)"
 )
 
 
@@ -401,17 +537,37 @@ def _steps(path: str) -> Iterator[re.Match[str]]:
             pos += 1
 
 
+def _url_is(name: str) -> pl.Expr:
+    """An extension element's ``url`` names ``name``: bare, or as the last path segment."""
+    url = pl.element().struct.field("url")
+    return (url == pl.lit(name)) | url.str.ends_with(f"/{name}")
+
+
 def _compile(path: str, base: pl.Expr) -> pl.Expr:
     expr = base
     for m in _steps(path):
         if m.group("url") is not None:
-            expr = expr.list.filter(
-                pl.element().struct.field("url") == pl.lit(m.group("url"))
-            ).list.first()
+            expr = expr.list.filter(_url_is(m.group("url"))).list.first()
+        elif m.group("pkey") is not None:
+            chosen = pl.element().struct.field(m.group("pkey")) == pl.lit(m.group("pvalue"))
+            expr = pl.coalesce(expr.list.filter(chosen).list.first(), expr.list.first())
         elif m.group("fn") == "first":
             expr = expr.list.first()
         elif m.group("fn") == "getReferenceKey":
             expr = expr.str.extract(r"[^/]+$", 0)  # no capture group: twice as fast
+        elif m.group("fn") == "getReferenceType":
+            # The declared type, else the second-last segment of the reference:
+            # /main/Patient/1, https://host/main/Patient/1 and Patient/1 alike.
+            expr = pl.coalesce(
+                expr.struct.field("type"),
+                expr.struct.field("reference").str.extract(r"([^/]+)/[^/]+$", 1),
+            )
+        elif m.group("fn") == "coded":
+            expr = pl.coalesce(
+                expr.struct.field("valueCoding").struct.field("code"),
+                expr.struct.field("valueCode"),
+                expr.struct.field("valueString"),
+            )
         elif m.group("key") == "$this":
             continue
         else:
@@ -473,9 +629,11 @@ def _complete_datetimes(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> p
 class _Compiled:
     resource: str
     resource_dtype: pl.Struct  # entry[].resource as read: every field, or one table's
-    known_top: frozenset[str]  # every top-level field of the resource
-    top_keys: msgspec.json.Decoder[Any]  # see _top_level_keys
+    unread: frozenset[str]  # known top-level fields this read skips (one table's read)
+    unread_arrays: frozenset[str]  # those of them that are arrays (still checked to be one)
+    strict: msgspec.json.Decoder[Any]  # see _strict_decoder
     views: tuple[View, ...]
+    columns: tuple[tuple[str, str | None, str, str], ...]  # see _column_keys
 
     @property
     def bundle_schema(self) -> dict[str, Any]:
@@ -506,18 +664,68 @@ _ENVELOPE = pl.Struct(
 )
 
 
-def _top_level_keys(known_top: frozenset[str]) -> msgspec.json.Decoder[Any]:
-    """A decoder that fails on a page with a resource key outside ``known_top``.
+_AnyDtype = pl.DataType | DataTypeClass
+"""A dtype as a Struct's fields or a List's inner give it: an instance, or a class."""
 
-    Each resource is decoded as a msgspec ``Struct`` that forbids unknown fields,
-    with every known field typed ``msgspec.Raw`` (its value is skipped, not
-    built); everything outside ``entry[].resource`` is skipped too. Decoding
-    fails exactly when some resource has a key the view does not know (or the
-    page is not shaped as a Bundle, which is left to the reader to report).
+_MSGSPEC_LEAVES: dict[Any, Any] = {
+    pl.String: str,
+    pl.Int64: int,
+    pl.Float64: float,
+    pl.Boolean: bool,
+}
+
+
+def _msgspec_type(dtype: _AnyDtype, name: str) -> Any:
+    """The msgspec type that accepts exactly what Polars reads as ``dtype``, exactly."""
+    if isinstance(dtype, pl.Struct):
+        fields = [
+            (
+                f"f{i}",
+                _msgspec_type(f.dtype, f"{name}_{i}") | None,
+                msgspec.field(default=None, name=f.name),
+            )
+            for i, f in enumerate(dtype.fields)
+        ]
+        return msgspec.defstruct(name, fields, forbid_unknown_fields=True, gc=False)
+    if isinstance(dtype, pl.List):
+        return list[_msgspec_type(dtype.inner, name) | None]  # type: ignore[misc]
+    return _MSGSPEC_LEAVES[dtype if isinstance(dtype, type) else type(dtype)]
+
+
+def _strict_decoder(
+    resource_dtype: pl.Struct,
+    unread: frozenset[str] = frozenset(),
+    unread_arrays: frozenset[str] = frozenset(),
+) -> msgspec.json.Decoder[Any]:
+    """A decoder that fails on a page whose resources hold anything the fast read would lose.
+
+    Each resource is decoded into msgspec ``Struct`` types mirroring the read
+    schema, every level forbidding unknown keys, every leaf typed as Polars
+    reads it (``str``, ``int``, ``float``, ``bool``; null everywhere). So it
+    fails exactly when some resource has a key the view does not know, at any
+    depth, or a value of another JSON type than the schema's (which Polars
+    would refuse, or silently coerce: a number read into a String column, 1.5
+    truncated into an Int64 one). Everything outside ``entry[].resource`` is
+    skipped, and so are the values of the known top-level fields in ``unread``
+    (one table's read does not use them; those in ``unread_arrays`` must still
+    be arrays, whose elements are skipped). Such a page, or one not shaped as a
+    Bundle, goes to :func:`_repair`.
     """
     fields = [
-        (f"f{i}", msgspec.Raw, msgspec.field(default=None, name=key))
-        for i, key in enumerate(sorted(known_top))
+        (
+            f"f{i}",
+            _msgspec_type(f.dtype, f"Resource_{i}") | None,
+            msgspec.field(default=None, name=f.name),
+        )
+        for i, f in enumerate(resource_dtype.fields)
+    ]
+    fields += [
+        (
+            f"u{i}",
+            list[msgspec.Raw] | None if name in unread_arrays else msgspec.Raw,
+            msgspec.field(default=None, name=name),
+        )
+        for i, name in enumerate(sorted(unread))
     ]
     res = msgspec.defstruct("Resource", fields, forbid_unknown_fields=True, gc=False)
     entry = msgspec.defstruct("Entry", [("resource", res | None, None)], gc=False)
@@ -525,20 +733,50 @@ def _top_level_keys(known_top: frozenset[str]) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(page)
 
 
+def _column_key(path: str, prefix: str = "") -> str:
+    """A column's path as field names, extension elements named by their url.
+
+    ``modifierExtension.where(url='appointment-participant-status').coded()``
+    → ``modifierExtension:appointment-participant-status``: the form
+    :func:`_repair` gives the path of a value it could not read.
+    """
+    parts = prefix.split(".") if prefix else []
+    for m in _steps(path):
+        if m.group("url") is not None:
+            parts[-1] = f"{parts[-1]}:{m.group('url')}"
+        elif m.group("key") not in (None, "$this"):
+            parts.append(m.group("key"))
+    return ".".join(parts)
+
+
+def _column_keys(views: tuple[View, ...]) -> tuple[tuple[str, str | None, str, str], ...]:
+    """``(table, for_each, column, key)`` of every column that reads the resource."""
+    out = []
+    for v in views:
+        if v.for_each is not None and not re.fullmatch(r"[A-Za-z_][\w-]*", v.for_each):
+            continue  # pragma: no cover - every child table repeats a top-level field
+        for c in v.columns:
+            if c.role in ("extra", "invalid", "key", "index"):
+                continue
+            out.append((v.name, v.for_each, c.name, _column_key(c.path, v.for_each or "")))
+    return tuple(out)
+
+
 @cache
 def _compiled(resource_type: str) -> _Compiled:
     views = _resource_views(resource_type)
     res = catalogue.RESOURCES[resource_type]
-    fields = tuple(f for f in res.fields if not f.write_only)
+    fields = tuple(f for f in _reader_fields(res) if not f.write_only)
     resource_struct = _level_read_dtype(fields)
     resource_dtype = pl.Struct({"resourceType": pl.String(), **resource_struct.to_schema()})
-    known_top = frozenset(resource_dtype.to_schema())
     return _Compiled(
         resource=resource_type,
         resource_dtype=resource_dtype,
-        known_top=known_top,
-        top_keys=_top_level_keys(known_top),
+        unread=frozenset(),
+        unread_arrays=frozenset(),
+        strict=_strict_decoder(resource_dtype),
         views=views,
+        columns=_column_keys(views),
     )
 
 
@@ -547,7 +785,9 @@ def _top_fields(view_: View) -> frozenset[str]:
     if view_.for_each is not None:
         paths = [view_.for_each]
     else:
-        paths = [c.path for c in view_.columns if c.role not in ("extra", "key", "index")]
+        paths = [
+            c.path for c in view_.columns if c.role not in ("extra", "invalid", "key", "index")
+        ]
     fields = set()
     for path in paths:
         for m in _steps(path):
@@ -564,13 +804,28 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
     Reading a field costs Polars' JSON reader time even when no column needs it
     (Appointment's main table reads 20 % faster without ``participant``), so
     :func:`flatten` of one table reads just that table's top-level fields. The
-    unknown-key check still knows every field of the resource.
+    exact check types only those fields (the others are skipped as raw JSON) and
+    still knows every key: each table reports the odd values and unknown keys of
+    what it reads.
     """
     full = _compiled(resource_type)
     (view_,) = [v for v in full.views if v.name == table]
     wanted = _top_fields(view_) | {"resourceType", "id"}
     slim = pl.Struct([f for f in full.resource_dtype.fields if f.name in wanted])
-    return dataclasses.replace(full, resource_dtype=slim, views=(view_,))
+    unread = frozenset(f.name for f in full.resource_dtype.fields if f.name not in wanted)
+    arrays = frozenset(
+        f.name
+        for f in full.resource_dtype.fields
+        if f.name in unread and isinstance(f.dtype, pl.List)
+    )
+    return dataclasses.replace(
+        full,
+        resource_dtype=slim,
+        unread=unread,
+        unread_arrays=arrays,
+        strict=_strict_decoder(slim, unread, arrays),
+        views=(view_,),
+    )
 
 
 def read_schema(resource_type: str) -> pl.Schema:
@@ -623,43 +878,257 @@ def _outcome_text(row: dict[str, Any]) -> str:
     return "; ".join(parts) or "no issue details"
 
 
-def _extras(page: bytes, known_top: frozenset[str], n: int, index: int) -> list[str | None]:
-    """Exact ``extra`` values of one page's entries (only for pages with unknown keys)."""
-    doc = orjson.loads(page)
-    entries = doc.get("entry") or []
-    out: list[str | None] = []
+_Problem = dict[str, Any]
+_Leftovers = dict[str, Any]
+_SKIP = object()
+
+
+def _one_as_array(value: Any, path: str, extra: _Leftovers) -> Any:
+    """The spec's single HumanName object, as the live service's one-element array."""
+    return [value] if isinstance(value, dict) else value
+
+
+def _quantity_value(value: Any, path: str, extra: _Leftovers) -> Any:
+    """A Quantity ``{"value": 10, ...}`` (the live form) read as its number."""
+    if not isinstance(value, dict) or "value" not in value:
+        return value
+    for key, other in value.items():
+        if key != "value":
+            extra[f"{path}.{key}"] = other
+    return value["value"]
+
+
+def _reference_display(value: Any, path: str, extra: _Leftovers) -> Any:
+    """A Reference ``{"reference": ..., "display": ...}`` read as its display, else reference."""
+    if not isinstance(value, dict):
+        return value
+    chosen = "display" if isinstance(value.get("display"), str) else "reference"
+    for key, other in value.items():
+        if key != chosen:
+            extra[f"{path}.{key}"] = other
+    return value.get(chosen)
+
+
+def _codeable_as_coding(value: Any, path: str, extra: _Leftovers) -> Any:
+    """A FHIR CodeableConcept ``{"coding": [{system, code, display}]}`` read as its first coding.
+
+    The spec gives Organization ``type`` items as ``{system, code, display}``;
+    FHIR servers (and pmtk's mock) wrap them in ``coding``. Further codings and
+    other keys (``text``) are kept in ``extra``.
+    """
+    if not isinstance(value, dict) or not isinstance(value.get("coding"), list) or "code" in value:
+        return value
+    coding = value["coding"]
+    for key, other in value.items():
+        if key != "coding":
+            extra[f"{path}.{key}"] = other
+    for i, other in enumerate(coding[1:], 1):
+        extra[f"{path}.coding[{i}]"] = other
+    return coding[0] if coding else None
+
+
+_ALTERNATIVE_FORMS: dict[tuple[str, str], Any] = {
+    ("Organization", "type[]"): _codeable_as_coding,
+    ("Practitioner", "name"): _one_as_array,
+    ("Patient", "name"): _one_as_array,
+    ("Referral", "limitQuantity.quantity"): _quantity_value,
+    ("Referral", "referralDefinition"): _reference_display,
+}
+"""Known alternative forms of a field (facts, "Shapes seen on the live service"),
+keyed by resource and field path (``[]``: each element of an array), with the
+function that reads one as the canonical form. Anything the form does not use is
+kept in ``extra``."""
+
+_EXTENSION_CONTAINERS = frozenset({"extension", "modifierExtension"})
+
+
+def _primitive(value: Any, dtype: _AnyDtype) -> Any:
+    """``value`` as Polars reads it into ``dtype``; ``_SKIP`` when it is another JSON type.
+
+    Stricter than Polars, which reads a number into a String column and
+    truncates 1.5 into an Int64 one; an integral float (``10.0``) is an integer.
+    """
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(dtype, pl.String) and isinstance(value, str):
+        return value
+    if isinstance(dtype, pl.Boolean) and isinstance(value, bool):
+        return value
+    if isinstance(dtype, pl.Float64) and numeric:
+        return value
+    if isinstance(dtype, pl.Int64) and numeric and float(value).is_integer():
+        whole = int(value)
+        if -(2**63) <= whole < 2**63:
+            return whole
+    return _SKIP
+
+
+class _Conformer:
+    """Bring one resource to the read schema: alternative forms normalised, wrong types nulled.
+
+    ``problems`` collects ``(path, key, raw value)`` of every value nulled for
+    its JSON type; ``extra`` every key the schema does not know, by path.
+    """
+
+    def __init__(
+        self,
+        resource: str,
+        unread: frozenset[str] = frozenset(),
+        unread_arrays: frozenset[str] = frozenset(),
+    ) -> None:
+        self.resource = resource
+        self.unread = unread  # top-level fields this read does not use: dropped
+        self.unread_arrays = unread_arrays  # ... but checked to be arrays
+        self.problems: list[tuple[str, str, Any]] = []
+        self.extra: _Leftovers = {}
+
+    def value(
+        self,
+        value: Any,
+        dtype: _AnyDtype,
+        path: str,
+        key: str,
+        form_key: str | None = None,
+    ) -> Any:
+        if value is None:
+            return None
+        form = _ALTERNATIVE_FORMS.get((self.resource, key if form_key is None else form_key))
+        raw = value
+        if form is not None:
+            value = form(value, path, self.extra)
+            if value is None:
+                return None
+        if isinstance(dtype, pl.Struct) and isinstance(value, dict):
+            return self.struct(value, dtype, path, key)
+        if isinstance(dtype, pl.List) and isinstance(value, list):
+            return [self.item(v, dtype.inner, f"{path}[{i}]", key) for i, v in enumerate(value)]
+        primitive = _primitive(value, dtype)
+        if primitive is not _SKIP:
+            return primitive
+        self.problems.append((path, key, raw))
+        return None
+
+    def item(self, value: Any, dtype: _AnyDtype, path: str, key: str) -> Any:
+        container = key.rsplit(".", 1)[-1]
+        if container in _EXTENSION_CONTAINERS and isinstance(value, dict):
+            url = value.get("url")
+            key = f"{key}:{url.rsplit('/', 1)[-1]}" if isinstance(url, str) else key
+        return self.value(value, dtype, path, key, form_key=f"{key}[]")
+
+    def struct(self, obj: dict[str, Any], dtype: pl.Struct, path: str, key: str) -> dict[str, Any]:
+        fields = dtype.to_schema()
+        out: dict[str, Any] = {}
+        for name, value in obj.items():
+            sub_path = f"{path}.{name}" if path else name
+            inner = fields.get(name)
+            if inner is None:
+                if not path and name in self.unread:
+                    if name in self.unread_arrays and not isinstance(value, list | None):
+                        self.problems.append((name, name, value))
+                    continue
+                self.extra[sub_path] = value
+                continue
+            out[name] = self.value(value, inner, sub_path, f"{key}.{name}" if key else name)
+        return out
+
+
+def _locate(comp: _Compiled, path: str, key: str) -> tuple[str, int | None, str | None]:
+    """``(table, index, column)`` of a value at ``path`` (field ``key``); index in child tables."""
+    first = re.match(r"([^.\[]+)(?:\[(\d+)\])?", path)
+    head, index = (first.group(1), first.group(2)) if first else (path, None)
+    table = comp.resource  # the main table is named after the resource
+    at: int | None = None
+    for name, for_each, _column, _key in comp.columns:
+        if for_each == head and index is not None:
+            table, at = name, int(index)
+            break
+    for name, _for_each, column, col_key in comp.columns:
+        if name != table:
+            continue
+        if (
+            col_key == key
+            or col_key.startswith((f"{key}.", f"{key}:"))
+            or key.startswith((f"{col_key}.", f"{col_key}:"))
+        ):
+            return table, at, column
+    return table, at, None
+
+
+@dataclass(frozen=True, slots=True)
+class _Fix:
+    """What :func:`_repair` found on one page, per entry (JSON text, or null)."""
+
+    extra: list[str | None]
+    invalid: list[str | None]
+
+
+def _repair(comp: _Compiled, raw: bytes) -> tuple[bytes, _Fix] | None:
+    """One page brought to the read schema, and what that took, per entry.
+
+    Alternative forms become the canonical one, values of a wrong JSON type
+    become null (recorded with their path, table, column and raw value), keys
+    the schema does not know, at any depth, go to ``extra`` by path, and
+    entries of other resource types are reduced to their ``resourceType`` (the
+    reader skips them). ``None`` when the page is not a JSON Bundle object:
+    the reader then refuses it with the reason.
+    """
+    try:
+        doc = orjson.loads(raw)
+    except ValueError:  # malformed JSON, or not UTF-8
+        return None
+    if not isinstance(doc, dict) or doc.get("resourceType") != "Bundle":
+        return None
+    entries = doc.get("entry")
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        return None
+    out: list[dict[str, Any]] = []
+    fix = _Fix([], [])
     for entry in entries:
         res = entry.get("resource") if isinstance(entry, dict) else None
-        if not isinstance(res, dict):
-            out.append(None)
+        if not isinstance(res, dict) or res.get("resourceType", comp.resource) != comp.resource:
+            kind = res.get("resourceType") if isinstance(res, dict) else None
+            out.append({"resource": {"resourceType": kind} if isinstance(kind, str) else None})
+            fix.extra.append(None)
+            fix.invalid.append(None)
             continue
-        unknown = {k: v for k, v in res.items() if k not in known_top}
-        out.append(orjson.dumps(unknown).decode() if unknown else None)
-    if len(out) != n:  # pragma: no cover - both parsers read the same document
-        msg = f"page {index}: {len(out)} entries by orjson but {n} by polars"
-        raise DataValidationError(msg, None)
-    return out
+        conformer = _Conformer(comp.resource, comp.unread, comp.unread_arrays)
+        fixed = conformer.struct(res, comp.resource_dtype, "", "")
+        out.append({"resource": fixed})
+        fix.extra.append(orjson.dumps(conformer.extra).decode() if conformer.extra else None)
+        problems: list[_Problem] = []
+        for path, key, value in conformer.problems:
+            table, index, column = _locate(comp, path, key)
+            problems.append(
+                {"path": path, "table": table, "index": index, "column": column, "value": value}
+            )
+        fix.invalid.append(orjson.dumps(problems).decode() if problems else None)
+    try:
+        text = orjson.dumps({"resourceType": "Bundle", "entry": out})
+    except orjson.JSONEncodeError:
+        return None
+    return text, fix
 
 
-def _scan_unknown(raws: list[bytes], top_keys: msgspec.json.Decoder[Any]) -> list[bool]:
-    """Per page: does some entry resource have a top-level key the view does not know?
+def _prepare(comp: _Compiled, batch: list[bytes]) -> tuple[list[bytes], list[_Fix | None]]:
+    """Check each page exactly (:func:`_strict_decoder`); repair the pages that fail.
 
-    Exact for top-level keys (see :func:`_top_level_keys`), whatever the name
-    means deeper down (a top-level ``code`` or ``text`` is noticed although
-    ``coding.code`` and ``address.text`` are known). A page the decoder cannot
-    take for another reason (not a Bundle object, an entry that is not an
-    object) is flagged too; the reader refuses it, or the exact pass of
-    :func:`_extras` handles it. Called on the reader threads, one batch at a time.
+    Called on the reader threads, one batch at a time, before the batch is read.
     """
-    flags = []
-    for raw in raws:
+    pages: list[bytes] = []
+    fixes: list[_Fix | None] = []
+    for raw in batch:
         try:
-            top_keys.decode(raw)
-        except msgspec.DecodeError:
-            flags.append(True)
-        else:
-            flags.append(False)
-    return flags
+            comp.strict.decode(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            repaired = _repair(comp, raw)
+            if repaired is not None:
+                pages.append(repaired[0])
+                fixes.append(repaired[1])
+                continue
+        pages.append(raw)
+        fixes.append(None)
+    return pages, fixes
 
 
 _WORKERS = max(2, min(8, os.cpu_count() or 2))
@@ -713,7 +1182,7 @@ class _Block:
     kinds: pl.Series  # each page's resourceType
     counts: pl.Series  # each page's number of entries
     resources: pl.Series  # the entry resources of every page, in order
-    unknown: list[bool]  # each page: has a resource a top-level key the view does not know?
+    fixes: list[_Fix | None]  # each page: what its repair found (None: read as sent)
     failure: tuple[int, Exception] | None  # (page index, error) of the page it stopped at
 
 
@@ -787,24 +1256,26 @@ def _read_batch(comp: _Compiled, batch: list[bytes]) -> pl.DataFrame | None:
 def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
     """Read consecutive pages; stop at the first that cannot be read as one Bundle object.
 
-    The block's entries are gathered and exploded here, on the reader thread,
-    so that the caller only joins a few long Series.
+    Each batch is first checked exactly, and the pages that fail the check are
+    repaired (:func:`_prepare`). The block's entries are gathered and exploded
+    here, on the reader thread, so that the caller only joins a few long Series.
     """
     schema = comp.bundle_schema
     kinds: list[pl.Series] = [pl.Series("resourceType", [], dtype=pl.String)]
     lists: list[pl.Series] = [pl.Series("entry", [], dtype=schema["entry"])]
     is_page: list[bool] = []  # False for the rows of batch sentinels
-    unknown: list[bool] = []
+    fixes: list[_Fix | None] = []
     failure: tuple[int, Exception] | None = None
-    for first, batch in _batches(raws, start):
+    for first, sent in _batches(raws, start):
+        batch, batch_fixes = _prepare(comp, sent)
         together = _read_batch(comp, batch)
         if together is not None:
             kinds.append(together.get_column("resourceType"))
             lists.append(together.get_column("entry"))
             is_page += [True, False] * (len(batch) - 1) + [True]
-            unknown += _scan_unknown(batch, comp.top_keys)
+            fixes += batch_fixes
             continue
-        for i, raw in enumerate(batch, first):
+        for i, (raw, fix) in enumerate(zip(batch, batch_fixes, strict=True), first):
             try:
                 df = pl.read_json(raw, schema=schema)
             except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
@@ -816,7 +1287,7 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
             kinds.append(df.get_column("resourceType"))
             lists.append(df.get_column("entry"))
             is_page.append(True)
-            unknown += _scan_unknown([raw], comp.top_keys)
+            fixes.append(fix)
         if failure is not None:
             break
     entry_lists = pl.concat(lists)
@@ -826,22 +1297,24 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
         kinds=pl.concat(kinds, rechunk=True).filter(pages),
         counts=entry_lists.list.len().fill_null(0).filter(pages),
         resources=resources,
-        unknown=unknown,
+        fixes=fixes,
         failure=failure,
     )
 
 
 def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
-    """One row per entry resource of ``comp.resource``: ``resource`` struct + ``extra``."""
+    """One row per entry resource of ``comp.resource``: ``resource``, ``extra``, ``invalid``."""
     raws = [_as_bytes(page) for page in _iter_pages(pages)]
     if not raws:
-        return pl.DataFrame(schema={"resource": comp.resource_dtype, "extra": pl.String()})
+        return pl.DataFrame(
+            schema={"resource": comp.resource_dtype, "extra": pl.String(), "invalid": pl.String()}
+        )
     # pl.read_json releases the GIL: contiguous blocks of pages are read on the
     # persistent threads (one block each, in batches of _BATCH_BYTES). Each
-    # thread runs the key scan (msgspec, which holds the GIL) on a batch right
-    # after reading it, so one thread scans while the other reads; the scan on
-    # this thread, beside the readers, kept them waiting for the GIL (measured
-    # 10 % slower on 2 cores). A single page is read inline.
+    # thread runs the exact check (msgspec, which holds the GIL) on a batch
+    # right before reading it, so one thread checks while the other reads; the
+    # check on this thread, beside the readers, kept them waiting for the GIL
+    # (measured 10 % slower on 2 cores). A single page is read inline.
     if len(raws) == 1:
         blocks = [_read_block(comp, raws, 0)]
     else:
@@ -867,19 +1340,28 @@ def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
         raise _read_error(comp, *failure)
     counts = pl.concat([b.counts for b in blocks])
     entries = pl.concat([b.resources for b in blocks]).alias("resource").to_frame()
-    suspicious = pl.Series("unknown", [u for b in blocks for u in b.unknown], dtype=pl.Boolean)
-    flagged = (suspicious & (counts > 0)).arg_true().to_list()
-    if flagged:
+    fixes = [f for b in blocks for f in b.fixes]
+    if any(f is not None for f in fixes):
         extra: list[str | None] = []
-        wanted = set(flagged)
-        for i, n in enumerate(counts.to_list()):
-            if i in wanted:
-                extra.extend(_extras(raws[i], comp.known_top, n, i))
-            else:
+        invalid: list[str | None] = []
+        for i, (n, fix) in enumerate(zip(counts.to_list(), fixes, strict=True)):
+            if fix is None:
                 extra.extend([None] * n)
-        entries = entries.with_columns(extra=pl.Series("extra", extra, dtype=pl.String))
+                invalid.extend([None] * n)
+                continue
+            if len(fix.extra) != n:  # pragma: no cover - both parsers read the same document
+                msg = f"page {i}: {len(fix.extra)} entries by orjson but {n} by polars"
+                raise DataValidationError(msg, None)
+            extra.extend(fix.extra)
+            invalid.extend(fix.invalid)
+        entries = entries.with_columns(
+            extra=pl.Series("extra", extra, dtype=pl.String),
+            invalid=pl.Series("invalid", invalid, dtype=pl.String),
+        )
     else:
-        entries = entries.with_columns(extra=pl.lit(None, dtype=pl.String))
+        entries = entries.with_columns(
+            extra=pl.lit(None, dtype=pl.String), invalid=pl.lit(None, dtype=pl.String)
+        )
     kind_expr = pl.col("resource").struct.field("resourceType")
     keep = pl.col("resource").is_not_null() & (kind_expr.is_null() | (kind_expr == comp.resource))
     # Filtering copies every nested column: only do it when something is dropped.
@@ -921,12 +1403,62 @@ def _check_parsed(df: pl.DataFrame, raw: pl.DataFrame, view: View, id_col: str) 
     raise DataValidationError(msg, cases)
 
 
+def _row_owner(view: View) -> Any:
+    """A test of whether a path (``participant[1].period``) belongs to a row of ``view``.
+
+    A child table's row owns the paths below its element (``<for_each>[<index>]``);
+    the main table owns every other path.
+    """
+    children = tuple(v.for_each for v in _resource_views(view.resource) if v.for_each)
+
+    def owns(path: str, index: int | None) -> bool:
+        if view.for_each is None:
+            return not any(path.startswith(f"{c}[") for c in children if c)
+        head = f"{view.for_each}[{index}]"
+        return path == head or path.startswith((f"{head}.", f"{head}["))
+
+    return owns
+
+
+def _per_row(view: View, frame: pl.DataFrame) -> list[pl.Series]:
+    """The ``extra`` and ``invalid`` columns of ``view``: what belongs to each row.
+
+    ``frame`` has the record's unknown keys (``extra``, a JSON object by path)
+    and odd values (``invalid``, from :func:`_repair`) and, for a child table,
+    the element's position in ``index``. Python runs only over the rows that
+    have either.
+    """
+    owns = _row_owner(view)
+    positions = frame.get_column("index").to_list() if view.for_each else None
+    out: list[pl.Series] = []
+    for name in ("extra", "invalid"):
+        column = frame.get_column(name)
+        if column.null_count() == frame.height:
+            continue
+        values: list[str | None] = []
+        for row, text in enumerate(column.to_list()):
+            at = positions[row] if positions is not None else None
+            mine: Any = None
+            if text is not None and name == "extra":
+                mine = {k: v for k, v in orjson.loads(text).items() if owns(k, at)}
+            elif text is not None:
+                mine = [
+                    {"path": p["path"], "column": p["column"], "value": p["value"]}
+                    for p in orjson.loads(text)
+                    if p["table"] == view.name and p["index"] == at
+                ]
+            values.append(orjson.dumps(mine).decode() if mine else None)
+        out.append(pl.Series(name, values, dtype=pl.String))
+    return out
+
+
 def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
+    passed = ("extra", "invalid")
     if view.for_each is None:
         base = pl.col("resource")
         frame = entries
         raw_exprs = [
-            (pl.col("extra") if c.name == "extra" else _compile(c.path, base)).alias(c.name)
+            (pl.col(c.name) if c.name in passed else _compile(c.path, base)).alias(c.name)
             for c in view.columns
         ]
         id_col = "id"
@@ -935,18 +1467,27 @@ def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
         key = view.key
         assert key is not None
         frame = (
-            entries.select(pl.col("resource").struct.field("id").alias(key), items.alias("_item"))
+            entries.select(
+                pl.col("resource").struct.field("id").alias(key),
+                items.alias("_item"),
+                "extra",
+                "invalid",
+            )
             .filter(pl.col("_item").list.len() > 0)
             .with_columns(index=pl.int_ranges(pl.col("_item").list.len(), dtype=pl.Int64))
             .explode("_item", "index")
         )
         base = pl.col("_item")
         raw_exprs = [
-            pl.col(c.name) if c.name in (key, "index") else _compile(c.path, base).alias(c.name)
+            pl.col(c.name)
+            if c.name in (key, "index", "extra", "invalid")
+            else _compile(c.path, base).alias(c.name)
             for c in view.columns
         ]
         id_col = key
     raw = frame.select(raw_exprs)
+    if any(raw.get_column(n).null_count() != raw.height for n in ("extra", "invalid")):
+        raw = raw.with_columns(_per_row(view, raw))
     typed = raw.select(
         _typed(pl.col(c.name), c.dtype).cast(c.dtype).alias(c.name) for c in view.columns
     )

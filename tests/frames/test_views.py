@@ -16,6 +16,8 @@ from toolkit import catalogue
 from toolkit.errors import ConfigurationError, DataValidationError
 from toolkit.views import DATETIME, VIEWS, flatten, flatten_tables, read_schema, table_names
 
+LIVE = "https://terminology.halaxy.com/StructureDefinition/"
+
 
 def ref(kind: str, rid: str) -> dict[str, str]:
     return {"reference": f"/main/{kind}/{rid}", "type": kind}
@@ -71,7 +73,7 @@ REFERRAL_COLUMNS = [
     "requester_id", "referral_definition", "created", "active", "limit_quantity",
     "limit_quantity_offset", "limit_quantity_used", "limit_money_value", "limit_money_currency",
     "limit_money_used", "allocation_type", "subject_id", "include_cancelled_appointment",
-    "comment", "expiry_type", "priority", "extra",
+    "comment", "expiry_type", "priority", "extra", "invalid",
 ]  # fmt: skip
 
 
@@ -261,7 +263,10 @@ def test_child_tables_of_organization_invoice_line_and_patient() -> None:
         ],
     }
     prices = flatten("InvoiceLine", [bundle(line)], table="invoice_line_price_component")
-    assert prices.rows() == [("L1", 0, "base", 100.0, "AUD"), ("L1", 1, "tax", 10.5, "AUD")]
+    assert prices.rows() == [
+        ("L1", 0, "base", 100.0, "AUD", None, None),
+        ("L1", 1, "tax", 10.5, "AUD", None, None),
+    ]
     patient = {"resourceType": "Patient", "id": "P1", "name": [{"given": ["Ann"], "family": "Lee"}]}
     names = flatten("Patient", [bundle(patient)], table="patient_name")
     assert names.row(0, named=True) == {
@@ -270,6 +275,8 @@ def test_child_tables_of_organization_invoice_line_and_patient() -> None:
         "use": None,
         "given": ["Ann"],
         "family": "Lee",
+        "extra": None,
+        "invalid": None,
     }
 
 
@@ -296,9 +303,14 @@ def test_a_page_that_is_not_a_bundle_raises_clearly() -> None:
         flatten("Appointment", [appointment(1)])
 
 
-def test_a_value_of_the_wrong_json_type_raises_a_data_validation_error() -> None:
-    with pytest.raises(DataValidationError, match="page 0"):
-        flatten("Appointment", [bundle(appointment(1, minutesDuration={"n": 3}))])
+def test_a_value_of_the_wrong_json_type_is_null_and_kept_in_invalid() -> None:
+    pages = [bundle(appointment(1, minutesDuration={"n": 3}), appointment(2))]
+    df = flatten("Appointment", pages)
+    assert df.get_column("minutes_duration").to_list() == [None, 30]
+    assert json.loads(df.item(0, "invalid")) == [
+        {"path": "minutesDuration", "column": "minutes_duration", "value": {"n": 3}}
+    ]
+    assert df.item(1, "invalid") is None
 
 
 def test_malformed_json_raises_a_data_validation_error() -> None:
@@ -343,10 +355,20 @@ def test_read_schema_is_explicit_and_derived_from_the_catalogue() -> None:
     assert "minutesDuration" in dict(resource.to_schema())
 
 
-def test_the_key_scan_flags_exactly_the_pages_with_an_unknown_top_level_key() -> None:
-    from toolkit.views import _compiled, _scan_unknown
+def test_the_exact_check_flags_exactly_the_pages_a_fast_read_would_get_wrong() -> None:
+    import msgspec
 
-    decoder = _compiled("Appointment").top_keys
+    from toolkit.views import _compiled
+
+    decoder = _compiled("Appointment").strict
+
+    def flagged(page: bytes) -> bool:
+        try:
+            decoder.decode(page)
+        except msgspec.DecodeError:
+            return True
+        return False
+
     known = orjson.dumps(bundle(appointment(1)))
     pretty = json.dumps(bundle(appointment(1)), indent=2).encode()
     nested = orjson.dumps(bundle(appointment(1, participant=[{"period": {"start": "x"}}])))
@@ -354,26 +376,35 @@ def test_the_key_scan_flags_exactly_the_pages_with_an_unknown_top_level_key() ->
     value_only = orjson.dumps(bundle(appointment(1, description='say "status": no')))
     # Names the view knows deeper down (coding.code, extension.url), here at the top.
     known_deeper = orjson.dumps(bundle(appointment(1, code="x", url="y")))
-    escaped_key = b'{"entry":[{"resource":{"resourceType":"Appointment","st\\u0061rt":1}}]}'
+    escaped_key = b'{"entry":[{"resource":{"resourceType":"Appointment","st\\u0061rt":"x"}}]}'
     not_a_bundle = b'[{"entry": []}]'
+    # Values Polars would coerce silently: a number into a String, 1.5 into an Int64.
+    number_as_text = orjson.dumps(bundle(appointment(1, description=7)))
+    fraction = orjson.dumps(bundle(appointment(1, minutesDuration=1.5)))
+    live_url = orjson.dumps(bundle(appointment(1, extension=[{"url": LIVE + "location-type"}])))
     pages = [known, pretty, nested, top, value_only, known_deeper, escaped_key, not_a_bundle]
-    flags = _scan_unknown(pages, decoder)
-    assert flags == [False, False, False, True, False, True, False, True]
+    pages += [number_as_text, fraction, live_url]
+    flags = [flagged(p) for p in pages]
+    assert flags == [False, False, True, True, False, True, False, True, True, True, False]
 
 
-def test_one_table_reads_only_its_fields_and_still_keeps_unknown_keys() -> None:
-    # participant is not read for the main table: a wrong type there stops only
-    # the tables that use it. Unknown keys are still found against every field.
+def test_one_table_reads_only_its_fields_and_still_reports_every_odd_value() -> None:
+    # participant is not read for the main table, but the exact check knows
+    # every field: a wrong type there is reported on the record, never lost.
     odd = appointment(2, status="booked")
     odd["participant"] = "not a list"
     pages = [bundle(appointment(1), odd)]
     main = flatten("Appointment", pages)
     assert main.get_column("id").to_list() == ["1", "2"]
     assert main.get_column("extra").to_list() == [None, '{"status":"booked"}']
-    with pytest.raises(DataValidationError, match="page 0 is not a Bundle of Appointment"):
-        flatten("Appointment", pages, table="appointment_participant")
-    with pytest.raises(DataValidationError, match="page 0 is not a Bundle of Appointment"):
-        flatten_tables("Appointment", pages)
+    assert json.loads(main.item(1, "invalid")) == [
+        {"path": "participant", "column": None, "value": "not a list"}
+    ]
+    participants = flatten("Appointment", pages, table="appointment_participant")
+    assert participants.get_column("appointment_id").to_list() == ["1", "1"]
+    tables = flatten_tables("Appointment", pages)
+    assert tables["appointment_participant"].equals(participants)
+    assert tables["Appointment"].equals(main)
 
 
 def test_a_page_that_is_not_utf8_is_refused_with_its_index() -> None:

@@ -49,6 +49,7 @@ NON_SPEC = [
     ("InvoiceLine", "meta", "all", "facts"),
     ("InvoiceLine", "resource.type", "all", "pmtk"),
     ("InvoiceLine", "resource.display", "all", "pmtk"),
+    ("InvoiceLine", "unitPriceComponent.amount.currency", "all", "pmtk"),
     ("InvoiceLine", "invoice-line-funder", "encoding", "pmtk"),
     ("Patient", "*", "all", "facts"),
     ("Invoice", "*", "all", "facts"),

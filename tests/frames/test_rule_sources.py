@@ -1,0 +1,111 @@
+"""Rule sources: only the spec's rules fail a frame; the others are observations."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from toolkit.errors import DataValidationError
+from toolkit.schemas import PmtkDataWarning, non_spec_rules, rules_markdown, validate
+from toolkit.views import flatten
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "views.md"
+
+# Pinned on purpose: a rule that stops being the spec's must show up here, in review.
+NON_SPEC_RULES = [
+    ("appointment_participant", "actor_id", "reference_id", "pmtk"),
+    ("appointment_participant", "actor_type", "reference_type", "facts"),
+    ("Coverage", "status", "enum", "facts"),
+    ("Coverage", "payor_id", "reference_id", "pmtk"),
+    ("Coverage", "payer_code", "enum", "facts"),
+    ("Practitioner", "name_use", "enum", "pmtk"),
+    ("practitioner_name", "use", "enum", "pmtk"),
+    ("practitioner_telecom", "system", "enum", "pmtk"),
+    ("practitioner_telecom", "use", "enum", "pmtk"),
+    ("InvoiceLine", "resource_type", "enum", "pmtk"),
+    ("invoice_line_price_component", "amount_currency", "currency_code", "pmtk"),
+    ("Patient", "gender", "enum", "facts"),
+    ("Patient", "status", "enum", "facts"),
+    ("Patient", "name_use", "enum", "facts"),
+    ("patient_name", "use", "enum", "facts"),
+    ("patient_telecom", "system", "enum", "facts"),
+    ("patient_telecom", "value", "phone_format", "facts"),
+    ("patient_telecom", "use", "enum", "facts"),
+    ("patient_address", "use", "enum", "facts"),
+    ("patient_address", "type", "enum", "facts"),
+    ("patient_address", "country", "country_code", "facts"),
+    ("patient_general_practitioner", "general_practitioner_id", "reference_id", "facts"),
+]
+
+
+def bundle(*resources: dict[str, Any]) -> dict[str, Any]:
+    return {"resourceType": "Bundle", "entry": [{"resource": r} for r in resources]}
+
+
+def test_the_rules_that_are_not_the_specs_are_exactly_the_pinned_list() -> None:
+    assert non_spec_rules() == NON_SPEC_RULES
+
+
+def test_the_doc_lists_the_generated_non_spec_rules() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index("<!-- non-spec rules: generated -->") + len(
+        "<!-- non-spec rules: generated -->\n"
+    )
+    end = text.index("<!-- end of non-spec rules -->")
+    assert text[start:end] == rules_markdown(), (
+        "docs/views.md is stale: regenerate its non-spec rule list from rules_markdown()"
+    )
+
+
+def test_a_facts_enum_violation_warns_and_never_raises() -> None:
+    # Coverage status values come from the facts; the spec says "not shown".
+    coverages = [
+        {"resourceType": "Coverage", "id": "C1", "status": "suspended"},
+        {"resourceType": "Coverage", "id": "C2", "status": "active"},
+    ]
+    df = flatten("Coverage", [bundle(*coverages)])
+    with pytest.warns(PmtkDataWarning, match="not the spec") as caught:
+        assert validate(df, "Coverage", errors="raise") is df
+    cases = caught[0].message.failure_cases  # type: ignore[union-attr]
+    assert cases.select("id", "column", "failure_case").rows() == [("C1", "status", "suspended")]
+
+
+def test_a_pmtk_enum_violation_warns_and_a_spec_one_raises_beside_it() -> None:
+    line = {
+        "resourceType": "InvoiceLine",
+        "id": "L1",
+        "resource": {"type": "bundle"},  # pmtk's own reading of a "not shown" item
+        "status": "paid",  # the spec's enum
+    }
+    df = flatten("InvoiceLine", [bundle(line)])
+    with (
+        pytest.warns(PmtkDataWarning, match="resource_type"),
+        pytest.raises(DataValidationError) as info,
+    ):
+        validate(df, "InvoiceLine")
+    cases = info.value.failure_cases
+    assert cases.select("id", "column", "failure_case").rows() == [("L1", "status", "paid")]
+
+
+def test_a_wrong_json_type_in_a_facts_field_is_an_observation() -> None:
+    patient = {"resourceType": "Patient", "id": "P1", "gender": 1}
+    df = flatten("Patient", [bundle(patient)])
+    assert df.get_column("gender").to_list() == [None]
+    with pytest.warns(PmtkDataWarning) as caught:
+        validate(df, "Patient")
+    cases = caught[0].message.failure_cases  # type: ignore[union-attr]
+    assert cases.select("id", "column", "check", "failure_case").rows() == [
+        ("P1", "gender", "json_type: gender", "1")
+    ]
+
+
+def test_spec_valid_frames_give_no_warning() -> None:
+    coverage = {"resourceType": "Coverage", "id": "C1", "status": "active"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        validate(flatten("Coverage", [bundle(coverage)]), "Coverage")
+    assert isinstance(flatten("Coverage", []), pl.DataFrame)
