@@ -30,7 +30,6 @@ def _client(port: int, **kwargs: object) -> Client:
     )
 
 
-
 @pytest.mark.parametrize(
     "link",
     [
