@@ -35,9 +35,11 @@ def _client(handler: Handler, sent: list[httpx.Request], **kwargs: Any) -> Clien
 def test_patients_served_for_appointments_are_an_error_not_an_empty_frame() -> None:
     ids = [str(i) for i in range(100)]
     sent: list[httpx.Request] = []
-    with _client(lambda r: bundle(ids, total=100), sent) as client:
-        with pytest.raises(MalformedPage, match=r"entry\[0\] is a 'Patient', not a Appointment"):
-            client.frame("Appointment")
+    with (
+        _client(lambda r: bundle(ids, total=100), sent) as client,
+        pytest.raises(MalformedPage, match=r"entry\[0\] is a 'Patient', not a Appointment"),
+    ):
+        client.frame("Appointment")
     assert len(sent) == 1
 
 
@@ -60,9 +62,11 @@ def test_included_entries_are_allowed_only_when_asked_and_not_counted() -> None:
 
 def test_more_records_than_total_is_an_error() -> None:
     sent: list[httpx.Request] = []
-    with _client(lambda r: bundle([str(i) for i in range(15)], total=10), sent) as client:
-        with pytest.raises(MalformedPage, match=r"15 records read but the server announced 10"):
-            client.frame("Patient")
+    with (
+        _client(lambda r: bundle([str(i) for i in range(15)], total=10), sent) as client,
+        pytest.raises(MalformedPage, match=r"15 records read but the server announced 10"),
+    ):
+        client.frame("Patient")
 
 
 def test_endless_next_chain_with_a_total_stops_after_what_total_allows() -> None:
@@ -73,9 +77,8 @@ def test_endless_next_chain_with_a_total_stops_after_what_total_allows() -> None
         return bundle(ids, total=100, next_url=f"Patient?page={n + 1}")
 
     sent: list[httpx.Request] = []
-    with _client(page, sent) as client:
-        with pytest.raises((PageLimitExceeded, MalformedPage)):
-            list(client.pages("Patient"))
+    with _client(page, sent) as client, pytest.raises((PageLimitExceeded, MalformedPage)):
+        list(client.pages("Patient"))
     # 100 records at 10 a page: 10 pages, and at most 2 more before the error
     assert len(sent) <= 12
 
@@ -88,9 +91,11 @@ def test_endless_next_chain_with_records_within_total_hits_the_page_bound() -> N
         return bundle([str(n)], total=1_000_000, next_url=f"Patient?page={n + 1}")
 
     sent: list[httpx.Request] = []
-    with _client(page, sent, max_pages=25) as client:
-        with pytest.raises(PageLimitExceeded, match="max_pages=25") as info:
-            list(client.pages("Patient"))
+    with (
+        _client(page, sent, max_pages=25) as client,
+        pytest.raises(PageLimitExceeded, match="max_pages=25") as info,
+    ):
+        list(client.pages("Patient"))
     assert info.value.limit == 25
     assert len(sent) == 25
 
@@ -101,9 +106,11 @@ def test_without_total_max_pages_applies_per_call() -> None:
         return bundle([str(n)], next_url=f"Patient?page={n + 1}")
 
     sent: list[httpx.Request] = []
-    with _client(page, sent) as client:
-        with pytest.raises(PageLimitExceeded, match="Pass max_pages= to allow more"):
-            list(client.pages("Patient", max_pages=7))
+    with (
+        _client(page, sent) as client,
+        pytest.raises(PageLimitExceeded, match="Pass max_pages= to allow more"),
+    ):
+        list(client.pages("Patient", max_pages=7))
     assert len(sent) == 7
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import time
 import zlib
@@ -66,9 +67,12 @@ def test_a_stalled_write_answer_is_outcome_unknown_not_a_resend() -> None:
 
         return StreamingResponse(body(), media_type="application/json")
 
-    with serve(api_app(stall)) as port, _client(port, timeout=1.0) as client:
-        with pytest.raises(OutcomeUnknown, match="deadline"):
-            client.request("PATCH", "Patient/1", json={"a": 1}, retry=False)
+    with (
+        serve(api_app(stall)) as port,
+        _client(port, timeout=1.0) as client,
+        pytest.raises(OutcomeUnknown, match="deadline"),
+    ):
+        client.request("PATCH", "Patient/1", json={"a": 1}, retry=False)
     assert calls == [1]
 
 
@@ -101,10 +105,8 @@ def test_a_gzip_bomb_stops_at_the_size_cap_with_bounded_memory(bomb: bytes) -> N
 
     cap = 16 << 20
     with serve(api_app(boom)) as port, _client(port, max_response_bytes=cap) as client:
-        try:  # reset the peak so that VmHWM measures this test only
+        with contextlib.suppress(OSError):  # reset the peak: VmHWM then measures this test
             Path("/proc/self/clear_refs").write_text("5")
-        except OSError:
-            pass
         before = _rss_kib("VmRSS")
         with pytest.raises(ResponseTooLarge) as info:
             client.frame("Patient")

@@ -96,9 +96,12 @@ def test_redirect_to_a_foreign_host_is_not_followed(foreign: tuple[Recorder, int
     async def handler(request: Request) -> Response:
         return RedirectResponse(f"http://localhost:{fport}/main/Patient", status_code=302)
 
-    with serve(api_app(handler)) as api, _client(api) as client:
-        with pytest.raises(ApiError, match="expected a Bundle"):
-            list(client.pages("Patient"))
+    with (
+        serve(api_app(handler)) as api,
+        _client(api) as client,
+        pytest.raises(ApiError, match="expected a Bundle"),
+    ):
+        list(client.pages("Patient"))
     assert recorder.seen == []
 
 
@@ -139,15 +142,17 @@ def test_https_to_http_downgrade_is_refused_before_sending() -> None:
             200, json=bundle(["a"], total=2, next_url="http://api.test/main/Patient?page=2")
         )
 
-    with Client(
-        "https://api.test/main",
-        "c",
-        SECRET,
-        transport=httpx.MockTransport(handle),
-        progress=False,
-    ) as client:
-        with pytest.raises(ForeignLink, match="downgrades https to http"):
-            list(client.pages("Patient"))
+    with (
+        Client(
+            "https://api.test/main",
+            "c",
+            SECRET,
+            transport=httpx.MockTransport(handle),
+            progress=False,
+        ) as client,
+        pytest.raises(ForeignLink, match="downgrades https to http"),
+    ):
+        list(client.pages("Patient"))
     assert [r.url.scheme for r in sent] == ["https", "https"]
 
 
