@@ -5,10 +5,11 @@ applies pacing (:mod:`toolkit.throttle`), authentication (:mod:`toolkit.auth`),
 the retry policy (stamina for transport errors and 502/503/504, the throttle for
 429 waits) and the mapping of error answers to :mod:`toolkit.errors`.
 
-List walks (:meth:`Client.pages`) follow ``next`` links (absolute or relative),
-ask for 100 records a page, refuse link loops and duplicate ids, and compare the
-records received with ``Bundle.total``: a walk either returns everything the
-server announced or raises.
+The guards live in their own layers: :mod:`toolkit.http` (credentials only to
+the configured origin, a deadline per request, a cap on the decoded body, safe
+ids) and :mod:`toolkit.paging` (a page parsed once; a walk that refuses wrong
+frames and recovers when the collection changes while it is walked). A walk
+either returns everything the server announced, each record once, or raises.
 
 The client does not import the mock deployment; :func:`connect` imports it
 lazily only when nothing is configured.
@@ -22,12 +23,11 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Literal, Self
-from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -39,14 +39,23 @@ from toolkit.config import region_for_country, resolve_settings
 from toolkit.errors import (
     ApiError,
     ConfigurationError,
-    IncompleteResult,
+    DeadlineExceeded,
     OutcomeUnknown,
-    PagingLoop,
     RateLimited,
+    ResponseTooLarge,
     ServerError,
     TransportError,
     error_for_status,
 )
+from toolkit.http import (
+    ACCEPT_ENCODING,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT,
+    GuardedTransport,
+    Origin,
+    safe_id,
+)
+from toolkit.paging import FetchSummary, Page, Query, Walk, local_now
 from toolkit.throttle import RETRY_STATUSES, RetryPolicy, Throttle, parse_retry_after
 
 if TYPE_CHECKING:
@@ -144,63 +153,6 @@ def search_params(
     return out
 
 
-def _page_key(url: str) -> str:
-    """A URL normalized for loop detection: sorted query, ``page`` defaulting to 1."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    query.setdefault("page", "1")
-    return urlunsplit(
-        (parts.scheme, parts.netloc.lower(), parts.path, urlencode(sorted(query.items())), "")
-    )
-
-
-@dataclass(slots=True)
-class FetchSummary:
-    """What one list walk cost. ``client.last_summary`` holds the latest.
-
-    Attributes
-    ----------
-    resource_type
-        The resource walked.
-    pages, records
-        Pages and records received.
-    total
-        ``Bundle.total`` announced by the server (``None`` when absent).
-    requests
-        HTTP requests sent for the walk, retries and 429 repeats included.
-    retries
-        Attempts repeated after a transport error or 502/503/504.
-    rate_limited
-        429 answers waited out.
-    waited_seconds
-        Time spent waiting on pacing and ``retry-after``.
-    elapsed_seconds
-        Wall time of the walk.
-    complete
-        True once the walk ended with every announced record.
-    """
-
-    resource_type: str
-    pages: int = 0
-    records: int = 0
-    total: int | None = None
-    requests: int = 0
-    retries: int = 0
-    rate_limited: int = 0
-    waited_seconds: float = 0.0
-    elapsed_seconds: float = 0.0
-    complete: bool = False
-
-    def __str__(self) -> str:
-        total = "?" if self.total is None else str(self.total)
-        state = "complete" if self.complete else "incomplete"
-        return (
-            f"{self.resource_type}: {self.records}/{total} records in {self.pages} pages, "
-            f"{self.requests} requests, {self.retries} retries, {self.rate_limited} x 429, "
-            f"{self.waited_seconds:.1f} s waiting, {self.elapsed_seconds:.1f} s elapsed ({state})"
-        )
-
-
 @dataclass(slots=True)
 class _Counters:
     requests: int = 0
@@ -244,7 +196,15 @@ class Client:
     requests_per_minute
         Client-side pacing (sliding window); the API allows 500.
     timeout
-        Seconds for each phase of a request, or an :class:`httpx.Timeout`.
+        Seconds one request may take in all: connect, send, headers and the
+        whole body (read under the client's own clock). An :class:`httpx.Timeout`
+        sets the phases; the whole-request deadline is then its largest phase.
+    max_response_bytes
+        Cap on the decoded body of one response, enforced while reading
+        (default 64 MiB): a compression bomb costs at most this much.
+    max_pages
+        Pages one pass of a list walk may take. Default: what ``Bundle.total``
+        and the page size allow (+2), or 10,000 when there is no ``total``.
     transport
         An httpx transport (for example :class:`httpx.MockTransport` in tests).
     progress
@@ -275,7 +235,9 @@ class Client:
         user_agent: str | None = None,
         region: str | None = None,
         requests_per_minute: int | None = catalogue.RATE_LIMIT_PER_MINUTE,
-        timeout: float | httpx.Timeout = 30.0,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        max_pages: int | None = None,
         transport: httpx.BaseTransport | None = None,
         progress: bool | None = None,
         retry_policy: RetryPolicy | None = None,
@@ -286,6 +248,25 @@ class Client:
             base_url, client_id, client_secret, user_agent=user_agent, region=region
         )
         self.base_url = settings.base_url
+        self.origin = Origin.of(settings.base_url)
+        if max_pages is not None and (isinstance(max_pages, bool) or max_pages < 1):
+            msg = f"max_pages must be a positive number of pages, got {max_pages!r}"
+            raise ConfigurationError(msg)
+        self.max_pages = max_pages
+        if isinstance(timeout, httpx.Timeout):
+            phases = [t for t in (timeout.connect, timeout.read, timeout.write, timeout.pool) if t]
+            deadline = max(phases) if phases else DEFAULT_TIMEOUT
+        else:
+            deadline = float(timeout)
+        try:
+            guarded = GuardedTransport(
+                self.origin,
+                transport,
+                timeout=deadline,
+                max_response_bytes=max_response_bytes,
+            )
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
         self.client_id = settings.client_id
         self.user_agent = settings.user_agent
         self.progress = progress
@@ -305,9 +286,13 @@ class Client:
         self.last_summary: FetchSummary | None = None
         self._http = httpx.Client(
             auth=self.auth,
-            transport=transport,
+            transport=guarded,
             timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
-            headers={"Accept": FHIR_JSON, "User-Agent": settings.user_agent},
+            headers={
+                "Accept": FHIR_JSON,
+                "User-Agent": settings.user_agent,
+                "Accept-Encoding": ACCEPT_ENCODING,
+            },
             follow_redirects=False,
         )
 
@@ -341,30 +326,43 @@ class Client:
     # ------------------------------------------------------------------ choke point
 
     def _url(self, path: str) -> str:
-        if path.startswith(("http://", "https://")):
-            return path
+        """The absolute URL of ``path``, checked against the origin before any request.
+
+        An absolute URL, a ``//host`` link or anything with a backslash is resolved
+        as a browser would and must stay on the configured origin
+        (:class:`~toolkit.errors.ForeignLink` otherwise).
+        """
+        base = self.base_url + "/"
+        if "://" in path or path.startswith("//") or "\\" in path:
+            return self.origin.resolve(path, base, what="URL")
         if path.startswith(catalogue.API_PREFIX + "/") and self.base_url.endswith(
             catalogue.API_PREFIX
         ):
             path = path[len(catalogue.API_PREFIX) :]
-        return f"{self.base_url}/{path.lstrip('/')}"
+        return self.origin.resolve(f"{self.base_url}/{path.lstrip('/')}", base, what="URL")
 
     def _send_paced(
         self,
         method: str,
         url: str,
         *,
-        params: Mapping[str, str] | None,
+        params: Mapping[str, str] | Sequence[tuple[str, str]] | None,
         content: bytes | None,
         headers: Mapping[str, str],
     ) -> httpx.Response:
         """Send once, waiting out 429 answers (which the server did not act on)."""
         policy = self.retry_policy
+        query: httpx.QueryParams | None = None
+        if params is not None:
+            pairs: list[tuple[str, str | int | float | bool | None]] = list(
+                params.items() if isinstance(params, Mapping) else params
+            )
+            query = httpx.QueryParams(pairs)
         for n in range(policy.rate_limit_waits + 1):
             self.throttle.acquire()
             self._counters.add(requests=1)
             request = self._http.build_request(
-                method, url, params=params, content=content, headers=headers
+                method, url, params=query, content=content, headers=headers
             )
             sent_at = self.throttle.now()
             response = self._http.send(request)
@@ -405,7 +403,7 @@ class Client:
         method: str,
         url: str,
         *,
-        params: Mapping[str, str] | None,
+        params: Mapping[str, str] | Sequence[tuple[str, str]] | None,
         content: bytes | None,
         headers: Mapping[str, str],
         decode: bool,
@@ -442,7 +440,7 @@ class Client:
         method: str,
         path: str,
         *,
-        params: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         json: Any = None,
         content_type: str = "application/json",
         decode: bool = True,
@@ -488,6 +486,15 @@ class Client:
                 raise OutcomeUnknown(msg) from exc
             msg = f"{method} {url} failed after {attempts} attempt(s): {type(exc).__name__}"
             raise TransportError(msg) from exc
+        except (DeadlineExceeded, ResponseTooLarge) as exc:
+            # Not retried: a server that drips or floods would do it again.
+            if not idempotent:
+                msg = (
+                    f"{method} {url}: {exc}; the request was sent, so the outcome is unknown; "
+                    "check whether the write landed before sending it again"
+                )
+                raise OutcomeUnknown(msg) from exc
+            raise
         except _CorruptBody as exc:
             msg = f"{exc} (after {attempts} attempts)"
             raise TransportError(msg) from exc
@@ -552,16 +559,41 @@ class Client:
     def _show_progress(self) -> bool:
         return _interactive() if self.progress is None else self.progress
 
-    def _walk(
-        self, resource_type: str, path: str, query: dict[str, str], *, unique_ids: bool = True
-    ) -> Iterator[tuple[bytes, list[dict[str, Any]]]]:
-        """Walk the pages of one list; see :meth:`pages`.
+    def _fetch_page(self, url: str, query: Query | None) -> tuple[httpx.Response, Any]:
+        reply = self._call("GET", url, params=query)
+        return reply.response, reply.data
 
-        ``unique_ids=False`` skips the duplicate-id check, for ``$find``, whose
-        proposal ids (``proposed-<start>-<minutes>``) repeat across practitioners.
-        """
+    def _new_walk(
+        self,
+        resource_type: str,
+        path: str,
+        query: Mapping[str, str],
+        *,
+        max_pages: int | None = None,
+        recover: bool = True,
+        track_ids: bool = True,
+    ) -> Walk:
+        if max_pages is not None and (isinstance(max_pages, bool) or max_pages < 1):
+            msg = f"max_pages must be a positive number of pages, got {max_pages!r}"
+            raise ConfigurationError(msg)
         summary = FetchSummary(resource_type)
         self.last_summary = summary
+        return Walk(
+            resource_type,
+            self._url(path),
+            list(query.items()),
+            fetch=self._fetch_page,
+            resolve=lambda link, page_url: self.origin.resolve(link, page_url, what="next link"),
+            summary=summary,
+            max_pages=max_pages if max_pages is not None else self.max_pages,
+            recover=recover,
+            track_ids=track_ids,
+            now=local_now,
+        )
+
+    def _walk(self, walk: Walk) -> Iterator[Page]:
+        """The pages of ``walk``, with the progress bar and the request counts of the summary."""
+        summary = walk.summary
         started = time.perf_counter()
         requests0, retries0 = self._counters.requests, self._counters.retries
         waited0, limited0 = self.throttle.waited, self.throttle.rate_limited
@@ -573,10 +605,6 @@ class Client:
             summary.rate_limited = self.throttle.rate_limited - limited0
             summary.elapsed_seconds = time.perf_counter() - started
 
-        seen_pages: set[str] = set()
-        seen_ids: set[str] = set()
-        url: str | None = self._url(path)
-        params: dict[str, str] | None = query
         bar_cm: Any = nullcontext(None)
         if self._show_progress():
             from rich.progress import (
@@ -595,118 +623,16 @@ class Client:
                 transient=True,
             )
         with bar_cm as bar:
-            task = bar.add_task(resource_type, total=None) if bar is not None else None
+            task = bar.add_task(summary.resource_type, total=None) if bar is not None else None
             try:
-                while url is not None:
-                    reply = self._call("GET", url, params=params)
-                    params = None
-                    page_url = str(reply.response.url)
-                    seen_pages.add(_page_key(page_url))
-                    entries = self._entries(
-                        reply, resource_type, summary, seen_ids if unique_ids else None
-                    )
+                for page in walk:
                     if bar is not None and task is not None:
                         bar.update(task, total=summary.total, completed=summary.records)
                     settle()
-                    yield reply.response.content, entries
-                    url = self._next_url(reply.data, page_url, seen_pages, summary)
-                    if url is not None and not entries:
-                        msg = (
-                            f"{resource_type}: page {summary.pages} is empty but links to "
-                            f"a next page; stopping rather than looping"
-                        )
-                        raise IncompleteResult(
-                            msg, expected=summary.total, received=summary.records
-                        )
+                    yield page
             finally:
                 settle()
-        if summary.total is not None and summary.records < summary.total:
-            msg = (
-                f"{resource_type}: the server announced {summary.total} records "
-                f"(Bundle.total) but the walk returned {summary.records} in "
-                f"{summary.pages} pages"
-            )
-            raise IncompleteResult(msg, expected=summary.total, received=summary.records)
-        summary.complete = True
         log.debug("%s", summary)
-
-    def _entries(
-        self,
-        reply: _Reply,
-        resource_type: str,
-        summary: FetchSummary,
-        seen_ids: set[str] | None,
-    ) -> list[dict[str, Any]]:
-        bundle = reply.data
-        url = str(reply.response.url)
-        if not isinstance(bundle, dict) or bundle.get("resourceType") != "Bundle":
-            kind = bundle.get("resourceType") if isinstance(bundle, dict) else type(bundle).__name__
-            code, diagnostics = None, f"expected a Bundle, got {kind}"
-            if kind == "OperationOutcome":
-                code, diag, _ = outcome_details(reply.response)
-                diagnostics = diag or diagnostics
-            raise ApiError(
-                reply.response.status_code,
-                method="GET",
-                url=url,
-                code=code,
-                diagnostics=diagnostics,
-                outcome=bundle if isinstance(bundle, dict) else None,
-            )
-        raw_entries = bundle.get("entry") or []
-        entries = [
-            e["resource"]
-            for e in raw_entries
-            if isinstance(e, dict) and isinstance(e.get("resource"), dict)
-        ]
-        ids = [r["id"] for r in entries if isinstance(r.get("id"), str)]
-        if seen_ids is None:
-            ids, seen_ids = [], set()
-        repeated = sorted({i for i in ids if i in seen_ids} | {i for i in ids if ids.count(i) > 1})
-        if repeated and entries:
-            if all(i in seen_ids for i in ids):
-                msg = (
-                    f"{resource_type}: page {summary.pages + 1} ({url}) repeats records "
-                    f"already read ({', '.join(repeated[:5])}...): the next links loop"
-                )
-                raise PagingLoop(msg, expected=summary.total, received=summary.records)
-            msg = (
-                f"{resource_type}: page {summary.pages + 1} ({url}) repeats "
-                f"{len(repeated)} record id(s) ({', '.join(repeated[:5])}): paging is "
-                "unstable, the result would have duplicates or gaps"
-            )
-            raise IncompleteResult(msg, expected=summary.total, received=summary.records)
-        seen_ids.update(ids)
-        summary.pages += 1
-        summary.records += len(entries)
-        total = bundle.get("total")
-        if summary.total is None and isinstance(total, int) and not isinstance(total, bool):
-            summary.total = total
-        return entries
-
-    @staticmethod
-    def _next_url(
-        bundle: dict[str, Any], page_url: str, seen_pages: set[str], summary: FetchSummary
-    ) -> str | None:
-        links = bundle.get("link") or []
-        nxt = next(
-            (
-                link.get("url")
-                for link in links
-                if isinstance(link, dict) and link.get("relation") == "next"
-            ),
-            None,
-        )
-        if not isinstance(nxt, str) or not nxt:
-            return None
-        url = urljoin(page_url, nxt)
-        if _page_key(url) in seen_pages:
-            msg = (
-                f"{summary.resource_type}: the next link of page {summary.pages} points "
-                f"back to a page already read ({url})"
-            )
-            raise PagingLoop(msg, expected=summary.total, received=summary.records)
-        return url
 
     def _list_query(
         self, search: Mapping[str, Any], params: Mapping[str, Any] | None
@@ -728,7 +654,14 @@ class Client:
             catalogue.resource(resource_type)  # raises a KeyError naming the known types
 
     def pages(
-        self, resource_type: str, /, *, params: Mapping[str, Any] | None = None, **search: Any
+        self,
+        resource_type: str,
+        /,
+        *,
+        params: Mapping[str, Any] | None = None,
+        max_pages: int | None = None,
+        recover: bool = True,
+        **search: Any,
     ) -> Iterator[bytes]:
         """Raw Bundle pages of a list walk, as bytes (the fast path for ``flatten``).
 
@@ -738,6 +671,12 @@ class Client:
             ``"Referral"``, ``"Appointment"``, ...
         params
             Raw query parameters, passed unchanged.
+        max_pages
+            Pages one pass may take (default: the client's ``max_pages``, else
+            what ``Bundle.total`` allows, else 10,000).
+        recover
+            Recover when records change during the walk (default). ``False``
+            raises :class:`~toolkit.errors.IncompleteResult` instead.
         **search
             Search parameters by Python name (see :func:`search_params`), for
             example ``last_updated="gt2026-01-01T00:00:00Z"``, ``subject=...``.
@@ -745,28 +684,75 @@ class Client:
         Yields
         ------
         bytes
-            Each Bundle page's body, in order.
+            Each Bundle page's body, in order; then, when records changed during
+            the walk, the recovery pages (``_lastUpdated=ge<start>``, and if a
+            record slid past a page boundary, ``lt<start>``). A record may then
+            appear in more than one page: keep, per id, the greatest
+            ``meta.lastUpdated`` (ties: the later page), as :meth:`frame`,
+            :meth:`frames`, :meth:`records` and the store's sync do.
+            ``client.last_summary.recovered`` tells whether that happened.
 
         Raises
         ------
         IncompleteResult
-            When the walk ends with fewer records than ``Bundle.total``, or a
-            page repeats ids (:class:`~toolkit.errors.PagingLoop` for a loop).
+            When the walk ends short of ``Bundle.total`` and recovery cannot make
+            it whole (:class:`~toolkit.errors.PagingLoop` for a loop).
+        MalformedPage
+            An entry of another type, more records than ``total``, or too many
+            pages (:class:`~toolkit.errors.PageLimitExceeded`).
+        ForeignLink
+            A ``next`` link off the configured origin; it is not requested.
         ApiError, TransportError
             When a page fails after the allowed retries; a walk never stops silently.
         """
         self._check_type(resource_type)
-        for raw, _ in self._walk(resource_type, resource_type, self._list_query(search, params)):
-            yield raw
+        walk = self._new_walk(
+            resource_type,
+            resource_type,
+            self._list_query(search, params),
+            max_pages=max_pages,
+            recover=recover,
+        )
+        for page in self._walk(walk):
+            yield page.raw
+
+    def _clean_pages(
+        self,
+        resource_type: str,
+        params: Mapping[str, Any] | None,
+        max_pages: int | None,
+        search: Mapping[str, Any],
+    ) -> list[bytes]:
+        """Every page of a walk, superseded versions removed (each record once)."""
+        self._check_type(resource_type)
+        walk = self._new_walk(
+            resource_type, resource_type, self._list_query(search, params), max_pages=max_pages
+        )
+        return walk.clean([page.raw for page in self._walk(walk)])
 
     def records(
-        self, resource_type: str, /, *, params: Mapping[str, Any] | None = None, **search: Any
+        self,
+        resource_type: str,
+        /,
+        *,
+        params: Mapping[str, Any] | None = None,
+        max_pages: int | None = None,
+        **search: Any,
     ) -> Iterator[dict[str, Any]]:
-        """Every record of a list walk, as dicts; same checks as :meth:`pages`."""
+        """Every record of a list walk, as dicts, each id once in its newest version.
+
+        Same checks as :meth:`pages`. The records come after the walk has ended
+        (a record read early may be superseded by a version read later).
+        """
         self._check_type(resource_type)
-        query = self._list_query(search, params)
-        for _, entries in self._walk(resource_type, resource_type, query):
-            yield from entries
+        walk = self._new_walk(
+            resource_type, resource_type, self._list_query(search, params), max_pages=max_pages
+        )
+        pages = [page.records for page in self._walk(walk)]
+        keep = walk.winners()
+        for i, records in enumerate(pages):
+            positions = keep.get(i, set())
+            yield from (r for pos, r in enumerate(records) if pos in positions)
 
     def frame(
         self,
@@ -777,6 +763,7 @@ class Client:
         view: str | None = None,
         errors: Literal["raise", "warn"] = "raise",
         params: Mapping[str, Any] | None = None,
+        max_pages: int | None = None,
         **search: Any,
     ) -> pl.DataFrame:
         """A validated Polars frame of every record (flattened by the declared view).
@@ -791,8 +778,8 @@ class Client:
         errors
             ``"raise"`` raises :class:`~toolkit.errors.DataValidationError` on
             schema failures; ``"warn"`` warns and returns the frame.
-        params, **search
-            As for :meth:`pages`.
+        params, max_pages, **search
+            As for :meth:`pages`. Each record appears once, in its newest version.
         """
         from toolkit.schemas import validate
         from toolkit.views import flatten
@@ -801,7 +788,8 @@ class Client:
             msg = f"pass table= or view=, not both ({table!r} != {view!r})"
             raise ConfigurationError(msg)
         name = table if table is not None else view
-        df = flatten(resource_type, self.pages(resource_type, params=params, **search), table=name)
+        pages = self._clean_pages(resource_type, params, max_pages, search)
+        df = flatten(resource_type, pages, table=name)
         return validate(df, resource_type, table=name, errors=errors)
 
     def frames(
@@ -811,17 +799,21 @@ class Client:
         *,
         errors: Literal["raise", "warn"] = "raise",
         params: Mapping[str, Any] | None = None,
+        max_pages: int | None = None,
         **search: Any,
     ) -> dict[str, pl.DataFrame]:
         """The main table and every child table of a list walk, each validated.
 
         Keys are the resource name for the main table and ``<resource>_<child>``
         (snake case) for child tables, as in :func:`toolkit.views.flatten_tables`.
+        Each record (and its child rows) appears once, in its newest version.
         """
         from toolkit.schemas import validate
         from toolkit.views import flatten_tables
 
-        tables = flatten_tables(resource_type, self.pages(resource_type, params=params, **search))
+        tables = flatten_tables(
+            resource_type, self._clean_pages(resource_type, params, max_pages, search)
+        )
         return {
             key: validate(
                 df, resource_type, table=None if key == resource_type else key, errors=errors
@@ -838,12 +830,12 @@ class Client:
         ------
         NotFound
             When there is no such record (also a ``KeyError``).
+        InvalidId
+            When ``record_id`` cannot be one path segment (``..``, ``/``, ``%``,
+            whitespace, ...); nothing is sent.
         """
         self._check_type(resource_type)
-        if not isinstance(record_id, str) or not record_id or "/" in record_id:
-            msg = f"{record_id!r} is not a {resource_type} id"
-            raise ConfigurationError(msg)
-        reply = self._call("GET", f"{resource_type}/{quote(record_id, safe='-._~')}")
+        reply = self._call("GET", f"{resource_type}/{safe_id(resource_type, record_id)}")
         data = reply.data
         if not isinstance(data, dict) or data.get("resourceType") != resource_type:
             kind = data.get("resourceType") if isinstance(data, dict) else type(data).__name__
@@ -897,10 +889,11 @@ class Client:
             When a change breaks a catalogue rule, or the type does not accept
             PATCH (Practitioner, Organization: the API answers 405); nothing is sent.
         """
+        safe_id(resource_type, record_id)
         data = writes.check_patch(resource_type, record_id, changes)
         reply = self._call(
             "PATCH",
-            f"{resource_type}/{quote(record_id, safe='-._~')}",
+            f"{resource_type}/{record_id}",
             json=data,
             content_type=MERGE_PATCH,
             retry="attachments" not in data,
@@ -1000,8 +993,8 @@ class Client:
             msg = f"duration must be a positive number of minutes, got {duration!r}"
             raise ConfigurationError(msg)
         query = search_params({"start": start, "end": end, "duration": duration, **filters})
-        walk = self._walk("Appointment", "Appointment/$find", query, unique_ids=False)
-        return _proposed_frame(entry for _, entries in walk for entry in entries)
+        walk = self._new_walk("Appointment", "Appointment/$find", query, track_ids=False)
+        return _proposed_frame(r for page in self._walk(walk) for r in page.records)
 
 
 def _proposed_frame(records: Iterator[dict[str, Any]] | Any) -> pl.DataFrame:

@@ -2,12 +2,18 @@
 
     PmtkError
     ├── ConfigurationError (ValueError)      bad or missing settings, unknown region
+    │   └── InvalidId                        an id unfit for a URL path segment; nothing sent
+    ├── ForeignLink (ValueError)             a URL off the configured origin; nothing sent
     ├── RequestValidationError (ValueError)  a write body broke a catalogue rule; nothing was sent
     ├── DataValidationError (ValueError)     a frame failed its pandera schema (.failure_cases)
     ├── IncompleteResult                     a list walk ended short of Bundle.total, or looped
     │   └── PagingLoop                       a next link pointed back to a page already read
+    ├── MalformedPage                        a page contradicts the request (type, total)
+    │   └── PageLimitExceeded                more pages than total and page size allow, or max_pages
     ├── OutcomeUnknown                       POST or $book failed after sending; may have landed
     ├── TransportError                       the deployment could not be reached (after retries)
+    │   ├── DeadlineExceeded                 a request took longer than its timeout, body included
+    │   └── ResponseTooLarge                 a decoded response body passed the size cap
     └── ApiError                             the server answered an error (OperationOutcome)
         ├── AuthError                        401 / 403
         ├── NotFound (KeyError)              404
@@ -32,14 +38,20 @@ __all__ = [
     "ConfigurationError",
     "Conflict",
     "DataValidationError",
+    "DeadlineExceeded",
+    "ForeignLink",
     "IncompleteResult",
+    "InvalidId",
+    "MalformedPage",
     "MethodNotAllowed",
     "NotFound",
     "OutcomeUnknown",
+    "PageLimitExceeded",
     "PagingLoop",
     "PmtkError",
     "RateLimited",
     "RequestValidationError",
+    "ResponseTooLarge",
     "ServerError",
     "TransportError",
     "error_for_status",
@@ -52,6 +64,22 @@ class PmtkError(Exception):
 
 class ConfigurationError(PmtkError, ValueError):
     """A setting is missing, malformed or contradictory."""
+
+
+class InvalidId(ConfigurationError):
+    """An id unfit for one path segment (``.``, ``..``, ``/``, ``%``, ...). Nothing was sent."""
+
+
+class ForeignLink(PmtkError, ValueError):
+    """A URL that leads off the configured origin (scheme, host, port). It was not requested.
+
+    ``url`` is the offending URL with any userinfo removed; ``origin`` the configured one.
+    """
+
+    def __init__(self, message: str, *, url: str, origin: str) -> None:
+        self.url = url
+        self.origin = origin
+        super().__init__(message)
 
 
 class RequestValidationError(PmtkError, ValueError):
@@ -89,6 +117,25 @@ class PagingLoop(IncompleteResult):
     """A ``next`` link pointed back to a page that had already been read."""
 
 
+class MalformedPage(PmtkError):
+    """A list page contradicts the request: an entry of another type, more records than total.
+
+    ``url`` is the page's URL; nothing of the walk is returned.
+    """
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        self.url = url
+        super().__init__(message)
+
+
+class PageLimitExceeded(MalformedPage):
+    """A walk went past the pages ``Bundle.total`` and the page size allow, or ``max_pages``."""
+
+    def __init__(self, message: str, *, url: str | None = None, limit: int) -> None:
+        self.limit = limit
+        super().__init__(message, url=url)
+
+
 class OutcomeUnknown(PmtkError):
     """A non-idempotent request (POST, ``$book``) failed after it was sent.
 
@@ -98,6 +145,24 @@ class OutcomeUnknown(PmtkError):
 
 class TransportError(PmtkError):
     """The deployment could not be reached, even after the allowed retries."""
+
+
+class DeadlineExceeded(TransportError):
+    """One request (connect, send, headers and the whole body) took longer than its deadline."""
+
+    def __init__(self, message: str, *, url: str, limit: float) -> None:
+        self.url = url
+        self.limit = limit
+        super().__init__(message)
+
+
+class ResponseTooLarge(TransportError):
+    """A response body, decoded, passed the size cap; reading stopped at the cap."""
+
+    def __init__(self, message: str, *, url: str, limit: int) -> None:
+        self.url = url
+        self.limit = limit
+        super().__init__(message)
 
 
 class ApiError(PmtkError):

@@ -63,6 +63,7 @@ import contextlib
 import email.utils
 import errno
 import hashlib
+import inspect
 import os
 import queue
 import re
@@ -1217,22 +1218,27 @@ class _ResourceSyncer:
     def _pages(self, cp: _Checkpoint, first_page: int) -> Iterator[bytes]:
         """The pages of the walk from ``first_page``; notes the server's time at its start.
 
-        A fresh walk reads its first page with ``client.request`` (when the client
-        has one) to learn the server's clock from the ``Date`` header, then the
-        rest with ``client.pages`` from page 2: the same number of requests.
+        A fresh walk is one ``client.pages`` walk: when records change during it,
+        the client appends recovery pages (newer versions come later, so the
+        merge's "newest part wins" keeps them) and ``client.last_summary``
+        carries the server time of its first page. A resumed walk starts at
+        ``first_page``, so it is short of ``Bundle.total`` by design: recovery
+        is switched off and :func:`_resumed_walk_complete` judges it.
         """
         search = self._search(cp, first_page)
-        request = getattr(self.client, "request", None)
-        if first_page > 1 or not callable(request):
-            yield from self.client.pages(self.rt, params=search)
+        pages = self.client.pages
+        if first_page > 1:
+            if "recover" in inspect.signature(pages).parameters:
+                yield from pages(self.rt, params=search, recover=False)
+            else:
+                yield from pages(self.rt, params=search)
             return
-        response = request("GET", self.rt, params=search)
-        cp.server_time = _server_time(response.headers.get("date"))
-        page = response.content
-        yield page
-        links = orjson.loads(page).get("link") or []
-        if any(isinstance(link, dict) and link.get("relation") == "next" for link in links):
-            yield from self.client.pages(self.rt, params=self._search(cp, 2))
+        for page in pages(self.rt, params=search):
+            if cp.server_time is None:
+                summary = getattr(self.client, "last_summary", None)
+                started = getattr(summary, "started_at", None)
+                cp.server_time = started if isinstance(started, str) else None
+            yield page
 
     def _drop_unrecorded_parts(self, cp: _Checkpoint) -> None:
         """Remove part files written after the last checkpoint (a crash mid-page)."""

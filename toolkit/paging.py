@@ -1,0 +1,603 @@
+"""List walks: a :class:`Page` parsed once, and a :class:`Walk` that recovers from change.
+
+A walk follows ``next`` links (checked against the origin by the caller's
+``resolve``), and refuses what would make a quiet wrong frame:
+
+* an entry of another ``resourceType`` (unless ``_include``/``_revinclude`` was
+  asked and the entry says ``search.mode: include``; those are not counted);
+* more records than ``Bundle.total`` that the walk's own time cannot explain,
+  or more pages than ``total`` and the page size allow (+ :data:`PAGE_MARGIN`);
+  without a ``total``, more than ``max_pages`` pages (:data:`DEFAULT_MAX_PAGES`);
+* a ``next`` link back to a page already read, or a page of nothing but
+  versions already read (:class:`~toolkit.errors.PagingLoop`).
+
+**Changing collections.** On a busy deployment records change while a list is
+walked: a changed record moves, so it shows up twice and another slides across
+a page boundary and is missed. The walk notes the server's time ``t0`` when it
+starts (the ``Date`` header of page 1, else its ``meta.lastUpdated``, else the
+local clock minus :data:`CLOCK_MARGIN`). When the walk ends with a repeated id
+or a count other than ``total``, it recovers:
+
+1. walk ``_lastUpdated=ge<t0>`` (same other parameters): every record changed
+   or created since the start, in its newest version;
+2. ask how many records are unchanged since ``t0`` (``_lastUpdated=lt<t0>``,
+   ``_count=1``, its ``total``); if the walk holds that many, it is whole;
+3. otherwise (a record slid into a page already read) walk
+   ``_lastUpdated=lt<t0>`` -- a set that changes only by losing records -- and
+   go back to 1, once.
+
+The pages of the recovery are yielded after the walk's own pages, so a consumer
+of raw pages sees a record more than once and keeps, per id, the newest
+``meta.lastUpdated`` (ties: the later page). :meth:`Walk.clean` does that for
+pages kept in memory. Recovery raises :class:`~toolkit.errors.IncompleteResult`
+only when it cannot make the result whole.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import httpx
+import orjson
+
+from toolkit.auth import outcome_details
+from toolkit.errors import (
+    ApiError,
+    IncompleteResult,
+    MalformedPage,
+    PageLimitExceeded,
+    PagingLoop,
+)
+
+__all__ = [
+    "CLOCK_MARGIN",
+    "DEFAULT_MAX_PAGES",
+    "PAGE_MARGIN",
+    "FetchSummary",
+    "Page",
+    "Walk",
+]
+
+DEFAULT_MAX_PAGES = 10_000
+"""Pages one pass may take when the server gives no ``total`` (a million records at 100)."""
+
+PAGE_MARGIN = 2
+"""Pages allowed beyond ``ceil(total / page size)`` (records created during the walk)."""
+
+CLOCK_MARGIN = timedelta(minutes=2)
+"""Subtracted from the local clock when the server tells no time (clock skew)."""
+
+RECOVERY_ROUNDS = 2
+"""Passes of "changed since t0" a recovery may make (a fill walk between them)."""
+
+Query = list[tuple[str, str]]
+Fetch = Callable[[str, Query | None], tuple[httpx.Response, Any]]
+
+
+@dataclass(slots=True)
+class FetchSummary:
+    """What one list walk cost. ``client.last_summary`` holds the latest.
+
+    Attributes
+    ----------
+    resource_type
+        The resource walked.
+    pages, records
+        Pages received (recovery included) and distinct records kept.
+    total
+        ``Bundle.total`` announced by the server (``None`` when absent).
+    requests
+        HTTP requests sent for the walk, retries and 429 repeats included.
+    retries
+        Attempts repeated after a transport error or 502/503/504.
+    rate_limited
+        429 answers waited out.
+    waited_seconds
+        Time spent waiting on pacing and ``retry-after``.
+    elapsed_seconds
+        Wall time of the walk.
+    complete
+        True once the walk ended with every announced record.
+    started_at
+        Server time at the start of the walk (ISO 8601 UTC), the recovery's ``t0``.
+    recovered
+        The collection changed during the walk and recovery pages were fetched.
+    """
+
+    resource_type: str
+    pages: int = 0
+    records: int = 0
+    total: int | None = None
+    requests: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    waited_seconds: float = 0.0
+    elapsed_seconds: float = 0.0
+    complete: bool = False
+    started_at: str | None = None
+    recovered: bool = False
+
+    def __str__(self) -> str:
+        total = "?" if self.total is None else str(self.total)
+        state = "complete" if self.complete else "incomplete"
+        if self.recovered:
+            state += ", recovered from changes during the walk"
+        return (
+            f"{self.resource_type}: {self.records}/{total} records in {self.pages} pages, "
+            f"{self.requests} requests, {self.retries} retries, {self.rate_limited} x 429, "
+            f"{self.waited_seconds:.1f} s waiting, {self.elapsed_seconds:.1f} s elapsed ({state})"
+        )
+
+
+def _instant(value: Any) -> datetime | None:
+    """A FHIR instant as an aware UTC datetime, or ``None`` when absent or unreadable."""
+    if not isinstance(value, str) or len(value) < 10:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _stamp(record: dict[str, Any]) -> datetime | None:
+    meta = record.get("meta")
+    return _instant(meta.get("lastUpdated")) if isinstance(meta, dict) else None
+
+
+def _bound(when: datetime) -> str:
+    """A ``_lastUpdated`` value: the second ``when`` falls in (floor), in UTC."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _page_key(url: str) -> str:
+    """A URL normalized for loop detection: sorted query, ``page`` defaulting to 1."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    query.setdefault("page", "1")
+    return urlunsplit(
+        (parts.scheme, parts.netloc.lower(), parts.path, urlencode(sorted(query.items())), "")
+    )
+
+
+@dataclass(slots=True)
+class Page:
+    """One Bundle page, parsed once.
+
+    Attributes
+    ----------
+    raw
+        The body as received.
+    url
+        The URL it was read from.
+    bundle
+        The parsed Bundle.
+    records
+        Entry resources of the type asked for (``search.mode: include`` left out).
+    total
+        ``Bundle.total``, if any.
+    next
+        The ``next`` link as written (unresolved), if any.
+    server_time
+        The server's clock: ``Date`` header, else ``meta.lastUpdated``.
+    phase
+        ``"walk"``, ``"changed"`` (recovery: changed since t0) or ``"unchanged"``.
+    """
+
+    raw: bytes
+    url: str
+    bundle: dict[str, Any]
+    records: list[dict[str, Any]]
+    total: int | None
+    next: str | None
+    server_time: datetime | None
+    phase: str = "walk"
+
+    @classmethod
+    def parse(
+        cls,
+        response: httpx.Response,
+        data: Any,
+        resource_type: str,
+        *,
+        include: bool,
+        phase: str = "walk",
+    ) -> Page:
+        """Parse and check one list answer; see the module docstring for the rules."""
+        url = str(response.url)
+        if not isinstance(data, dict) or data.get("resourceType") != "Bundle":
+            kind = data.get("resourceType") if isinstance(data, dict) else type(data).__name__
+            code, diagnostics = None, f"expected a Bundle, got {kind}"
+            if kind == "OperationOutcome":
+                code, diag, _ = outcome_details(response)
+                diagnostics = diag or diagnostics
+            raise ApiError(
+                response.status_code,
+                method="GET",
+                url=url,
+                code=code,
+                diagnostics=diagnostics,
+                outcome=data if isinstance(data, dict) else None,
+            )
+        raw_entries = data.get("entry") or []
+        if not isinstance(raw_entries, list):
+            msg = f"{resource_type}: {url}: Bundle.entry is not a list"
+            raise MalformedPage(msg, url=url)
+        records: list[dict[str, Any]] = []
+        for i, entry in enumerate(raw_entries):
+            resource = entry.get("resource") if isinstance(entry, dict) else None
+            if not isinstance(resource, dict):
+                msg = f"{resource_type}: {url}: entry[{i}] has no resource object"
+                raise MalformedPage(msg, url=url)
+            search = entry.get("search")
+            mode = search.get("mode") if isinstance(search, dict) else None
+            kind = resource.get("resourceType")
+            if mode == "include" and include:
+                continue  # asked for with _include: not a record of the walk
+            if kind == "OperationOutcome" and mode == "outcome":
+                continue  # FHIR's informational entry about the search itself
+            if kind != resource_type:
+                msg = (
+                    f"{resource_type}: {url}: entry[{i}] is a {kind!r}, not a {resource_type} "
+                    "(and not an _include marked search.mode 'include'); a frame of it "
+                    "would silently lose records"
+                )
+                raise MalformedPage(msg, url=url)
+            records.append(resource)
+        total = data.get("total")
+        if total is not None and (
+            not isinstance(total, int) or isinstance(total, bool) or total < 0
+        ):
+            msg = f"{resource_type}: {url}: Bundle.total is {total!r}, not a count"
+            raise MalformedPage(msg, url=url)
+        links = data.get("link") or []
+        nxt = next(
+            (
+                link.get("url")
+                for link in (links if isinstance(links, list) else [])
+                if isinstance(link, dict) and link.get("relation") == "next"
+            ),
+            None,
+        )
+        server_time = None
+        date = response.headers.get("date")
+        if date:
+            try:
+                server_time = email.utils.parsedate_to_datetime(date).astimezone(UTC)
+            except (TypeError, ValueError, IndexError):
+                server_time = None
+        if server_time is None:
+            meta = data.get("meta")
+            server_time = _instant(meta.get("lastUpdated")) if isinstance(meta, dict) else None
+        return cls(
+            raw=response.content,
+            url=url,
+            bundle=data,
+            records=records,
+            total=total,
+            next=nxt if isinstance(nxt, str) and nxt else None,
+            server_time=server_time,
+            phase=phase,
+        )
+
+
+@dataclass(slots=True)
+class _Version:
+    stamp: datetime | None
+    page: int
+    pos: int
+
+
+@dataclass(slots=True)
+class _Pass:
+    """The bookkeeping of one pass (the walk, or one recovery query)."""
+
+    phase: str
+    pages: int = 0
+    total: int | None = None
+    first_len: int | None = None
+    start: datetime | None = None
+    ids: set[str] = field(default_factory=set)
+    unexplained: int = 0
+    keys: set[str] = field(default_factory=set)
+
+
+class Walk:
+    """One list walk: its pages in order, then any recovery pages.
+
+    Parameters
+    ----------
+    resource_type
+        The type asked for; entries of another type are an error.
+    url
+        The list URL (already checked against the origin).
+    query
+        Query parameters as ``(name, value)`` pairs (names may repeat).
+    fetch
+        ``fetch(url, query) -> (response, parsed JSON)``: one GET through the
+        client's pipeline.
+    resolve
+        ``resolve(link, page_url) -> url``: a ``next`` link resolved and checked
+        against the origin (raises :class:`~toolkit.errors.ForeignLink`).
+    summary
+        Filled in as the walk goes.
+    max_pages
+        Pages one pass may take; ``None``: :data:`DEFAULT_MAX_PAGES` when the
+        server gives no ``total`` (with a ``total`` the bound comes from it).
+    recover
+        Recover from changes during the walk (see the module docstring).
+        ``False`` raises :class:`~toolkit.errors.IncompleteResult` instead.
+    track_ids
+        ``False`` for ``$find``, whose proposal ids repeat by design: no
+        duplicate check and no recovery.
+    now
+        The local UTC clock, used only when the server tells no time.
+    """
+
+    def __init__(
+        self,
+        resource_type: str,
+        url: str,
+        query: Query,
+        *,
+        fetch: Fetch,
+        resolve: Callable[[str, str], str],
+        summary: FetchSummary,
+        max_pages: int | None = None,
+        recover: bool = True,
+        track_ids: bool = True,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        if max_pages is not None and max_pages < 1:
+            msg = f"max_pages must be at least 1, got {max_pages!r}"
+            raise ValueError(msg)
+        self.resource_type = resource_type
+        self.url = url
+        self.query = list(query)
+        self.summary = summary
+        self.max_pages = max_pages
+        self.recover = recover
+        self.track_ids = track_ids
+        self._fetch = fetch
+        self._resolve = resolve
+        self._now = now or (lambda: datetime.now(UTC))
+        self._include = any(k in ("_include", "_revinclude") for k, _ in self.query)
+        self._best: dict[str, _Version] = {}
+        self._index = 0  # pages yielded so far
+        self._repeats = 0  # the same version of a record read again
+        self._moved = 0  # a newer version of a record read again
+        self.started_at: datetime | None = None
+
+    # ------------------------------------------------------------------ one pass
+
+    def _limit(self, p: _Pass) -> int | None:
+        derived = None
+        if p.total is not None and p.first_len:
+            derived = math.ceil(p.total / p.first_len) + PAGE_MARGIN
+        if self.max_pages is not None:
+            return min(self.max_pages, derived) if derived is not None else self.max_pages
+        return derived if derived is not None else DEFAULT_MAX_PAGES
+
+    def _note(self, p: _Pass, page: Page) -> None:
+        """Account for the records of one page; raise on what cannot be right."""
+        if p.pages == 1:
+            p.total = page.total
+            p.start = page.server_time
+            if p.start is None:
+                p.start = self._now() - CLOCK_MARGIN
+        if p.first_len is None and page.next is not None:
+            p.first_len = len(page.records)
+        fresh = 0
+        for pos, record in enumerate(page.records):
+            rid = record.get("id")
+            stamp = _stamp(record)
+            if not self.track_ids:
+                p.unexplained += 1
+                continue
+            if not isinstance(rid, str) or not rid:
+                msg = (
+                    f"{self.resource_type}: {page.url}: record {pos} has no id, so the "
+                    "walk cannot tell repeats from new records"
+                )
+                raise MalformedPage(msg, url=page.url)
+            if rid not in p.ids:
+                p.ids.add(rid)
+                if stamp is None or p.start is None or stamp < p.start:
+                    p.unexplained += 1
+            prev = self._best.get(rid)
+            if prev is None:
+                fresh += 1
+            elif prev.stamp is None or stamp is None or stamp == prev.stamp:
+                self._repeats += 1
+            else:
+                self._moved += 1
+                fresh += 1
+            if prev is None or prev.stamp is None or stamp is None or stamp >= prev.stamp:
+                self._best[rid] = _Version(stamp, self._index, pos)
+        if p.total is not None and p.unexplained > p.total:
+            msg = (
+                f"{self.resource_type}: {page.url}: {p.unexplained} records read but the "
+                f"server announced {p.total} (Bundle.total), and they did not change during "
+                "the walk; the pages contradict their total"
+            )
+            raise MalformedPage(msg, url=page.url)
+        if p.phase == "walk" and self.track_ids and page.records and fresh == 0:
+            msg = (
+                f"{self.resource_type}: page {p.pages} ({page.url}) repeats records already "
+                "read, in the same versions: the next links loop"
+            )
+            raise PagingLoop(msg, expected=p.total, received=len(self._best))
+
+    def _pass(self, query: Query, phase: str) -> Iterator[Page]:
+        p = _Pass(phase)
+        url: str | None = self.url
+        params: Query | None = query
+        while url is not None:
+            limit = self._limit(p)
+            if limit is not None and p.pages >= limit:
+                basis = (
+                    f"Bundle.total {p.total} at {p.first_len} a page allows {limit} "
+                    f"(+{PAGE_MARGIN})"
+                    if p.total is not None and p.first_len and self.max_pages is None
+                    else f"max_pages={limit}"
+                )
+                msg = (
+                    f"{self.resource_type}: the next links go on past {p.pages} pages; "
+                    f"{basis}. Pass max_pages= to allow more"
+                )
+                raise PageLimitExceeded(msg, url=url, limit=limit)
+            response, data = self._fetch(url, params)
+            params = None
+            page = Page.parse(
+                response, data, self.resource_type, include=self._include, phase=phase
+            )
+            p.keys.add(_page_key(page.url))
+            p.pages += 1
+            self._note(p, page)
+            if phase == "walk" and p.pages == 1:
+                self.started_at = p.start
+                self.summary.total = p.total
+                if p.start is not None:
+                    self.summary.started_at = _bound(p.start)
+            self.summary.pages += 1
+            self.summary.records = len(self._best) if self.track_ids else p.unexplained
+            yield page
+            self._index += 1
+            if page.next is None:
+                break
+            url = self._resolve(page.next, page.url)
+            if _page_key(url) in p.keys:
+                msg = (
+                    f"{self.resource_type}: the next link of page {p.pages} points back to a "
+                    f"page already read ({url})"
+                )
+                raise PagingLoop(msg, expected=p.total, received=self.summary.records)
+            if not page.records:
+                msg = (
+                    f"{self.resource_type}: page {p.pages} is empty but links to a next "
+                    "page; stopping rather than looping"
+                )
+                raise IncompleteResult(msg, expected=p.total, received=self.summary.records)
+
+    # ------------------------------------------------------------------ the walk
+
+    def _base_query(self) -> Query:
+        return [(k, v) for k, v in self.query if k != "page"]
+
+    def _count_unchanged(self, bound: str) -> int | None:
+        query = [(k, v) for k, v in self._base_query() if k != "_count"]
+        query += [("_lastUpdated", f"lt{bound}"), ("_count", "1")]
+        response, data = self._fetch(self.url, query)
+        page = Page.parse(response, data, self.resource_type, include=self._include)
+        return page.total
+
+    def __iter__(self) -> Iterator[Page]:
+        yield from self._pass(self.query, "walk")
+        total = self.summary.total
+        records = self.summary.records
+        if not self.track_ids or (
+            not self._moved and not self._repeats and total in (None, records)
+        ):
+            if total is not None and records < total:
+                raise self._short("", total, records)
+            self.summary.complete = True
+            return
+        if not self.recover:
+            raise self._short(
+                " and the collection changed during the walk (ids repeated)", total, records
+            )
+        t0 = self.started_at or (self._now() - CLOCK_MARGIN)
+        bound = _bound(t0)
+        floor = _instant(bound)
+        assert floor is not None
+        self.summary.recovered = True
+        missing = 0
+        for rnd in range(RECOVERY_ROUNDS):
+            changed = [*self._base_query(), ("_lastUpdated", f"ge{bound}")]
+            yield from self._pass(changed, "changed")
+            unchanged = self._count_unchanged(bound)
+            have = sum(1 for v in self._best.values() if v.stamp is None or v.stamp < floor)
+            if unchanged is None:
+                if rnd > 0:
+                    break
+            elif have >= unchanged:
+                break
+            else:
+                missing = unchanged - have
+            if rnd == RECOVERY_ROUNDS - 1:
+                msg = (
+                    f"{self.resource_type}: records changed during the walk and recovery "
+                    f"(_lastUpdated=ge/lt{bound}) still lacks {missing} unchanged record(s)"
+                )
+                raise IncompleteResult(msg, expected=total, received=len(self._best))
+            yield from self._pass(
+                [*self._base_query(), ("_lastUpdated", f"lt{bound}")], "unchanged"
+            )
+        self.summary.records = len(self._best)
+        self.summary.complete = True
+
+    def _short(self, why: str, total: int | None, records: int) -> IncompleteResult:
+        msg = (
+            f"{self.resource_type}: the server announced {total} records (Bundle.total) but "
+            f"the walk returned {records} in {self.summary.pages} pages{why}"
+        )
+        return IncompleteResult(msg, expected=total, received=records)
+
+    # ------------------------------------------------------------------ dedupe
+
+    def winners(self) -> dict[int, set[int]]:
+        """Per page index, the positions of the records that are the newest version."""
+        out: dict[int, set[int]] = {}
+        for v in self._best.values():
+            out.setdefault(v.page, set()).add(v.pos)
+        return out
+
+    def clean(self, pages: Sequence[bytes]) -> list[bytes]:
+        """The walk's pages (as yielded) with every superseded record removed.
+
+        Pages with nothing superseded are returned as they are (no re-encoding).
+        """
+        if not self.track_ids or (not self.summary.recovered and not self._repeats):
+            return list(pages)
+        keep = self.winners()
+        out: list[bytes] = []
+        for i, raw in enumerate(pages):
+            bundle = orjson.loads(raw)
+            entries = bundle.get("entry") or []
+            positions = keep.get(i, set())
+            kept: list[Any] = []
+            pos = 0
+            dropped = False
+            for entry in entries:
+                resource = entry.get("resource") if isinstance(entry, dict) else None
+                is_record = (
+                    isinstance(resource, dict)
+                    and resource.get("resourceType") == self.resource_type
+                    and not (self._include and (entry.get("search") or {}).get("mode") == "include")
+                )
+                if is_record:
+                    if pos in positions:
+                        kept.append(entry)
+                    else:
+                        dropped = True
+                    pos += 1
+                else:
+                    kept.append(entry)
+            if dropped:
+                bundle["entry"] = kept
+                out.append(orjson.dumps(bundle))
+            else:
+                out.append(raw)
+        return out
+
+
+def local_now() -> datetime:
+    """The local wall clock in UTC (the fallback when the server tells no time)."""
+    return datetime.fromtimestamp(time.time(), UTC)
