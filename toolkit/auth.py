@@ -23,7 +23,7 @@ import orjson
 
 from toolkit import catalogue
 from toolkit.config import Secret
-from toolkit.errors import AuthError, error_for_status
+from toolkit.errors import AuthError, ConfigurationError, error_for_status
 
 __all__ = ["EXPIRY_MARGIN", "ClientCredentialsAuth"]
 
@@ -134,6 +134,15 @@ class ClientCredentialsAuth(httpx.Auth):
         )
 
     def _store(self, response: httpx.Response) -> Secret:
+        if response.status_code in (404, 405):
+            # Nothing answers at {base}/oauth/token: the address is wrong, not the key.
+            msg = (
+                f"the token endpoint {self.token_url} answered {response.status_code}: the "
+                "base URL is not the API's address. Set PM_BASE_URL (or base_url=) to the "
+                f"regional address including {catalogue.API_PREFIX}, for example "
+                f"{catalogue.REGIONS['au']}"
+            )
+            raise ConfigurationError(msg)
         if response.status_code != 200:
             code, diagnostics, outcome = outcome_details(response)
             cls = error_for_status(response.status_code)

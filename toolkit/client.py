@@ -1051,6 +1051,10 @@ _EMBEDDED_LOCK = threading.Lock()
 _EMBEDDED: dict[str, Any] = {}
 
 
+MOCK_USER_AGENT = "pmtk (embedded mock)"
+"""The user agent sent to the embedded mock when none is configured (no warning then)."""
+
+
 def _embedded_mock() -> Any:
     """Start the embedded mock once per process; it stops at interpreter exit."""
     with _EMBEDDED_LOCK:
@@ -1070,24 +1074,37 @@ def connect(**kwargs: Any) -> Client:
     """A :class:`Client` for the configured deployment, or for the embedded mock.
 
     With ``PM_BASE_URL`` (or ``base_url=``/``region=``) set, this is
-    ``Client(**kwargs)``. With nothing configured it starts the embedded mock
-    deployment in a background thread (once per process, stopped at exit),
-    prints one line saying so, and connects to it with the mock's demo
-    credentials.
+    ``Client(**kwargs)``. With nothing at all configured it starts the embedded
+    mock deployment in a background thread (once per process, stopped at exit),
+    says so in one line on stderr, and connects to it with the mock's demo
+    credentials. Credentials without an address, or a near-miss ``PM_`` variable
+    name, raise :class:`~toolkit.errors.ConfigurationError` instead: pmtk never
+    quietly falls back to synthetic data (see :mod:`toolkit.config`).
 
     Examples
     --------
     >>> import toolkit
     >>> client = toolkit.connect()                              # doctest: +SKIP
-    pmtk: no PM_BASE_URL set; using the embedded mock at http://127.0.0.1:PORT/main
+    pmtk: nothing configured (no PM_BASE_URL); using the embedded mock deployment at ...
     """
-    configured = (
-        kwargs.get("base_url") or kwargs.get("region") or os.environ.get("PM_BASE_URL")
-    ) or os.environ.get("PM_REGION")
-    if configured:
+    from toolkit.config import configured
+
+    if configured(
+        base_url=kwargs.get("base_url"),
+        region=kwargs.get("region"),
+        client_id=kwargs.get("client_id"),
+        client_secret=kwargs.get("client_secret"),
+    ):
         return Client(**kwargs)
     dep = _embedded_mock()
-    print(f"pmtk: no PM_BASE_URL set; using the embedded mock at {dep.base_url}", file=sys.stdout)
+    # A notice, not data: stderr, so that piped output stays clean.
+    print(
+        "pmtk: nothing configured (no PM_BASE_URL); using the embedded mock deployment "
+        f"at {dep.base_url}",
+        file=sys.stderr,
+    )
     kwargs.setdefault("client_id", dep.client_id)
     kwargs.setdefault("client_secret", dep.client_secret)
+    if not (kwargs.get("user_agent") or os.environ.get("PM_USER_AGENT")):
+        kwargs["user_agent"] = MOCK_USER_AGENT
     return Client(base_url=dep.base_url, **kwargs)
