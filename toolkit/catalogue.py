@@ -846,13 +846,47 @@ LISTED_RESOURCES: tuple[str, ...] = tuple(e.resource for e in ENDPOINTS if e.kin
 
 
 def resource(name: str) -> Resource:
-    """The catalogue entry for ``name``; a clear KeyError for an unknown type."""
+    """The catalogue entry for ``name``; :class:`~toolkit.errors.UnknownName` otherwise."""
     try:
         return RESOURCES[name]
-    except KeyError:
-        known = ", ".join(sorted(RESOURCES))
-        msg = f"unknown resource type {name!r}; known types: {known}"
-        raise KeyError(msg) from None
+    except (KeyError, TypeError):
+        from toolkit.errors import unknown_name
+
+        raise unknown_name("resource type", name, RESOURCES) from None
+
+
+def search_keywords(resource_type: str) -> dict[str, str]:
+    """Python keyword -> API parameter, for every search a list of ``resource_type`` takes.
+
+    The common parameters (``_id``, ``_lastUpdated``, ``_sort``, ``_count``, ``page``,
+    ``_total``, ``_summary``, ``_include``) and the resource's own (facts), with the
+    spellings :func:`toolkit.client.search_params` accepts.
+
+    Examples
+    --------
+    >>> search_keywords("Appointment")["date"]
+    'date'
+    >>> search_keywords("Appointment")["last_updated"]
+    '_lastUpdated'
+    """
+    resource(resource_type)
+    out = {
+        "id": "_id",
+        "ids": "_id",
+        "last_updated": "_lastUpdated",
+        "lastUpdated": "_lastUpdated",
+        "count": "_count",
+        "sort": "_sort",
+        "total": "_total",
+        "summary": "_summary",
+        "include": "_include",
+        "page": "page",
+    }
+    for name in (*COMMON_SEARCH_PARAMETERS, "_summary", "_include"):
+        out[name] = name
+    for name in SEARCH_PARAMETERS.get(resource_type, ()):
+        out[name.replace("-", "_")] = name
+    return out
 
 
 def field_at(resource_name: str, path: str) -> Field:

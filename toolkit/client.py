@@ -46,6 +46,7 @@ from toolkit.errors import (
     ServerError,
     TransportError,
     error_for_status,
+    unknown_name,
 )
 from toolkit.http import (
     ACCEPT_ENCODING,
@@ -151,6 +152,13 @@ def search_params(
         if value is not None:
             out[key] = _param_value(value)
     return out
+
+
+def _check_errors(errors: object) -> None:
+    """Refuse a bad ``errors=`` before the walk, not after it."""
+    if errors not in ("raise", "warn"):
+        msg = f"errors= must be 'raise' or 'warn', got {errors!r}"
+        raise ConfigurationError(msg)
 
 
 @dataclass(slots=True)
@@ -635,8 +643,14 @@ class Client:
         log.debug("%s", summary)
 
     def _list_query(
-        self, search: Mapping[str, Any], params: Mapping[str, Any] | None
+        self, resource_type: str, search: Mapping[str, Any], params: Mapping[str, Any] | None
     ) -> dict[str, str]:
+        # A misspelt keyword (dates= for date=) would be ignored by the server and return
+        # every row: refuse it before any request. Raw names in params= pass unchecked.
+        known = catalogue.search_keywords(resource_type)
+        for key in search:
+            if key not in known:
+                raise unknown_name("search keyword", key, known, f" for {resource_type}")
         query = search_params(search, params)
         query.setdefault("_count", str(catalogue.MAX_PAGE_SIZE))
         try:
@@ -650,8 +664,7 @@ class Client:
 
     @staticmethod
     def _check_type(resource_type: str) -> None:
-        if resource_type not in catalogue.RESOURCES:
-            catalogue.resource(resource_type)  # raises a KeyError naming the known types
+        catalogue.resource(resource_type)  # UnknownName, with the near miss
 
     def pages(
         self,
@@ -709,7 +722,7 @@ class Client:
         walk = self._new_walk(
             resource_type,
             resource_type,
-            self._list_query(search, params),
+            self._list_query(resource_type, search, params),
             max_pages=max_pages,
             recover=recover,
         )
@@ -726,7 +739,10 @@ class Client:
         """Every page of a walk, superseded versions removed (each record once)."""
         self._check_type(resource_type)
         walk = self._new_walk(
-            resource_type, resource_type, self._list_query(search, params), max_pages=max_pages
+            resource_type,
+            resource_type,
+            self._list_query(resource_type, search, params),
+            max_pages=max_pages,
         )
         return walk.clean([page.raw for page in self._walk(walk)])
 
@@ -746,7 +762,10 @@ class Client:
         """
         self._check_type(resource_type)
         walk = self._new_walk(
-            resource_type, resource_type, self._list_query(search, params), max_pages=max_pages
+            resource_type,
+            resource_type,
+            self._list_query(resource_type, search, params),
+            max_pages=max_pages,
         )
         pages = [page.records for page in self._walk(walk)]
         keep = walk.winners()
@@ -788,6 +807,14 @@ class Client:
             msg = f"pass table= or view=, not both ({table!r} != {view!r})"
             raise ConfigurationError(msg)
         name = table if table is not None else view
+        _check_errors(errors)
+        if name is not None and name != resource_type:
+            from toolkit.views import table_names
+
+            if name not in table_names(resource_type):
+                raise unknown_name(
+                    "table", name, table_names(resource_type), f" of {resource_type}"
+                )
         pages = self._clean_pages(resource_type, params, max_pages, search)
         df = flatten(resource_type, pages, table=name)
         return validate(df, resource_type, table=name, errors=errors)
@@ -811,6 +838,7 @@ class Client:
         from toolkit.schemas import validate
         from toolkit.views import flatten_tables
 
+        _check_errors(errors)
         tables = flatten_tables(
             resource_type, self._clean_pages(resource_type, params, max_pages, search)
         )

@@ -82,6 +82,32 @@ class ForeignLink(PmtkError, ValueError):
         super().__init__(message)
 
 
+class UnknownName(ConfigurationError, KeyError):
+    """An unknown resource type, table or search keyword; the message suggests the near miss.
+
+    Also a :class:`KeyError`, as a missing key in a mapping would be.
+    """
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def unknown_name(kind: str, name: str, known: Any, where: str = "") -> UnknownName:
+    """An :class:`UnknownName` for ``name``, with "did you mean" and the known names.
+
+    Examples
+    --------
+    >>> str(unknown_name("search keyword", "dates", ["date", "patient"], " for Appointment"))
+    "unknown search keyword 'dates' for Appointment: did you mean 'date'? (known: date, patient)"
+    """
+    import difflib
+
+    names = sorted(str(k) for k in known)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6) if isinstance(name, str) else []
+    hint = f": did you mean {close[0]!r}?" if close else ":"
+    return UnknownName(f"unknown {kind} {name!r}{where}{hint} (known: {', '.join(names)})")
+
+
 class RequestValidationError(PmtkError, ValueError):
     """A write body broke a catalogue rule. It was not sent.
 

@@ -43,7 +43,7 @@ from polars.datatypes import DataTypeClass
 
 from toolkit import catalogue
 from toolkit.catalogue import Field, Resource, Source
-from toolkit.errors import ConfigurationError, DataValidationError
+from toolkit.errors import ConfigurationError, DataValidationError, unknown_name
 
 __all__ = [
     "DATETIME",
@@ -461,10 +461,8 @@ VIEWS: dict[str, tuple[View, ...]] = {
 def _resource_views(resource_type: str) -> tuple[View, ...]:
     try:
         return VIEWS[resource_type]
-    except KeyError:
-        known = ", ".join(VIEWS)
-        msg = f"no view for resource type {resource_type!r}; known types: {known}"
-        raise ConfigurationError(msg) from None
+    except (KeyError, TypeError):
+        raise unknown_name("resource type", resource_type, VIEWS, " with a view") from None
 
 
 def table_names(resource_type: str) -> tuple[str, ...]:
@@ -509,9 +507,7 @@ def view(resource_type: str, table: str | None = None) -> View:
     for v in views:
         if v.name == table:
             return v
-    known = ", ".join(v.name for v in views)
-    msg = f"{resource_type} has no table {table!r}; its tables: {known}"
-    raise ConfigurationError(msg)
+    raise unknown_name("table", table, [v.name for v in views], f" of {resource_type}")
 
 
 # --------------------------------------------------------------------------- path compiler
