@@ -434,7 +434,7 @@ class SyncSummary:
             t.add_column(name, justify="right")
         failed = self.failed
         if failed:
-            t.add_column("problem", no_wrap=True, overflow="ellipsis")
+            t.add_column("problem", no_wrap=True, overflow="ellipsis", max_width=90)
         for r in self.resources:
             main = r.rows.get(r.resource, 0)
             children = sum(n for table, n in r.rows.items() if table != r.resource)
@@ -1537,7 +1537,13 @@ class _ResourceSyncer:
             result.status = "unchanged"
             entry = self._entry(cp, previous, previous["tables"])
         else:
-            self._validate_new()
+            try:
+                self._validate_new()
+            except PmtkError:
+                # The staged pages hold the data that failed: resuming would fail on
+                # them again even after the source is fixed, so the next run re-fetches.
+                shutil.rmtree(self.stage, ignore_errors=True)
+                raise
             entry = self._entry(cp, previous, self._merge(cp))
         entry["last_sync"] = {
             "started_at": cp.started_at,
