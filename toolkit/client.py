@@ -33,7 +33,7 @@ import httpx
 import orjson
 import stamina
 
-from toolkit import catalogue, writes
+from toolkit import catalogue, retries, writes
 from toolkit.auth import ClientCredentialsAuth, outcome_details
 from toolkit.config import region_for_country, resolve_settings
 from toolkit.errors import (
@@ -73,6 +73,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("toolkit.client")
+retries.install()  # readable retry lines instead of bare "stamina.retry_scheduled"
 
 FHIR_JSON = "application/fhir+json"
 MERGE_PATCH = "application/merge-patch+json"

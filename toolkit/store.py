@@ -98,11 +98,14 @@ __all__ = [
     "StoreDamaged",
     "StoreError",
     "StoreWriteError",
+    "SyncFailed",
+    "SyncProgress",
     "SyncSummary",
     "VerifyReport",
     "check_folder",
     "declared_schemas",
     "load",
+    "one_line",
     "read_manifest",
     "schema_version",
     "sync",
@@ -332,7 +335,8 @@ class ResourceSync:
     mode
         ``"full"`` or ``"incremental"``.
     status
-        ``"updated"`` (the datasets were replaced) or ``"unchanged"``.
+        ``"updated"`` (the datasets were replaced), ``"unchanged"``, or
+        ``"failed"`` (nothing of this run was stored; ``error`` says why).
     resumed
         Whether the run continued an interrupted one.
     fetched
@@ -351,6 +355,11 @@ class ResourceSync:
     repaired
         Stored files (relative paths) that were missing or failed their checksum
         before this run; the resource was then re-fetched in full.
+    error
+        For a failed resource: what went wrong, on one line.
+    staged_pages
+        For a failed resource: list pages staged and kept for the next run
+        (0 when a rerun starts the resource from its first page).
     """
 
     resource: str
@@ -364,6 +373,8 @@ class ResourceSync:
     elapsed: float = 0.0
     high_water_mark: str | None = None
     repaired: list[str] = field(default_factory=list)
+    error: str | None = None
+    staged_pages: int = 0
 
 
 @dataclass(slots=True)
@@ -385,6 +396,11 @@ class SyncSummary:
     elapsed: float = 0.0
 
     @property
+    def failed(self) -> list[ResourceSync]:
+        """The resources that failed (their previous data is kept, unchanged)."""
+        return [r for r in self.resources if r.status == "failed"]
+
+    @property
     def pages(self) -> int:
         """List pages requested by the whole sync."""
         return sum(r.pages for r in self.resources)
@@ -402,31 +418,105 @@ class SyncSummary:
         raise KeyError(msg)
 
     def table(self) -> Any:
-        """A :class:`rich.table.Table`: rows, pages, requests and time per resource."""
-        from rich.table import Table
+        """A :class:`rich.table.Table`: rows, pages, requests and time per resource.
 
-        t = Table(title=f"pmtk sync -> {self.out}")
+        When a resource failed, a ``problem`` column gives its one-line reason.
+        Every cell is a :class:`rich.text.Text`, so a server's ``[security]`` or
+        ``[/`` is shown as written, never read as markup.
+        """
+        from rich.table import Table
+        from rich.text import Text
+
+        t = Table(title=Text(f"pmtk sync -> {self.out}"))
         t.add_column("resource", no_wrap=True)
         t.add_column("mode", no_wrap=True)
         t.add_column("status", no_wrap=True)
         for name in ("fetched", "rows", "child rows", "pages", "requests", "elapsed"):
             t.add_column(name, justify="right")
+        failed = self.failed
+        if failed:
+            t.add_column("problem", no_wrap=True, overflow="ellipsis", max_width=90)
         for r in self.resources:
             main = r.rows.get(r.resource, 0)
             children = sum(n for table, n in r.rows.items() if table != r.resource)
-            t.add_row(
-                r.resource,
-                r.mode + (" (resumed)" if r.resumed else ""),
-                r.status + (" (repaired)" if r.repaired else ""),
-                f"{r.fetched:,}",
-                f"{main:,}",
-                f"{children:,}",
-                str(r.pages),
-                str(r.requests),
-                f"{r.elapsed:.1f} s",
-            )
-        t.caption = f"{self.requests} requests ({self.pages} pages) in {self.elapsed:.1f} s"
+            status = Text(r.status + (" (repaired)" if r.repaired else ""))
+            if r.status == "failed":
+                status.stylize("bold red")
+            cells = [
+                Text(r.resource),
+                Text(r.mode + (" (resumed)" if r.resumed else "")),
+                status,
+                Text(f"{r.fetched:,}"),
+                Text(f"{main:,}" if r.rows else "-"),
+                Text(f"{children:,}" if r.rows else "-"),
+                Text(str(r.pages)),
+                Text(str(r.requests)),
+                Text(f"{r.elapsed:.1f} s"),
+            ]
+            if failed:
+                cells.append(Text(r.error or ""))
+            t.add_row(*cells)
+        caption = f"{self.requests} requests ({self.pages} pages) in {self.elapsed:.1f} s"
+        if failed:
+            caption += f"; {len(failed)} of {len(self.resources)} resources failed"
+        t.caption = Text(caption)
         return t
+
+
+class SyncFailed(PmtkError):
+    """One or more resources failed while the others were synced.
+
+    Raised by :func:`sync` at the end of the run, after every other resource
+    was fetched and committed. A failed resource keeps its previous data.
+
+    Attributes
+    ----------
+    summary
+        The :class:`SyncSummary` of the whole run; failed resources have
+        ``status == "failed"`` and a one-line ``error``.
+    errors
+        The original exception of each failed resource, by resource type.
+    """
+
+    def __init__(self, summary: SyncSummary, errors: Mapping[str, BaseException]) -> None:
+        self.summary = summary
+        self.errors = dict(errors)
+        parts = "; ".join(f"{r.resource}: {r.error}" for r in summary.failed)
+        n, total = len(summary.failed), len(summary.resources)
+        super().__init__(f"{n} of {total} resources failed to sync ({parts})")
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its class and its message, whitespace collapsed.
+
+    Examples
+    --------
+    >>> one_line(ValueError("two\\nlines"))
+    'ValueError: two lines'
+    """
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def _scoped_to_resource(exc: BaseException) -> bool:
+    """Whether a failure concerns one resource only, so that the others may still sync.
+
+    A schema failure, a broken page walk or an API error answered for one list
+    stays with that resource. Everything that would fail every resource in turn
+    stops the run: an interruption, a local store or write problem, an
+    unreachable deployment, a refused token, a rate limit that outlasted the
+    waits, a configuration error.
+    """
+    from toolkit.errors import ApiError, AuthError, DataValidationError, RateLimited
+
+    if isinstance(exc, DataValidationError | IncompleteResult):
+        return True
+    if isinstance(exc, RateLimited):
+        return False
+    if isinstance(exc, AuthError):
+        return not exc.url.endswith("/oauth/token")  # a refused token fails every resource
+    return isinstance(exc, ApiError)
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -1017,6 +1107,23 @@ class _ResourceSyncer:
         self.key = _parent_key(resource_type)
         self.stored: dict[str, Path] = {}
         """The committed file of each table, when an incremental sync builds on it."""
+        self.cp: _Checkpoint | None = None
+        """The checkpoint of the run under way (for reporting a failure)."""
+        self.sent_before: int | None = None
+        """The client's request count when the run began (for reporting a failure)."""
+
+    @property
+    def mode(self) -> Mode:
+        """The mode of the run under way (``"full"`` before it is decided)."""
+        return self.cp.mode if self.cp is not None else "full"
+
+    @property
+    def staged_pages(self) -> int:
+        """Pages staged and kept for the next run (every page, once the fetch ended)."""
+        cp = self.cp
+        if cp is None or not self.state_path.is_file():
+            return 0
+        return cp.pages_done
 
     # -- paths ---------------------------------------------------------------------
 
@@ -1139,9 +1246,10 @@ class _ResourceSyncer:
             )
             _mkdir(self.stage, f"staging {self.rt}")
             self._save(cp)
+        self.cp = cp
         result = ResourceSync(resource=self.rt, mode=cp.mode, resumed=resumed)
         result.repaired = [p.path for p in problems]
-        sent_before = _requests_sent(self.client)
+        sent_before = self.sent_before = _requests_sent(self.client)
         try:
             if cp.phase == "fetch":
                 result.pages = self._fetch(cp)
@@ -1435,7 +1543,13 @@ class _ResourceSyncer:
             result.status = "unchanged"
             entry = self._entry(cp, previous, previous["tables"])
         else:
-            self._validate_new()
+            try:
+                self._validate_new()
+            except PmtkError:
+                # The staged pages hold the data that failed: resuming would fail on
+                # them again even after the source is fixed, so the next run re-fetches.
+                shutil.rmtree(self.stage, ignore_errors=True)
+                raise
             entry = self._entry(cp, previous, self._merge(cp))
         entry["last_sync"] = {
             "started_at": cp.started_at,
@@ -1560,10 +1674,57 @@ def _row_hashes(df: pl.DataFrame) -> list[int]:
 # --------------------------------------------------------------------------- progress
 
 
-class _ProgressBars:
-    """A rich progress bar per resource on stderr; silent when not interactive."""
+DisplayMode = Literal["bars", "lines", "off"]
 
-    def __init__(self, enabled: bool) -> None:
+NOTICE_MIN_WAIT = 1.0
+"""Shortest wait written as a line in ``"lines"`` mode (pacing makes many tiny waits)."""
+
+_CONNECT_CAUSES = ("ConnectError", "ConnectTimeout", "PoolTimeout")
+
+
+class _StatusColumn:
+    """Factory of a rich column showing a task's ``status`` field, counting down its wait."""
+
+    @staticmethod
+    def make() -> Any:
+        from rich.progress import ProgressColumn
+        from rich.text import Text
+
+        class StatusColumn(ProgressColumn):
+            def render(self, task: Any) -> Text:
+                render = task.fields.get("status")
+                text = render(time.monotonic()) if callable(render) else ""
+                return Text(text, style="yellow", overflow="ellipsis", no_wrap=True)
+
+        return StatusColumn()
+
+
+class SyncProgress:
+    """What a sync shows while it runs: a bar per resource with a status, or notice lines.
+
+    The status says why the bar is not moving: ``waiting 12 s: rate limit (429)``
+    while the client waits out the rate limit (told by the throttle's
+    :meth:`~toolkit.throttle.Throttle.subscribe` hook), and ``connecting to
+    host:port (retry 2/5 in 1.5 s; ConnectError)`` while a request is retried
+    (told by :func:`toolkit.retries.listen`). Text from servers is never read as
+    rich markup.
+
+    Parameters
+    ----------
+    mode
+        ``"bars"``: live progress bars (for a terminal); ``"lines"``: one plain
+        line per retry and per wait of at least :data:`NOTICE_MIN_WAIT` seconds
+        (for logs and pipes); ``"off"``: nothing.
+    console
+        Where to draw (default: a :class:`rich.console.Console` on stderr).
+
+    Attributes
+    ----------
+    failures
+        The failed resources reported so far (:class:`ResourceSync` with ``error``).
+    """
+
+    def __init__(self, mode: DisplayMode = "bars", *, console: Any = None) -> None:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -1573,37 +1734,149 @@ class _ProgressBars:
             TimeElapsedColumn,
         )
 
-        self._progress = Progress(
-            TextColumn("{task.description:<14}"),
+        if mode not in ("bars", "lines", "off"):
+            msg = f"mode must be 'bars', 'lines' or 'off', got {mode!r}"
+            raise ValueError(msg)
+        self.mode: DisplayMode = mode
+        self.console = console if console is not None else Console(stderr=True, soft_wrap=True)
+        self.progress = Progress(
+            TextColumn("{task.description:<14}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("records"),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
-            disable=not enabled,
+            _StatusColumn.make(),
+            console=self.console,
+            disable=mode != "bars",
         )
         self._tasks: dict[str, Any] = {}
+        self._current: str | None = None
+        self._origin: str | None = None
+        self._attempts: int | None = None
+        self.failures: list[ResourceSync] = []
 
-    def __enter__(self) -> _ProgressBars:
-        self._progress.start()
+    def __enter__(self) -> SyncProgress:
+        self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
+        self.progress.stop()
+
+    # -- what the sync reports -------------------------------------------------------
 
     def start(self, resource_type: str) -> None:
-        self._tasks[resource_type] = self._progress.add_task(resource_type, total=None)
+        """A resource's sync begins."""
+        self._current = resource_type
+        self._tasks[resource_type] = self.progress.add_task(resource_type, total=None, status=None)
 
     def __call__(self, event: PageProgress) -> None:
+        """A page was staged: move the bar and clear any waiting state."""
         task = self._tasks.get(event.resource)
         if task is not None:
-            self._progress.update(task, completed=event.records, total=event.total)
+            self.progress.update(task, completed=event.records, total=event.total, status=None)
 
-    def done(self, resource_type: str, rows: int) -> None:
-        task = self._tasks.get(resource_type)
+    def done(self, result: ResourceSync) -> None:
+        """A resource was committed (or found unchanged)."""
+        task = self._tasks.get(result.resource)
         if task is not None:
-            total = self._progress.tasks[task].total
-            self._progress.update(task, completed=total if total is not None else rows)
+            total = self.progress.tasks[task].total
+            completed = total if total is not None else result.fetched
+            self.progress.update(task, completed=completed, status=None)
+
+    def failed(self, result: ResourceSync) -> None:
+        """A resource failed; ``result.error`` says why, on one line."""
+        self.failures.append(result)
+        task = self._tasks.get(result.resource)
+        if task is not None:
+            reason = f"failed: {result.error}"
+            self.progress.update(task, status=lambda now: reason)
+
+    # -- why nothing moves -----------------------------------------------------------
+
+    def wait(self, seconds: float, reason: str) -> None:
+        """The client waits ``seconds`` before its next request, for ``reason``."""
+        until = time.monotonic() + seconds
+
+        def render(now: float) -> str:
+            left = until - now
+            return f"waiting {left:.0f} s: {reason}" if left > 0 else ""
+
+        self._status(render, seconds >= NOTICE_MIN_WAIT, f"waiting {seconds:.0f} s: {reason}")
+
+    def retry(self, notice: Any) -> None:
+        """A request failed and is retried (a :class:`toolkit.retries.RetryNotice`)."""
+        url = getattr(notice, "url", None)
+        if url is not None and self._origin is not None and _origin(url) != self._origin:
+            return  # another client's retry
+        host = _host(url) if url is not None else (self._origin or "the deployment")
+        n, wait, cause = notice.retry, notice.wait, notice.cause
+        of = f"/{self._attempts - 1}" if self._attempts and self._attempts > 1 else ""
+        connecting = cause in _CONNECT_CAUSES
+        until = time.monotonic() + wait
+
+        def text(left: float | None) -> str:
+            timing = f" in {left:.1f} s" if left is not None else ""
+            if connecting:
+                return f"connecting to {host} (retry {n}{of}{timing}; {cause})"
+            return f"{host} answered {cause} (retry {n}{of}{timing})"
+
+        def render(now: float) -> str:
+            left = until - now
+            return text(left if left > 0 else None)
+
+        self._status(render, True, text(wait))
+
+    def _status(self, render: Callable[[float], str], as_line: bool, line: str) -> None:
+        resource = self._current
+        if self.mode == "lines" and as_line:
+            from rich.text import Text
+
+            prefix = f"{resource}: " if resource else ""
+            self.console.print(Text(prefix + line))
+        task = self._tasks.get(resource) if resource is not None else None
+        if task is not None:
+            self.progress.update(task, status=render)
+
+    def status(self, resource_type: str) -> str:
+        """The status text shown now beside ``resource_type``'s bar (``""`` when none)."""
+        task = self._tasks.get(resource_type)
+        if task is None:
+            return ""
+        render = self.progress.tasks[task].fields.get("status")
+        return render(time.monotonic()) if callable(render) else ""
+
+    @contextlib.contextmanager
+    def attach(self, client: Any) -> Iterator[None]:
+        """Listen to ``client``'s throttle waits and retries for the duration of the block."""
+        from toolkit import retries
+
+        base_url = getattr(client, "base_url", None)
+        self._origin = _origin(base_url) if isinstance(base_url, str) else None
+        policy = getattr(client, "retry_policy", None)
+        attempts = getattr(policy, "attempts", None)
+        self._attempts = attempts if isinstance(attempts, int) else None
+        throttle = getattr(client, "throttle", None)
+        subscribe = getattr(throttle, "subscribe", None)
+        unsubscribe = subscribe(self.wait) if callable(subscribe) else None
+        try:
+            with retries.listen(self.retry):
+                yield
+        finally:
+            if callable(unsubscribe):
+                unsubscribe()
+
+
+def _origin(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.lower()}"
+
+
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).netloc or url
 
 
 @contextlib.contextmanager
@@ -1752,7 +2025,7 @@ def sync(
     out: str | os.PathLike[str] = DEFAULT_STORE,
     resources: Sequence[str] | None = None,
     full: bool = False,
-    progress: bool | ProgressCallback | None = None,
+    progress: bool | ProgressCallback | SyncProgress | None = None,
     *,
     errors: ErrorsMode = "raise",
 ) -> SyncSummary:
@@ -1775,17 +2048,30 @@ def sync(
         Re-fetch everything instead of only what changed since the last sync.
     progress
         ``None`` shows a progress bar when stderr is a terminal, ``True``
-        always, ``False`` never. A callable is instead called with a
-        :class:`PageProgress` after each page is staged (raising from it
-        interrupts the sync; the next run resumes).
+        always, ``False`` never. The bar says when the client waits for the
+        rate limit or retries a request. A :class:`SyncProgress` is used as
+        given (``SyncProgress("lines")`` writes those notices as lines). A
+        callable is instead called with a :class:`PageProgress` after each
+        page is staged (raising from it interrupts the sync; the next run
+        resumes).
     errors
         Validation mode passed to :func:`toolkit.schemas.validate`: ``"raise"``
-        stops before anything is swapped in, ``"warn"`` stores the data anyway.
+        stores nothing of a resource that fails, ``"warn"`` stores the data anyway.
 
     Returns
     -------
     SyncSummary
         Rows, pages and time per resource; ``summary.table()`` renders it.
+
+    Notes
+    -----
+    A failure that concerns one resource -- its data failed validation, its
+    page walk was incomplete, or the API answered an error for its list --
+    does not stop the others: they are synced and committed, and
+    :class:`SyncFailed` is raised at the end, carrying the whole summary. A
+    failure that would hit every resource in turn stops the run at once and
+    is raised as it is (an unreachable deployment, a refused token, a rate
+    limit that outlasted every wait, a local write failure, Ctrl-C).
 
     Raises
     ------
@@ -1798,10 +2084,15 @@ def sync(
         committed before is unchanged and the next run resumes.
     StoreError
         When another sync holds the store's lock.
-    toolkit.errors.DataValidationError
-        When a frame fails its schema and ``errors="raise"``.
-    toolkit.errors.ApiError, toolkit.errors.TransportError
-        When fetching fails; the staged pages are kept and the next run resumes.
+    SyncFailed
+        At the end, when one or more resources failed on their own (a frame
+        failed its schema with ``errors="raise"``, an incomplete walk, an API
+        error for that list) while the others were synced; ``.summary`` and
+        ``.errors`` (the original exceptions, e.g.
+        :class:`~toolkit.errors.DataValidationError`) say which and why.
+    toolkit.errors.TransportError, toolkit.errors.AuthError, toolkit.errors.RateLimited
+        When the deployment cannot be reached, refuses the token, or stays
+        rate limited; the staged pages are kept and the next run resumes.
 
     Examples
     --------
@@ -1833,29 +2124,48 @@ def sync(
         client = owned
     started = time.monotonic()
     summary = SyncSummary(out=root)
-    callback: ProgressCallback | None = progress if callable(progress) else None
-    show = sys.stderr.isatty() if progress is None else progress is True
+    callback: ProgressCallback | None = None
+    if isinstance(progress, SyncProgress):
+        display = progress
+    elif callable(progress):
+        callback = progress
+        display = SyncProgress("off")
+    else:
+        show = sys.stderr.isatty() if progress is None else progress is True
+        display = SyncProgress("bars" if show else "off")
+    failures: dict[str, BaseException] = {}
     try:
         _claim(root)  # before anything is written: a user's folder is never touched
         with (
             _locked(root),
             _client_quiet(client),
-            _ProgressBars(show and callback is None) as bars,
+            display,
+            display.attach(client),
         ):
             _claim(root)  # again under the lock: another process may have written meanwhile
             _init_manifest(root)
             for rt in wanted:
-                bars.start(rt)
+                display.start(rt)
                 syncer = _ResourceSyncer(
                     root=root,
                     resource_type=rt,
                     client=client,
                     full=full,
                     errors=errors,
-                    on_page=callback or bars,
+                    on_page=callback or display,
                 )
-                result = syncer.run()
-                bars.done(rt, result.fetched)
+                began = time.monotonic()
+                try:
+                    result = syncer.run()
+                except (Exception, KeyboardInterrupt) as exc:
+                    failure = _failure(syncer, exc, time.monotonic() - began)
+                    display.failed(failure)
+                    if isinstance(exc, KeyboardInterrupt) or not _scoped_to_resource(exc):
+                        raise
+                    summary.resources.append(failure)
+                    failures[rt] = exc
+                    continue
+                display.done(result)
                 summary.resources.append(result)
     finally:
         if owned is not None:
@@ -1863,7 +2173,28 @@ def sync(
             if close is not None:
                 close()
     summary.elapsed = time.monotonic() - started
+    if failures:
+        only = next(iter(failures.values())) if len(failures) == 1 else None
+        raise SyncFailed(summary, failures) from only
     return summary
+
+
+def _failure(syncer: _ResourceSyncer, exc: BaseException, elapsed: float) -> ResourceSync:
+    """The :class:`ResourceSync` of a resource whose run raised ``exc``."""
+    cp = syncer.cp
+    sent = _requests_sent(syncer.client)
+    before = syncer.sent_before
+    return ResourceSync(
+        resource=syncer.rt,
+        mode=syncer.mode,
+        status="failed",
+        fetched=cp.records if cp is not None else 0,
+        pages=cp.pages_done if cp is not None else 0,
+        requests=sent - before if sent is not None and before is not None else 0,
+        elapsed=elapsed,
+        error="interrupted" if isinstance(exc, KeyboardInterrupt) else one_line(exc),
+        staged_pages=syncer.staged_pages,
+    )
 
 
 def load(

@@ -7,13 +7,23 @@ Exit codes (also in ``docs/store.md``):
 
 ====  =====================================================================
 0     synced (or, with ``--verify``, every file matched its checksum)
-1     the sync failed: API, network, validation, or another sync holds the lock
-2     refused, nothing written: the folder is not a pmtk store, its manifest is
-      damaged, or an option is invalid
+1     the sync failed: API, network, credentials, or another sync holds the lock;
+      or one or more resources failed (validation, an API error for that list)
+      while the others were synced -- the summary table says which and why
+2     refused, nothing written, nothing requested: an option or a ``--resource``
+      name is invalid, the settings are incomplete, the folder is not a pmtk
+      store, or its manifest is damaged
 3     ``--verify`` found damaged or missing data files (each is listed)
 4     writing failed locally: disk full, read-only or forbidden folder; the
       data stored before is unchanged
 130   interrupted (Ctrl-C); run the same command again to resume
+
+Every error is one line naming the resource, printed as plain text (a server's
+``[security]`` stays visible). "Run the same command again to resume" is said
+only when staged pages were kept and the cause may pass (network, 5xx, 429,
+Ctrl-C); a refused secret says to check ``PM_CLIENT_ID``/``PM_CLIENT_SECRET``.
+While the client waits for the rate limit or retries a request, the progress
+bar says so (on a terminal), or one line per notice is written (otherwise).
 ====  =====================================================================
 """
 
@@ -98,37 +108,36 @@ def sync_command(
 ) -> None:
     """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
     from rich.console import Console
-    from rich.markup import escape
 
     import toolkit
-    from toolkit.errors import PmtkError
+    from toolkit.errors import ConfigurationError, PmtkError
     from toolkit.store import (
         ManifestDamaged,
         NotAStore,
         StoreWriteError,
+        SyncFailed,
+        SyncProgress,
         check_folder,
         sync,
     )
 
+    # Every argument problem is a usage error (exit 2), found before any request.
     if errors not in ("raise", "warn"):
-        raise typer.BadParameter("must be 'raise' or 'warn'", param_hint="--errors")
-    console = Console(stderr=True, soft_wrap=True)  # soft_wrap: one error, one line
-
-    def fail(label: str, exc: BaseException, code: int) -> typer.Exit:
-        console.print(f"[red]{label}[/]: {escape(str(exc))}")
-        return typer.Exit(code)
+        raise typer.BadParameter("must be 'raise' or 'warn'", param_hint="'--errors'")
+    wanted = _resources(resource)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)  # soft_wrap: one error, one line
 
     if verify:
-        _verify(out, resource, quiet=quiet)
+        _verify(out, wanted, quiet=quiet)
         return
     try:
         check_folder(out)  # before connecting: a refusal writes nothing and costs nothing
     except (NotAStore, ManifestDamaged) as exc:
-        raise fail("refused", exc, EXIT_REFUSED) from None
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
     except StoreWriteError as exc:
-        raise fail("sync failed", exc, EXIT_WRITE_FAILED) from None
+        raise _fail(err, "sync failed", None, exc, EXIT_WRITE_FAILED) from None
     except PmtkError as exc:
-        raise fail("refused", exc, EXIT_REFUSED) from None  # e.g. a newer store format
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None  # a newer store format
     settings: dict[str, Any] = {
         key: value
         for key, value in (
@@ -139,68 +148,203 @@ def sync_command(
         if value
     }
     try:
-        with toolkit.connect(**settings) as client:
+        client = toolkit.connect(**settings)
+    except ConfigurationError as exc:
+        fix = "set PM_BASE_URL, PM_CLIENT_ID and PM_CLIENT_SECRET (or the matching options)"
+        raise _fail(err, "configuration error", None, exc, EXIT_REFUSED, fix) from None
+    display = SyncProgress("off" if quiet else "bars" if err.is_terminal else "lines", console=err)
+    try:
+        with client:
             summary = sync(
                 client,
                 out,
-                resources=resource or None,
+                resources=wanted or None,
                 full=full,
-                progress=False if quiet else None,
+                progress=display,
                 errors=errors,  # type: ignore[arg-type]
             )
     except KeyboardInterrupt:
-        console.print(
-            f"[yellow]interrupted[/]: the store at {escape(str(out))} is unchanged for the "
-            "resource in progress; run the same command again to resume."
+        failed = display.failures[-1] if display.failures else None
+        where = failed.resource if failed is not None else None
+        again = (
+            f"{failed.staged_pages} staged page(s) kept; run the same command again to resume"
+            if failed is not None and failed.staged_pages
+            else "run the same command again to start it over"
         )
+        message = f"the data stored before in {out} is unchanged; {again}"
+        err.print(_line("interrupted", where, message, style="bold yellow"))
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    except (NotAStore, ManifestDamaged) as exc:
-        raise fail("refused", exc, EXIT_REFUSED) from None
-    except StoreWriteError as exc:
-        raise fail("sync failed", exc, EXIT_WRITE_FAILED) from None
-    except PmtkError as exc:
-        console.print(f"[red]sync failed[/]: {escape(str(exc))}")
-        console.print(
-            f"Staged pages are kept; run the same command again to resume ({escape(str(out))})."
-        )
+    except SyncFailed as exc:
+        for failed in exc.summary.failed:
+            cause = exc.errors.get(failed.resource)
+            advice = _advice(cause, failed.staged_pages, client) if cause is not None else None
+            err.print(_line("sync failed", failed.resource, failed.error or "", hint=advice))
+        _print_repaired(err, exc.summary)
+        if not quiet:
+            Console(soft_wrap=True).print(exc.summary.table())
         raise typer.Exit(EXIT_FAILED) from None
+    except (NotAStore, ManifestDamaged) as exc:
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
+    except StoreWriteError as exc:
+        raise _fail(err, "sync failed", _where(display), exc, EXIT_WRITE_FAILED) from None
+    except ConfigurationError as exc:
+        raise _fail(err, "configuration error", _where(display), exc, EXIT_REFUSED) from None
+    except PmtkError as exc:
+        failed = display.failures[-1] if display.failures else None
+        staged = failed.staged_pages if failed is not None else 0
+        advice = _advice(exc, staged, client)
+        raise _fail(err, "sync failed", _where(display), exc, EXIT_FAILED, advice) from None
+    _print_repaired(err, summary)
+    if not quiet:
+        Console(soft_wrap=True).print(summary.table())
+
+
+def _resources(names: list[str] | None) -> list[str]:
+    """The ``--resource`` values, checked against the listed resources (usage error otherwise)."""
+    import difflib
+
+    from toolkit import catalogue
+
+    known = list(catalogue.LISTED_RESOURCES)
+    by_lower = {k.lower(): k for k in known}
+    chosen: list[str] = []
+    for name in names or []:
+        if name not in known:
+            close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+            guess = f"did you mean '{by_lower[close[0]]}'? " if close else ""
+            msg = f"unknown resource '{name}'; {guess}choose from {', '.join(known)}"
+            raise typer.BadParameter(msg, param_hint="'--resource' / '-r'")
+        if name not in chosen:
+            chosen.append(name)
+    return chosen
+
+
+def _line(
+    label: str,
+    resource: str | None,
+    message: str,
+    *,
+    hint: str | None = None,
+    style: str = "bold red",
+) -> Any:
+    """One line of text, never read as markup: ``label (resource): message. hint``."""
+    from rich.text import Text
+
+    text = Text(label, style=style)
+    if resource:
+        text.append(f" ({resource})")
+    text.append(": ")
+    body = " ".join(message.split())
+    if hint:
+        body = f"{body.rstrip('. ')}. {hint}"
+    text.append(body)
+    return text
+
+
+def _fail(
+    console: Any,
+    label: str,
+    resource: str | None,
+    exc: BaseException,
+    code: int,
+    hint: str | None = None,
+) -> typer.Exit:
+    console.print(_line(label, resource, str(exc), hint=hint))
+    return typer.Exit(code)
+
+
+def _where(display: Any) -> str | None:
+    """The resource that was being synced when the run stopped."""
+    failures = getattr(display, "failures", None)
+    return failures[-1].resource if failures else None
+
+
+def _advice(exc: BaseException, staged_pages: int, client: Any) -> str | None:
+    """What to do about ``exc``; "resume" only when staged pages wait and the cause may pass."""
+    from toolkit.errors import (
+        ApiError,
+        AuthError,
+        DataValidationError,
+        IncompleteResult,
+        RateLimited,
+        ServerError,
+        TransportError,
+    )
+
+    again = (
+        f"{staged_pages} staged page(s) are kept: run the same command again to resume"
+        if staged_pages
+        else "run the same command again later"
+    )
+    if isinstance(exc, AuthError):
+        if exc.status == 403:
+            return (
+                "the API key is not allowed to do this: check its permissions, and that "
+                "PM_CLIENT_ID / PM_CLIENT_SECRET belong to the intended key"
+            )
+        return (
+            "the credentials were refused: check PM_CLIENT_ID and PM_CLIENT_SECRET "
+            "(or --client-id / --client-secret)"
+        )
+    if isinstance(exc, TransportError):
+        base = getattr(client, "base_url", "the deployment")
+        return f"cannot reach {base}: check PM_BASE_URL (or --base-url) and the network; {again}"
+    if isinstance(exc, RateLimited):
+        return f"the rate limit did not clear (another program using the same key?); {again}"
+    if isinstance(exc, ServerError):
+        return f"the server failed; {again}"
+    if isinstance(exc, DataValidationError):
+        return "nothing of it was stored; --errors warn stores such data anyway"
+    if isinstance(exc, IncompleteResult):
+        return (
+            "nothing of it was stored; the deployment's paging is broken (`pmtk check` shows how)"
+        )
+    if isinstance(exc, ApiError):
+        return "nothing of it was stored"
+    return None
+
+
+def _print_repaired(console: Any, summary: Any) -> None:
+    from rich.text import Text
+
     for result in summary.resources:
         if result.repaired:
-            console.print(
-                f"[yellow]repaired[/]: {result.resource} was re-fetched in full because "
-                f"{', '.join(map(escape, result.repaired))} failed verification"
+            line = Text("repaired", style="yellow")
+            line.append(
+                f": {result.resource} was re-fetched in full because "
+                f"{', '.join(result.repaired)} failed verification"
             )
-    if not quiet:
-        Console().print(summary.table())
+            console.print(line)
 
 
 def _verify(out: Path, resources: list[str] | None, *, quiet: bool) -> None:
     """``pmtk sync --verify``: hash every stored file; list the damaged ones; exit 0 or 3."""
     from rich.console import Console
-    from rich.markup import escape
+    from rich.text import Text
 
     from toolkit.errors import PmtkError
     from toolkit.store import ManifestDamaged, NotAStore, verify
 
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     try:
         report = verify(out, resources or None)
     except (NotAStore, ManifestDamaged) as exc:
-        err.print(f"[red]refused[/]: {escape(str(exc))}")
-        raise typer.Exit(EXIT_REFUSED) from None
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
     except PmtkError as exc:
-        err.print(f"[red]verify failed[/]: {escape(str(exc))}")
-        raise typer.Exit(EXIT_FAILED) from None
+        raise _fail(err, "verify failed", None, exc, EXIT_FAILED) from None
     for problem in report.problems:
-        err.print(f"[red]damaged[/]: {escape(problem.describe(out))}")
+        err.print(_line("damaged", None, problem.describe(out)))
     if not report.ok:
         err.print(
-            f"{len(report.problems)} of {len(report.files)} files in {escape(str(out))} "
-            "failed verification"
+            Text(
+                f"{len(report.problems)} of {len(report.files)} files in {out} failed verification"
+            )
         )
         raise typer.Exit(EXIT_DAMAGED)
     if not quiet:
-        Console(soft_wrap=True).print(
-            f"verified {len(report.files)} files ({report.bytes / 1e6:.1f} MB) in "
-            f"{escape(str(out))}: all match their sha256 ({report.elapsed:.2f} s)"
+        Console(soft_wrap=True, highlight=False).print(
+            Text(
+                f"verified {len(report.files)} files ({report.bytes / 1e6:.1f} MB) in "
+                f"{out}: all match their sha256 ({report.elapsed:.2f} s)"
+            )
         )

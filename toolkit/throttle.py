@@ -15,10 +15,17 @@ minute (a sliding window, spec section 8) without hammering it:
 
 The clock and the sleep function are injectable, so tests run instantly, or on
 the mock deployment's virtual clock.
+
+Every wait is announced before it starts to the listeners registered with
+:meth:`Throttle.subscribe`, as ``listener(seconds, reason)``; ``pmtk sync`` uses it
+to show "waiting 12 s: rate limit" instead of a progress bar frozen without a word.
+The reasons are the constants :data:`PACING`, :data:`RATE_LIMITED` and
+:data:`WINDOW_SPENT`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import threading
 import time
@@ -29,9 +36,13 @@ from datetime import UTC, datetime
 
 __all__ = [
     "MAX_RETRY_AFTER",
+    "PACING",
+    "RATE_LIMITED",
     "RETRY_STATUSES",
+    "WINDOW_SPENT",
     "RetryPolicy",
     "Throttle",
+    "WaitListener",
     "parse_retry_after",
 ]
 
@@ -46,6 +57,18 @@ MAX_RETRY_AFTER = 120.0
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 """Statuses retried (with backoff) for idempotent requests. 429 is paced, not backed off."""
+
+PACING = "rate limit pacing"
+"""Wait reason: the client's own sliding window is full."""
+
+RATE_LIMITED = "rate limit (429)"
+"""Wait reason: the server answered 429 (waiting out ``retry-after`` or a growing pause)."""
+
+WINDOW_SPENT = "rate limit (server reports 0 requests left)"
+"""Wait reason: the server's ``x-ratelimit-remaining`` reached 0."""
+
+WaitListener = Callable[[float, str], None]
+"""``listener(seconds, reason)``, called before the throttle sleeps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +161,12 @@ class Throttle:
         Total seconds spent waiting (pacing and 429s).
     rate_limited
         Number of 429 answers seen.
+
+    Notes
+    -----
+    Listeners registered with :meth:`subscribe` are called with ``(seconds,
+    reason)`` just before each sleep, in the thread that sleeps (a listener
+    must be quick and thread-safe; its errors are ignored).
     """
 
     def __init__(
@@ -156,6 +185,8 @@ class Throttle:
         self._lock = threading.Lock()
         self._sent: deque[float] = deque()
         self._hold_until = 0.0
+        self._hold_reason = RATE_LIMITED
+        self._listeners: list[WaitListener] = []
         self._missing_streak = 0
         self._margin = 0.0
         self.waited = 0.0
@@ -164,16 +195,54 @@ class Throttle:
     def __repr__(self) -> str:
         return f"Throttle(requests_per_minute={self.requests_per_minute})"
 
-    def _delay(self, now: float) -> float:
+    def _delay(self, now: float) -> tuple[float, str]:
+        """Seconds to wait before the next request, and why (the longer constraint wins)."""
         delay = max(0.0, self._hold_until - now)
+        reason = self._hold_reason
         limit = self.requests_per_minute
         if limit is not None:
             while self._sent and self._sent[0] <= now - WINDOW:
                 self._sent.popleft()
             if len(self._sent) >= limit:
                 oldest = self._sent[len(self._sent) - limit]
-                delay = max(delay, oldest + WINDOW + self._margin - now)
-        return delay
+                pacing = oldest + WINDOW + self._margin - now
+                if pacing > delay:
+                    delay, reason = pacing, PACING
+        return delay, reason
+
+    def subscribe(self, listener: WaitListener) -> Callable[[], None]:
+        """Call ``listener(seconds, reason)`` before every wait; returns the unsubscribe function.
+
+        Examples
+        --------
+        >>> now = [0.0]
+        >>> t = Throttle(None, clock=lambda: now[0], sleep=lambda s: now.append(now.pop() + s))
+        >>> waits = []
+        >>> stop = t.subscribe(lambda seconds, reason: waits.append((seconds, reason)))
+        >>> t.hold(5.0, RATE_LIMITED)
+        >>> t.acquire()
+        5.0
+        >>> stop()
+        >>> waits
+        [(5.0, 'rate limit (429)')]
+        """
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _announce(self, seconds: float, reason: str) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            # A display that fails must not stop the request it is only reporting on.
+            with contextlib.suppress(Exception):
+                listener(seconds, reason)
 
     def now(self) -> float:
         """The throttle's clock, for timing a round trip."""
@@ -197,20 +266,27 @@ class Throttle:
         while True:
             with self._lock:
                 now = self._clock()
-                delay = self._delay(now)
+                delay, reason = self._delay(now)
                 if delay <= 0:
                     self._sent.append(now)
                     self.waited += waited
                     return waited
             # Sleep outside the lock; re-check afterwards because other threads
             # (or a new 429) may have changed the picture meanwhile.
+            self._announce(delay, reason)
             self._sleep(delay)
             waited += delay
 
-    def hold(self, seconds: float) -> None:
-        """Hold every request of this client for ``seconds`` from now."""
+    def hold(self, seconds: float, reason: str = RATE_LIMITED) -> None:
+        """Hold every request of this client for ``seconds`` from now.
+
+        ``reason`` is what listeners are told when a request then waits.
+        """
         with self._lock:
-            self._hold_until = max(self._hold_until, self._clock() + seconds)
+            until = self._clock() + seconds
+            if until >= self._hold_until:
+                self._hold_until = until
+                self._hold_reason = reason
 
     def on_rate_limited(self, headers: Mapping[str, str], policy: RetryPolicy) -> float:
         """Record a 429 answer and hold requests; returns the pause chosen, in seconds."""
@@ -222,7 +298,7 @@ class Throttle:
             pause = min(60.0, policy.missing_retry_after * 2 ** (self._missing_streak - 1))
         else:
             self._missing_streak = 0
-        self.hold(pause)
+        self.hold(pause, RATE_LIMITED)
         return pause
 
     def observe(self, status: int, headers: Mapping[str, str]) -> None:
@@ -242,7 +318,7 @@ class Throttle:
         pause = parse_retry_after(headers.get("retry-after"))
         if pause is None:
             pause = self._window_frees_in()
-        self.hold(pause)
+        self.hold(pause, WINDOW_SPENT)
 
     def _window_frees_in(self) -> float:
         """A cautious guess at when the server's window frees a slot.
