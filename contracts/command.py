@@ -79,7 +79,6 @@ class ConsoleProgress:
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.items: dict[str, tuple[str, str]] = {}
         self.left: dict[str, int] = {}
         self.counts: dict[str, dict[str, int]] = {}
         self.started: dict[str, float] = {}
@@ -109,10 +108,9 @@ class ConsoleProgress:
         from contracts.suite import check_identity
 
         for item in session.items:
-            check_id, category = check_identity(item)
-            self.items[item.nodeid] = (check_id, category)
+            category = check_identity(item)[1]
             self.left[category] = self.left.get(category, 0) + 1
-        if self.console.is_terminal and self.items:
+        if self.console.is_terminal and session.items:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
             self.progress = Progress(
@@ -124,26 +122,27 @@ class ConsoleProgress:
                 auto_refresh=False,
             )
             self.progress.start()
-            self.task = self.progress.add_task("starting", total=len(self.items))
+            self.task = self.progress.add_task("starting", total=len(session.items))
 
-    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        known = self.items.get(nodeid)
-        if known is None:
-            return
-        self.started.setdefault(known[1], time.monotonic())
+    # Items, not node ids: schemathesis' generated checks share one node id.
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        from rich.markup import escape
+
+        from contracts.suite import check_identity
+
+        check_id, category = check_identity(item)
+        self.started.setdefault(category, time.monotonic())
         if self.progress is not None and self.task is not None:
-            from rich.markup import escape
-
-            self.progress.update(self.task, description=f"checking {escape(known[0])}")
+            self.progress.update(self.task, description=f"checking {escape(check_id)}")
             self.progress.refresh()
 
-    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        from contracts.suite import current_run
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        # By teardown the plugin in contracts/conftest.py has recorded the check's outcome.
+        from contracts.suite import check_identity, current_run
 
-        known = self.items.get(nodeid)
-        if known is None:
+        check_id, category = check_identity(item)
+        if category not in self.left:
             return
-        check_id, category = known
         run = current_run()
         record = run.records.get(check_id) if run is not None else None
         status = record.status if record is not None else "failed"
