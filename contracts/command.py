@@ -1,58 +1,238 @@
 """``pmtk check``: run the contract suite (``contracts/``) in-process and summarise it.
 
-Exit codes: 0 conformant, 1 findings, 2 unreachable deployment or wrong arguments.
+Exit codes (every path, see docs/contracts.md):
+
+* **0** conformant: the run went to its end and no check failed;
+* **1** findings: the run went to its end and at least one check failed;
+* **2** not checked: a bad option (found before any request), the deployment
+  unreachable, no token endpoint at the address, credentials refused, the reports
+  not writable, or the suite could not run;
+* **130** interrupted (Ctrl-C): no report is written and earlier reports are left
+  untouched.
+
+Output: progress, notices and errors go to stderr; the result (summary table, each
+failed check with its reason, the verdict) goes to stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 if TYPE_CHECKING:
+    import pytest
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
     from contracts.suite import Options
 
-__all__ = ["check_command", "run_suite"]
+__all__ = ["EXIT_CODES", "ConsoleProgress", "check_command", "run_suite"]
 
 SUITE_DIR = Path(__file__).parent
 
+EXIT_CONFORMANT = 0
+EXIT_FINDINGS = 1
+EXIT_NOT_CHECKED = 2
+EXIT_INTERRUPTED = 130
+EXIT_CODES: dict[int, str] = {
+    EXIT_CONFORMANT: "conformant",
+    EXIT_FINDINGS: "findings",
+    EXIT_NOT_CHECKED: "not checked",
+    EXIT_INTERRUPTED: "interrupted",
+}
+"""Every exit code of ``pmtk check`` and the verdict word printed with it."""
+
+ERROR_LOG = "pmtk-check-error.log"
+"""Written into the report folder (redacted) only when the suite itself broke."""
 
 PYTEST_ARGS: tuple[str, ...] = (
     "-c",
     str(SUITE_DIR / "pytest.ini"),
     "--rootdir",
     str(SUITE_DIR),
-    "-q",
-    "--no-header",
-    "--tb=no",
     "-p",
     "no:cacheprovider",
+    # pmtk draws its own progress (ConsoleProgress): pytest's dots, percentages and
+    # node ids are not for the user of `pmtk check`.
+    "-p",
+    "no:terminal",
+    # sys-level capture: the checks' own output stays captured, while the progress
+    # console (which holds the real stderr object) is never swallowed mid-check.
+    "--capture=sys",
     "--pm-no-summary",
 )
 """The only command-line words pytest gets: fixed ones. Settings travel in a Preset."""
 
 
-def run_suite(options: Options) -> int:
-    """Run pytest on the suite with ``options``; map its exit status to 0, 1 or 2.
+class ConsoleProgress:
+    """pytest plugin drawing ``pmtk check``'s progress on stderr with rich.
+
+    One line per category when its last check ends (passed/failed/skipped counts and
+    seconds), and, on a terminal, a transient live line naming the check in progress.
+    Check ids are shown, never pytest node ids.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.left: dict[str, int] = {}
+        self.counts: dict[str, dict[str, int]] = {}
+        self.started: dict[str, float] = {}
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+
+    # -- pytest hooks ------------------------------------------------------------
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from rich.text import Text
+
+        from contracts.suite import current_run
+
+        run = current_run()
+        if run is None:
+            return
+        if run.options.embedded_mock:
+            line = Text("checking the embedded mock at ")
+            line.append(run.target, style="bold")
+            line.append(" (no --base-url or PM_BASE_URL given)")
+        else:
+            line = Text("checking ")
+            line.append(run.target, style="bold")
+        self.console.print(line)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from contracts.suite import check_identity
+
+        for item in session.items:
+            category = check_identity(item)[1]
+            self.left[category] = self.left.get(category, 0) + 1
+        if self.console.is_terminal and session.items:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=self.console,
+                transient=True,
+                auto_refresh=False,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("starting", total=len(session.items))
+
+    # Items, not node ids: schemathesis' generated checks share one node id.
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        from rich.markup import escape
+
+        from contracts.suite import check_identity
+
+        check_id, category = check_identity(item)
+        self.started.setdefault(category, time.monotonic())
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, description=f"checking {escape(check_id)}")
+            self.progress.refresh()
+
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        # By teardown the plugin in contracts/conftest.py has recorded the check's outcome.
+        from contracts.suite import check_identity, current_run
+
+        check_id, category = check_identity(item)
+        if category not in self.left:
+            return
+        run = current_run()
+        record = run.records.get(check_id) if run is not None else None
+        status = record.status if record is not None else "failed"
+        counts = self.counts.setdefault(category, {"passed": 0, "failed": 0, "skipped": 0})
+        counts[status] = counts.get(status, 0) + 1
+        self.left[category] -= 1
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task)
+            self.progress.refresh()
+        if self.left[category] == 0:
+            self._category_done(category, counts)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.stop()
+
+    # -- drawing -----------------------------------------------------------------
+
+    def _category_done(self, category: str, counts: dict[str, int]) -> None:
+        from rich.text import Text
+
+        seconds = time.monotonic() - self.started.get(category, time.monotonic())
+        style = "red" if counts["failed"] else "green" if counts["passed"] else "dim"
+        line = Text(f"  {category:<15}", style=style)
+        parts = [f"{n} {word}" for word, n in counts.items() if n]
+        line.append(", ".join(parts))
+        line.append(f"  ({seconds:.1f} s)", style="dim")
+        self.console.print(line)
+
+    def stop(self) -> None:
+        """Remove the live line (also after Ctrl-C, so the cursor comes back)."""
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def run_suite(options: Options, *, progress: ConsoleProgress | None = None) -> int:
+    """Run pytest on the suite with ``options``; return pmtk's exit code (0, 1, 2 or 130).
 
     The options are handed over as a plugin object (:class:`contracts.suite.Preset`),
     never as argv words: a value beginning with ``-`` stays a value, and no secret
-    can reach pytest's own messages.
+    can reach pytest's own messages. What pytest itself writes to stderr (its
+    ``Exit:`` lines, an internal error's traceback) is captured, not shown: the
+    outcome is read from :data:`contracts.suite.OUTCOME`.
     """
     import pytest
 
-    from contracts import suite
+    from contracts.suite import OUTCOME, Preset
 
-    suite.LAST_REPORT.clear()
-    suite.EXIT_REASON.clear()
-    status = int(pytest.main([str(SUITE_DIR), *PYTEST_ARGS], plugins=[suite.Preset(options)]))
-    if status == 0:
-        return 0
-    if status == 1 and suite.LAST_REPORT:
-        return 1
-    return 2
+    OUTCOME.reset()
+    plugins: list[object] = [Preset(options)]
+    if progress is not None:
+        plugins.append(progress)
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            status = int(pytest.main([str(SUITE_DIR), *PYTEST_ARGS], plugins=plugins))
+    finally:
+        if progress is not None:
+            progress.stop()
+    if OUTCOME.interrupted:
+        return EXIT_INTERRUPTED
+    report = OUTCOME.report
+    if report is not None and status in (0, 1):
+        return EXIT_FINDINGS if report["summary"]["failed"] else EXIT_CONFORMANT
+    if OUTCOME.reason is None:
+        OUTCOME.reason = _internal_error(options, captured.getvalue(), status)
+    return EXIT_NOT_CHECKED
+
+
+def _internal_error(options: Options, text: str, status: int) -> str:
+    """The one line for a run that broke without saying why; details go to a log file."""
+    from contracts.session import REDACTED, secret_forms
+    from contracts.suite import OUTCOME
+
+    if OUTCOME.redact is not None:
+        text = OUTCOME.redact(text)
+    # The run's own redaction knows the tokens too; the secret is removed in any case.
+    for form in secret_forms(options.client_secret or "", client_id=options.client_id):
+        text = text.replace(form, REDACTED)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # pytest's usage errors come first ("ERROR: ..."), a traceback's exception last.
+    errors = [ln for ln in lines if ln.startswith("ERROR") or " error: " in ln]
+    last = (errors or lines or [f"pytest exit status {status}"])[-1][:200]
+    where = ""
+    if text.strip():
+        log = options.report_dir / ERROR_LOG
+        with contextlib.suppress(OSError):
+            log.write_text(text, encoding="utf-8")
+            where = f"; details in {log}"
+    return f"the contract suite could not run: {last}{where}"
 
 
 def check_command(
@@ -87,7 +267,7 @@ def check_command(
     token_probe_seconds: Annotated[
         int,
         typer.Option(
-            "--token-probe-seconds", min=0, help="Wall-clock token probe: keep a token N s"
+            "--token-probe-seconds", help="Wall-clock token probe: keep a token N s (0-7200)"
         ),
     ] = 0,
     report_dir: Annotated[
@@ -95,38 +275,32 @@ def check_command(
     ] = Path("pmtk-report"),
     baseline: Annotated[
         Path | None,
-        typer.Option(
-            "--baseline", exists=True, dir_okay=False, help="Earlier report.json to compare"
-        ),
+        typer.Option("--baseline", help="Earlier report.json to compare (read before the run)"),
     ] = None,
     request_budget: Annotated[
-        int, typer.Option("--request-budget", min=1, help="Most budgeted requests in the run")
+        int, typer.Option("--request-budget", help="Most budgeted requests in the run")
     ] = 300,
     schema_examples: Annotated[
-        int, typer.Option("--schema-examples", min=1, help="Generated requests per GET operation")
+        int, typer.Option("--schema-examples", help="Generated requests per GET operation")
     ] = 3,
 ) -> None:
-    """Check a deployment (or the embedded mock) against the API contract."""
+    """Check a deployment (or the embedded mock) against the API contract.
+
+    Exit 0 conformant, 1 findings, 2 not checked (bad option, unreachable, wrong
+    address, refused credentials), 130 interrupted.
+    """
+    import sys
+
     from rich.console import Console
-    from rich.text import Text
 
-    from contracts import suite
-    from contracts.report import render_summary
-    from contracts.suite import Options
-
-    console = Console()
-    if base_url is None and (client_id or client_secret):
-        console.print("[red]--client-id/--client-secret need --base-url (or PM_BASE_URL)[/]")
-        raise typer.Exit(2)
-    if base_url is not None and not (client_id and client_secret):
-        console.print(
-            "[red]checking a deployment needs --client-id and --client-secret "
-            "(or PM_CLIENT_ID / PM_CLIENT_SECRET)[/]"
-        )
-        raise typer.Exit(2)
-    started = time.monotonic()
-    code = run_suite(
-        Options(
+    out = Console()
+    # Bound to the stderr of now: run_suite captures what pytest writes to sys.stderr,
+    # and the progress lines must not be captured with it.
+    err = Console(file=sys.stderr)
+    try:
+        code = _check(
+            out,
+            err,
             base_url=base_url,
             client_id=client_id,
             client_secret=client_secret,
@@ -137,16 +311,71 @@ def check_command(
             report_dir=report_dir,
             baseline=baseline,
             request_budget=request_budget,
-            schema_examples=max(1, schema_examples),
+            schema_examples=schema_examples,
         )
-    )
-    elapsed = time.monotonic() - started
-    if suite.LAST_REPORT:
-        console.print(render_summary(suite.LAST_REPORT[-1]))
-        console.print(f"reports in {report_dir}/ (report.json, junit.xml, report.html)")
-    if code == 2:
-        reason = suite.EXIT_REASON[-1] if suite.EXIT_REASON else "the suite could not run"
-        console.print(Text(f"pmtk check: {reason}", style="red"))
-    verdict = {0: "conformant", 1: "findings", 2: "not checked"}[code]
-    console.print(f"{verdict}; total time {elapsed:.1f} s")
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+        _interrupted(err, report_dir)
     raise typer.Exit(code)
+
+
+def _check(out: Console, err: Console, **settings: Any) -> int:
+    from contracts.report import render_summary
+    from contracts.suite import OUTCOME, OptionError, Options, validate_options
+
+    options = Options(**settings)
+    problem = _credentials_problem(options)
+    if problem is None:
+        try:
+            validate_options(options)
+        except OptionError as exc:
+            problem = str(exc)
+    if problem is not None:
+        _error(err, problem)
+        return EXIT_NOT_CHECKED
+    started = time.monotonic()
+    code = run_suite(options, progress=ConsoleProgress(err))
+    elapsed = time.monotonic() - started
+    if code == EXIT_INTERRUPTED:
+        _interrupted(err, options.report_dir)
+        return code
+    if OUTCOME.report is not None and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
+        out.print(render_summary(OUTCOME.report))
+        out.print(
+            f"reports in {options.report_dir}/ (report.json, junit.xml, report.html)",
+            markup=False,
+            highlight=False,
+        )
+    else:
+        _error(err, OUTCOME.reason or "the contract suite could not run")
+    out.print(f"{EXIT_CODES[code]}; total time {elapsed:.1f} s", markup=False, highlight=False)
+    return code
+
+
+def _credentials_problem(options: Options) -> str | None:
+    if options.base_url is None and (options.client_id or options.client_secret):
+        return "--client-id/--client-secret need --base-url (or PM_BASE_URL)"
+    if options.base_url is not None and not (options.client_id and options.client_secret):
+        return (
+            "checking a deployment needs --client-id and --client-secret "
+            "(or PM_CLIENT_ID / PM_CLIENT_SECRET)"
+        )
+    return None
+
+
+def _error(err: Console, message: str) -> None:
+    from rich.text import Text
+
+    err.print(Text(f"pmtk check: {message}", style="red"))
+
+
+def _interrupted(err: Console, report_dir: Path) -> None:
+    from rich.text import Text
+
+    kept = (report_dir / "report.json").is_file()
+    tail = (
+        f"the previous reports in {report_dir}/ are untouched"
+        if kept
+        else f"nothing was written to {report_dir}/"
+    )
+    err.print(Text(f"pmtk check: interrupted (Ctrl-C); no report written, {tail}", style="red"))

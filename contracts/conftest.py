@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from contracts.report import CheckRecord, build_report, render_summary, write_reports
+from contracts.report import (
+    CheckRecord,
+    ReportDirError,
+    build_report,
+    public_url,
+    render_summary,
+    write_reports,
+)
 from contracts.session import (
     DEFAULT_USER_AGENT,
     BudgetExhausted,
@@ -28,14 +35,16 @@ from contracts.session import (
     Unreachable,
 )
 from contracts.suite import (
-    EXIT_REASON,
-    LAST_REPORT,
+    OUTCOME,
+    OptionError,
     Options,
     Preset,
     Recorder,
     Run,
+    check_identity,
     pop_run,
     push_run,
+    validate_options,
 )
 
 RUN_KEY = pytest.StashKey[Run]()
@@ -83,14 +92,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _usage(message: str) -> pytest.UsageError:
-    EXIT_REASON.append(message)
+    OUTCOME.reason = message
     return pytest.UsageError(message)
 
 
 def _stop(message: str, run: Run | None = None) -> None:
     if run is not None:
         message = run.session.redact(message)
-    EXIT_REASON.append(message)
+    OUTCOME.reason = message
     pytest.exit(message, returncode=2)
 
 
@@ -125,30 +134,38 @@ def _options(config: pytest.Config) -> Options:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pm_check(id, category): a contract check")
+    OUTCOME.reset()
     options = _options(config)
     if options.base_url is None:
         if options.client_id or options.client_secret:
             raise _usage("--pm-client-id/--pm-client-secret need --pm-base-url")
-        try:
-            from toolkit.mock import serve
-        except ImportError as exc:
-            raise _usage(
-                f"no --pm-base-url given and the embedded mock is unavailable: {exc}"
-            ) from exc
-        mock = serve(test_controls=True)
-        deployment = mock.__enter__()
-        config.stash[MOCK_KEY] = mock
-        options.base_url = deployment.base_url
-        options.client_id = deployment.client_id
-        options.client_secret = deployment.client_secret
-    if not options.client_id or not options.client_secret:
+    elif not options.client_id or not options.client_secret:
         raise _usage(
             "a target needs a client id and secret (--pm-client-id/--pm-client-secret "
             "or PM_CLIENT_ID/PM_CLIENT_SECRET)"
         )
-    if options.baseline is not None and not options.baseline.is_file():
-        raise _usage(f"--baseline {options.baseline}: no such file")
-    assert options.base_url is not None
+    # Every local option is checked before the mock starts or a request is sent
+    # (`pmtk check` has done so already; this covers `pytest contracts`).
+    try:
+        validate_options(options)
+    except OptionError as exc:
+        raise _usage(str(exc)) from None
+    if options.base_url is None:
+        try:
+            from toolkit.mock import serve
+
+            mock = serve(test_controls=True)
+            deployment = mock.__enter__()
+        except Exception as exc:
+            raise _usage(
+                f"no base URL given and the embedded mock could not start: {exc}"
+            ) from None
+        config.stash[MOCK_KEY] = mock
+        options.embedded_mock = True
+        options.base_url = deployment.base_url
+        options.client_id = deployment.client_id
+        options.client_secret = deployment.client_secret
+    assert options.base_url is not None and options.client_id and options.client_secret
     session = Session(
         options.base_url,
         options.client_id,
@@ -158,6 +175,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     run = Run(options, session, options.base_url)
     config.stash[RUN_KEY] = run
+    OUTCOME.redact = session.redact
     push_run(run)
 
 
@@ -171,7 +189,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         mock.__exit__(None, None, None)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    """Preflight, before the checks are even imported: is anyone there, is this the API?
+
+    A wrong address or refused credentials would otherwise come back as dozens of
+    conformance failures; here they stop the run with one line (exit 2). This runs as
+    a collection hook rather than in ``pytest_sessionstart`` because pytest prints a
+    ``pytest.exit`` from session start itself, on top of pmtk's own line.
+    """
     run = session.config.stash.get(RUN_KEY, None)
     if run is None:
         return
@@ -181,23 +207,41 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     except Unreachable as exc:
         _stop(f"deployment unreachable: {exc}", run)
     except TokenRefused as exc:
-        if exc.exchange.status in (400, 401, 403):
-            _stop(
-                f"the configured client id/secret were refused by {run.target} "
-                f"(status {exc.exchange.status}); check the credentials"
-            )
+        _stop(_token_refused(run, exc.exchange.status, exc.exchange.response_body), run)
     run.observations["test_controls"] = run.session.test_controls
 
 
+def _token_refused(run: Run, status: int | None, body: str) -> str:
+    """One line saying why no token came back, and what to do about it."""
+    url = public_url(run.session.url("/oauth/token"))
+    if status in (400, 401, 403):
+        return (
+            f"the client id/secret were refused by the token endpoint {url} (status {status}); "
+            "check PM_CLIENT_ID / PM_CLIENT_SECRET (or --client-id / --client-secret)"
+        )
+    if status in (404, 405):
+        return (
+            f"no token endpoint at {url} (status {status}): the base URL {run.target} is "
+            "probably wrong; it must be the regional API address ending in /main, "
+            "for example https://au-api.halaxy.com/main"
+        )
+    excerpt = " ".join(body.split())[:120]
+    return (
+        f"the token endpoint {url} answered {status} without an access token "
+        f"({excerpt or 'empty body'}); nothing was checked"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    # Only a real Ctrl-C: pytest routes pytest.exit() and "errors during collection"
+    # (a KeyboardInterrupt subclass) through this hook too.
+    if excinfo.type is KeyboardInterrupt:
+        OUTCOME.interrupted = True
+
+
 def _marker(item: pytest.Item) -> tuple[str, str]:
-    mark = item.get_closest_marker("pm_check")
-    if mark is None:
-        return item.name, "schema"
-    check_id, category = mark.args[0], mark.args[1]
-    label = item.name.partition("[")[2].rstrip("]")
-    if label:
-        check_id = f"{check_id}[{label}]"
-    return check_id, category
+    return check_identity(item)
 
 
 def _rank(item: pytest.Item) -> int:
@@ -293,11 +337,14 @@ def _failure_text(report: pytest.TestReport) -> str:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run = session.config.stash.get(RUN_KEY, None)
-    if run is None or (exitstatus == 2 and not run.records):
+    # Only a run that went to its end gets a report: an interrupted, stopped or broken
+    # one would read as a pass of the checks it never reached, and replace the last
+    # complete report.
+    if run is None or OUTCOME.interrupted or exitstatus not in _COMPLETE:
         return
     finished = dt.datetime.now(dt.UTC)
     report = build_report(
-        target=run.target,
+        target=run.target_info(),
         started=run.started.isoformat(timespec="seconds"),
         finished=finished.isoformat(timespec="seconds"),
         elapsed=(finished - run.started).total_seconds(),
@@ -305,13 +352,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         observations=run.finish_observations(),
         requests=run.session.used + run.session.exempt_used,
         baseline_path=run.options.baseline,
+        baseline_data=run.options.baseline_report,
     )
     # Redacted as data, before any serialisation: every report file and the console
     # summary are rendered from this one dict.
     report = run.session.redact_data(report)
-    write_reports(report, run.options.report_dir)
+    try:
+        write_reports(report, run.options.report_dir)
+    except ReportDirError as exc:
+        _stop(str(exc), run)
     session.config.stash[REPORT_KEY] = report
-    LAST_REPORT.append(report)
+    OUTCOME.report = report
+
+
+_COMPLETE = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

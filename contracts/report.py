@@ -1,10 +1,10 @@
 """The contract report: stable JSON, JUnit XML, one self-contained HTML page, a summary table.
 
-``report.json`` format (stable; new keys may be added, none removed)::
+``report.json`` format 2 (stable; new keys may be added, none removed)::
 
     {
-      "format": 1,
-      "target": "https://.../main",
+      "format": 2,
+      "target": {"base_url": "https://.../main", "embedded_mock": false},
       "started": ISO-8601, "finished": ISO-8601, "elapsed_seconds": float,
       "checks": [{"id", "category", "status": "passed|failed|skipped", "message",
                   "evidence": [{"request", "response", "curl"} | {"note"}],
@@ -15,22 +15,40 @@
                   "new_findings": [...], "fixed_findings": [...]},
       "baseline": {"file", "new", "fixed"} | null
     }
+
+Format 1 (pmtk before the ``target`` object) had ``"target": "<base url>"``; a format-1
+report is still accepted as a ``--baseline`` (only its ``checks`` are read).
+
+Reports are written to a staging folder inside the report directory and moved into
+place only when all three files are complete, so an interrupted or failed write never
+replaces an earlier report with a partial one.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
     "CATEGORIES",
+    "BaselineError",
     "CheckRecord",
+    "ReportDirError",
     "build_report",
     "compare_baseline",
+    "failure_reason",
+    "probe_report_dir",
+    "public_url",
+    "read_baseline",
     "render_summary",
+    "target_label",
     "write_reports",
 ]
 
@@ -46,9 +64,130 @@ CATEGORIES: tuple[str, ...] = (
     "paging",
     "write",
 )
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2
+READABLE_FORMATS = (1, 2)
+"""Formats accepted as a ``--baseline``: both carry ``checks`` with ``id`` and ``status``."""
+REPORT_FILES = ("junit.xml", "report.html", "report.json")
+"""Moved into place in this order: ``report.json``, what tools read, comes last."""
 MAX_OBSERVED_SHOWN = 12
 """Observation-level findings printed on the console; the reports hold all of them."""
+MAX_REASON_CHARS = 160
+"""A failed check's reason on the console: its first problem, cut to one line."""
+
+
+class BaselineError(ValueError):
+    """A ``--baseline`` file that cannot be used; the message names the file and the fault."""
+
+
+class ReportDirError(OSError):
+    """A ``--report-dir`` that cannot be created or written; the message says why."""
+
+
+def public_url(url: str) -> str:
+    """``url`` without userinfo, query or fragment: what a report or console may show.
+
+    Examples
+    --------
+    >>> public_url("https://me:pw@au-api.example.com/main?key=1#x")
+    'https://au-api.example.com/main'
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def read_baseline(path: Path) -> dict[str, Any]:
+    """Read and check an earlier ``report.json`` before anything is sent.
+
+    Parameters
+    ----------
+    path
+        The file given as ``--baseline``.
+
+    Returns
+    -------
+    dict
+        The parsed report; only its ``checks`` (``id`` and ``status``) are used.
+
+    Raises
+    ------
+    BaselineError
+        One line naming the file and what is wrong with it (missing, a folder, not
+        readable, not UTF-8 JSON, not a pmtk report, an unknown format).
+    """
+    where = f"--baseline {path}"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BaselineError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise BaselineError(f"{where}: is a folder; give the report.json inside it") from None
+    except OSError as exc:
+        raise BaselineError(f"{where}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"{where}: not UTF-8 text (byte {exc.start}); expected a pmtk report.json"
+        raise BaselineError(msg) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        msg = f"{where}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+        raise BaselineError(msg) from None
+    if not isinstance(data, dict):
+        msg = f"{where}: a JSON {type(data).__name__}, not a pmtk report (an object)"
+        raise BaselineError(msg)
+    fmt = data.get("format")
+    if "format" not in data or "checks" not in data:
+        raise BaselineError(f"{where}: not a pmtk report.json (no 'format' or 'checks' key)")
+    if isinstance(fmt, bool) or fmt not in READABLE_FORMATS:
+        known = ", ".join(str(f) for f in READABLE_FORMATS)
+        msg = f"{where}: report format {fmt!r} is not one this pmtk reads ({known})"
+        raise BaselineError(msg)
+    checks = data["checks"]
+    if not isinstance(checks, list):
+        raise BaselineError(f"{where}: 'checks' is a {type(checks).__name__}, not a list")
+    for i, c in enumerate(checks):
+        if not (
+            isinstance(c, dict)
+            and isinstance(c.get("id"), str)
+            and isinstance(c.get("status"), str)
+        ):
+            msg = f"{where}: checks[{i}] is not an object with string 'id' and 'status'"
+            raise BaselineError(msg)
+    return data
+
+
+def probe_report_dir(directory: Path) -> None:
+    """Create ``directory`` if needed and prove a file can be written in it.
+
+    Called before the first request, so that a bad ``--report-dir`` is found in a
+    second, not after the whole run has spent the user's quota.
+
+    Raises
+    ------
+    ReportDirError
+        With the folder and the reason (a file in the way, no permission, read-only).
+    """
+    where = f"--report-dir {directory}"
+    if directory.exists() and not directory.is_dir():
+        raise ReportDirError(f"{where}: exists and is not a folder")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReportDirError(f"{where}: cannot be created ({exc.strerror or exc})") from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".pmtk-probe-"):
+            pass
+    except OSError as exc:
+        raise ReportDirError(f"{where}: cannot be written ({exc.strerror or exc})") from None
 
 
 @dataclass
@@ -111,7 +250,7 @@ def compare_baseline(current: list[CheckRecord], baseline: dict[str, Any]) -> di
 
 def build_report(
     *,
-    target: str,
+    target: dict[str, Any],
     started: str,
     finished: str,
     elapsed: float,
@@ -119,12 +258,19 @@ def build_report(
     observations: dict[str, Any],
     requests: int,
     baseline_path: Path | None = None,
+    baseline_data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The report dict (format 2) from which every file and the console summary are made.
+
+    ``target`` is ``{"base_url", "embedded_mock"}``. The baseline is compared from
+    ``baseline_data`` (read and checked before the run, so a report written over it
+    changes nothing); without it, ``baseline_path`` is read now.
+    """
     ordered = sorted(checks, key=lambda c: (_category_rank(c.category), c.id))
     summary = _summary(ordered, requests)
     baseline: dict[str, Any] | None = None
     if baseline_path is not None:
-        old = json.loads(baseline_path.read_text(encoding="utf-8"))
+        old = baseline_data if baseline_data is not None else read_baseline(baseline_path)
         diff = compare_baseline(ordered, old)
         baseline = {"file": str(baseline_path), **diff}
         summary["new_findings"] = diff["new"]
@@ -175,7 +321,7 @@ def write_junit(report: dict[str, Any], path: Path) -> None:
 
 _HTML = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<title>pmtk contract report: {{ report.target }}</title>
+<title>pmtk contract report: {{ report.target.base_url }}</title>
 <style>
 body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 75rem; color: #222; }
 table { border-collapse: collapse; margin: 1rem 0; }
@@ -185,7 +331,8 @@ pre { background: #f5f5f5; padding: .6rem; overflow-x: auto; white-space: pre-wr
 details { margin: .4rem 0 1rem 0; }
 </style></head><body>
 <h1>pmtk contract report</h1>
-<p>Target <code>{{ report.target }}</code>, started {{ report.started }},
+<p>Target <code>{{ report.target.base_url }}</code>{% if report.target.embedded_mock %}
+(the embedded mock){% endif %}, started {{ report.started }},
 finished {{ report.finished }} ({{ "%.1f"|format(report.elapsed_seconds) }} s,
 {{ s.requests }} requests).</p>
 <h2>Summary: {{ s.passed }} passed, {{ s.failed }} failed, {{ s.skipped }} skipped</h2>
@@ -236,39 +383,66 @@ def write_html(report: dict[str, Any], path: Path) -> None:
 
 
 def write_reports(report: dict[str, Any], directory: Path) -> Path:
-    """Write report.json, junit.xml and report.html into ``directory``; return the JSON path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    out = directory / "report.json"
-    out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    write_junit(report, directory / "junit.xml")
-    write_html(report, directory / "report.html")
-    return out
+    """Write report.json, junit.xml and report.html into ``directory``; return the JSON path.
+
+    The three files are first written, complete, into a staging folder inside
+    ``directory`` (same file system), then each is moved into place with an atomic
+    ``os.replace``, ``report.json`` last. A failure or Ctrl-C while writing leaves the
+    earlier reports as they were and removes the staging folder.
+
+    Raises
+    ------
+    ReportDirError
+        When the folder cannot be created or a file cannot be written or moved.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".pmtk-staging-", dir=directory))
+    except OSError as exc:
+        msg = f"cannot write the reports to {directory} ({exc.strerror or exc})"
+        raise ReportDirError(msg) from None
+    try:
+        (staging / "report.json").write_text(
+            json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8"
+        )
+        write_junit(report, staging / "junit.xml")
+        write_html(report, staging / "report.html")
+        for name in REPORT_FILES:
+            os.replace(staging / name, directory / name)
+    except OSError as exc:
+        msg = f"cannot write the reports to {directory} ({exc.strerror or exc})"
+        raise ReportDirError(msg) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return directory / "report.json"
 
 
 def render_summary(report: dict[str, Any]) -> Any:
-    """A rich renderable: per-category counts, the findings, elapsed time."""
+    """A rich renderable: per-category counts, each failed check with its reason, time.
+
+    Every piece of server or user text goes in as a :class:`rich.text.Text` (or through
+    :func:`rich.markup.escape`), so ``[security]`` in a message stays visible and a
+    stray ``[/`` cannot break the console.
+    """
     from rich.console import Group
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     s = report["summary"]
-    table = Table(title=f"pmtk check: {report['target']}")
+    table = Table(title=f"pmtk check: {escape(target_label(report.get('target')))}")
     table.add_column("Category")
     table.add_column("Passed", justify="right", style="green")
     table.add_column("Failed", justify="right", style="red")
     table.add_column("Skipped", justify="right", style="dim")
     table.add_column("Observed", justify="right", style="yellow")
-    table.add_column("Failed checks")
     for category, n in s["by_category"].items():
-        failed = [c["id"] for c in report["checks"] if c["category"] == category]
-        failed = [i for i in failed if _status(report, i) == "failed"]
         table.add_row(
             category,
             str(n["passed"]),
             str(n["failed"]),
             str(n["skipped"]),
             str(n.get("observed", 0)),
-            "\n".join(failed),
         )
     lines: list[Table | Text] = [
         table,
@@ -278,6 +452,12 @@ def render_summary(report: dict[str, Any]) -> Any:
             f"{s['requests']} requests in {report['elapsed_seconds']:.1f} s"
         ),
     ]
+    for c in report["checks"]:
+        if c["status"] == "failed":
+            line = Text("FAILED ", style="bold red")
+            line.append(f"{c['id']}: ", style="bold")
+            line.append(failure_reason(str(c.get("message", ""))))
+            lines.append(line)
     observed = [o for c in report["checks"] for o in c.get("observed", [])]
     for o in observed[:MAX_OBSERVED_SHOWN]:
         lines.append(Text(f"observed: {_observed_line(o)}"[:200]))
@@ -295,8 +475,32 @@ def render_summary(report: dict[str, Any]) -> Any:
     return Group(*lines)
 
 
-def _status(report: dict[str, Any], check_id: str) -> str:
-    for c in report["checks"]:
-        if c["id"] == check_id:
-            return str(c["status"])
-    return "unknown"
+def target_label(target: Any) -> str:
+    """How the console names a report's target (format 2 object or format 1 string)."""
+    if isinstance(target, dict):
+        url = str(target.get("base_url", "?"))
+        return f"the embedded mock at {url}" if target.get("embedded_mock") else url
+    return str(target)
+
+
+def failure_reason(message: str) -> str:
+    """One console line for a failed check: its first problem, and how many more there are.
+
+    Examples
+    --------
+    >>> failure_reason("a is wrong\nb is wrong\n... and 3 more")
+    'a is wrong (+4 more in report.html)'
+    """
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    if not lines:
+        return "(no message)"
+    first = lines[0]
+    if len(first) > MAX_REASON_CHARS:
+        first = first[: MAX_REASON_CHARS - 3] + "..."
+    more = len(lines) - 1
+    last = lines[-1]
+    count = last.removeprefix("... and ").removesuffix(" more")
+    if last.startswith("... and ") and count.isdigit():
+        # Recorder.message() shows 20 problems and ends with "... and N more".
+        more += int(count) - 1
+    return f"{first} (+{more} more in report.html)" if more > 0 else first

@@ -15,14 +15,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts.report import CheckRecord
+from contracts.report import CheckRecord, probe_report_dir, public_url, read_baseline
 from contracts.session import Exchange, Session
 from contracts.walker import Problem, Seen, walk_resource
 from toolkit import catalogue as cat
 
-__all__ = ["Options", "Preset", "Recorder", "Run", "Sample", "current_run"]
+__all__ = [
+    "LIMITS",
+    "OUTCOME",
+    "OptionError",
+    "Options",
+    "Outcome",
+    "Preset",
+    "Recorder",
+    "Run",
+    "Sample",
+    "check_identity",
+    "current_run",
+    "validate_options",
+]
 
 MAX_EVIDENCE = 5
+LIMITS: dict[str, tuple[int, int, str]] = {
+    "request_budget": (1, 100_000, "--request-budget"),
+    "schema_examples": (1, 1_000, "--schema-examples"),
+    # The service states 3600 s and the docs 900 s: two hours tells them apart with room.
+    "token_probe_seconds": (0, 7_200, "--token-probe-seconds"),
+}
+"""Allowed range (inclusive) and flag of each numeric option."""
 
 
 @dataclass
@@ -41,6 +61,83 @@ class Options:
     request_budget: int = 300
     schema_examples: int = 3
     reads_per_resource: int = 2
+    baseline_report: dict[str, Any] | None = field(default=None, repr=False)
+    """The ``--baseline`` report, read and checked before the run (see validate_options)."""
+    embedded_mock: bool = False
+    """True when no base URL was given and the suite checks the mock it started itself."""
+
+
+class OptionError(ValueError):
+    """A local option is unusable; the message is one line naming the option and the fault."""
+
+
+def validate_options(options: Options) -> None:
+    """Check every local option before the first request; read the baseline.
+
+    Numeric options must be in range (:data:`LIMITS`), the baseline must be a pmtk
+    ``report.json`` (it is parsed here and kept in ``options.baseline_report``, so a
+    new report written over the same file later changes nothing), and the report
+    folder must be creatable and writable (it is created here).
+
+    Raises
+    ------
+    OptionError
+        The first problem found, as one line.
+    """
+    from contracts.report import BaselineError, ReportDirError
+
+    for name, (low, high, flag) in LIMITS.items():
+        value = getattr(options, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise OptionError(f"{flag} {value!r}: must be a whole number from {low} to {high}")
+    if options.baseline is not None:
+        try:
+            options.baseline_report = read_baseline(options.baseline)
+        except BaselineError as exc:
+            raise OptionError(str(exc)) from None
+    try:
+        probe_report_dir(options.report_dir)
+    except ReportDirError as exc:
+        raise OptionError(str(exc)) from None
+
+
+@dataclass
+class Outcome:
+    """How the last run in this process ended (read by ``pmtk check`` after pytest returns)."""
+
+    report: dict[str, Any] | None = None
+    """The report written, or None (stopped early, interrupted, failed to write)."""
+    reason: str | None = None
+    """Why the run stopped before checking: one line, secrets removed."""
+    interrupted: bool = False
+    """Ctrl-C (KeyboardInterrupt) ended the run; no report was written."""
+    redact: Any = None
+    """The run's redaction function, for text captured from pytest (None before a run)."""
+
+    def reset(self) -> None:
+        self.report = None
+        self.reason = None
+        self.interrupted = False
+        self.redact = None
+
+
+OUTCOME = Outcome()
+
+
+def check_identity(item: Any) -> tuple[str, str]:
+    """(check id, category) of a collected check, from its ``pm_check`` marker.
+
+    A parametrised check gets its parameter label in brackets:
+    ``format.values[Organization]``.
+    """
+    mark = item.get_closest_marker("pm_check")
+    if mark is None:
+        return str(item.name), "schema"
+    check_id, category = str(mark.args[0]), str(mark.args[1])
+    label = str(item.name).partition("[")[2].rstrip("]")
+    if label:
+        check_id = f"{check_id}[{label}]"
+    return check_id, category
 
 
 class Preset:
@@ -129,11 +226,15 @@ class Run:
     def __init__(self, options: Options, session: Session, target: str) -> None:
         self.options = options
         self.session = session
-        self.target = target
+        self.target = public_url(target)
         self.started = dt.datetime.now(dt.UTC)
         self.records: dict[str, CheckRecord] = {}
         self.observations: dict[str, Any] = {}
         self._sample: Sample | None = None
+
+    def target_info(self) -> dict[str, Any]:
+        """The report's ``target``: the base URL without secrets, and whether it is the mock."""
+        return {"base_url": self.target, "embedded_mock": self.options.embedded_mock}
 
     # ------------------------------------------------------------------ data sample
 
@@ -141,8 +242,9 @@ class Run:
         """List page 1 (``_count`` = max) of every listed resource, then a few reads; walk all."""
         if self._sample is not None:
             return self._sample
+        # Kept only once complete: a sample cut short (request budget spent) would give
+        # the next checks a KeyError instead of the budget skip they should get.
         sample = Sample()
-        self._sample = sample
         read_kinds = {e.resource for e in cat.ENDPOINTS if e.kind == "read"}
         for name in cat.LISTED_RESOURCES:
             ex = self.session.get(
@@ -165,6 +267,7 @@ class Run:
                 sample.reads[name].append(read)
                 if read.status == 200 and isinstance(read.json, dict):
                     self._walk(sample, name, read.json, read)
+        self._sample = sample
         return sample
 
     @staticmethod
@@ -243,10 +346,6 @@ def _wrapper(ex: Exchange) -> str:
 
 
 _CURRENT: list[Run] = []
-LAST_REPORT: list[dict[str, Any]] = []
-"""The report of the last finished run in this process (read by ``pmtk check``)."""
-EXIT_REASON: list[str] = []
-"""Why the last run stopped before checking (unreachable, credentials refused, usage)."""
 
 
 def current_run() -> Run | None:
