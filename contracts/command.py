@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from toolkit.config import DEFAULT_USER_AGENT as DEFAULT_UA
+from toolkit.errors import ConfigurationError
+
 if TYPE_CHECKING:
     import pytest
     from rich.console import Console
@@ -323,6 +326,11 @@ def _check(out: Console, err: Console, **settings: Any) -> int:
     from contracts.report import render_summary
     from contracts.suite import OUTCOME, OptionError, Options, validate_options
 
+    try:
+        settings = _resolve_target(err, settings)
+    except ConfigurationError as exc:
+        _error(err, str(exc))
+        return EXIT_NOT_CHECKED
     options = Options(**settings)
     problem = _credentials_problem(options)
     if problem is None:
@@ -350,6 +358,51 @@ def _check(out: Console, err: Console, **settings: Any) -> int:
         _error(err, OUTCOME.reason or "the contract suite could not run")
     out.print(f"{EXIT_CODES[code]}; total time {elapsed:.1f} s", markup=False, highlight=False)
     return code
+
+
+def _resolve_target(err: Console, settings: dict[str, Any]) -> dict[str, Any]:
+    """The one configuration path of every entry point (:mod:`toolkit.config`).
+
+    Options and ``PM_`` variables (typer reads them), then ``.env``. The embedded mock
+    is checked only when nothing at all is configured: a near-miss variable name
+    (``PM_BASEURL``) or credentials without an address are refused, and a base URL
+    must end with ``/main``.
+    """
+    from rich.text import Text
+
+    from toolkit.config import configured, resolve_settings
+
+    if not configured(
+        base_url=settings["base_url"],
+        client_id=settings["client_id"],
+        client_secret=settings["client_secret"],
+    ):
+        return settings
+    resolved = resolve_settings(
+        settings["base_url"],
+        settings["client_id"],
+        settings["client_secret"],
+        user_agent=settings["user_agent"],
+        warn=False,
+    )
+    agent = settings["user_agent"] or (
+        None if resolved.user_agent == DEFAULT_UA else resolved.user_agent
+    )
+    if agent is None:
+        err.print(
+            Text(
+                "pmtk check: warning: no user agent configured; set PM_USER_AGENT (or "
+                "--user-agent) to '<vendor name> (<vendor email>)', as the API asks",
+                style="yellow",
+            )
+        )
+    return {
+        **settings,
+        "base_url": resolved.base_url,
+        "client_id": resolved.client_id,
+        "client_secret": resolved.client_secret.reveal(),
+        "user_agent": agent,
+    }
 
 
 def _credentials_problem(options: Options) -> str | None:
