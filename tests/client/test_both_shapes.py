@@ -65,7 +65,7 @@ def test_every_table_is_the_same_in_both_shape_modes(tables, resource_type: str)
 @pytest.mark.parametrize("shapes", ["live", "spec"])
 def test_no_declared_column_is_silently_null(tables, shapes: str) -> None:
     empty = []
-    for resource_type, frames in tables[shapes].items():
+    for frames in tables[shapes].values():
         for name, frame in frames.items():
             for column in frame.columns:
                 if column in LEFTOVERS:
