@@ -16,8 +16,10 @@ the command running these tests) is marked on the line before its fence with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -140,7 +142,6 @@ def _shell_script(block: Block, port: int) -> str:
           done
           "$@"
         }
-        trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
         """
         )
         + code
@@ -154,14 +155,24 @@ SHELL_BLOCKS = [b for b in ALL if b.lang in SHELLS]
 def test_shell_examples_run(block: Block, tmp_path: Path) -> None:
     if block.skip:
         pytest.skip(block.skip)
-    run = subprocess.run(
+    # Its own process group: a server the example starts in the background (and its
+    # children) is stopped with the group, whatever the example's shell did.
+    proc = subprocess.Popen(
         ["bash", "-c", _shell_script(block, _free_port())],
         cwd=tmp_path,
         env=_clean_env(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=TIMEOUT,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    run = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert run.returncode == 0, (
         f"{block.where} failed (exit {run.returncode}):\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
     )
