@@ -140,7 +140,8 @@ def _shell_script(block: Block, port: int) -> str:
           while [ "${1:-}" != "${1#-}" ]; do
             case "$1" in --group|--extra|--with) shift 2 ;; *) shift ;; esac
           done
-          "$@"
+          # In a background job (a subshell) become the program, so `kill %1` stops it.
+          if [ "$BASHPID" != "$$" ]; then exec "$@"; else "$@"; fi
         }
         """
         )
