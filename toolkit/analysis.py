@@ -30,6 +30,7 @@ import datetime as dt
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import polars as pl
@@ -41,6 +42,7 @@ __all__ = [
     "FINANCIAL_YEAR_STARTS",
     "PM_TIMEZONE",
     "PRICE_COMPONENT_SIGNS",
+    "PracticeClock",
     "RecordReader",
     "appointment_visits",
     "appointments_without_invoice_line",
@@ -57,6 +59,7 @@ __all__ = [
     "money_share",
     "organization_zones",
     "override_zone",
+    "practice_clock",
     "practice_country",
     "practice_zone",
     "practitioner_names",
@@ -82,6 +85,7 @@ __all__ = [
     "utilisation_summary",
     "weekly_volume",
     "zone_for_address",
+    "zone_label",
 ]
 
 PRICE_COMPONENT_SIGNS: dict[str, int] = {
@@ -787,10 +791,17 @@ def role_zones(
     -------
     pl.DataFrame
         ``practitioner_id`` (the role id, as in :func:`appointment_visits`),
-        ``clinic_id``, ``clinic`` and ``time_zone``.
+        ``person_id`` (the role's Practitioner), ``clinic_id``, ``clinic`` and
+        ``time_zone``.
     """
+    person = (
+        reference_id("practitioner_id")
+        if "practitioner_id" in roles.columns
+        else pl.lit(None, dtype=pl.String)
+    )
     out = roles.select(
         pl.col("id").alias("practitioner_id"),
+        person.alias("person_id"),
         reference_id("organization_id").alias("clinic_id"),
     ).join(
         zones.select(
@@ -806,6 +817,82 @@ def role_zones(
         pl.coalesce("clinic", "clinic_id").alias("clinic"),
         pl.col("time_zone").fill_null(fill),
     ).unique("practitioner_id", keep="first", maintain_order=True)
+
+
+def zone_label(frame: pl.DataFrame, zone_column: str = "time_zone") -> str:
+    """Which clock a chart of ``frame`` shows, for its title: one zone, or each clinic's.
+
+    Examples
+    --------
+    >>> zone_label(pl.DataFrame({"time_zone": ["Australia/Perth"]}))
+    'Australia/Perth time'
+    >>> zone_label(pl.DataFrame({"time_zone": ["Australia/Perth", "Australia/Sydney"]}))
+    "each clinic's local time (Australia/Perth, Australia/Sydney)"
+    """
+    found = sorted(str(z) for z in frame[zone_column].drop_nulls().unique().to_list())
+    if len(found) == 1:
+        return f"{found[0]} time"
+    return f"each clinic's local time ({', '.join(found)})" if found else "no time zone"
+
+
+@dataclass(frozen=True, slots=True)
+class PracticeClock:
+    """Where a practice keeps time: each clinic's zone, a default, its financial year.
+
+    Built by :func:`practice_clock`; pass ``roles`` and ``default_zone`` to
+    :func:`appointment_visits` and ``fy_start`` to :func:`financial_year`.
+    """
+
+    zones: pl.DataFrame
+    """:func:`organization_zones` of the practice group and its clinics."""
+    roles: pl.DataFrame
+    """:func:`role_zones`: each PractitionerRole's clinic and zone."""
+    default_zone: str
+    """:func:`practice_zone`: for records that belong to no known clinic."""
+    country: str | None
+    """The practice's ISO 3166 country (:func:`practice_country`)."""
+    fy_start: tuple[int, int]
+    """``(month, day)`` the financial year starts on (:func:`financial_year_start`)."""
+
+
+def practice_clock(
+    client: RecordReader,
+    organization: pl.DataFrame,
+    address: pl.DataFrame,
+    role_ids: Iterable[str] = (),
+    *,
+    tz: str | None = None,
+    country: str | None = None,
+) -> PracticeClock:
+    """Each clinic's zone, the practice's default zone and its financial year, in one call.
+
+    Reads the PractitionerRoles ``role_ids`` (:func:`read_roles`: one request each,
+    so pass only the roles that appear in the data) to learn which clinic each
+    practitioner works at.
+
+    Parameters
+    ----------
+    client
+        A :class:`toolkit.Client`.
+    organization, address
+        ``client.frames("Organization")`` tables ``Organization`` and
+        ``organization_address``.
+    role_ids
+        PractitionerRole ids (``PR-...``) named by appointments.
+    tz
+        One zone for everything (else ``PM_TIMEZONE``, else the addresses).
+    country
+        The country whose financial year applies (else the practice group's).
+
+    Returns
+    -------
+    PracticeClock
+    """
+    zones = organization_zones(organization, address, tz=tz)
+    default = practice_zone(zones)
+    roles = role_zones(read_roles(client, role_ids), zones, default=default)
+    where = country or practice_country(organization, address)
+    return PracticeClock(zones, roles, default, where, financial_year_start(where))
 
 
 def local_times(
