@@ -6,6 +6,8 @@
     ├── ForeignLink (ValueError)             a URL off the configured origin; nothing sent
     ├── RequestValidationError (ValueError)  a write body broke a catalogue rule; nothing was sent
     ├── DataValidationError (ValueError)     a frame failed its pandera schema (.failure_cases)
+    ├── TimeZoneError (ValueError)           no time zone follows from an address, or an unknown one
+    ├── MixedCurrencyError (ValueError)      one total was asked of amounts in several currencies
     ├── IncompleteResult                     a list walk ended short of Bundle.total, or looped
     │   └── PagingLoop                       a next link pointed back to a page already read
     ├── MalformedPage                        a page contradicts the request (type, total)
@@ -44,6 +46,7 @@ __all__ = [
     "InvalidId",
     "MalformedPage",
     "MethodNotAllowed",
+    "MixedCurrencyError",
     "NotFound",
     "OutcomeUnknown",
     "PageLimitExceeded",
@@ -53,6 +56,7 @@ __all__ = [
     "RequestValidationError",
     "ResponseTooLarge",
     "ServerError",
+    "TimeZoneError",
     "TransportError",
     "error_for_status",
 ]
@@ -127,6 +131,25 @@ class DataValidationError(PmtkError, ValueError):
 
     def __init__(self, message: str, failure_cases: Any) -> None:
         self.failure_cases = failure_cases
+        super().__init__(message)
+
+
+class TimeZoneError(PmtkError, ValueError):
+    """No time zone follows from an organization's address, or a zone name is unknown.
+
+    The message names the organization (or the setting) and how to fix it: an address
+    state, ``PM_TIMEZONE`` or ``tz=``.
+    """
+
+
+class MixedCurrencyError(PmtkError, ValueError):
+    """A single total was asked of amounts in more than one currency.
+
+    ``currencies`` lists the currencies found; amounts are never added across them.
+    """
+
+    def __init__(self, message: str, currencies: list[str]) -> None:
+        self.currencies = currencies
         super().__init__(message)
 
 

@@ -55,7 +55,7 @@ def _visits() -> pl.DataFrame:
         },
         schema_overrides={"invoice_id": pl.String},
     )
-    return analysis.appointment_visits(appointment, participant, now=NOW)
+    return analysis.appointment_visits(appointment, participant, now=NOW, tz="UTC")
 
 
 def test_visits_take_outcome_from_patient_and_label_unrecorded_and_upcoming() -> None:
@@ -87,7 +87,7 @@ def test_visits_fall_back_to_practitioner_status_without_a_patient_participant()
         },
         schema_overrides={"invoice_id": pl.String},
     )
-    v = analysis.appointment_visits(appointment, participant, now=NOW)
+    v = analysis.appointment_visits(appointment, participant, now=NOW, tz="UTC")
     assert v["outcome"].to_list() == ["cancelled"]
     assert v["lead_time_days"][0] == pytest.approx(31.0)
 

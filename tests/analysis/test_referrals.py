@@ -104,7 +104,7 @@ def _visits() -> pl.DataFrame:
         },
         schema_overrides={"invoice_id": pl.String},
     )
-    return analysis.appointment_visits(appointment, participant, now=NOW)
+    return analysis.appointment_visits(appointment, participant, now=NOW, tz="UTC")
 
 
 def test_recount_matches_patient_practitioner_and_period() -> None:

@@ -7,11 +7,12 @@ are anchored to :data:`ANCHOR` (2026-11-01T00:00:00Z): appointments cover the
 "last updated" after it.
 
 The practice: one practice group (``PG-``) with clinics (``CL-``, ``partOf``
-the group); funders (``FD-``: Medicare, DVA, NDIS and private insurers);
-other organizations (``OG-``); external practices (``SP-``) and their
-practitioners (``EP-``); the group's practitioners (``PR-``), each with a
-PractitionerRole at one clinic; patients, coverages, referrals, appointments on
-a 30-minute grid (09:00 to 17:00 UTC on weekdays), invoices and invoice lines.
+the group, in Sydney, Brisbane and Perth first: :data:`CLINIC_SITES`); funders
+(``FD-``: Medicare, DVA, NDIS and private insurers); other organizations
+(``OG-``); external practices (``SP-``) and their practitioners (``EP-``); the
+group's practitioners (``PR-``), each with a PractitionerRole at one clinic;
+patients, coverages, referrals, appointments on a 30-minute grid (09:00 to
+17:00 UTC on weekdays, whatever the clinic's zone), invoices and invoice lines.
 Referral ``quantityUsed`` and ``amountUsed`` are computed from the appointments
 and invoice lines that draw on the referral.
 
@@ -72,7 +73,9 @@ class Scale:
 
 
 SCALES: dict[str, Scale] = {
-    "small": Scale(2, 6, 300, 24, 8, 3, 2_000),
+    # three clinics even at the small scale: Sydney, Brisbane and Perth (see CLINIC_SITES),
+    # so that the notebooks read a group spread over three Australian time zones
+    "small": Scale(3, 6, 300, 24, 8, 3, 2_000),
     "medium": Scale(5, 40, 5_000, 200, 60, 6, 50_000),
     "large": Scale(20, 240, 40_000, 1_000, 300, 10, 500_000),
 }
@@ -92,6 +95,15 @@ SUBURBS = (
     ("Fremantle", "WA", "6160"), ("Paddington", "QLD", "4064"), ("Glenelg", "SA", "5045"),
     ("Sandy Bay", "TAS", "7005"), ("Braddon", "ACT", "2612"), ("Darwin City", "NT", "0800"),
     ("Manly", "NSW", "2095"), ("Geelong", "VIC", "3220"), ("Toowoomba", "QLD", "4350"),
+)  # fmt: skip
+CLINIC_SITES = (
+    # suburb, state, postcode: clinic i sits at CLINIC_SITES[i % 12]. The first three put the
+    # group in three time zones that differ in both offset and daylight saving: Sydney
+    # (UTC+10, +11 in summer), Brisbane (UTC+10 all year) and Perth (UTC+8 all year).
+    ("Newtown", "NSW", "2042"), ("Paddington", "QLD", "4064"), ("Fremantle", "WA", "6160"),
+    ("Fitzroy", "VIC", "3065"), ("Glenelg", "SA", "5045"), ("Sandy Bay", "TAS", "7005"),
+    ("Braddon", "ACT", "2612"), ("Darwin City", "NT", "0800"), ("Parramatta", "NSW", "2150"),
+    ("Toowoomba", "QLD", "4350"), ("Geelong", "VIC", "3220"), ("Manly", "NSW", "2095"),
 )  # fmt: skip
 STREETS = (
     "King Street",
@@ -274,6 +286,20 @@ def _address(rng: random.Random, use: str, country: str = "AU") -> dict[str, Any
     return addr
 
 
+def _clinic_address(rng: random.Random, site: tuple[str, str, str]) -> dict[str, Any]:
+    """A clinic's street address at ``site``: its state decides the clinic's time zone.
+
+    The random draws are those of :func:`_address`, so the rest of the data stays the
+    same for a seed whatever the site table says.
+    """
+    addr = _address(rng, "work")
+    suburb, state, postcode = site
+    addr.update(city=suburb, state=state, postalCode=postcode)
+    if "text" in addr:
+        addr["text"] = f"{addr['line'][0]}, {suburb} {state} {postcode}"
+    return addr
+
+
 def _meta(epoch: float) -> dict[str, str]:
     return {"lastUpdated": iso(epoch)}
 
@@ -336,13 +362,14 @@ def generate(seed: int = 0, scale: str = "small", shapes: Shapes = "live") -> Pr
     clinic_ids: list[str] = []
     for i in range(sc.clinics):
         cid = f"CL-{2001 + i}"
-        suburb = SUBURBS[i % len(SUBURBS)][0] + ("" if i < len(SUBURBS) else f" {i + 1}")
+        site = CLINIC_SITES[i % len(CLINIC_SITES)]
+        suburb = site[0] + ("" if i < len(CLINIC_SITES) else f" {i + 1}")
         rec: Record = {
             "active": True,
             "type": _org_type("prov", "Healthcare Provider"),
             "name": f"Harbourside Allied Health {suburb}",
             "telecom": [{"system": "phone", "value": _phone(rng), "use": "work"}],
-            "address": [_address(rng, "work")],
+            "address": [_clinic_address(rng, site)],
             "partOf": ref("Organization", group_id),
         }
         if i % 3 == 2:

@@ -1,0 +1,93 @@
+"""Local clocks end to end: the mock over loopback HTTP, read by the client, placed per clinic.
+
+The embedded mock's small practice has clinics in Newtown NSW, Paddington QLD and
+Fremantle WA. Each appointment's expected wall-clock start is computed here from
+the offsets alone (written by hand, not by a time-zone library): Perth UTC+8 and
+Brisbane UTC+10 all year; Sydney UTC+11 until 2026-04-04T16:00Z and again from
+2026-10-03T16:00Z, UTC+10 in between (the data covers 2025-11 to 2026-12).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import polars as pl
+import pytest
+
+from toolkit import Client, analysis
+
+SYDNEY_WINTER = (
+    dt.datetime(2026, 4, 4, 16, 0, tzinfo=dt.UTC),
+    dt.datetime(2026, 10, 3, 16, 0, tzinfo=dt.UTC),
+)
+
+
+def _offset_hours(zone: str, instant: dt.datetime) -> int:
+    if zone == "Australia/Perth":
+        return 8
+    if zone == "Australia/Brisbane":
+        return 10
+    assert zone == "Australia/Sydney", zone
+    return 10 if SYDNEY_WINTER[0] <= instant < SYDNEY_WINTER[1] else 11
+
+
+@pytest.fixture(scope="module")
+def mock_client(mock_deployment: Any) -> Iterator[Client]:
+    mock_deployment.reset_rate_limit()
+    with Client(
+        base_url=mock_deployment.base_url,
+        client_id=mock_deployment.client_id,
+        client_secret=mock_deployment.client_secret,
+        requests_per_minute=None,
+        progress=False,
+    ) as client:
+        yield client
+
+
+@pytest.fixture(autouse=True)
+def _no_zone_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(analysis.PM_TIMEZONE, raising=False)
+
+
+def test_mock_clinics_sit_in_sydney_brisbane_and_perth(mock_client: Client) -> None:
+    orgs = mock_client.frames("Organization")
+    zones = analysis.organization_zones(orgs["Organization"], orgs["organization_address"])
+    clinics = zones.filter(pl.col("organization_id").str.starts_with("CL-"))
+    assert clinics.select("organization_id", "time_zone").rows() == [
+        ("CL-2001", "Australia/Sydney"),
+        ("CL-2002", "Australia/Brisbane"),
+        ("CL-2003", "Australia/Perth"),
+    ]
+    assert analysis.practice_country(orgs["Organization"], orgs["organization_address"]) == "AU"
+
+
+def test_mock_appointments_are_read_on_their_own_clinic_clock(mock_client: Client) -> None:
+    orgs = mock_client.frames("Organization")
+    zones = analysis.organization_zones(orgs["Organization"], orgs["organization_address"])
+    tables = mock_client.frames("Appointment")
+    participant = tables["appointment_participant"]
+    role_ids = (
+        participant.filter(pl.col("actor_type") == "PractitionerRole")["actor_id"]
+        .unique()
+        .to_list()
+    )
+    roles = analysis.read_roles(mock_client, role_ids)
+    assert roles.height == len(role_ids)  # every role was readable: no appointment guessed
+    visits = analysis.appointment_visits(
+        tables["Appointment"],
+        participant,
+        now=dt.datetime(2026, 11, 1, tzinfo=dt.UTC),
+        zones=analysis.role_zones(roles, zones),
+    )
+    assert visits["time_zone"].null_count() == 0
+    assert set(visits["clinic_id"].unique()) == {"CL-2001", "CL-2002", "CL-2003"}
+    for start, zone, local, hour, weekday in visits.select(
+        "start", "time_zone", "local", "hour", "weekday"
+    ).iter_rows():
+        wall = (start + dt.timedelta(hours=_offset_hours(zone, start))).replace(tzinfo=None)
+        assert (local, hour, weekday) == (wall, wall.hour, wall.strftime("%a")), (start, zone)
+    # the mock books 09:00-17:00 UTC: in Perth that is 17:00-01:00, never before 17:00
+    perth = visits.filter(pl.col("time_zone") == "Australia/Perth")["hour"]
+    assert perth.min() == 0 and set(perth.unique()) <= {17, 18, 19, 20, 21, 22, 23, 0}
