@@ -123,6 +123,9 @@ def split_header(text: str | None) -> tuple[str, str] | None:
     if not sep or not name.strip() or not value.strip():
         msg = "the webhook header must be NAME:VALUE, e.g. 'Authorization: Bearer ...'"
         raise ValueError(msg)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text) or " " in name.strip():
+        msg = "the webhook header name or value holds a space or control character"
+        raise ValueError(msg)
     return name.strip(), value.strip()
 
 
@@ -205,9 +208,13 @@ class WebhookSender:
         return True
 
     def _run(self) -> None:
-        headers = {"Content-Type": "application/fhir+json", "User-Agent": USER_AGENT}
+        headers: dict[str, str | bytes] = {
+            "Content-Type": "application/fhir+json",
+            "User-Agent": USER_AGENT,
+        }
         if self._header is not None:
-            headers[self._header[0]] = self._header[1]
+            # bytes: httpx would encode a str as ASCII, and a secret may be UTF-8
+            headers[self._header[0]] = self._header[1].encode()
         with httpx.Client(timeout=10.0, headers=headers, trust_env=False) as http:
             while True:
                 with self._cond:
