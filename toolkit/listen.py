@@ -309,11 +309,17 @@ class AuthHeader:
     def __repr__(self) -> str:
         return f"AuthHeader(name={self.name!r}, value=<hidden>)"
 
-    def matches(self, values: Sequence[str]) -> bool:
-        """Whether exactly one value was sent and it is ours (compared in constant time)."""
+    def matches(self, values: Sequence[str | bytes]) -> bool:
+        """Whether exactly one value was sent and it is ours (compared in constant time).
+
+        ``str`` values are taken as ASGI gives them (the raw bytes decoded as
+        latin-1), so a UTF-8 secret compares byte for byte.
+        """
         if len(values) != 1:
             return False
-        return hmac.compare_digest(values[0].strip().encode(), self._value)
+        sent = values[0]
+        raw = sent.encode("latin-1", "replace") if isinstance(sent, str) else sent
+        return hmac.compare_digest(raw.strip(), self._value)
 
     def value_for_sending(self) -> str:
         """The value, for a sender's configuration (tests, the mock); never log it."""
