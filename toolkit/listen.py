@@ -897,6 +897,7 @@ def listen_command(
     from toolkit.errors import ConfigurationError, PmtkError
 
     logging.basicConfig(level=logging.INFO, format="pmtk listen: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per GET is noise
     try:
         header = AuthHeader.parse(auth_header) if auth_header else None
         import toolkit
