@@ -66,9 +66,9 @@ def test_events_acknowledged_before_a_kill_9_are_applied_after_restart(
         "PYTHONIOENCODING": "utf-8",
     }
     lock = None
+    options = ["--store", str(store), "--port", "0", "--no-catch-up", "--base-url", dep.base_url]
     with subprocess.Popen(
-        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen"]
-        + ["--store", str(store), "--port", "0", "--no-catch-up", "--base-url", dep.base_url],
+        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
