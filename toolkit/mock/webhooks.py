@@ -194,7 +194,7 @@ class WebhookSender:
 
     def pending(self) -> int:
         with self._cond:
-            return len(self._queue) + (1 if self._busy else 0)
+            return len(self._queue)  # the one being sent stays first in line until delivered
 
     def wait_sent(self, timeout: float) -> bool:
         """Wait until every queued announcement was delivered; true if it was."""
