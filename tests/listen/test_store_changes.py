@@ -141,7 +141,7 @@ def test_a_damaged_file_is_refused_not_built_upon(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    with pytest.raises(StoreDamaged, match="pmtk sync .*--full --resource Appointment"):
+    with pytest.raises(StoreDamaged, match=r"pmtk sync .*--full --resource Appointment"):
         upsert("Appointment", [appointment("2", "2026-11-01T10:00:00Z", "b")], tmp_path)
 
 

@@ -208,13 +208,13 @@ class WebhookSender:
         return True
 
     def _run(self) -> None:
-        headers: dict[str, str | bytes] = {
-            "Content-Type": "application/fhir+json",
-            "User-Agent": USER_AGENT,
+        headers: dict[bytes, bytes] = {
+            b"Content-Type": b"application/fhir+json",
+            b"User-Agent": USER_AGENT.encode(),
         }
         if self._header is not None:
             # bytes: httpx would encode a str as ASCII, and a secret may be UTF-8
-            headers[self._header[0]] = self._header[1].encode()
+            headers[self._header[0].encode()] = self._header[1].encode()
         with httpx.Client(timeout=10.0, headers=headers, trust_env=False) as http:
             while True:
                 with self._cond:
