@@ -9,10 +9,10 @@ from __future__ import annotations
 import typer
 
 from contracts.command import check_command
-from toolkit.listen import listen_command
 from toolkit.mock.command import mock_command
 from toolkit.notebooks import notebooks_command
 from toolkit.sync_command import sync_command
+from toolkit.webhooks import listen_command
 
 app = typer.Typer(
     name="pmtk",

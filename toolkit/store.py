@@ -2091,7 +2091,7 @@ def apply_changes(
 ) -> ChangeResult:
     """Write single records into a store (or remove them), keeping its invariants.
 
-    This is how a webhook receiver (:mod:`toolkit.listen`) keeps a store
+    This is how a webhook receiver (:mod:`toolkit.webhooks`) keeps a store
     current without a list walk. The records are flattened with the
     resource's view, validated, and merged by id into every table (child
     table rows of a replaced or removed record go with it); the new files are

@@ -26,8 +26,8 @@ import pytest
 from tests.conftest import api_client
 from tests.listen.conftest import SECRET_HEADER, notification
 from toolkit.client import Client
-from toolkit.listen import listen
 from toolkit.store import load, read_manifest, verify
+from toolkit.webhooks import listen
 
 NAME, VALUE = SECRET_HEADER
 

@@ -20,9 +20,9 @@ import pytest
 from tests.conftest import api_client
 from tests.listen.conftest import RATE, SECRET_HEADER, free_port, notification
 from toolkit.client import Client
-from toolkit.listen import Listener, listen
 from toolkit.store import load, read_manifest, verify
 from toolkit.views import flatten_tables
+from toolkit.webhooks import Listener, listen
 
 PORT = free_port()
 NAME, VALUE = SECRET_HEADER

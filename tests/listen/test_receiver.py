@@ -17,7 +17,7 @@ import pytest
 
 from tests.listen.conftest import SECRET_HEADER, notification
 from toolkit.errors import ConfigurationError
-from toolkit.listen import AuthHeader, Listener, NotificationError, listen, parse_notification
+from toolkit.webhooks import AuthHeader, Listener, NotificationError, listen, parse_notification
 
 NAME, VALUE = SECRET_HEADER
 RAW = VALUE.encode()  # sent as UTF-8 bytes, as any HTTP sender does
