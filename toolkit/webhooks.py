@@ -713,7 +713,14 @@ class Listener:
                 continue
             last = {**evs[-1].to_json(), "received_at": batch[-1][2]}
             try:
-                apply_changes(rtype, self.store, upserts=ups, deletes=dels, event=last)
+                done = apply_changes(rtype, self.store, upserts=ups, deletes=dels, event=last)
+                log.info(
+                    "%s: %d written, %d deleted, %d already newer in the store",
+                    rtype,
+                    len(done.upserted),
+                    len(done.deleted),
+                    len(done.stale),
+                )
             except DataValidationError:
                 self._apply_one_by_one(rtype, ups, dels, evs)
             except Exception as exc:
