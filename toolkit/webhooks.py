@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 import typer
@@ -77,6 +77,9 @@ MAX_BATCH_FILES = 500
 
 MAX_QUEUE_FILES = 100_000
 """Queue files held before the receiver answers 503 (the sender then retries later)."""
+
+APPLIED_MARKS = 10_000
+"""Records whose last application time :class:`ListenerStats` keeps (oldest dropped)."""
 
 WEBHOOK_DIR = ".webhooks"
 _ID = re.compile(r"[A-Za-z0-9\-.]{1,64}")
@@ -449,7 +452,7 @@ class ListenerStats:
     """Events set aside (a permanent error, or a record failing its schema)."""
     catch_up: str = "not run"
     applied_at: dict[str, float] = field(default_factory=dict)
-    """``"Type/id" -> time.time()`` of the latest application (for benchmarks)."""
+    """``"Type/id" -> time.time()`` of the latest application (the last 10,000 records)."""
 
 
 def _make_app(listener: Listener) -> Any:
@@ -512,10 +515,13 @@ def _make_app(listener: Listener) -> Any:
             if listener.queue.count() >= MAX_QUEUE_FILES:
                 stats.refused += 1
                 return _outcome(503, "transient", "the event queue is full; retry later")
+            from starlette.concurrency import run_in_threadpool
+
             from toolkit.store import _now_iso
 
             try:
-                listener.queue.put(kept, _now_iso())
+                # the fsyncs run on a worker thread, so other calls are not held up
+                await run_in_threadpool(listener.queue.put, kept, _now_iso())
             except OSError as exc:
                 stats.refused += 1
                 log.error("cannot write the event queue: %s", exc)
@@ -564,7 +570,7 @@ class Listener:
         auth_header: AuthHeader | None,
         max_body_bytes: int,
         catch_up: bool,
-        errors: str,
+        errors: Literal["raise", "warn"],
     ) -> None:
         from toolkit import views
 
@@ -627,9 +633,10 @@ class Listener:
             try:
                 self._apply(batch)
                 delay = 0.0
-            except _Retry as exc:
+            except Exception as exc:  # the worker must outlive any one failure
                 delay = min(30.0, max(0.2, delay * 2))
-                log.warning("applying events failed (%s); retrying in %.1f s", exc, delay)
+                reason = str(exc) if isinstance(exc, _Retry) else f"{type(exc).__name__}: {exc}"
+                log.warning("applying events failed (%s); retrying in %.1f s", reason, delay)
                 self._stop.wait(delay)
 
     def _catch_up(self) -> None:
@@ -713,7 +720,14 @@ class Listener:
                 continue
             last = {**evs[-1].to_json(), "received_at": batch[-1][2]}
             try:
-                done = apply_changes(rtype, self.store, upserts=ups, deletes=dels, event=last)
+                done = apply_changes(
+                    rtype,
+                    self.store,
+                    upserts=ups,
+                    deletes=dels,
+                    event=last,
+                    errors=self.errors,
+                )
                 log.info(
                     "%s: %d written, %d deleted, %d already newer in the store",
                     rtype,
@@ -728,8 +742,13 @@ class Listener:
                 # it is repaired (the message says how) and are applied then.
                 raise _Retry(f"{type(exc).__name__}: {exc}") from exc
             now = time.time()
+            marks = self.stats.applied_at
             for event in evs:
-                self.stats.applied_at[f"{event.resource_type}/{event.id}"] = now
+                mark = f"{event.resource_type}/{event.id}"
+                marks.pop(mark, None)
+                marks[mark] = now
+            while len(marks) > APPLIED_MARKS:  # oldest first: dicts keep insertion order
+                del marks[next(iter(marks))]
             self.stats.applied += len(evs)
         self.queue.done([path for path, _events, _received in batch])
         self.stats.batches += 1
@@ -745,7 +764,13 @@ class Listener:
         for record in ups:
             event = by_id[str(record["id"])]
             try:
-                apply_changes(rtype, self.store, upserts=[record], event=event.to_json())
+                apply_changes(
+                    rtype,
+                    self.store,
+                    upserts=[record],
+                    event=event.to_json(),
+                    errors=self.errors,
+                )
             except DataValidationError as exc:
                 self.queue.fail_event(event, f"the record fails its schema: {exc}")
                 self.stats.failures += 1
@@ -765,7 +790,7 @@ def listen(
     auth_header: AuthHeader | str | None = None,
     catch_up: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    errors: str = "raise",
+    errors: Literal["raise", "warn"] = "raise",
     log_level: str = "warning",
 ) -> Iterator[Listener]:
     """Receive webhooks on 127.0.0.1 and keep the store at ``store`` current.
@@ -789,8 +814,9 @@ def listen(
     max_body_bytes
         Larger bodies are refused with 413.
     errors
-        Schema failures: a record that fails is set aside in
-        ``.webhooks/failed/`` either way; this is kept for symmetry with sync.
+        ``"raise"``: a record that fails its schema is set aside in
+        ``.webhooks/failed/`` (the others are applied); ``"warn"``: it is stored
+        anyway and a :class:`toolkit.schemas.PmtkDataWarning` is emitted.
 
     Yields
     ------

@@ -242,3 +242,26 @@ def test_duplicate_and_out_of_order_events_are_harmless(
     for n, rid in enumerate(ids[1:], start=1):
         assert appointment(receiver.store, rid)["description"] == f"version {n}"
     assert verify(receiver.store).ok
+
+
+def test_a_record_failing_its_schema_is_set_aside_and_the_others_applied(
+    dep: Any, receiver: Listener, api: httpx.Client
+) -> None:
+    ids = [str(i) for i in load("Appointment", receiver.store)["id"][40:48]]
+    dep.set_fault("missing-required")  # some Appointments are served without "end"
+    try:
+        broken = [rid for rid in ids if "end" not in api.get(f"Appointment/{rid}").json()]
+        fine = [rid for rid in ids if rid not in broken]
+        assert broken and fine
+        headers = {NAME: VALUE.encode(), "Content-Type": "application/json"}
+        body = notification(*[("Appointment", rid) for rid in ids])
+        assert httpx.post(receiver.url, content=body, headers=headers).status_code == 202
+        assert receiver.wait_idle(30)
+    finally:
+        dep.set_fault(None)
+    failed = sorted((receiver.store / ".webhooks" / "failed").glob("*.json"))
+    assert {f.name.rsplit("-", 1)[1].removesuffix(".json") for f in failed} == set(broken)
+    assert "fails its schema" in failed[0].read_text()
+    assert receiver.stats.failures == len(broken)
+    assert receiver.queue.count() == 0
+    assert verify(receiver.store).ok
