@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # the names re-exported lazily below, for type checkers
     from toolkit.store import load, sync
     from toolkit.throttle import RetryPolicy
     from toolkit.views import flatten, flatten_tables
+    from toolkit.webhooks import listen
 
 try:
     from importlib.metadata import PackageNotFoundError, version
@@ -80,6 +81,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "validate": ("toolkit.schemas", "validate"),
     "load": ("toolkit.store", "load"),
     "sync": ("toolkit.store", "sync"),
+    "listen": ("toolkit.webhooks", "listen"),
     "errors": ("toolkit.errors", None),
     "catalogue": ("toolkit.catalogue", None),
     "PmtkError": ("toolkit.errors", "PmtkError"),

@@ -29,6 +29,7 @@ PUBLIC_API = [
     "errors",
     "flatten",
     "flatten_tables",
+    "listen",
     "load",
     "region_for_country",
     "search_params",

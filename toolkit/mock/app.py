@@ -851,6 +851,7 @@ class MockApp:
             coll.prime(index, content)
             if rtype == "Practitioner":
                 self._add_external_role(rid, now)
+            self.state.announce(rtype, rid, "create")
         headers = {"location": self.location(request, rtype, rid)}
         return self.respond(request, content, 201, headers)
 
@@ -931,6 +932,7 @@ class MockApp:
             )
             coll.prime(index, content)
             coll.move_to_end(index)
+            self.state.announce(rtype, coll.ids[index], "update")
         return self.respond(request, content)
 
     def _move_slot(self, old: Record, new: Record) -> None:
@@ -1127,6 +1129,7 @@ class MockApp:
                 owner=_last_segment(patient_ref["reference"]),
             )
             coll.prime(index, content)
+            self.state.announce("Appointment", rid, "create")
         headers = {"location": self.location(request, "Appointment", rid)}
         return self.respond(request, content, 201, headers)
 
@@ -1150,6 +1153,7 @@ class MockApp:
             coll.replace(index, record, updated=now, date=coll.date[index], owner=coll.owner[index])
             coll.prime(index, content)
             coll.move_to_end(index)
+            self.state.announce("Appointment", coll.ids[index], "update")
         return self.respond(request, content, 200)
 
     def _param_ref(
@@ -1240,6 +1244,8 @@ class MockApp:
                 result = self._touch(await self.json_object(request))
             elif action == "touch" and method == "GET":
                 result = state.pending()
+            elif action == "delete" and method == "POST":
+                result = self._delete(await self.json_object(request))
             elif action == "touch" and method == "DELETE":
                 state.clear_triggers()
                 result = state.pending()
@@ -1262,6 +1268,26 @@ class MockApp:
             return self.state.touch(rtype, ids)
         except ValueError as exc:
             raise Problem4xx(400, "invalid", str(exc)) from None
+
+    def _delete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``{"type", "ids"}``: delete records as the product's user would."""
+        rtype, ids = body.get("type"), body.get("ids")
+        if not isinstance(rtype, str):
+            raise Problem4xx(400, "invalid", "type must be a resource type name")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise Problem4xx(400, "invalid", "ids must be an array of record ids")
+        try:
+            return self.state.delete(rtype, ids)
+        except ValueError as exc:
+            raise Problem4xx(400, "invalid", str(exc)) from None
+
+
+def release_slot(state: MockState, record: Record) -> None:
+    """Free the grid slot an Appointment held (it was deleted)."""
+    role, start, minutes, cancelled = _appointment_slot(record)
+    index = {rid: i for i, rid in enumerate(state.data.roles)}.get(role or "")
+    if index is not None and not cancelled and minutes:
+        state.data.grid.release(index, start, minutes)
 
 
 def _status_ext(code: str) -> dict[str, Any]:

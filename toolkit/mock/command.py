@@ -46,6 +46,18 @@ def mock_command(
         ShapesChoice,
         typer.Option(help="live: the forms seen on the live service; spec: the spec's forms."),
     ] = ShapesChoice.live,
+    webhook: Annotated[
+        str | None,
+        typer.Option(help="Announce writes to this loopback URL, as the live service does."),
+    ] = None,
+    webhook_header: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PM_WEBHOOK_AUTH_HEADER",
+            help="NAME:VALUE sent with every webhook (prefer the environment variable).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve a mock practice-management deployment on 127.0.0.1 until Ctrl-C."""
     import time
@@ -64,6 +76,8 @@ def mock_command(
             test_controls=test_controls,
             fault=fault,
             shapes=shapes.value,
+            webhook=webhook,
+            webhook_header=webhook_header,
         ) as dep:
             typer.echo(f"base URL:      {dep.base_url}")
             typer.echo(f"client id:     {dep.client_id}")
@@ -73,6 +87,8 @@ def mock_command(
             if fault:
                 typer.echo(f"fault profile: {fault}")
             typer.echo(f"shapes:        {shapes.value}")
+            if webhook:
+                typer.echo(f"webhooks to:   {webhook}")
             typer.echo("serving until Ctrl-C", err=True)
             try:
                 while True:

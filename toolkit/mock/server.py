@@ -14,6 +14,7 @@ from toolkit.errors import ConfigurationError
 from toolkit.mock.app import create_app
 from toolkit.mock.protocol import Limits, guarded_protocol
 from toolkit.mock.state import MockOptions, MockState
+from toolkit.mock.webhooks import WebhookSender, split_header
 
 __all__ = ["HOST", "Deployment", "serve"]
 
@@ -86,6 +87,31 @@ class Deployment:
         """Disarm every pending touch."""
         self._controls().clear_triggers()
 
+    def delete(self, rtype: str, ids: list[str]) -> dict[str, Any]:
+        """Delete records as a user of the product would; announced by webhook."""
+        try:
+            return self._controls().delete(rtype, ids)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+
+    def webhooks_sent(self, timeout: float = 10.0) -> bool:
+        """Wait until every announcement was delivered (true) or ``timeout`` passed."""
+        sender = self._state.webhooks
+        return True if sender is None else sender.wait_sent(timeout)
+
+    def webhook_stats(self) -> dict[str, int]:
+        """``sent``, ``retries``, ``refused``, ``dropped`` and ``pending`` announcements."""
+        sender = self._state.webhooks
+        if sender is None:
+            return {"sent": 0, "retries": 0, "refused": 0, "dropped": 0, "pending": 0}
+        return {
+            "sent": sender.sent,
+            "retries": sender.retries,
+            "refused": sender.refused,
+            "dropped": sender.dropped,
+            "pending": sender.pending(),
+        }
+
 
 def build_state(**options: Any) -> MockState:
     """A :class:`MockState` from keyword options, with a ConfigurationError for bad ones."""
@@ -104,7 +130,9 @@ def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Itera
     (``"live"`` or ``"spec"``), ``rate_limit``, ``token_lifetime``, ``expires_in``,
     ``test_controls``, ``fault``, ``max_body_bytes``, ``max_attachment_bytes``,
     ``max_depth``, ``max_header_bytes``, ``header_timeout``, ``body_timeout``,
-    ``timeout_keep_alive``, ``limit_concurrency``.
+    ``timeout_keep_alive``, ``limit_concurrency``, ``webhook`` (a loopback URL that
+    receives an announcement of every write the live service announces) and
+    ``webhook_header`` (``"NAME:VALUE"`` sent with each).
     """
     state = build_state(**options)
     opts = state.options
@@ -147,8 +175,15 @@ def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Itera
     for srv in server.servers:
         for sock in srv.sockets:
             bound = sock.getsockname()[1]
+    if opts.webhook is not None:
+        state.webhooks = WebhookSender(
+            opts.webhook, split_header(opts.webhook_header), f"http://{HOST}:{bound}"
+        )
+        state.webhooks.start()
     try:
         yield Deployment(state, bound)
     finally:
+        if state.webhooks is not None:
+            state.webhooks.stop()
         server.should_exit = True
         thread.join(timeout=10)

@@ -21,6 +21,7 @@ from toolkit.mock.data import PracticeData, generate, iso
 from toolkit.mock.faults import FAULT_PROFILES
 from toolkit.mock.shapes import SHAPES, Shapes
 from toolkit.mock.store import Collection
+from toolkit.mock.webhooks import WebhookSender, check_target, split_header
 
 __all__ = [
     "CLIENT_ID",
@@ -65,6 +66,10 @@ class MockOptions:
     """``live`` serves the forms seen on the live service, ``spec`` the spec's literal ones."""
     max_depth: int = DEFAULT_MAX_DEPTH
     """Deepest JSON nesting a written body may have (objects and arrays)."""
+    webhook: str | None = None
+    """Receiver of the announcements the live service sends (loopback URLs only)."""
+    webhook_header: str | None = None
+    """``NAME:VALUE`` of the authentication header sent with every announcement."""
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     """Largest request line plus headers; more gets 431 and the connection is closed."""
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
@@ -124,7 +129,12 @@ class MockState:
             if not getattr(options, name) > 0:
                 msg = f"{name} must be a positive number of seconds"
                 raise ValueError(msg)
+        if options.webhook is not None:
+            check_target(options.webhook)
+        split_header(options.webhook_header)
         self.options = options
+        self.webhooks: WebhookSender | None = None
+        """Started by :func:`toolkit.mock.serve` when ``options.webhook`` is set."""
         self.data: PracticeData = generate(options.seed, options.scale, options.shapes)
         self.store = self.data.store
         self.lock = threading.RLock()
@@ -257,6 +267,12 @@ class MockState:
                 "requests_by_path": dict(self.stats_data.by_path),
             }
 
+    # ------------------------------------------------------------------ webhooks
+    def announce(self, rtype: str, rid: str, action: str) -> None:
+        """Queue the webhook the live service would send for this write (if any)."""
+        if self.webhooks is not None:
+            self.webhooks.announce(rtype, rid, action, self.now())
+
     # ------------------------------------------------------------------ changing collections
     def touch(self, rtype: str, ids: Sequence[str]) -> dict[str, Any]:
         """Rewrite ``meta.lastUpdated`` of records (now) and move them last in list order.
@@ -274,7 +290,26 @@ class MockState:
                     index, record, updated=now, date=coll.date[index], owner=coll.owner[index]
                 )
                 coll.move_to_end(index)
+                self.announce(rtype, rid, "update")
             return {"type": rtype, "touched": list(ids), "lastUpdated": iso(now)}
+
+    def delete(self, rtype: str, ids: Sequence[str]) -> dict[str, Any]:
+        """Delete records, as a user of the product would (the API has no delete).
+
+        A deleted Appointment frees its slot. Raises ValueError naming an
+        unknown type or id (then nothing is deleted).
+        """
+        from toolkit.mock.app import release_slot
+
+        with self.lock:
+            coll = self._touchable(rtype, ids)
+            for rid in dict.fromkeys(ids):
+                record = coll.get(rid)
+                coll.remove(rid)
+                if rtype == "Appointment" and record is not None:
+                    release_slot(self, record)
+                self.announce(rtype, rid, "delete")
+            return {"type": rtype, "deleted": list(dict.fromkeys(ids))}
 
     def _touchable(self, rtype: str, ids: Sequence[str]) -> Collection:
         coll = self.store.collections.get(rtype)

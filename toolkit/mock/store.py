@@ -87,6 +87,21 @@ class Collection:
         self._order.remove(index)
         self._order.append(index)
 
+    def remove(self, rid: str) -> int:
+        """Delete a record: it leaves the list order and its id stops resolving.
+
+        The index keeps its search columns (indices are positions), but nothing
+        reaches it any more: reads and references go through :attr:`pos`, lists
+        through :meth:`order`.
+        """
+        index = self.pos.pop(rid)
+        if self._order is None:
+            self._order = list(range(len(self.ids)))
+        self._order.remove(index)
+        self._records.pop(index, None)
+        self._bytes.pop(index, None)
+        return index
+
     def records_built(self) -> list[tuple[int, Record]]:
         """The records held as dicts so far (eager ones, lazily built ones once read)."""
         return list(self._records.items())

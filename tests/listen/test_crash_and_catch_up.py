@@ -1,0 +1,145 @@
+"""Nothing acknowledged is lost: kill -9 between the 202 and the store write, then restart.
+
+``pmtk listen`` runs in a child process. The test holds the store's lock (as a
+long ``pmtk sync`` would), so the child acknowledges events and fetches the
+records but cannot write them; then the child is killed with SIGKILL. A new
+receiver on the same store must apply the queued events from disk alone (its
+catch-up sync is off, so the queue is the only way the change can arrive).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import polars as pl
+import pytest
+
+from tests.conftest import api_client
+from tests.listen.conftest import SECRET_HEADER, notification
+from toolkit.client import Client
+from toolkit.store import load, read_manifest, verify
+from toolkit.webhooks import listen
+
+NAME, VALUE = SECRET_HEADER
+
+
+@pytest.fixture
+def api(dep: Any) -> Iterator[httpx.Client]:
+    with api_client(dep) as c:
+        yield c
+
+
+def _patch(api: httpx.Client, rid: str, description: str) -> None:
+    response = api.patch(
+        f"Appointment/{rid}",
+        json={"description": description},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status_code == 200, response.text
+
+
+def _description(store: Path, rid: str) -> str | None:
+    rows = load("Appointment", store).filter(pl.col("id") == rid)
+    value: str | None = rows["description"].item() if rows.height else None
+    return value
+
+
+def test_events_acknowledged_before_a_kill_9_are_applied_after_restart(
+    dep: Any, store: Path, api: httpx.Client, client: Client
+) -> None:
+    ids = [str(i) for i in load("Appointment", store)["id"][20:23]]
+    changed, deleted = ids[:2], ids[2]
+    env = {
+        **os.environ,
+        "PM_CLIENT_ID": dep.client_id,
+        "PM_CLIENT_SECRET": dep.client_secret,
+        "PM_WEBHOOK_AUTH_HEADER": f"{NAME}: {VALUE}",
+        "PYTHONIOENCODING": "utf-8",
+    }
+    lock = None
+    options = ["--store", str(store), "--port", "0", "--no-catch-up", "--base-url", dep.base_url]
+    with subprocess.Popen(
+        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+        encoding="utf-8",
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            first = "".join(proc.stdout.readline() for _ in range(3))  # URL, store, header
+            assert first.startswith("webhook URL: http://127.0.0.1:"), first
+            url = first.splitlines()[0].split(": ", 1)[1].strip()
+            # A writer holds the store now: the child can acknowledge but not apply.
+            lock = (store / ".lock").open("a+")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for n, rid in enumerate(changed):
+                _patch(api, rid, f"after the crash {n}")
+            dep.delete("Appointment", [deleted])
+            headers = {NAME: VALUE.encode(), "Content-Type": "application/fhir+json"}
+            bodies = [
+                notification(*[("Appointment", rid) for rid in changed]),
+                notification(("Appointment", deleted), delete=True),
+                notification(("Appointment", changed[0])),  # a duplicate
+            ]
+            for body in bodies:
+                assert httpx.post(url, content=body, headers=headers).status_code == 202
+            queue = store / ".webhooks" / "queue"
+            assert len(list(queue.glob("*.json"))) == 3
+            time.sleep(0.5)  # let the child fetch and block on the lock
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            rest, errors = proc.communicate(timeout=10)
+            if lock is not None:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                lock.close()
+    assert proc.returncode == -signal.SIGKILL
+    out = first + rest + errors
+    assert VALUE not in out and "(value hidden)" in out
+    # Killed before applying: the store still holds the old versions.
+    assert all(_description(store, rid) != f"after the crash {n}" for n, rid in enumerate(changed))
+    assert _description(store, deleted) is not None or deleted in load("Appointment", store)["id"]
+    assert len(list((store / ".webhooks" / "queue").glob("*.json"))) == 3
+
+    with listen(store, client=client, catch_up=False) as receiver:
+        assert receiver.wait_idle(30), receiver.stats
+        assert receiver.stats.applied == 3  # deduplicated by record: one per change
+    for n, rid in enumerate(changed):
+        assert _description(store, rid) == f"after the crash {n}"
+    assert deleted not in load("Appointment", store)["id"].to_list()
+    assert not list((store / ".webhooks" / "queue").glob("*.json"))
+    assert read_manifest(store)["events"]["last_applied"]["type"] == "Appointment"
+    assert verify(store).ok
+
+
+def test_the_catch_up_sync_covers_changes_made_while_the_receiver_was_down(
+    dep: Any, store: Path, api: httpx.Client, client: Client, tmp_path: Path
+) -> None:
+    import shutil
+
+    control = tmp_path / "control"
+    shutil.copytree(store, control)
+    rid = str(load("Appointment", store)["id"][30])
+    dep.advance_clock(5)
+    _patch(api, rid, "changed while nobody listened")
+    with listen(control, client=client, catch_up=False) as receiver:
+        assert receiver.wait_idle(30)
+        assert receiver.stats.catch_up == "skipped"
+    assert _description(control, rid) != "changed while nobody listened"
+    sent_before = client.requests_sent
+    with listen(store, client=client, catch_up=True) as receiver:
+        assert receiver.wait_idle(60)
+        assert receiver.stats.catch_up.startswith("ok"), receiver.stats.catch_up
+    assert _description(store, rid) == "changed while nobody listened"
+    # incremental: a few list pages, not the whole resource again
+    assert client.requests_sent - sent_before <= 4
