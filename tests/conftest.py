@@ -22,6 +22,7 @@ Helpers importable by tests: :func:`token_for` (fetch an access token) and
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,14 +34,11 @@ from toolkit.mock import Deployment, serve
 USER_AGENT = "pmtk-tests (tests@example.invalid)"
 
 
-@pytest.fixture(autouse=True)
-def _identified_application(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test runs as an application that identifies itself, as a configured user does.
-
-    Without ``PM_USER_AGENT`` a client warns (:class:`toolkit.config.PmtkConfigWarning`);
-    the tests of that warning delete the variable themselves.
-    """
-    monkeypatch.setenv("PM_USER_AGENT", USER_AGENT)
+# Every test runs as an application that identifies itself, as a configured user does
+# (set at import, so that module- and session-scoped fixtures see it too). Without
+# PM_USER_AGENT a client warns (toolkit.config.PmtkConfigWarning); the tests of that
+# warning delete the variable themselves.
+os.environ["PM_USER_AGENT"] = USER_AGENT
 
 
 def token_for(dep: Deployment) -> str:
