@@ -2104,7 +2104,7 @@ def sync(
     >>> from toolkit import Client
     >>> import tempfile
     >>> with serve(scale="small") as dep, Client(
-    ...     base_url=dep.base_url, client_id=dep.client_id, client_secret=dep.client_secret
+    ...     dep.base_url, dep.client_id, dep.client_secret, user_agent="Docs (docs@example.org)"
     ... ) as client, tempfile.TemporaryDirectory() as out:
     ...     summary = sync(client, out, resources=["Referral"], progress=False)
     ...     load("Referral", out).height == summary["Referral"].rows["Referral"]

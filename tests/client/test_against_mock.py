@@ -309,5 +309,7 @@ def test_connect_without_configuration_starts_the_embedded_mock(monkeypatch, cap
         monkeypatch.delenv(name, raising=False)
     with connect(progress=False) as client:
         assert len(walk_ids(client, "Organization")) > 0
-    out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "embedded mock at http://127.0.0.1:" in out[0]
+    captured = capsys.readouterr()
+    assert captured.out == ""  # a notice, not data: nothing on stdout
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "embedded mock deployment at http://127.0.0.1:" in err[0]

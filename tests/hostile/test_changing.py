@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from tests.hostile.conftest import SECRET, api_app, serve
 from toolkit.client import Client
 from toolkit.errors import IncompleteResult
-from toolkit.store import sync
+from toolkit.store import load, sync
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -182,7 +182,7 @@ def test_store_sync_during_changes_completes_and_stores_every_record_once(tmp_pa
     server = Changing(250, victims=["p010"])
     with serve(api_app(server.handle)) as port, _client(port) as client:
         result = sync(client, tmp_path / "store", resources=["Patient"], progress=False)
-    stored = pl.read_parquet(tmp_path / "store" / "Patient" / "data.parquet")
+    stored = load("Patient", tmp_path / "store")
     assert stored.height == 250 and stored["id"].n_unique() == 250
     assert stored.filter(pl.col("id") == "p010")["gender"].item() == "male"
     assert result["Patient"].rows["Patient"] == 250
