@@ -34,6 +34,8 @@ from typing import Annotated, Any
 
 import typer
 
+from toolkit._options import BaseUrl, ClientId, ClientSecret
+
 __all__ = [
     "EXIT_DAMAGED",
     "EXIT_FAILED",
@@ -67,26 +69,9 @@ def sync_command(
     full: Annotated[
         bool, typer.Option("--full", help="Re-fetch everything instead of only what changed.")
     ] = False,
-    base_url: Annotated[
-        str | None,
-        typer.Option(
-            "--base-url",
-            envvar="PM_BASE_URL",
-            help="Regional address including /main. Default: the embedded mock.",
-        ),
-    ] = None,
-    client_id: Annotated[
-        str | None, typer.Option("--client-id", envvar="PM_CLIENT_ID", help="OAuth client id.")
-    ] = None,
-    client_secret: Annotated[
-        str | None,
-        typer.Option(
-            "--client-secret",
-            envvar="PM_CLIENT_SECRET",
-            help="OAuth client secret (prefer the environment variable).",
-            show_default=False,
-        ),
-    ] = None,
+    base_url: BaseUrl = None,
+    client_id: ClientId = None,
+    client_secret: ClientSecret = None,
     errors: Annotated[
         str,
         typer.Option(

@@ -47,6 +47,8 @@ from typing import Annotated, Any, Literal
 import orjson
 import typer
 
+from toolkit._options import BaseUrl, ClientId, ClientSecret
+
 __all__ = [
     "ANNOUNCED",
     "DEFAULT_MAX_BODY_BYTES",
@@ -906,22 +908,9 @@ def listen_command(
     catch_up: Annotated[
         bool, typer.Option("--catch-up/--no-catch-up", help="Run an incremental sync first.")
     ] = True,
-    base_url: Annotated[
-        str | None,
-        typer.Option("--base-url", envvar="PM_BASE_URL", help="Regional address including /main."),
-    ] = None,
-    client_id: Annotated[
-        str | None, typer.Option("--client-id", envvar="PM_CLIENT_ID", help="OAuth client id.")
-    ] = None,
-    client_secret: Annotated[
-        str | None,
-        typer.Option(
-            "--client-secret",
-            envvar="PM_CLIENT_SECRET",
-            help="OAuth client secret (prefer the environment variable).",
-            show_default=False,
-        ),
-    ] = None,
+    base_url: BaseUrl = None,
+    client_id: ClientId = None,
+    client_secret: ClientSecret = None,
     max_body_bytes: Annotated[
         int, typer.Option(help="Largest webhook body accepted (413 beyond).")
     ] = DEFAULT_MAX_BODY_BYTES,

@@ -1,0 +1,35 @@
+"""Command-line options shared by the commands that connect to a deployment.
+
+``pmtk sync`` and ``pmtk listen`` take the same connection settings, read the same way
+(option, then ``PM_`` variable; :mod:`toolkit.config` does the rest), so they are
+declared once here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+__all__ = ["BaseUrl", "ClientId", "ClientSecret"]
+
+BaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        envvar="PM_BASE_URL",
+        help="Regional address including /main. Default: the embedded mock.",
+    ),
+]
+ClientId = Annotated[
+    str | None, typer.Option("--client-id", envvar="PM_CLIENT_ID", help="OAuth client id.")
+]
+ClientSecret = Annotated[
+    str | None,
+    typer.Option(
+        "--client-secret",
+        envvar="PM_CLIENT_SECRET",
+        help="OAuth client secret (prefer the environment variable).",
+        show_default=False,
+    ),
+]
