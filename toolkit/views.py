@@ -628,6 +628,7 @@ class _Compiled:
     unread: frozenset[str]  # known top-level fields this read skips (one table's read)
     unread_arrays: frozenset[str]  # those of them that are arrays (still checked to be one)
     strict: msgspec.json.Decoder[Any]  # see _strict_decoder
+    strict_entry: msgspec.json.Decoder[Any]  # the same check of one entry (see _repair)
     views: tuple[View, ...]
     columns: tuple[tuple[str, str | None, str, str], ...]  # see _column_keys
 
@@ -692,8 +693,8 @@ def _strict_decoder(
     resource_dtype: pl.Struct,
     unread: frozenset[str] = frozenset(),
     unread_arrays: frozenset[str] = frozenset(),
-) -> msgspec.json.Decoder[Any]:
-    """A decoder that fails on a page whose resources hold anything the fast read would lose.
+) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
+    """Decoders that fail on a page (and on one entry) holding anything the fast read would lose.
 
     Each resource is decoded into msgspec ``Struct`` types mirroring the read
     schema, every level forbidding unknown keys, every leaf typed as Polars
@@ -705,7 +706,8 @@ def _strict_decoder(
     skipped, and so are the values of the known top-level fields in ``unread``
     (one table's read does not use them; those in ``unread_arrays`` must still
     be arrays, whose elements are skipped). Such a page, or one not shaped as a
-    Bundle, goes to :func:`_repair`.
+    Bundle, goes to :func:`_repair`, which runs the second decoder, the same
+    check of one entry, to find the entries that need it.
     """
     fields = [
         (
@@ -726,7 +728,7 @@ def _strict_decoder(
     res = msgspec.defstruct("Resource", fields, forbid_unknown_fields=True, gc=False)
     entry = msgspec.defstruct("Entry", [("resource", res | None, None)], gc=False)
     page = msgspec.defstruct("Page", [("entry", list[entry] | None, None)], gc=False)  # type: ignore[valid-type]
-    return msgspec.json.Decoder(page)
+    return msgspec.json.Decoder(page), msgspec.json.Decoder(entry)
 
 
 def _column_key(path: str, prefix: str = "") -> str:
@@ -765,12 +767,14 @@ def _compiled(resource_type: str) -> _Compiled:
     fields = tuple(f for f in _reader_fields(res) if not f.write_only)
     resource_struct = _level_read_dtype(fields)
     resource_dtype = pl.Struct({"resourceType": pl.String(), **resource_struct.to_schema()})
+    strict, strict_entry = _strict_decoder(resource_dtype)
     return _Compiled(
         resource=resource_type,
         resource_dtype=resource_dtype,
         unread=frozenset(),
         unread_arrays=frozenset(),
-        strict=_strict_decoder(resource_dtype),
+        strict=strict,
+        strict_entry=strict_entry,
         views=views,
         columns=_column_keys(views),
     )
@@ -814,12 +818,14 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
         for f in full.resource_dtype.fields
         if f.name in unread and isinstance(f.dtype, pl.List)
     )
+    strict, strict_entry = _strict_decoder(slim, unread, arrays)
     return dataclasses.replace(
         full,
         resource_dtype=slim,
         unread=unread,
         unread_arrays=arrays,
-        strict=_strict_decoder(slim, unread, arrays),
+        strict=strict,
+        strict_entry=strict_entry,
         views=(view_,),
     )
 
@@ -1057,53 +1063,81 @@ class _Fix:
     invalid: list[str | None]
 
 
+class _Skeleton(msgspec.Struct, gc=False):
+    """A page as :func:`_repair` first sees it: its kind and each entry's raw JSON."""
+
+    resourceType: str | None = None  # the JSON key
+    entry: list[msgspec.Raw] | None = None
+
+
+_SKELETON = msgspec.json.Decoder(_Skeleton)
+
+
 def _repair(comp: _Compiled, raw: bytes) -> tuple[bytes, _Fix] | None:
     """One page brought to the read schema, and what that took, per entry.
 
-    Alternative forms become the canonical one, values of a wrong JSON type
-    become null (recorded with their path, table, column and raw value), keys
-    the schema does not know, at any depth, go to ``extra`` by path, and
-    entries of other resource types are reduced to their ``resourceType`` (the
-    reader skips them). ``None`` when the page is not a JSON Bundle object:
-    the reader then refuses it with the reason.
+    Only the entries that fail the exact check (``comp.strict_entry``) are
+    parsed and rebuilt; the others are copied as sent, so a page with one odd
+    record costs about one record's repair, not a page's. Alternative forms
+    become the canonical one, values of a wrong JSON type become null
+    (recorded with their path, table, column and raw value), keys the schema
+    does not know, at any depth, go to ``extra`` by path, and entries of other
+    resource types are reduced to their ``resourceType`` (the reader skips
+    them). ``None`` when the page is not a JSON Bundle object: the reader then
+    refuses it with the reason.
     """
     try:
-        doc = orjson.loads(raw)
-    except ValueError:  # malformed JSON, or not UTF-8
+        page = _SKELETON.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # malformed, not UTF-8, or not a Bundle
         return None
-    if not isinstance(doc, dict) or doc.get("resourceType") != "Bundle":
+    if page.resourceType != "Bundle":
         return None
-    entries = doc.get("entry")
-    if entries is None:
-        entries = []
-    if not isinstance(entries, list):
-        return None
-    out: list[dict[str, Any]] = []
+    parts: list[bytes] = []
     fix = _Fix([], [])
-    for entry in entries:
-        res = entry.get("resource") if isinstance(entry, dict) else None
-        if not isinstance(res, dict) or res.get("resourceType", comp.resource) != comp.resource:
-            kind = res.get("resourceType") if isinstance(res, dict) else None
-            out.append({"resource": {"resourceType": kind} if isinstance(kind, str) else None})
+    for entry_raw in page.entry or ():
+        try:
+            comp.strict_entry.decode(entry_raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            pass
+        else:
+            parts.append(bytes(entry_raw))
             fix.extra.append(None)
             fix.invalid.append(None)
             continue
-        conformer = _Conformer(comp.resource, comp.unread, comp.unread_arrays)
-        fixed = conformer.struct(res, comp.resource_dtype, "", "")
-        out.append({"resource": fixed})
-        fix.extra.append(orjson.dumps(conformer.extra).decode() if conformer.extra else None)
-        problems: list[_Problem] = []
-        for path, key, value in conformer.problems:
-            table, index, column = _locate(comp, path, key)
-            problems.append(
-                {"path": path, "table": table, "index": index, "column": column, "value": value}
-            )
-        fix.invalid.append(orjson.dumps(problems).decode() if problems else None)
+        try:
+            entry = orjson.loads(bytes(entry_raw))
+        except ValueError:  # pragma: no cover - the skeleton decode checked the JSON
+            return None
+        repaired = _repair_entry(comp, entry)
+        if repaired is None:
+            return None
+        parts.append(repaired[0])
+        fix.extra.append(repaired[1])
+        fix.invalid.append(repaired[2])
+    return b'{"resourceType":"Bundle","entry":[' + b",".join(parts) + b"]}", fix
+
+
+def _repair_entry(comp: _Compiled, entry: Any) -> tuple[bytes, str | None, str | None] | None:
+    """One entry as the reader can read it, with its ``extra`` and ``invalid`` JSON texts."""
+    res = entry.get("resource") if isinstance(entry, dict) else None
+    if not isinstance(res, dict) or res.get("resourceType", comp.resource) != comp.resource:
+        kind = res.get("resourceType") if isinstance(res, dict) else None
+        reduced = {"resource": {"resourceType": kind} if isinstance(kind, str) else None}
+        return orjson.dumps(reduced), None, None
+    conformer = _Conformer(comp.resource, comp.unread, comp.unread_arrays)
+    fixed = conformer.struct(res, comp.resource_dtype, "", "")
+    extra = orjson.dumps(conformer.extra).decode() if conformer.extra else None
+    problems: list[_Problem] = []
+    for path, key, value in conformer.problems:
+        table, index, column = _locate(comp, path, key)
+        problems.append(
+            {"path": path, "table": table, "index": index, "column": column, "value": value}
+        )
+    invalid = orjson.dumps(problems).decode() if problems else None
     try:
-        text = orjson.dumps({"resourceType": "Bundle", "entry": out})
+        return orjson.dumps({"resource": fixed}), extra, invalid
     except orjson.JSONEncodeError:
         return None
-    return text, fix
 
 
 def _prepare(comp: _Compiled, batch: list[bytes]) -> tuple[list[bytes], list[_Fix | None]]:

@@ -530,3 +530,25 @@ def test_the_fast_date_time_path_gives_exactly_what_chrono_gives(values: list[st
     # As integers: year 1 minus an offset is before what Python's datetime can hold.
     expected = _datetime_exact(text)
     assert completed.cast(pl.Int64).to_list() == expected.cast(pl.Int64).to_list()
+
+
+def test_one_odd_record_is_repaired_alone_and_its_neighbours_read_as_sent() -> None:
+    # The repair path rebuilds only the entries that fail the exact check: the
+    # others must come out exactly as a clean page gives them, with nothing in
+    # extra or invalid, and the odd one must carry its own findings only.
+    clean = [appointment(i) for i in range(3)]
+    odd = [appointment(0), appointment(1, minutesDuration="30", note="x"), appointment(2)]
+    got = flatten_tables("Appointment", [orjson.dumps(bundle(*odd))])
+    want = flatten_tables("Appointment", [orjson.dumps(bundle(*clean))])
+    main, expected = got["Appointment"], want["Appointment"]
+    assert main.get_column("invalid").is_null().to_list() == [True, False, True]
+    assert main.get_column("extra").is_null().to_list() == [True, False, True]
+    assert json.loads(main.get_column("extra")[1]) == {"note": "x"}
+    (problem,) = json.loads(main.get_column("invalid")[1])
+    assert problem["column"] == "minutes_duration" and problem["value"] == "30"
+    kept = [c for c in expected.columns if c not in ("minutes_duration", "extra", "invalid")]
+    assert main.select(kept).equals(expected.select(kept))
+    assert main.get_column("minutes_duration").to_list() == [30, None, 30]
+    for name, table in got.items():
+        if name != "Appointment":
+            assert table.equals(want[name]), name
