@@ -1,0 +1,66 @@
+"""The API's numbers, addresses and media types: each stated once (spec or facts)."""
+
+from __future__ import annotations
+
+API_PREFIX = "/main"
+"""Every resource path begins with this (spec section 9)."""
+
+REGIONS: dict[str, str] = {
+    "au": "https://au-api.halaxy.com/main",
+    "eu": "https://eu-api.halaxy.com/main",
+}
+"""Regional base URLs (facts, Addresses). EU countries and the UK use ``eu``."""
+
+EU_UK_COUNTRIES: frozenset[str] = frozenset(
+    {
+        "AT", "BE", "BG", "HR", "CY", "CZ", "DK", "EE", "FI", "FR", "DE", "GR", "HU", "IE",
+        "IT", "LV", "LT", "LU", "MT", "NL", "PL", "PT", "RO", "SK", "SI", "ES", "SE", "GB",
+    }
+)  # fmt: skip
+"""ISO 3166 alpha-2 codes of the 27 EU member states plus the UK (spec section 1)."""
+
+RATE_LIMIT_PER_MINUTE = 500
+RATE_LIMIT_WINDOW_SECONDS = 60
+RATE_LIMIT_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining")
+RETRY_AFTER_HEADER = "retry-after"
+"""Sliding-window request limit per OAuth client (spec section 8)."""
+TOKEN_LIFETIME_STATED = 900
+"""The documented access-token lifetime: 15 minutes (spec sections 5 and 8)."""
+EXPIRES_IN_STATED = 3600
+"""The ``expires_in`` the token endpoint reports (spec section 5)."""
+DEFAULT_PAGE_SIZE = 30
+"""``_count`` when absent (facts, client-observed)."""
+MAX_PAGE_SIZE = 100
+"""Largest accepted ``_count`` (facts, client-observed)."""
+MAX_ATTACHMENT_BYTES = 200 * 1024 * 1024
+"""Attachment size limit, "200MB" (spec section 8), read as 200 MiB of decoded content."""
+
+ATTACHMENT_CONTENT_TYPES: tuple[str, ...] = (
+    "application/msword",
+    "application/vnd.ms-excel",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "application/pdf",
+    "image/jpeg",
+    "image/png",
+)
+
+ORGANIZATION_TYPE_SYSTEM = "http://terminology.hl7.org/CodeSystem/organization-type"
+PROFESSION_SYSTEM = "https://terminology.halaxy.com/CodeSystem/profession"
+
+
+ID_PREFIX_MEANINGS: dict[str, tuple[str, str]] = {
+    "PG-": ("Organization", "Practice group"),
+    "CL-": ("Organization", "Clinic"),
+    "OG-": ("Organization", "Organization"),
+    "FD-": ("Organization", "Funder"),
+    "SP-": ("Organization", "Professional contact's practice"),
+    "PR-": ("Practitioner", "Practitioner or administrator within the practice group"),
+    "EP-": ("Practitioner", "External practitioner from the professional contacts list"),
+}
+"""Spec section 1: id prefixes exist only in the API, never in the product UI."""
+
+FHIR_JSON = "application/fhir+json"
+"""The media type of every resource body, sent and received (spec section 9)."""
+MERGE_PATCH_JSON = "application/merge-patch+json"
+"""The media type of a PATCH body: a JSON merge patch (facts)."""

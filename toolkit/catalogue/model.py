@@ -1,0 +1,181 @@
+"""The catalogue's vocabulary: fields, references, extensions, resources, endpoints.
+
+Plain frozen dataclasses, so that every consumer can read the catalogue as data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from toolkit.catalogue.constants import API_PREFIX
+
+FieldType = Literal[
+    "string",
+    "boolean",
+    "integer",
+    "number",
+    "date",
+    "date-time",
+    "object",
+    "reference",
+    "code",
+    "canonical",
+    "base64",
+]
+Format = Literal["phone", "country", "currency", "date", "date-time", "base64", "canonical"]
+Source = Literal["spec", "facts", "pmtk"]
+Aspect = Literal["type", "required", "enum", "reference", "format", "encoding"]
+"""One kind of rule a field carries; each may come from a different source.
+
+``type`` the JSON type (and array-ness), ``required`` presence, ``enum`` the listed
+values, ``reference`` the allowed targets and their id prefixes, ``format`` a format
+rule, ``encoding`` where an extension-encoded field lives (container and value key).
+"""
+SOURCE_RANK: dict[str, int] = {"spec": 0, "facts": 1, "pmtk": 2}
+
+
+def weakest(*sources: Source) -> Source:
+    """The least authoritative of ``sources`` (``spec`` < ``facts`` < ``pmtk``).
+
+    A rule is only as strong as every link of the chain that states it: a spec-typed
+    sub-field of a facts-only resource is a facts rule.
+    """
+    return max(sources, key=SOURCE_RANK.__getitem__, default="spec")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One allowed target of a reference: the resource type and its id prefixes.
+
+    An empty ``prefixes`` means the target's ids carry no prefix.
+    """
+
+    type: str
+    prefixes: tuple[str, ...] = ()
+
+    @property
+    def id_pattern(self) -> str:
+        """Regex (unanchored) for an id of this target."""
+        if self.prefixes:
+            alts = "|".join(self.prefixes)  # letters and "-": no escaping needed
+            return f"(?:{alts})[A-Za-z0-9.\\-]+"
+        return "[A-Za-z0-9.\\-]+"
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A reference shape: ``{"reference": "/main/<Type>/<prefix><id>", "type": "<Type>"}``."""
+
+    targets: tuple[Target, ...]
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(t.type for t in self.targets)
+
+    @property
+    def pattern(self) -> str:
+        """Anchored regex for the ``reference`` string of any allowed target."""
+        alts = "|".join(f"{API_PREFIX}/{t.type}/{t.id_pattern}" for t in self.targets)
+        return f"^(?:{alts})$"
+
+    def target_for(self, type_name: str) -> Target | None:
+        for t in self.targets:
+            if t.type == type_name:
+                return t
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Extension:
+    """Where an extension-encoded field lives: ``<container>[url == url].<value_key>``."""
+
+    url: str
+    value_key: str  # valueCode, valueCoding, valueReference, valueBoolean...
+    container: Literal["extension", "modifierExtension"] = "extension"
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field of a resource or of a nested object.
+
+    ``name`` is the JSON key (for an extension, the extension url). ``many``
+    marks a JSON array of ``type``. ``fields`` describes the items of an
+    object (or of an array of objects). ``enum`` values may include ``None``
+    where JSON null is an allowed value. ``open_enum`` marks a list the sources
+    give only "for example": a value outside it is an observation, not a fault.
+    """
+
+    name: str
+    type: FieldType
+    required: bool = False
+    many: bool = False
+    enum: tuple[str | None, ...] = ()
+    open_enum: bool = False
+    ref: Ref | None = None
+    format: Format | None = None
+    fields: tuple[Field, ...] = ()
+    extension: Extension | None = None
+    spec_name: str | None = None
+    write_only: bool = False
+    source: Source = "spec"
+    doc: str = ""
+    format_when: tuple[str, tuple[str, ...]] | None = None
+    """``(sibling, values)``: ``format`` applies only when the sibling field holds one of
+    ``values`` (a telecom ``value`` is a phone number only for ``system`` phone, sms, fax)."""
+    aspects: tuple[tuple[Aspect, Source], ...] = ()
+    """Per-aspect sources where they differ from ``source``: the spec names Coverage
+    ``status`` but its values come from the facts, so ``(("enum", "facts"),)``."""
+
+    def source_of(self, aspect: Aspect) -> Source:
+        """Where this field's ``aspect`` rule comes from (never stronger than ``source``)."""
+        for name, src in self.aspects:
+            if name == aspect:
+                return weakest(self.source, src)
+        return self.source
+
+    def child(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        msg = f"field {self.name!r} has no sub-field {name!r}"
+        raise KeyError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A resource type: its id prefixes, fields and create requirements."""
+
+    name: str
+    fields: tuple[Field, ...]
+    id_prefixes: tuple[str, ...] = ()
+    create_prefixes: tuple[str, ...] = ()
+    create_required: tuple[str, ...] = ()
+    listed: bool = True
+    source: Source = "spec"
+    doc: str = ""
+    create_source: Source = "facts"
+    """Where ``create_required`` comes from (the facts list Coverage and Referral needs)."""
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name or f.spec_name == name:
+                return f
+        msg = f"{self.name} has no field {name!r}"
+        raise KeyError(msg)
+
+    @property
+    def id_pattern(self) -> str:
+        return f"^{Target(self.name, self.id_prefixes).id_pattern}$"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One operation of spec section 4 (plus the token endpoint of section 5)."""
+
+    method: Literal["GET", "POST", "PATCH"]
+    path: str
+    operation: str
+    resource: str
+    kind: Literal["list", "read", "create", "update", "book", "find", "token"]
+    success: int = 200

@@ -1,0 +1,514 @@
+"""Every resource type the API serves or references, with its fields and rules.
+
+One :class:`~toolkit.catalogue.model.Resource` per type; :data:`RESOURCES` maps names
+to them. Adding a resource type starts here.
+"""
+
+from __future__ import annotations
+
+from toolkit.catalogue.constants import ATTACHMENT_CONTENT_TYPES
+from toolkit.catalogue.model import Extension, Field, Ref, Resource, Source, Target
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _ref(*targets: tuple[str, tuple[str, ...]] | str) -> Ref:
+    out = []
+    for t in targets:
+        out.append(Target(t) if isinstance(t, str) else Target(t[0], t[1]))
+    return Ref(tuple(out))
+
+
+def _reference_field(name: str, ref: Ref, **kw: object) -> Field:
+    return Field(name, "reference", ref=ref, **kw)  # type: ignore[arg-type]
+
+
+PR = ("Practitioner", ("PR-",))
+PRACTITIONER_ANY = ("Practitioner", ("PR-", "EP-"))
+ROLE_ANY = ("PractitionerRole", ("PR-", "EP-"))
+ORG_ANY = ("Organization", ("PG-", "CL-", "OG-", "FD-", "SP-"))
+
+
+def _telecom(enum_source: Source = "spec") -> Field:
+    """Telecom items; the spec lists system and use values only for Organization."""
+    return Field(
+        "telecom",
+        "object",
+        many=True,
+        fields=(
+            Field(
+                "system",
+                "code",
+                enum=("sms", "phone", "fax", "email"),
+                aspects=(("enum", enum_source),),
+            ),
+            Field(
+                "value",
+                "string",
+                format="phone",
+                format_when=("system", ("phone", "sms", "fax")),
+                doc="Phone values follow +{country code}{digits}.",
+            ),
+            Field("use", "code", enum=("home", "work", "mobile"), aspects=(("enum", enum_source),)),
+        ),
+        doc="Contact details.",
+    )
+
+
+TELECOM = _telecom()
+
+ADDRESS = Field(
+    "address",
+    "object",
+    many=True,
+    fields=(
+        Field("use", "code", enum=("home", "work", "billing", "mailing")),
+        Field("type", "code", enum=("postal", "physical", "both")),
+        Field("text", "string"),
+        Field("line", "string", many=True),
+        Field("city", "string"),
+        Field("state", "string"),
+        Field("postalCode", "string"),
+        Field("country", "string", format="country"),
+    ),
+)
+
+ATTACHMENTS = Field(
+    "attachments",
+    "object",
+    many=True,
+    write_only=True,
+    fields=(
+        Field("contentType", "code", required=True, enum=ATTACHMENT_CONTENT_TYPES),
+        Field("data", "base64", required=True, format="base64"),
+        Field("title", "string", required=True),
+    ),
+    doc="Accepted on create (and appended by PATCH); each at most 200 MB decoded.",
+)
+
+MONEY = (
+    Field("value", "number"),
+    Field("currency", "string", format="currency"),
+)
+
+CODING = (
+    Field("system", "string"),
+    Field("code", "string"),
+    Field("display", "string"),
+)
+
+META = Field(
+    "meta",
+    "object",
+    fields=(Field("lastUpdated", "date-time", format="date-time"),),
+    source="facts",
+    doc="Server-maintained; used by _lastUpdated searches and incremental sync.",
+)
+
+PARTICIPANT_STATUSES = ("booked", "confirmed", "arrived", "attended", "cancelled", "noshow")
+LOCATION_TYPES = ("clinic", "telehealth", "phone", "online")
+
+
+def _common(*fields: Field) -> tuple[Field, ...]:
+    return (Field("id", "string", doc="Resource identifier."), META, *fields)
+
+
+# --------------------------------------------------------------------------- resources
+
+REFERRAL = Resource(
+    "Referral",
+    _common(
+        _reference_field("coverage", _ref("Coverage")),
+        Field(
+            "period",
+            "object",
+            fields=(
+                Field("start", "date", format="date"),
+                Field("end", "date", format="date"),
+            ),
+        ),
+        _reference_field("performer", _ref(PR)),
+        _reference_field("requester", _ref(("PractitionerRole", ("EP-",)))),
+        Field("referralDefinition", "string"),
+        Field("created", "date-time", format="date-time"),
+        Field("active", "boolean"),
+        Field(
+            "limitQuantity",
+            "object",
+            fields=(
+                Field(
+                    "quantity",
+                    "integer",
+                    aspects=(("type", "pmtk"),),
+                    doc="Untyped in the spec; the facts show a Quantity {value}.",
+                ),
+                Field("quantityOffset", "integer"),
+                Field("quantityUsed", "integer"),
+            ),
+        ),
+        Field(
+            "limitMoney",
+            "object",
+            fields=(
+                Field("amount", "object", fields=MONEY),
+                Field("amountUsed", "number"),
+            ),
+        ),
+        Field("allocationType", "code", enum=("Appointments only", "All fee types")),
+        _reference_field("subject", _ref("Patient")),
+        Field("includeCancelledAppointment", "boolean"),
+        Field("comment", "string"),
+        Field("expiryType", "code", enum=("standard", "non-standard", "indefinite")),
+        ATTACHMENTS,
+        Field("priority", "boolean", source="facts", doc="The patient's preferred referral."),
+    ),
+    create_required=("coverage", "subject", "requester", "created"),
+)
+
+APPOINTMENT = Resource(
+    "Appointment",
+    _common(
+        Field("description", "string"),
+        Field("start", "date-time", required=True, format="date-time"),
+        Field("end", "date-time", required=True, format="date-time"),
+        Field("minutesDuration", "integer"),
+        Field("created", "date-time", format="date-time"),
+        _reference_field(
+            "supportingInformation",
+            _ref("HealthcareService"),
+            many=True,
+            aspects=(("type", "facts"),),
+            doc="One Reference in the spec; an array of them in the facts.",
+        ),
+        Field(
+            "location-type",
+            "code",
+            enum=LOCATION_TYPES,
+            open_enum=True,
+            extension=Extension("location-type", "valueCode"),
+            aspects=(("enum", "facts"), ("encoding", "pmtk")),
+        ),
+        Field(
+            "participant",
+            "object",
+            many=True,
+            fields=(
+                Field(
+                    "type",
+                    "object",
+                    many=True,
+                    source="facts",
+                    fields=(Field("coding", "object", many=True, fields=CODING),),
+                    doc="ATND (attender) for the practitioner participant.",
+                ),
+                _reference_field(
+                    "actor",
+                    _ref(ROLE_ANY, "Patient"),
+                    source="facts",
+                    aspects=(("reference", "pmtk"),),
+                ),
+                Field(
+                    "appointment-participant-status",
+                    "code",
+                    enum=PARTICIPANT_STATUSES,
+                    open_enum=True,
+                    extension=Extension(
+                        "appointment-participant-status", "valueCoding", "modifierExtension"
+                    ),
+                    aspects=(("enum", "facts"), ("encoding", "facts")),
+                ),
+                _reference_field(
+                    "appointment-participant-invoice",
+                    _ref("Invoice"),
+                    extension=Extension("appointment-participant-invoice", "valueReference"),
+                    aspects=(("encoding", "facts"),),
+                ),
+            ),
+        ),
+    ),
+    doc="Booked through $book; the practitioner participant is a PractitionerRole (ATND).",
+)
+
+COVERAGE = Resource(
+    "Coverage",
+    _common(
+        _reference_field("beneficiary", _ref("Patient")),
+        _reference_field("subscriber", _ref("Patient")),
+        Field("subscriberID", "string"),
+        Field("dependent", "string"),
+        Field("period", "object", fields=(Field("start", "date", format="date"),)),
+        Field(
+            "status",
+            "code",
+            enum=("active", "cancelled"),
+            aspects=(("enum", "facts"),),
+            doc="Values from the facts.",
+        ),
+        _reference_field(
+            "payor",
+            _ref("Patient", ("Organization", ("FD-", "OG-"))),
+            aspects=(("reference", "pmtk"),),
+            doc="The spec allows any Organization; pmtk expects a funder or organization id.",
+        ),
+        Field(
+            "coverage-patient-anonymous",
+            "boolean",
+            spec_name="coverage patient anonymous",
+            extension=Extension("coverage-patient-anonymous", "valueBoolean"),
+            aspects=(("type", "pmtk"), ("encoding", "pmtk")),
+        ),
+        Field(
+            "coverage-payer",
+            "object",
+            spec_name="coverage payer",
+            fields=(
+                Field("code", "code", enum=("29", "30", "31", "32"), aspects=(("enum", "facts"),)),
+                Field("display", "string"),
+            ),
+            extension=Extension("coverage-payer", "valueCoding"),
+            aspects=(("encoding", "facts"),),
+        ),
+        _reference_field(
+            "coverage-organisation",
+            _ref(ORG_ANY),
+            spec_name="coverage organisation",
+            extension=Extension("coverage-organisation", "valueReference"),
+            aspects=(("encoding", "facts"),),
+        ),
+        ATTACHMENTS,
+        Field(
+            "identifier",
+            "object",
+            spec_name="identifier (Medicare / DVA coverages)",
+            fields=(
+                Field("system", "string", source="pmtk"),
+                Field("value", "string", source="pmtk"),
+            ),
+            doc="Medicare or DVA business identifier; structure not shown in the spec.",
+        ),
+    ),
+    create_required=("beneficiary", "subscriber", "payor"),
+)
+
+ORGANIZATION = Resource(
+    "Organization",
+    _common(
+        Field("active", "boolean"),
+        Field("type", "object", many=True, fields=CODING),
+        Field("name", "string"),
+        TELECOM,
+        ADDRESS,
+        _reference_field("partOf", _ref(("Organization", ("PG-",)))),
+    ),
+    id_prefixes=("PG-", "CL-", "OG-", "FD-", "SP-"),
+    create_prefixes=("SP-",),
+    create_required=("name",),
+    create_source="pmtk",
+)
+
+PRACTITIONER = Resource(
+    "Practitioner",
+    _common(
+        Field(
+            "identifier",
+            "object",
+            many=True,
+            fields=(Field("value", "string", source="facts"),),
+        ),
+        Field(
+            "name",
+            "object",
+            fields=(
+                Field(
+                    "use",
+                    "code",
+                    enum=("usual", "official", "temp", "nickname", "anonymous", "old", "maiden"),
+                    aspects=(("enum", "pmtk"),),
+                ),
+                Field("given", "string", many=True),
+                Field("family", "string"),
+                Field("prefix", "string", many=True),
+            ),
+            doc="The spec says one object; the live service sends an array of HumanName "
+            "(facts). The views read it as an array and accept both.",
+        ),
+        _telecom(enum_source="pmtk"),
+        Field("active", "boolean"),
+        Field(
+            "qualification",
+            "object",
+            many=True,
+            fields=(
+                Field(
+                    "code",
+                    "object",
+                    source="facts",
+                    fields=(Field("coding", "object", many=True, fields=CODING),),
+                ),
+            ),
+        ),
+    ),
+    id_prefixes=("PR-", "EP-"),
+    create_prefixes=("EP-",),
+    create_required=("name",),
+    create_source="pmtk",
+)
+
+INVOICE_LINE = Resource(
+    "InvoiceLine",
+    _common(
+        Field(
+            "resource",
+            "object",
+            fields=(
+                Field("type", "code", enum=("service", "product"), source="pmtk"),
+                Field("display", "string", source="pmtk"),
+            ),
+        ),
+        Field("description", "string"),
+        Field("definition", "canonical", format="canonical"),
+        Field("status", "code", enum=("voided", "unassigned", "write-off", "locked", None)),
+        Field("code", "string"),
+        _reference_field("subject", _ref("Patient")),
+        _reference_field("context", _ref("Appointment")),
+        Field("enteredDate", "date-time", format="date-time"),
+        _reference_field("performer", _ref(PR)),
+        _reference_field("invoice", _ref("Invoice")),
+        Field("quantity", "number"),
+        Field(
+            "unitPriceComponent",
+            "object",
+            many=True,
+            fields=(
+                Field(
+                    "type",
+                    "code",
+                    enum=("base", "surcharge", "deduction", "discount", "tax", "informational"),
+                ),
+                Field(
+                    "amount",
+                    "object",
+                    fields=(
+                        Field("value", "number"),
+                        Field("currency", "string", format="currency", source="pmtk"),
+                    ),
+                ),
+            ),
+        ),
+        _reference_field(
+            "invoice-line-funder",
+            _ref(("Organization", ("FD-",))),
+            extension=Extension("invoice-line-funder", "valueReference"),
+            aspects=(("encoding", "pmtk"),),
+        ),
+    ),
+)
+
+PATIENT = Resource(
+    "Patient",
+    _common(
+        Field(
+            "name",
+            "object",
+            many=True,
+            fields=(
+                Field("use", "code", enum=("usual", "official", "nickname")),
+                Field("given", "string", many=True),
+                Field("family", "string"),
+            ),
+        ),
+        TELECOM,
+        Field("gender", "code", enum=("male", "female", "other", "unknown")),
+        Field("birthDate", "date", format="date"),
+        ADDRESS,
+        _reference_field("generalPractitioner", _ref(ROLE_ANY), many=True),
+        Field(
+            "patient-status",
+            "code",
+            enum=("current", "contact", "archived", "blocked", "deceased"),
+            extension=Extension("patient-status", "valueCode"),
+        ),
+    ),
+    source="facts",
+)
+
+INVOICE = Resource(
+    "Invoice",
+    _common(
+        Field("status", "code", enum=("active", "issued", "write-off")),
+        _reference_field("subject", _ref("Patient"), source="pmtk"),
+        Field("date", "date-time", format="date-time", source="pmtk"),
+        *(
+            Field(name, "object", fields=MONEY)
+            for name in ("totalNet", "totalGross", "totalBalance", "totalPaid")
+        ),
+    ),
+    listed=False,
+    source="facts",
+)
+
+HEALTHCARE_SERVICE = Resource(
+    "HealthcareService",
+    _common(
+        Field("name", "string"),
+        Field("active", "boolean"),
+        _reference_field("providedBy", _ref(("Organization", ("CL-", "PG-")))),
+    ),
+    listed=False,
+    source="pmtk",
+)
+
+PRACTITIONER_ROLE = Resource(
+    "PractitionerRole",
+    _common(
+        Field("active", "boolean"),
+        _reference_field("practitioner", _ref(PRACTITIONER_ANY)),
+        _reference_field("organization", _ref(("Organization", ("CL-", "SP-", "PG-")))),
+    ),
+    id_prefixes=("PR-", "EP-"),
+    listed=False,
+    source="pmtk",
+)
+
+CHARGE_ITEM_DEFINITION = Resource(
+    "ChargeItemDefinition",
+    _common(
+        Field("title", "string"),
+        Field("code", "string"),
+        Field("price", "object", fields=MONEY),
+    ),
+    listed=False,
+    source="pmtk",
+)
+
+SLOT = Resource(
+    "Slot",
+    _common(
+        Field("start", "date-time", required=True, format="date-time"),
+        Field("end", "date-time", required=True, format="date-time"),
+        Field("status", "code", enum=("free", "busy")),
+        _reference_field("practitionerRole", _ref(ROLE_ANY)),
+        _reference_field("healthcareService", _ref("HealthcareService")),
+    ),
+    listed=False,
+    source="pmtk",
+    doc="Internal to the mock; exposed only through $find's proposed Appointments.",
+)
+
+RESOURCES: dict[str, Resource] = {
+    r.name: r
+    for r in (
+        REFERRAL,
+        APPOINTMENT,
+        COVERAGE,
+        ORGANIZATION,
+        PRACTITIONER,
+        INVOICE_LINE,
+        PATIENT,
+        INVOICE,
+        HEALTHCARE_SERVICE,
+        PRACTITIONER_ROLE,
+        CHARGE_ITEM_DEFINITION,
+        SLOT,
+    )
+}
