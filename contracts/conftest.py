@@ -36,6 +36,7 @@ from contracts.session import (
 )
 from contracts.suite import (
     OUTCOME,
+    RUN_ORDER,
     OptionError,
     Options,
     Preset,
@@ -51,20 +52,6 @@ RUN_KEY = pytest.StashKey[Run]()
 MOCK_KEY = pytest.StashKey[AbstractContextManager[Any]]()
 REPORT_KEY = pytest.StashKey[dict[str, Any]]()
 RECORDER_KEY = pytest.StashKey[Recorder]()
-
-ORDER = (
-    "auth",
-    "prefix",
-    "enum",
-    "reference",
-    "format",
-    "paging",
-    "schema",
-    "write",
-    "rate-limit",
-    "token-lifetime",
-    "rate-limit-probe",
-)
 
 
 class CheckFailed(AssertionError):
@@ -248,7 +235,7 @@ def _rank(item: pytest.Item) -> int:
     mark = item.get_closest_marker("pm_check")
     phase = mark.kwargs.get("phase") if mark else None
     category = phase or (mark.args[1] if mark else "schema")
-    return ORDER.index(category) if category in ORDER else len(ORDER)
+    return RUN_ORDER.index(category) if category in RUN_ORDER else len(RUN_ORDER)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

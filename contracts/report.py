@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from toolkit.catalogue import CONTRACT_CATEGORIES
+
 __all__ = [
     "CATEGORIES",
     "BaselineError",
@@ -52,18 +54,8 @@ __all__ = [
     "write_reports",
 ]
 
-CATEGORIES: tuple[str, ...] = (
-    "auth",
-    "token-lifetime",
-    "rate-limit",
-    "prefix",
-    "enum",
-    "reference",
-    "format",
-    "schema",
-    "paging",
-    "write",
-)
+CATEGORIES: tuple[str, ...] = CONTRACT_CATEGORIES
+"""The categories in report order: :data:`toolkit.catalogue.CONTRACT_CATEGORIES`."""
 REPORT_FORMAT = 2
 READABLE_FORMATS = (1, 2)
 """Formats accepted as a ``--baseline``: both carry ``checks`` with ``id`` and ``status``."""

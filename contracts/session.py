@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 DEFAULT_USER_AGENT = "pmtk-contracts/0.1 (pmtk@example.invalid)"
-FHIR_JSON = "application/fhir+json"
 REDACTED = "<redacted>"
 PACE_RESERVE = 10
 """Requests kept in hand: below this many remaining, the suite waits for the window."""
@@ -341,7 +340,7 @@ class Session:
             self.used += 1
         else:
             self.exempt_used += 1
-        sent_headers: dict[str, str] = {"Accept": FHIR_JSON, "User-Agent": self.user_agent}
+        sent_headers: dict[str, str] = {"Accept": cat.FHIR_JSON, "User-Agent": self.user_agent}
         if json_body is not None:
             sent_headers["Content-Type"] = content_type
         bearer: str | None = None

@@ -23,6 +23,8 @@ from toolkit import catalogue as cat
 __all__ = [
     "LIMITS",
     "OUTCOME",
+    "PROBE_PHASE",
+    "RUN_ORDER",
     "OptionError",
     "Options",
     "Outcome",
@@ -36,6 +38,30 @@ __all__ = [
 ]
 
 MAX_EVIDENCE = 5
+
+PROBE_PHASE = "rate-limit-probe"
+"""The run phase of ``rate-limit.probe`` (a ``rate-limit`` check): it spends the whole
+window, so it runs after everything else."""
+
+
+def _run_order(categories: tuple[str, ...]) -> tuple[str, ...]:
+    """The order checks run in, from the report order of the categories.
+
+    Auth goes first (nothing works without a token), then the read-only data checks
+    on the shared sample, paging's walks before schemathesis's generated requests (so
+    under a tight ``--request-budget`` the walks are the ones that run); then the
+    writes; then the checks that read or move the deployment's state: ``rate-limit``
+    judges the headers of every exchange so far, ``token-lifetime`` advances the mock's
+    virtual clock, and the burst probe, which spends the whole window, comes last.
+    """
+    late = ("write", "rate-limit", "token-lifetime")
+    data = [c for c in categories if c != "auth" and c not in late]
+    data.sort(key=lambda c: c == "schema")  # stable: only moves schema behind paging
+    return ("auth", *data, *late, PROBE_PHASE)
+
+
+RUN_ORDER: tuple[str, ...] = _run_order(cat.CONTRACT_CATEGORIES)
+"""Category (or phase) order of the checks in a run; see :func:`_run_order`."""
 LIMITS: dict[str, tuple[int, int, str]] = {
     "request_budget": (1, 100_000, "--request-budget"),
     "schema_examples": (1, 1_000, "--schema-examples"),

@@ -10,6 +10,7 @@ import pytest
 
 from contracts.session import Exchange
 from contracts.suite import Recorder, Run, entries
+from toolkit import catalogue as cat
 
 PROBE_PATH = "/Patient"
 
@@ -78,7 +79,10 @@ def test_token_signed_with_another_key_is_refused(pm: Run, check: Recorder) -> N
         header = jwt.get_unverified_header(real)
     except jwt.PyJWTError:
         now = int(time.time())
-        claims, header = {"sub": pm.session.client_id, "iat": now, "exp": now + 900}, {}
+        claims, header = (
+            {"sub": pm.session.client_id, "iat": now, "exp": now + cat.TOKEN_LIFETIME_STATED},
+            {},
+        )
     algorithm = header.get("alg") if header.get("alg", "").startswith("HS") else "HS256"
     forged = jwt.encode(claims, secrets.token_bytes(32), algorithm=algorithm)
     ex = pm.session.get(PROBE_PATH, auth=forged, params={"_count": 1})

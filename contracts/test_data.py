@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pytest
 
-from contracts.session import FHIR_JSON
 from contracts.suite import Recorder, Run, Sample
 from contracts.walker import SPEC_REFERENCE_FORM
 from toolkit import catalogue as cat
@@ -115,5 +114,5 @@ def test_fields_have_the_catalogue_json_types(pm: Run, check: Recorder, resource
             check.fail(f"reading a listed {resource} answered {read.status}", read)
     for ex in [sample.bundles[resource], *sample.reads.get(resource, [])]:
         media = (ex.header("content-type") or "").split(";")[0].strip().lower()
-        if media != FHIR_JSON:
-            check.fail(f"{ex.operation} is served as {media!r}, expected {FHIR_JSON!r}", ex)
+        if media != cat.FHIR_JSON:
+            check.fail(f"{ex.operation} is served as {media!r}, expected {cat.FHIR_JSON!r}", ex)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from contracts.session import Exchange
-from contracts.suite import Recorder, Run
+from contracts.suite import PROBE_PHASE, Recorder, Run
 from toolkit import catalogue as cat
 
 LIMIT_HEADER, REMAINING_HEADER = cat.RATE_LIMIT_HEADERS
@@ -89,7 +89,7 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
-@pytest.mark.pm_check("rate-limit.probe", "rate-limit", phase="rate-limit-probe")
+@pytest.mark.pm_check("rate-limit.probe", "rate-limit", phase=PROBE_PHASE)
 def test_burst_is_limited_and_retry_after_restores_service(pm: Run, check: Recorder) -> None:
     if not pm.options.probe_rate_limit:
         pytest.skip("opt-in: --probe-rate-limit (spends the key's whole minute)")

@@ -21,8 +21,9 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi import checks as oas_checks
 
 from contracts.openapi import load_openapi
-from contracts.session import DEFAULT_USER_AGENT, FHIR_JSON
+from contracts.session import DEFAULT_USER_AGENT
 from contracts.suite import Recorder, Run, current_run
+from toolkit import catalogue as cat
 
 _RUN = current_run()
 MAX_EXAMPLES = _RUN.options.schema_examples if _RUN is not None else 3
@@ -36,8 +37,8 @@ def fhir_json_content_type(ctx: Any, response: Any, case: Any) -> bool | None:
         return None
     values = response.headers.get("content-type") or [""]
     media = str(values[0]).split(";")[0].strip().lower()
-    if media != FHIR_JSON:
-        msg = f"content type is {media!r}, expected {FHIR_JSON!r}"
+    if media != cat.FHIR_JSON:
+        msg = f"content type is {media!r}, expected {cat.FHIR_JSON!r}"
         raise AssertionError(msg)
     return None
 
@@ -86,7 +87,7 @@ def test_get_operations_conform_to_openapi(
     session.used += 1
     headers = {
         "Authorization": f"Bearer {session.token().access_token}",
-        "Accept": FHIR_JSON,
+        "Accept": cat.FHIR_JSON,
         "User-Agent": session.user_agent or DEFAULT_USER_AGENT,
     }
     started = time.monotonic()

@@ -52,7 +52,7 @@ def _create(
     pm: Run, check: Recorder, writes: dict[str, Any], resource: str, body: dict[str, Any]
 ) -> None:
     """POST ``body`` to the catalogue's create path; on success remember the new id."""
-    (path,) = [e.path for e in cat.ENDPOINTS if e.kind == "create" and e.resource == resource]
+    path = cat.CREATE_PATHS[resource]
     ex = pm.session.request(
         "POST", path.removeprefix(cat.API_PREFIX), json_body=body, operation=f"POST {path}"
     )
@@ -171,7 +171,10 @@ def test_referral_with_a_disallowed_attachment_type_is_rejected(
     pm: Run, check: Recorder, writes: dict[str, Any]
 ) -> None:
     body = _referral_body(pm, writes, ["text/plain"])
-    ex = pm.session.request("POST", "/Referral", json_body=body, operation="POST /main/Referral")
+    path = cat.CREATE_PATHS["Referral"]
+    ex = pm.session.request(
+        "POST", path.removeprefix(cat.API_PREFIX), json_body=body, operation=f"POST {path}"
+    )
     if ex.status is None or not 400 <= ex.status < 500:
         check.fail(f"a text/plain attachment answered {ex.status}, expected a 4xx refusal", ex)
 
@@ -193,7 +196,7 @@ def test_patch_changes_exactly_what_was_sent(
         "PATCH",
         f"/Referral/{rid}",
         json_body={"comment": comment},
-        content_type="application/merge-patch+json",
+        content_type=cat.MERGE_PATCH_JSON,
         operation="PATCH /main/Referral/{id}",
     )
     if ex.status != 200:

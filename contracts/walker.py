@@ -33,8 +33,9 @@ ALTERNATE_SHAPES: frozenset[tuple[str, str]] = frozenset({("Practitioner", "name
 
 _ACCEPT_ARRAYS = frozenset(f"{resource}.{name}" for resource, name in ALTERNATE_SHAPES)
 
-CATEGORIES: dict[str, str] = {"type": "schema", "required": "format", "unknown": "schema"}
-"""Contract category of a :class:`toolkit.rules.Violation` category, where they differ."""
+CATEGORY_OF_RULE: dict[str, str] = {"type": "schema", "required": "format", "unknown": "schema"}
+"""Contract category (one of :data:`toolkit.catalogue.CONTRACT_CATEGORIES`) of a
+:class:`toolkit.rules.Violation` category, where the two names differ."""
 
 _PREFIX_RE = re.compile(r"^([A-Z]{2}-)")
 _INDEX_RE = re.compile(r"\[\d+\]")
@@ -233,7 +234,7 @@ def walk_resource(resource_type: str, data: Any, seen: Seen | None = None) -> li
     )
     return [
         Problem(
-            CATEGORIES.get(v.category, v.category),
+            CATEGORY_OF_RULE.get(v.category, v.category),
             resource_type,
             str(rid),
             v.path,

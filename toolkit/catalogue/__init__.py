@@ -49,6 +49,7 @@ from toolkit.catalogue.constants import (
 )
 from toolkit.catalogue.endpoints import (
     COMMON_SEARCH_PARAMETERS,
+    CONTRACT_CATEGORIES,
     CREATE_PATHS,
     DATE_SEARCH,
     ENDPOINTS,
@@ -119,6 +120,7 @@ __all__ = [
     "CHARGE_ITEM_DEFINITION",
     "CODING",
     "COMMON_SEARCH_PARAMETERS",
+    "CONTRACT_CATEGORIES",
     "COVERAGE",
     "CREATE_PATHS",
     "DATE_SEARCH",

@@ -95,3 +95,19 @@ on). pmtk's reading of the facts' ``date`` parameter and ``_sort``."""
 NAME_ARRAYS: frozenset[str] = frozenset({"Practitioner.name"})
 """Catalogue paths the live service sends as an array of names although the spec shows
 one object (facts, "Shapes seen on the live service")."""
+
+CONTRACT_CATEGORIES: tuple[str, ...] = (
+    "auth",
+    "token-lifetime",
+    "rate-limit",
+    "prefix",
+    "enum",
+    "reference",
+    "format",
+    "schema",
+    "paging",
+    "write",
+)
+"""The kinds of conformance the contract suite checks, in the order its reports list them
+(access, then the data, then writes). Every check belongs to one; each mock fault profile
+names the one that must catch it, so the suite and the mock take the names from here."""
