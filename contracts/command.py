@@ -238,54 +238,67 @@ def _internal_error(options: Options, text: str, status: int) -> str:
     return f"the contract suite could not run: {last}{where}"
 
 
+# The options of `pmtk check`, one alias each, so that the command's signature reads
+# as a list of names; typer reads the metadata from the annotations as before.
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        envvar="PM_BASE_URL",
+        help="Deployment base URL including /main. Without one, the embedded mock is checked.",
+    ),
+]
+ClientIdOption = Annotated[
+    str | None, typer.Option("--client-id", envvar="PM_CLIENT_ID", help="OAuth client id")
+]
+ClientSecretOption = Annotated[
+    str | None,
+    typer.Option(
+        "--client-secret", envvar="PM_CLIENT_SECRET", help="OAuth client secret (redacted)"
+    ),
+]
+UserAgentOption = Annotated[
+    str | None,
+    typer.Option("--user-agent", envvar="PM_USER_AGENT", help="User-Agent: vendor (email)"),
+]
+AllowWritesOption = Annotated[
+    bool, typer.Option("--allow-writes", help="Also run the write checks (creates records)")
+]
+ProbeRateLimitOption = Annotated[
+    bool,
+    typer.Option("--probe-rate-limit", help="Burst until the first 429 (spends the minute)"),
+]
+TokenProbeOption = Annotated[
+    int,
+    typer.Option("--token-probe-seconds", help="Wall-clock token probe: keep a token N s (0-7200)"),
+]
+ReportDirOption = Annotated[
+    Path, typer.Option("--report-dir", help="Where report.json/junit.xml/report.html go")
+]
+BaselineOption = Annotated[
+    Path | None,
+    typer.Option("--baseline", help="Earlier report.json to compare (read before the run)"),
+]
+RequestBudgetOption = Annotated[
+    int, typer.Option("--request-budget", help="Most budgeted requests in the run")
+]
+SchemaExamplesOption = Annotated[
+    int, typer.Option("--schema-examples", help="Generated requests per GET operation")
+]
+
+
 def check_command(
-    base_url: Annotated[
-        str | None,
-        typer.Option(
-            "--base-url",
-            envvar="PM_BASE_URL",
-            help="Deployment base URL including /main. Without one, the embedded mock is checked.",
-        ),
-    ] = None,
-    client_id: Annotated[
-        str | None, typer.Option("--client-id", envvar="PM_CLIENT_ID", help="OAuth client id")
-    ] = None,
-    client_secret: Annotated[
-        str | None,
-        typer.Option(
-            "--client-secret", envvar="PM_CLIENT_SECRET", help="OAuth client secret (redacted)"
-        ),
-    ] = None,
-    user_agent: Annotated[
-        str | None,
-        typer.Option("--user-agent", envvar="PM_USER_AGENT", help="User-Agent: vendor (email)"),
-    ] = None,
-    allow_writes: Annotated[
-        bool, typer.Option("--allow-writes", help="Also run the write checks (creates records)")
-    ] = False,
-    probe_rate_limit: Annotated[
-        bool,
-        typer.Option("--probe-rate-limit", help="Burst until the first 429 (spends the minute)"),
-    ] = False,
-    token_probe_seconds: Annotated[
-        int,
-        typer.Option(
-            "--token-probe-seconds", help="Wall-clock token probe: keep a token N s (0-7200)"
-        ),
-    ] = 0,
-    report_dir: Annotated[
-        Path, typer.Option("--report-dir", help="Where report.json/junit.xml/report.html go")
-    ] = Path("pmtk-report"),
-    baseline: Annotated[
-        Path | None,
-        typer.Option("--baseline", help="Earlier report.json to compare (read before the run)"),
-    ] = None,
-    request_budget: Annotated[
-        int, typer.Option("--request-budget", help="Most budgeted requests in the run")
-    ] = 300,
-    schema_examples: Annotated[
-        int, typer.Option("--schema-examples", help="Generated requests per GET operation")
-    ] = 3,
+    base_url: BaseUrlOption = None,
+    client_id: ClientIdOption = None,
+    client_secret: ClientSecretOption = None,
+    user_agent: UserAgentOption = None,
+    allow_writes: AllowWritesOption = False,
+    probe_rate_limit: ProbeRateLimitOption = False,
+    token_probe_seconds: TokenProbeOption = 0,
+    report_dir: ReportDirOption = Path("pmtk-report"),
+    baseline: BaselineOption = None,
+    request_budget: RequestBudgetOption = 300,
+    schema_examples: SchemaExamplesOption = 3,
 ) -> None:
     """Check a deployment (or the embedded mock) against the API contract.
 

@@ -33,10 +33,14 @@ import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from toolkit.catalogue import CONTRACT_CATEGORIES
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
 
 __all__ = [
     "CATEGORIES",
@@ -115,6 +119,13 @@ def read_baseline(path: Path) -> dict[str, Any]:
         readable, not UTF-8 JSON, not a pmtk report, an unknown format).
     """
     where = f"--baseline {path}"
+    data = _parse_json_file(path, where)
+    _check_report_shape(data, where)
+    return data
+
+
+def _parse_json_file(path: Path, where: str) -> Any:
+    """The JSON value in ``path``; a :class:`BaselineError` naming why it cannot be read."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -129,10 +140,14 @@ def read_baseline(path: Path) -> dict[str, Any]:
         msg = f"{where}: not UTF-8 text (byte {exc.start}); expected a pmtk report.json"
         raise BaselineError(msg) from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         msg = f"{where}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
         raise BaselineError(msg) from None
+
+
+def _check_report_shape(data: Any, where: str) -> None:
+    """Raise a :class:`BaselineError` unless ``data`` is a pmtk report this version reads."""
     if not isinstance(data, dict):
         msg = f"{where}: a JSON {type(data).__name__}, not a pmtk report (an object)"
         raise BaselineError(msg)
@@ -154,7 +169,6 @@ def read_baseline(path: Path) -> dict[str, Any]:
         ):
             msg = f"{where}: checks[{i}] is not an object with string 'id' and 'status'"
             raise BaselineError(msg)
-    return data
 
 
 def probe_report_dir(directory: Path) -> None:
@@ -417,18 +431,34 @@ def render_summary(report: dict[str, Any]) -> Any:
     stray ``[/`` cannot break the console.
     """
     from rich.console import Group
-    from rich.markup import escape
-    from rich.table import Table
     from rich.text import Text
 
     s = report["summary"]
+    lines: list[Table | Text] = [
+        _category_table(report),
+        Text(
+            f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped, "
+            f"{s.get('observed', 0)} observed (not failures); "
+            f"{s['requests']} requests in {report['elapsed_seconds']:.1f} s"
+        ),
+        *_failure_lines(report),
+        *_observed_lines(report),
+        *_baseline_lines(report),
+    ]
+    return Group(*lines)
+
+
+def _category_table(report: dict[str, Any]) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(title=f"pmtk check: {escape(target_label(report.get('target')))}")
     table.add_column("Category")
     table.add_column("Passed", justify="right", style="green")
     table.add_column("Failed", justify="right", style="red")
     table.add_column("Skipped", justify="right", style="dim")
     table.add_column("Observed", justify="right", style="yellow")
-    for category, n in s["by_category"].items():
+    for category, n in report["summary"]["by_category"].items():
         table.add_row(
             category,
             str(n["passed"]),
@@ -436,35 +466,47 @@ def render_summary(report: dict[str, Any]) -> Any:
             str(n["skipped"]),
             str(n.get("observed", 0)),
         )
-    lines: list[Table | Text] = [
-        table,
-        Text(
-            f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped, "
-            f"{s.get('observed', 0)} observed (not failures); "
-            f"{s['requests']} requests in {report['elapsed_seconds']:.1f} s"
-        ),
-    ]
+    return table
+
+
+def _failure_lines(report: dict[str, Any]) -> list[Text]:
+    """One line per failed check: its id and the first problem of its message."""
+    from rich.text import Text
+
+    lines = []
     for c in report["checks"]:
         if c["status"] == "failed":
             line = Text("FAILED ", style="bold red")
             line.append(f"{c['id']}: ", style="bold")
             line.append(failure_reason(str(c.get("message", ""))))
             lines.append(line)
+    return lines
+
+
+def _observed_lines(report: dict[str, Any]) -> list[Text]:
+    """The first :data:`MAX_OBSERVED_SHOWN` observations, and how many more there are."""
+    from rich.text import Text
+
     observed = [o for c in report["checks"] for o in c.get("observed", [])]
-    for o in observed[:MAX_OBSERVED_SHOWN]:
-        lines.append(Text(f"observed: {_observed_line(o)}"[:200]))
+    lines = [Text(f"observed: {_observed_line(o)}"[:200]) for o in observed[:MAX_OBSERVED_SHOWN]]
     if len(observed) > MAX_OBSERVED_SHOWN:
         more = len(observed) - MAX_OBSERVED_SHOWN
         lines.append(Text(f"observed: ... and {more} more in report.json / report.html"))
-    if report.get("baseline"):
-        b = report["baseline"]
-        lines.append(
-            Text(
-                f"against baseline: {len(b['new'])} new finding(s) {', '.join(b['new'])}; "
-                f"{len(b['fixed'])} fixed {', '.join(b['fixed'])}"
-            )
+    return lines
+
+
+def _baseline_lines(report: dict[str, Any]) -> list[Text]:
+    from rich.text import Text
+
+    b = report.get("baseline")
+    if not b:
+        return []
+    return [
+        Text(
+            f"against baseline: {len(b['new'])} new finding(s) {', '.join(b['new'])}; "
+            f"{len(b['fixed'])} fixed {', '.join(b['fixed'])}"
         )
-    return Group(*lines)
+    ]
 
 
 def target_label(target: Any) -> str:

@@ -332,27 +332,11 @@ class Session:
         or a literal bearer value to send as is (malformed or forged tokens).
         ``exempt`` requests (test controls, the opt-in probes) do not use the budget.
         """
-        if not exempt:
-            if self.used >= self.budget:
-                msg = f"request budget of {self.budget} exhausted"
-                raise BudgetExhausted(msg)
-            self.pace()
-            self.used += 1
-        else:
-            self.exempt_used += 1
-        sent_headers: dict[str, str] = {"Accept": cat.FHIR_JSON, "User-Agent": self.user_agent}
-        if json_body is not None:
-            sent_headers["Content-Type"] = content_type
-        bearer: str | None = None
-        if auth == "token":
-            bearer = self.token().access_token
-        elif auth is not None:
-            bearer = auth
-        if bearer is not None:
-            sent_headers["Authorization"] = f"Bearer {bearer}"
-        if headers:
-            sent_headers.update(headers)
-        sent_headers = {k: v for k, v in sent_headers.items() if v}
+        self._spend(exempt=exempt)
+        bearer = self.token().access_token if auth == "token" else auth
+        sent_headers = self._headers(
+            bearer, content_type if json_body is not None else None, headers
+        )
         content = json.dumps(json_body) if json_body is not None else None
         url = self.url(path)
         self.check_origin(url)
@@ -377,6 +361,30 @@ class Session:
             authenticated=bearer is not None and auth == "token",
             operation=operation or f"{method} {path.split('?')[0]}",
         )
+
+    def _spend(self, *, exempt: bool) -> None:
+        """Count one request against the budget (pacing first), or as exempt."""
+        if exempt:
+            self.exempt_used += 1
+            return
+        if self.used >= self.budget:
+            msg = f"request budget of {self.budget} exhausted"
+            raise BudgetExhausted(msg)
+        self.pace()
+        self.used += 1
+
+    def _headers(
+        self, bearer: str | None, content_type: str | None, extra: Mapping[str, str] | None
+    ) -> dict[str, str]:
+        """The request's headers: ours, then the caller's; an empty value drops a header."""
+        sent: dict[str, str] = {"Accept": cat.FHIR_JSON, "User-Agent": self.user_agent}
+        if content_type is not None:
+            sent["Content-Type"] = content_type
+        if bearer is not None:
+            sent["Authorization"] = f"Bearer {bearer}"
+        if extra:
+            sent.update(extra)
+        return {k: v for k, v in sent.items() if v}
 
     def record(
         self,

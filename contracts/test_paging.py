@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -16,6 +17,12 @@ RESOURCES = list(cat.LISTED_RESOURCES)
 
 
 def next_link(bundle: Any) -> str | None:
+    """The url of a Bundle's first non-empty ``next`` link, or None.
+
+    The client reads the same link inside :meth:`toolkit.paging.Page.parse`, which
+    parses a whole page strictly and raises on a malformed one; the suite must judge
+    such a page rather than stop at it, so it reads the link on its own.
+    """
     for link in (bundle or {}).get("link") or []:
         if isinstance(link, dict) and link.get("relation") == "next" and link.get("url"):
             return str(link["url"])
@@ -27,59 +34,108 @@ def _page_key(url: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return parts.path, tuple(sorted(parse_qsl(parts.query)))
 
 
+@dataclass
+class _Walk:
+    """What a walk of one list has seen so far."""
+
+    resource: str
+    raw_total: Any
+    """``Bundle.total`` of the first page as sent (a count, or anything else)."""
+    max_pages: int
+    visited: set[tuple[str, tuple[tuple[str, str], ...]]]
+    ids: dict[str, int] = field(default_factory=dict)
+    rows: int = 0
+    page: int = 1
+    stopped: bool = False
+    """A finding ended the walk early (a foreign, looping or endless next link)."""
+
+    @property
+    def total(self) -> int | None:
+        return self.raw_total if isinstance(self.raw_total, int) else None
+
+
 def walk_pages(pm: Run, check: Recorder, resource: str, first: Exchange, count: int) -> None:
     """Follow next links from ``first``; record loops, duplicates and a wrong total."""
     bundle = first.json
     total = bundle.get("total") if isinstance(bundle, dict) else None
-    max_pages = math.ceil((total if isinstance(total, int) else 0) / count) + 3
-    visited = {_page_key(first.url)}
-    ids: dict[str, int] = {}
-    rows = 0
-    page, ex = 1, first
+    walk = _Walk(
+        resource,
+        total,
+        max_pages=math.ceil((total if isinstance(total, int) else 0) / count) + 3,
+        visited={_page_key(first.url)},
+    )
+    ex = first
     while True:
-        items = entries(ex.json)
-        rows += len(items)
-        for item in items:
-            rid = item.get("id") if isinstance(item, dict) else None
-            if isinstance(rid, str):
-                if rid in ids:
-                    check.fail(
-                        f"{resource} id {rid} on page {page} was already on page {ids[rid]}", ex
-                    )
-                ids.setdefault(rid, page)
-        link = next_link(ex.json)
-        if link is None:
+        _count_records(check, walk, ex)
+        url = _next_url(pm, check, walk, ex)
+        if walk.stopped:
+            return
+        if url is None:
             break
-        url = pm.session.url(link)
-        try:
-            pm.session.check_origin(url)
-        except ForeignOrigin as exc:
-            check.fail(f"{resource}: page {page}'s next link leaves the deployment: {exc}", ex)
-            return
-        if _page_key(url) in visited:
-            check.fail(
-                f"{resource}: page {page}'s next link points back to a page already read: {link}",
-                ex,
-            )
-            return
-        if page >= max_pages:
-            check.fail(f"{resource}: still a next link after {page} pages (total {total})", ex)
-            return
-        visited.add(_page_key(url))
-        page += 1
+        walk.page += 1
         ex = pm.session.get(url, operation=f"GET /main/{resource}")
         if ex.status != 200:
-            check.fail(f"{resource}: following next to page {page} answered {ex.status}", ex)
+            check.fail(f"{resource}: following next to page {walk.page} answered {ex.status}", ex)
             return
-    if isinstance(total, int):
-        if total != rows:
+    _judge_total(check, walk, ex, count)
+
+
+def _count_records(check: Recorder, walk: _Walk, ex: Exchange) -> None:
+    """Count the page's records; a record id already seen on an earlier page is a finding."""
+    items = entries(ex.json)
+    walk.rows += len(items)
+    for item in items:
+        rid = item.get("id") if isinstance(item, dict) else None
+        if isinstance(rid, str):
+            if rid in walk.ids:
+                check.fail(
+                    f"{walk.resource} id {rid} on page {walk.page} was already on page "
+                    f"{walk.ids[rid]}",
+                    ex,
+                )
+            walk.ids.setdefault(rid, walk.page)
+
+
+def _next_url(pm: Run, check: Recorder, walk: _Walk, ex: Exchange) -> str | None:
+    """The page's next link, resolved and checked; None at the end or after a finding.
+
+    A link off the deployment's origin, back to a page already read, or past the pages
+    that ``total`` allows is a finding that ends the walk (``walk.stopped``).
+    """
+    link = next_link(ex.json)
+    if link is None:
+        return None
+    url = pm.session.url(link)
+    problem = None
+    try:
+        pm.session.check_origin(url)
+    except ForeignOrigin as exc:
+        problem = f"page {walk.page}'s next link leaves the deployment: {exc}"
+    else:
+        if _page_key(url) in walk.visited:
+            problem = f"page {walk.page}'s next link points back to a page already read: {link}"
+        elif walk.page >= walk.max_pages:
+            problem = f"still a next link after {walk.page} pages (total {walk.raw_total})"
+    if problem is not None:
+        check.fail(f"{walk.resource}: {problem}", ex)
+        walk.stopped = True
+        return None
+    walk.visited.add(_page_key(url))
+    return url
+
+
+def _judge_total(check: Recorder, walk: _Walk, last: Exchange, count: int) -> None:
+    """``Bundle.total`` must equal the records the walk counted."""
+    if walk.total is not None:
+        if walk.total != walk.rows:
             check.fail(
-                f"{resource}: Bundle.total is {total} but {rows} records came in {page} page(s)",
-                ex,
+                f"{walk.resource}: Bundle.total is {walk.total} but {walk.rows} records came "
+                f"in {walk.page} page(s)",
+                last,
             )
     else:
-        check.note(f"{resource}: no Bundle.total")
-    check.note(f"{resource}: {rows} records over {page} page(s) of {count}")
+        check.note(f"{walk.resource}: no Bundle.total")
+    check.note(f"{walk.resource}: {walk.rows} records over {walk.page} page(s) of {count}")
 
 
 @pytest.mark.pm_check("paging.walk", "paging")

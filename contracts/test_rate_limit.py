@@ -89,6 +89,46 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
+def _burst(pm: Run, ceiling: int) -> tuple[int, Exchange | None, Exchange | None]:
+    """Send up to ``ceiling`` probe requests; (requests sent, the first 429, the last answer)."""
+    ex: Exchange | None = None
+    for sent in range(1, ceiling + 1):
+        ex = pm.session.get(
+            "/Patient", params={"_count": 1}, exempt=True, operation="GET /main/Patient"
+        )
+        if ex.status == 429:
+            return sent, ex, ex
+    return ceiling, None, ex
+
+
+def _judge_429(check: Recorder, first: Exchange, result: dict[str, object]) -> float | None:
+    """Record what is wrong with the 429 itself; return its retry-after in seconds."""
+    check.attach(first)
+    wait = _retry_after(first.header(cat.RETRY_AFTER_HEADER))
+    result["retry_after"] = first.header(cat.RETRY_AFTER_HEADER)
+    if wait is None:
+        check.fail(f"the 429 has no parseable {cat.RETRY_AFTER_HEADER} header", first)
+    body = first.json if isinstance(first.json, dict) else {}
+    if body.get("resourceType") != "OperationOutcome" or not body.get("issue"):
+        check.fail("the 429 body is not an OperationOutcome with an issue", first)
+    return wait
+
+
+def _wait_out(pm: Run, check: Recorder, first: Exchange, delay: float) -> bool:
+    """Let ``delay`` seconds pass (the mock's clock, or the wall clock); False if too long."""
+    if pm.session.test_controls:
+        pm.session.advance_clock(delay + 1)
+    elif delay <= MAX_WALL_CLOCK_WAIT:
+        time.sleep(delay + 1)
+    else:
+        check.fail(
+            f"retry-after {delay:.0f} s exceeds the {cat.RATE_LIMIT_WINDOW_SECONDS} s window",
+            first,
+        )
+        return False
+    return True
+
+
 @pytest.mark.pm_check("rate-limit.probe", "rate-limit", phase=PROBE_PHASE)
 def test_burst_is_limited_and_retry_after_restores_service(pm: Run, check: Recorder) -> None:
     if not pm.options.probe_rate_limit:
@@ -97,42 +137,19 @@ def test_burst_is_limited_and_retry_after_restores_service(pm: Run, check: Recor
     if session.test_controls:
         session.reset_rate_limit()
     ceiling = cat.RATE_LIMIT_PER_MINUTE + PROBE_EXTRA
-    first: Exchange | None = None
-    sent = 0
     try:
-        for sent in range(1, ceiling + 1):  # noqa: B007 - `sent` is reported after the loop
-            ex = session.get(
-                "/Patient", params={"_count": 1}, exempt=True, operation="GET /main/Patient"
-            )
-            if ex.status == 429:
-                first = ex
-                break
+        sent, first, last = _burst(pm, ceiling)
         result: dict[str, object] = {"requests_sent": sent, "first_429_at": sent if first else None}
         pm.observations["rate_limit_probe"] = result
         if first is None:
             check.fail(
                 f"no 429 after {ceiling} burst requests (limit {cat.RATE_LIMIT_PER_MINUTE}/min)",
-                ex,
+                last,
             )
             return
-        check.attach(first)
-        wait = _retry_after(first.header(cat.RETRY_AFTER_HEADER))
-        result["retry_after"] = first.header(cat.RETRY_AFTER_HEADER)
-        if wait is None:
-            check.fail(f"the 429 has no parseable {cat.RETRY_AFTER_HEADER} header", first)
-        body = first.json if isinstance(first.json, dict) else {}
-        if body.get("resourceType") != "OperationOutcome" or not body.get("issue"):
-            check.fail("the 429 body is not an OperationOutcome with an issue", first)
+        wait = _judge_429(check, first, result)
         delay = wait if wait is not None else float(cat.RATE_LIMIT_WINDOW_SECONDS)
-        if session.test_controls:
-            session.advance_clock(delay + 1)
-        elif delay <= MAX_WALL_CLOCK_WAIT:
-            time.sleep(delay + 1)
-        else:
-            check.fail(
-                f"retry-after {delay:.0f} s exceeds the {cat.RATE_LIMIT_WINDOW_SECONDS} s window",
-                first,
-            )
+        if not _wait_out(pm, check, first, delay):
             return
         after = session.get(
             "/Patient", params={"_count": 1}, exempt=True, operation="GET /main/Patient"
