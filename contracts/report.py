@@ -518,7 +518,7 @@ def target_label(target: Any) -> str:
 
 
 def failure_reason(message: str) -> str:
-    """One console line for a failed check: its first problem, and how many more there are.
+    r"""One console line for a failed check: its first problem, and how many more there are.
 
     Examples
     --------
