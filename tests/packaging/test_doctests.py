@@ -1,4 +1,4 @@
-"""Docstring examples are tests: ``uv run pytest`` collects and runs them, and a broken one fails."""
+"""Docstring examples are tests: `uv run pytest` collects and runs them; a broken one fails."""
 
 from __future__ import annotations
 
