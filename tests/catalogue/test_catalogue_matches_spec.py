@@ -31,6 +31,7 @@ def spec_required() -> bool:
     """
     return bool(os.environ.get("CI"))
 
+
 TICKED = re.compile(r"`([^`]+)`")
 
 
