@@ -23,10 +23,12 @@ from toolkit.mock.data.base import (
     GRID_UNITS,
     PAST_DAYS,
     SLOT_HORIZON_DAYS,
+    codes,
+    extension,
     iso,
+    link,
     meta,
     mix,
-    ref,
 )
 from toolkit.mock.data.grid import DayGrid
 from toolkit.mock.store import Record
@@ -37,7 +39,6 @@ __all__ = [
     "BOOKED",
     "CANCELLED",
     "CONFIRMED",
-    "LOCATIONS",
     "NOSHOW",
     "STATUS_NAMES",
     "AppointmentBuilder",
@@ -47,11 +48,29 @@ __all__ = [
 
 APPOINTMENT_BASE = 10_000_001
 """Id of the first Appointment (ids rise with the start time)."""
-LOCATIONS = ("clinic", "telehealth", "phone", "online")
+IN_CLINIC, TELEHEALTH = codes("Appointment", "location-type", "clinic", "telehealth")
+LOCATION_TYPE = extension("Appointment", "location-type")
+PARTICIPANT_STATUS = extension("Appointment", "participant.appointment-participant-status")
+PARTICIPANT_INVOICE = extension("Appointment", "participant.appointment-participant-invoice")
+SUPPORTING = link("Appointment", "supportingInformation")
+ROLE_ACTOR = link("Appointment", "participant.actor", "PractitionerRole")
+PATIENT_ACTOR = link("Appointment", "participant.actor", "Patient")
+INVOICE = link("Appointment", "participant.appointment-participant-invoice")
+PARTICIPATION_TYPE_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ParticipationType"
+"""FHIR's participation types; the facts name ATND for the practitioner (not in the catalogue)."""
 
-# appointment status codes (participant status)
+# appointment status codes (participant status): column values, named from the catalogue
 BOOKED, CONFIRMED, ATTENDED, CANCELLED, NOSHOW = range(5)
-STATUS_NAMES = ("booked", "confirmed", "attended", "cancelled", "noshow")
+STATUS_NAMES = codes(
+    "Appointment",
+    "participant.appointment-participant-status",
+    "booked",
+    "confirmed",
+    "attended",
+    "cancelled",
+    "noshow",
+)
+"""Codes by status column value (the mock never leaves an appointment ``arrived``)."""
 DESCRIPTIONS = (
     "Follow-up session",
     "Review of home exercise programme",
@@ -164,7 +183,7 @@ def _attender() -> list[Record]:
         {
             "coding": [
                 {
-                    "system": "http://terminology.hl7.org/CodeSystem/v3-ParticipationType",
+                    "system": PARTICIPATION_TYPE_SYSTEM,
                     "code": "ATND",
                     "display": "attender",
                 }
@@ -189,33 +208,31 @@ class AppointmentBuilder:
 
     def _patient(self, i: int) -> Record:
         part: Record = {
-            "actor": ref("Patient", self.patient_ids[self.appts.patient[i]]),
+            "actor": PATIENT_ACTOR(self.patient_ids[self.appts.patient[i]]),
             "modifierExtension": [
                 {
-                    "url": "appointment-participant-status",
-                    "valueCoding": {"code": STATUS_NAMES[self.appts.status[i]]},
+                    "url": PARTICIPANT_STATUS[0],
+                    PARTICIPANT_STATUS[1]: {"code": STATUS_NAMES[self.appts.status[i]]},
                 }
             ],
         }
         if self.invoice_of[i] >= 0:
             part["extension"] = [
                 {
-                    "url": "appointment-participant-invoice",
-                    "valueReference": ref("Invoice", str(self.invoice_base + self.invoice_of[i])),
+                    "url": PARTICIPANT_INVOICE[0],
+                    PARTICIPANT_INVOICE[1]: INVOICE(str(self.invoice_base + self.invoice_of[i])),
                 }
             ]
         return part
 
     def _practitioner(self, i: int) -> Record:
         status = self.appts.status[i]
-        code = (
-            "attended" if status == ATTENDED else "cancelled" if status == CANCELLED else "booked"
-        )
+        code = STATUS_NAMES[status if status in (ATTENDED, CANCELLED) else BOOKED]
         return {
             "type": _attender(),
-            "actor": ref("PractitionerRole", self.roles[self.appts.role[i]]),
+            "actor": ROLE_ACTOR(self.roles[self.appts.role[i]]),
             "modifierExtension": [
-                {"url": "appointment-participant-status", "valueCoding": {"code": code}}
+                {"url": PARTICIPANT_STATUS[0], PARTICIPANT_STATUS[1]: {"code": code}}
             ],
         }
 
@@ -228,15 +245,16 @@ class AppointmentBuilder:
             "id": str(APPOINTMENT_BASE + i),
             "meta": meta(a.updated(i)),
             "extension": [
-                {"url": "location-type", "valueCode": LOCATIONS[1 if service == 3 else 0]}
+                {
+                    "url": LOCATION_TYPE[0],
+                    LOCATION_TYPE[1]: TELEHEALTH if service == 3 else IN_CLINIC,
+                }
             ],
             "start": iso(start),
             "end": iso(start + minutes * 60),
             "minutesDuration": minutes,
             "created": iso(a.created[i]),
-            "supportingInformation": [
-                ref("HealthcareService", self.role_services[a.role[i]][service])
-            ],
+            "supportingInformation": [SUPPORTING(self.role_services[a.role[i]][service])],
             "participant": [self._practitioner(i), self._patient(i)],
         }
         if h % 10 < 3:

@@ -13,24 +13,42 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from toolkit import catalogue
+
 __all__ = [
+    "ADDRESS_TYPES",
     "ANCHOR",
+    "AT_HOME",
+    "AT_WORK",
+    "CURRENCY",
     "DAY",
+    "EMAIL",
     "FAMILY",
+    "FAX",
+    "FOR_BILLING",
     "GIVEN",
     "GRID_MINUTES",
     "GRID_START_HOUR",
     "GRID_UNITS",
     "PAST_DAYS",
+    "PHONE",
     "SCALES",
     "SLOT_HORIZON_DAYS",
+    "SMS",
     "STREETS",
     "SUBURBS",
+    "USE_MOBILE",
+    "USE_WORK",
+    "Link",
     "Scale",
     "ScaleName",
     "address",
+    "codes",
+    "extension",
+    "id_prefix",
     "iso",
     "iso_date",
+    "link",
     "meta",
     "mix",
     "org_type",
@@ -102,6 +120,77 @@ STREETS = (
 )
 
 
+CURRENCY = "AUD"
+"""The practice's currency (an ISO 4217 code, as the catalogue's currency format asks)."""
+
+
+# --------------------------------------------------------------------------- catalogue facts
+# The generator names *which* catalogue value it draws; the catalogue says what exists. Each
+# helper below raises at import time when the catalogue does not list what the generator
+# names, so the data can only ever hold what the catalogue allows.
+
+
+def id_prefix(meaning: str) -> str:
+    """The id prefix spec section 1 gives ``meaning`` (``"Clinic"`` -> ``"CL-"``)."""
+    for prefix, (_type, text) in catalogue.ID_PREFIX_MEANINGS.items():
+        if text == meaning:
+            return prefix
+    msg = f"the catalogue has no id prefix meaning {meaning!r}"
+    raise LookupError(msg)
+
+
+def codes(resource: str, path: str, *values: str) -> tuple[str, ...]:
+    """``values``, each checked against the enum of ``resource.path`` in the catalogue."""
+    allowed = catalogue.field_at(resource, path).enum
+    missing = [v for v in values if v not in allowed]
+    if missing:
+        msg = f"{resource}.{path} lists no {', '.join(map(repr, missing))} in the catalogue"
+        raise LookupError(msg)
+    return values
+
+
+def extension(resource: str, path: str) -> tuple[str, str]:
+    """``(url, value key)`` of the extension-encoded field ``resource.path`` (spec form)."""
+    ext = catalogue.field_at(resource, path).extension
+    if ext is None:
+        msg = f"{resource}.{path} is not an extension in the catalogue"
+        raise LookupError(msg)
+    return ext.url, ext.value_key
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """Builds references of one catalogue reference field to records of :attr:`type`."""
+
+    type: str
+
+    def __call__(self, rid: str) -> dict[str, str]:
+        return ref(self.type, rid)
+
+
+def link(resource: str, path: str, type_name: str | None = None) -> Link:
+    """References for ``resource.path``, to its only target or to ``type_name`` among them."""
+    shape = catalogue.field_at(resource, path).ref
+    if shape is None:
+        msg = f"{resource}.{path} is not a reference in the catalogue"
+        raise LookupError(msg)
+    if type_name is None and len(shape.targets) == 1:
+        return Link(shape.targets[0].type)
+    if type_name is not None and shape.target_for(type_name) is not None:
+        return Link(type_name)
+    msg = f"{resource}.{path} cannot point at {type_name!r} (targets: {shape.types})"
+    raise LookupError(msg)
+
+
+PHONE, EMAIL, FAX, SMS = codes("Organization", "telecom.system", "phone", "email", "fax", "sms")
+USE_WORK, USE_MOBILE = codes("Organization", "telecom.use", "work", "mobile")
+AT_HOME, AT_WORK, FOR_BILLING = codes("Patient", "address.use", "home", "work", "billing")
+ADDRESS_TYPES = codes("Patient", "address.type", "physical", "both")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
 def iso(epoch: float) -> str:
     """Epoch seconds as an ISO 8601 UTC date-time (``2026-11-01T09:30:00Z``)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
@@ -114,7 +203,7 @@ def iso_date(epoch: float) -> str:
 
 def ref(type_name: str, rid: str) -> dict[str, str]:
     """A catalogue reference object."""
-    return {"reference": f"/main/{type_name}/{rid}", "type": type_name}
+    return {"reference": f"{catalogue.API_PREFIX}/{type_name}/{rid}", "type": type_name}
 
 
 def mix(seed: int, index: int, salt: int) -> int:
@@ -149,7 +238,7 @@ def address(rng: random.Random, use: str, country: str = "AU") -> dict[str, Any]
     line = f"{rng.randrange(1, 300)} {rng.choice(STREETS)}"
     addr: dict[str, Any] = {
         "use": use,
-        "type": rng.choice(("physical", "both")),
+        "type": rng.choice(ADDRESS_TYPES),
         "text": f"{line}, {suburb} {state} {postcode}",
         "line": [line],
         "city": suburb,
@@ -173,7 +262,7 @@ def org_type(code: str, display: str) -> list[dict[str, Any]]:
         {
             "coding": [
                 {
-                    "system": "http://terminology.hl7.org/CodeSystem/organization-type",
+                    "system": catalogue.ORGANIZATION_TYPE_SYSTEM,
                     "code": code,
                     "display": display,
                 }

@@ -13,8 +13,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from toolkit import catalogue
 from toolkit.mock.data.appointments import APPOINTMENT_BASE, ATTENDED, NOSHOW, Appointments
-from toolkit.mock.data.base import ANCHOR, iso, meta, mix, ref
+from toolkit.mock.data.base import ANCHOR, CURRENCY, codes, extension, iso, link, meta, mix
 from toolkit.mock.data.coverage import Cover
 from toolkit.mock.data.services import CHARGE_ITEM_BASE, NOSHOW_FEE, PRODUCTS, SERVICES
 from toolkit.mock.store import Record
@@ -32,6 +33,19 @@ INVOICE_BASE = 20_000_001
 """Id of the first Invoice."""
 LINE_BASE = 30_000_001
 """Id of the first InvoiceLine."""
+ISSUED, ACTIVE, WRITTEN_OFF = codes("Invoice", "status", "issued", "active", "write-off")
+LOCKED, VOIDED, LINE_WRITTEN_OFF = codes("InvoiceLine", "status", "locked", "voided", "write-off")
+SERVICE, PRODUCT = codes("InvoiceLine", "resource.type", "service", "product")
+BASE, SURCHARGE, DISCOUNT, TAX = codes(
+    "InvoiceLine", "unitPriceComponent.type", "base", "surcharge", "discount", "tax"
+)
+FUNDER = extension("InvoiceLine", "invoice-line-funder")
+FUNDER_LINK = link("InvoiceLine", "invoice-line-funder")
+SUBJECT = link("InvoiceLine", "subject")
+CONTEXT = link("InvoiceLine", "context")
+PERFORMER = link("InvoiceLine", "performer")
+INVOICE = link("InvoiceLine", "invoice")
+INVOICE_SUBJECT = link("Invoice", "subject")
 CONSULT, PRODUCT_0, PRODUCT_1, NOSHOW_LINE = range(4)
 """Kinds of invoice line."""
 
@@ -58,17 +72,17 @@ class Billing:
         kind = self.kind[li]
         if kind == CONSULT:
             price = SERVICES[self.appts.service[self.line_appt[li]]][3]
-            comps = [("base", price)]
+            comps = [(BASE, price)]
             h = mix(self.seed, li, 7) % 100
             if h < 12:
-                comps.append(("surcharge", 15.0))
+                comps.append((SURCHARGE, 15.0))
             elif h < 22:
-                comps.append(("discount", -10.0))
+                comps.append((DISCOUNT, -10.0))
             return comps
         if kind in (PRODUCT_0, PRODUCT_1):
             price = PRODUCTS[kind - 1][2]
-            return [("base", price), ("tax", round(price * 0.1, 2))]
-        return [("base", NOSHOW_FEE[2])]
+            return [(BASE, price), (TAX, round(price * 0.1, 2))]
+        return [(BASE, NOSHOW_FEE[2])]
 
     def entered(self, li: int) -> int:
         """When line ``li`` was entered: five minutes after its appointment ended."""
@@ -117,19 +131,19 @@ class InvoiceBuilder:
         lines = b.lines_of.get(i, [])
         total = round(sum(v for li in lines for _t, v in b.components(li)), 2)
         h = mix(b.seed, k, 2) % 100
-        status = "issued" if h < 85 else "active" if h < 97 else "write-off"
-        paid = total if status == "issued" and h < 75 else 0.0
+        status = ISSUED if h < 85 else ACTIVE if h < 97 else WRITTEN_OFF
+        paid = total if status == ISSUED and h < 75 else 0.0
         return {
             "resourceType": "Invoice",
             "id": str(INVOICE_BASE + k),
             "meta": meta(b.appts.updated(i)),
             "status": status,
-            "subject": ref("Patient", self.patient_ids[b.appts.patient[i]]),
+            "subject": INVOICE_SUBJECT(self.patient_ids[b.appts.patient[i]]),
             "date": iso(b.appts.start[i] + b.appts.minutes[i] * 60),
-            "totalNet": {"value": total, "currency": "AUD"},
-            "totalGross": {"value": total, "currency": "AUD"},
-            "totalBalance": {"value": round(total - paid, 2), "currency": "AUD"},
-            "totalPaid": {"value": paid, "currency": "AUD"},
+            "totalNet": {"value": total, "currency": CURRENCY},
+            "totalGross": {"value": total, "currency": CURRENCY},
+            "totalBalance": {"value": round(total - paid, 2), "currency": CURRENCY},
+            "totalPaid": {"value": paid, "currency": CURRENCY},
         }
 
 
@@ -170,19 +184,19 @@ class LineBuilder:
         if kind == CONSULT:
             service = self.billing.appts.service[self.billing.line_appt[li]]
             name, _m, code, _price = SERVICES[service]
-            return name, code, str(CHARGE_ITEM_BASE + service), "service"
+            return name, code, str(CHARGE_ITEM_BASE + service), SERVICE
         if kind in (PRODUCT_0, PRODUCT_1):
             name, code, _price = PRODUCTS[kind - 1]
-            return name, code, str(CHARGE_ITEM_BASE + len(SERVICES) + kind - 1), "product"
+            return name, code, str(CHARGE_ITEM_BASE + len(SERVICES) + kind - 1), PRODUCT
         name, code, _price = NOSHOW_FEE
-        return name, code, str(CHARGE_ITEM_BASE + len(SERVICES) + len(PRODUCTS)), "service"
+        return name, code, str(CHARGE_ITEM_BASE + len(SERVICES) + len(PRODUCTS)), SERVICE
 
     def __call__(self, li: int) -> Record:
         b = self.billing
         i = b.line_appt[li]
         name, code, definition, res_type = self._item(li)
         h = mix(b.seed, li, 4) % 100
-        status = None if h < 88 else "locked" if h < 95 else "voided" if h < 98 else "write-off"
+        status = None if h < 88 else LOCKED if h < 95 else VOIDED if h < 98 else LINE_WRITTEN_OFF
         entered = b.entered(li)
         rec: Record = {
             "resourceType": "InvoiceLine",
@@ -190,24 +204,23 @@ class LineBuilder:
             "meta": meta(min(entered + 600, ANCHOR - 60)),
             "resource": {"type": res_type, "display": name},
             "description": name,
-            "definition": f"/main/ChargeItemDefinition/{definition}",
+            "definition": f"{catalogue.API_PREFIX}/ChargeItemDefinition/{definition}",
             "status": status,
             "code": code,
-            "subject": ref("Patient", self.patient_ids[b.appts.patient[i]]),
-            "context": ref("Appointment", str(APPOINTMENT_BASE + i)),
+            "subject": SUBJECT(self.patient_ids[b.appts.patient[i]]),
+            "context": CONTEXT(str(APPOINTMENT_BASE + i)),
             "enteredDate": iso(entered),
-            "performer": ref("Practitioner", self.roles[b.appts.role[i]]),
-            "invoice": ref("Invoice", str(INVOICE_BASE + b.invoice_of[i])),
+            "performer": PERFORMER(self.roles[b.appts.role[i]]),
+            "invoice": INVOICE(str(INVOICE_BASE + b.invoice_of[i])),
             "quantity": 1,
             "unitPriceComponent": [
-                {"type": t, "amount": {"value": v, "currency": "AUD"}} for t, v in b.components(li)
+                {"type": t, "amount": {"value": v, "currency": CURRENCY}}
+                for t, v in b.components(li)
             ],
         }
         funder = self.funder(li)
         if funder is not None:
-            rec["extension"] = [
-                {"url": "invoice-line-funder", "valueReference": ref("Organization", funder)}
-            ]
+            rec["extension"] = [{"url": FUNDER[0], FUNDER[1]: FUNDER_LINK(funder)}]
         if h % 7 == 3:
             del rec["resource"]
         return rec

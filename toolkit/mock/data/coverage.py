@@ -8,12 +8,26 @@ from __future__ import annotations
 
 import random
 
-from toolkit.mock.data.base import ANCHOR, DAY, iso_date, meta, past, ref
+from toolkit.mock.data.base import ANCHOR, DAY, codes, extension, iso_date, link, meta, past
 from toolkit.mock.data.organizations import DVA, FUNDERS, MEDICARE, NDIS
 from toolkit.mock.store import Collection, Record
 
 __all__ = ["COVERAGE_BASE", "Cover", "add_coverages"]
 
+PAYER = extension("Coverage", "coverage-payer")
+ANONYMOUS = extension("Coverage", "coverage-patient-anonymous")
+ORGANISATION = extension("Coverage", "coverage-organisation")
+(PAYER_ORGANISATION,) = codes("Coverage", "coverage-payer.code", "30")
+ACTIVE, CANCELLED = codes("Coverage", "status", "active", "cancelled")
+BENEFICIARY = link("Coverage", "beneficiary")
+SUBSCRIBER = link("Coverage", "subscriber", "Patient")
+PAYOR = link("Coverage", "payor", "Organization")
+ORGANISATION_LINK = link("Coverage", "coverage-organisation")
+IDENTIFIER_SYSTEMS = {
+    MEDICARE: "http://ns.electronichealth.net.au/id/medicare-number",
+    DVA: "http://ns.electronichealth.net.au/id/dva-number",
+}
+"""Identifier systems of Medicare and DVA coverages (the catalogue leaves the structure open)."""
 COVERAGE_BASE = 200001
 """Id of the first Coverage."""
 
@@ -33,30 +47,29 @@ def _coverage(
         "meta": meta(updated),
         "extension": [
             {
-                "url": "coverage-payer",
-                "valueCoding": {"code": "30", "display": "Organisation"},
+                "url": PAYER[0],
+                PAYER[1]: {"code": PAYER_ORGANISATION, "display": "Organisation"},
             },
-            {"url": "coverage-patient-anonymous", "valueBoolean": False},
+            {"url": ANONYMOUS[0], ANONYMOUS[1]: False},
         ],
-        "status": "active" if rng.random() < 0.93 else "cancelled",
-        "beneficiary": ref("Patient", pid),
-        "subscriber": ref("Patient", pid),
+        "status": ACTIVE if rng.random() < 0.93 else CANCELLED,
+        "beneficiary": BENEFICIARY(pid),
+        "subscriber": SUBSCRIBER(pid),
         "subscriberID": str(rng.randrange(10**9, 10**10)),
         "period": {"start": iso_date(start)},
-        "payor": ref("Organization", funder),
+        "payor": PAYOR(funder),
     }
     if f in (MEDICARE, DVA):
         cov["dependent"] = str(rng.randrange(1, 6))
-        system = "medicare-number" if f == MEDICARE else "dva-number"
         cov["identifier"] = {
-            "system": f"http://ns.electronichealth.net.au/id/{system}",
+            "system": IDENTIFIER_SYSTEMS[f],
             "value": cov["subscriberID"],
         }
     if f >= 3 and rng.random() < 0.5:
         cov["extension"].append(
             {
-                "url": "coverage-organisation",
-                "valueReference": ref("Organization", funder),
+                "url": ORGANISATION[0],
+                ORGANISATION[1]: ORGANISATION_LINK(funder),
             }
         )
     return cov, start, updated

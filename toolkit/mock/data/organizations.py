@@ -12,7 +12,24 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.mock.data.base import FAMILY, SUBURBS, Scale, address, meta, org_type, past, phone, ref
+from toolkit.mock.data.base import (
+    AT_WORK,
+    EMAIL,
+    FAMILY,
+    FAX,
+    FOR_BILLING,
+    PHONE,
+    SUBURBS,
+    USE_WORK,
+    Scale,
+    address,
+    id_prefix,
+    link,
+    meta,
+    org_type,
+    past,
+    phone,
+)
 from toolkit.mock.store import Collection, Record, Store
 
 __all__ = [
@@ -27,6 +44,20 @@ __all__ = [
     "add_organizations",
 ]
 
+# id prefixes by their meaning in spec section 1 (the catalogue holds the prefixes)
+GROUP = id_prefix("Practice group")
+CLINIC = id_prefix("Clinic")
+FUNDER = id_prefix("Funder")
+OTHER = id_prefix("Organization")
+EXTERNAL_PRACTICE = id_prefix("Professional contact's practice")
+PART_OF = link("Organization", "partOf")
+PROVIDER, GOVERNMENT, INSURER, OTHER_TYPE = (
+    ("prov", "Healthcare Provider"),
+    ("govt", "Government"),
+    ("ins", "Insurance Company"),
+    ("other", "Other"),
+)
+"""Organization type codes (spec: "not shown"); the catalogue gives their system only."""
 CLINIC_SITES = (
     # suburb, state, postcode: clinic i sits at CLINIC_SITES[i % 12]. The first three put the
     # group in three time zones that differ in both offset and daylight saving: Sydney
@@ -37,15 +68,16 @@ CLINIC_SITES = (
     ("Toowoomba", "QLD", "4350"), ("Geelong", "VIC", "3220"), ("Manly", "NSW", "2095"),
 )  # fmt: skip
 FUNDERS = (
-    ("Medicare", "govt", "Government"),
-    ("Department of Veterans' Affairs (DVA)", "govt", "Government"),
-    ("National Disability Insurance Scheme (NDIS)", "govt", "Government"),
-    ("Bupa", "ins", "Insurance Company"),
-    ("Medibank", "ins", "Insurance Company"),
-    ("HCF", "ins", "Insurance Company"),
-    ("nib", "ins", "Insurance Company"),
-    ("ahm", "ins", "Insurance Company"),
+    ("Medicare", *GOVERNMENT),
+    ("Department of Veterans' Affairs (DVA)", *GOVERNMENT),
+    ("National Disability Insurance Scheme (NDIS)", *GOVERNMENT),
+    ("Bupa", *INSURER),
+    ("Medibank", *INSURER),
+    ("HCF", *INSURER),
+    ("nib", *INSURER),
+    ("ahm", *INSURER),
 )
+"""Funder name and organization type (code, display)."""
 EXTERNAL_PRACTICE_BASE = 5001
 """Number of the first external practice (``SP-5001``); created ones continue the count."""
 MEDICARE, DVA, NDIS = 0, 1, 2
@@ -86,7 +118,7 @@ def _clinic_address(rng: random.Random, site: tuple[str, str, str]) -> dict[str,
     The random draws are those of :func:`~toolkit.mock.data.base.address`, so the rest
     of the data stays the same for a seed whatever the site table says.
     """
-    addr = address(rng, "work")
+    addr = address(rng, AT_WORK)
     suburb, state, postcode = site
     addr.update(city=suburb, state=state, postalCode=postcode)
     if "text" in addr:
@@ -95,16 +127,16 @@ def _clinic_address(rng: random.Random, site: tuple[str, str, str]) -> dict[str,
 
 
 def _add_group(orgs: Collection, rng: random.Random) -> str:
-    group_id = "PG-1000"
+    group_id = f"{GROUP}1000"
     record = {
         "active": True,
-        "type": org_type("prov", "Healthcare Provider"),
+        "type": org_type(*PROVIDER),
         "name": "Harbourside Allied Health Group",
         "telecom": [
-            {"system": "phone", "value": phone(rng), "use": "work"},
-            {"system": "email", "value": "admin@harbourside.example", "use": "work"},
+            {"system": PHONE, "value": phone(rng), "use": USE_WORK},
+            {"system": EMAIL, "value": "admin@harbourside.example", "use": USE_WORK},
         ],
-        "address": [address(rng, "billing")],
+        "address": [address(rng, FOR_BILLING)],
     }
     _add(orgs, group_id, record, past(rng, 300, 400))
     return group_id
@@ -113,19 +145,19 @@ def _add_group(orgs: Collection, rng: random.Random) -> str:
 def _add_clinics(orgs: Collection, rng: random.Random, count: int, group_id: str) -> list[str]:
     clinic_ids: list[str] = []
     for i in range(count):
-        cid = f"CL-{2001 + i}"
+        cid = f"{CLINIC}{2001 + i}"
         site = CLINIC_SITES[i % len(CLINIC_SITES)]
         suburb = site[0] + ("" if i < len(CLINIC_SITES) else f" {i + 1}")
         rec: Record = {
             "active": True,
-            "type": org_type("prov", "Healthcare Provider"),
+            "type": org_type(*PROVIDER),
             "name": f"Harbourside Allied Health {suburb}",
-            "telecom": [{"system": "phone", "value": phone(rng), "use": "work"}],
+            "telecom": [{"system": PHONE, "value": phone(rng), "use": USE_WORK}],
             "address": [_clinic_address(rng, site)],
-            "partOf": ref("Organization", group_id),
+            "partOf": PART_OF(group_id),
         }
         if i % 3 == 2:
-            rec["telecom"].append({"system": "fax", "value": phone(rng), "use": "work"})
+            rec["telecom"].append({"system": FAX, "value": phone(rng), "use": USE_WORK})
         _add(orgs, cid, rec, past(rng, 30, 300))
         clinic_ids.append(cid)
     return clinic_ids
@@ -134,10 +166,10 @@ def _add_clinics(orgs: Collection, rng: random.Random, count: int, group_id: str
 def _add_funders(orgs: Collection, rng: random.Random) -> list[str]:
     funder_ids: list[str] = []
     for i, (name, code, display) in enumerate(FUNDERS):
-        fid = f"FD-{3001 + i}"
+        fid = f"{FUNDER}{3001 + i}"
         rec: Record = {"active": True, "type": org_type(code, display), "name": name}
         if i >= 3:
-            rec["telecom"] = [{"system": "phone", "value": "+6113" + f"{1000 + i * 37:04d}"}]
+            rec["telecom"] = [{"system": PHONE, "value": "+6113" + f"{1000 + i * 37:04d}"}]
         _add(orgs, fid, rec, past(rng, 200, 400))
         funder_ids.append(fid)
     return funder_ids
@@ -147,11 +179,11 @@ def _add_others(orgs: Collection, rng: random.Random, count: int) -> None:
     for i in range(count):
         rec: Record = {
             "active": rng.random() < 0.9,
-            "type": org_type("other", "Other"),
+            "type": org_type(*OTHER_TYPE),
             "name": OTHER_ORGS[i % len(OTHER_ORGS)],
-            "address": [address(rng, "work")],
+            "address": [address(rng, AT_WORK)],
         }
-        _add(orgs, f"OG-{4001 + i}", rec, past(rng, 10, 360))
+        _add(orgs, f"{OTHER}{4001 + i}", rec, past(rng, 10, 360))
 
 
 def _external_practice(rng: random.Random, i: int) -> Record:
@@ -160,14 +192,14 @@ def _external_practice(rng: random.Random, i: int) -> Record:
     country = "AU" if i % 10 else rng.choice(("NZ", "GB", "AU"))
     rec: Record = {
         "active": True,
-        "type": org_type("prov", "Healthcare Provider"),
+        "type": org_type(*PROVIDER),
         "name": name,
-        "telecom": [{"system": "phone", "value": phone(rng), "use": "work"}],
-        "address": [address(rng, "work", country)],
+        "telecom": [{"system": PHONE, "value": phone(rng), "use": USE_WORK}],
+        "address": [address(rng, AT_WORK, country)],
     }
     if rng.random() < 0.3:
         rec["telecom"].append(
-            {"system": "email", "value": f"reception{i}@practice.example", "use": "work"}
+            {"system": EMAIL, "value": f"reception{i}@practice.example", "use": USE_WORK}
         )
     return rec
 
@@ -175,7 +207,7 @@ def _external_practice(rng: random.Random, i: int) -> Record:
 def _add_external_practices(orgs: Collection, rng: random.Random, count: int) -> list[str]:
     sp_ids: list[str] = []
     for i in range(count):
-        sid = f"SP-{EXTERNAL_PRACTICE_BASE + i}"
+        sid = f"{EXTERNAL_PRACTICE}{EXTERNAL_PRACTICE_BASE + i}"
         rec = _external_practice(rng, i)
         _add(orgs, sid, rec, past(rng, 1, 360))
         sp_ids.append(sid)

@@ -12,22 +12,36 @@ from dataclasses import dataclass
 
 from toolkit.mock.data.base import (
     ANCHOR,
+    AT_HOME,
     DAY,
     GIVEN,
+    SMS,
+    USE_MOBILE,
     Scale,
     address,
+    codes,
+    extension,
     iso_date,
+    link,
     meta,
     past,
     person_name,
     phone,
-    ref,
 )
 from toolkit.mock.data.coverage import Cover, add_coverages
 from toolkit.mock.store import Record, Store
 
 __all__ = ["PATIENT_BASE", "Patients", "add_patients"]
 
+PATIENT_STATUS = extension("Patient", "patient-status")
+STATUSES = codes(
+    "Patient", "patient-status", "current", "contact", "archived", "blocked", "deceased"
+)
+STATUS_WEIGHTS = (90, 4, 4, 1, 1)
+GENDERS = codes("Patient", "gender", "female", "male", "other", "unknown")
+GENDER_WEIGHTS = (52, 45, 2, 1)
+(OFFICIAL,) = codes("Patient", "name.use", "official")
+GENERAL_PRACTITIONER = link("Patient", "generalPractitioner")
 PATIENT_BASE = 100001
 """Id of the first Patient."""
 
@@ -49,25 +63,22 @@ def _patient(rng: random.Random, pid: str, externals: list[str]) -> tuple[Record
         "meta": meta(updated),
         "extension": [
             {
-                "url": "patient-status",
-                "valueCode": rng.choices(
-                    ("current", "contact", "archived", "blocked", "deceased"),
-                    (90, 4, 4, 1, 1),
-                )[0],
+                "url": PATIENT_STATUS[0],
+                PATIENT_STATUS[1]: rng.choices(STATUSES, STATUS_WEIGHTS)[0],
             }
         ],
-        "name": [{"use": "official", "given": [given], "family": family}],
-        "gender": rng.choices(("female", "male", "other", "unknown"), (52, 45, 2, 1))[0],
+        "name": [{"use": OFFICIAL, "given": [given], "family": family}],
+        "gender": rng.choices(GENDERS, GENDER_WEIGHTS)[0],
         "birthDate": iso_date(ANCHOR - rng.randrange(3 * 365, 90 * 365) * DAY),
     }
     if rng.random() < 0.3:
         rec["name"][0]["given"].append(rng.choice(GIVEN))
     if rng.random() < 0.85:
-        rec["telecom"] = [{"system": "sms", "value": phone(rng, True), "use": "mobile"}]
+        rec["telecom"] = [{"system": SMS, "value": phone(rng, True), "use": USE_MOBILE}]
     if rng.random() < 0.75:
-        rec["address"] = [address(rng, "home")]
+        rec["address"] = [address(rng, AT_HOME)]
     if externals and rng.random() < 0.6:
-        rec["generalPractitioner"] = [ref("PractitionerRole", rng.choice(externals))]
+        rec["generalPractitioner"] = [GENERAL_PRACTITIONER(rng.choice(externals))]
     return rec, updated
 
 

@@ -17,7 +17,7 @@ from toolkit.mock.data.appointments import (
     Appointments,
     sample_appointments,
 )
-from toolkit.mock.data.base import ANCHOR, SCALES, Scale
+from toolkit.mock.data.base import ANCHOR, SCALES, Scale, codes
 from toolkit.mock.data.billing import (
     INVOICE_BASE,
     LINE_BASE,
@@ -43,6 +43,8 @@ from toolkit.mock.shapes import Shapes, to_stored
 from toolkit.mock.store import Record, Store
 
 __all__ = ["PracticeData", "generate"]
+
+(USUAL,) = codes("Patient", "name.use", "usual")
 
 
 @dataclass(slots=True)
@@ -208,7 +210,7 @@ def _live_forms(store: Store) -> None:
             if coll.name == "Patient":
                 official = rec["name"][0]
                 if len(official["given"]) > 1:
-                    usual = {"use": "usual", "given": [official["given"][1]]}
+                    usual = {"use": USUAL, "given": [official["given"][1]]}
                     rec["name"] = [*rec["name"], {**usual, "family": official["family"]}]
             coll.set_built(index, rec)
         coll.wrap_builder(functools.partial(_to_live, coll.name))

@@ -10,7 +10,21 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from toolkit.mock.data.base import Scale, meta, past, person_name, phone, ref
+from toolkit import catalogue
+from toolkit.mock.data.base import (
+    EMAIL,
+    PHONE,
+    USE_MOBILE,
+    USE_WORK,
+    Scale,
+    codes,
+    id_prefix,
+    link,
+    meta,
+    past,
+    person_name,
+    phone,
+)
 from toolkit.mock.store import Collection, Record, Store
 
 __all__ = ["EXTERNAL_BASE", "PROFESSIONS", "Practitioners", "add_practitioners"]
@@ -23,6 +37,11 @@ PROFESSIONS = (
     ("speech-pathologist", "Speech Pathologist"),
     ("exercise-physiologist", "Exercise Physiologist"),
 )
+PRACTICE = id_prefix("Practitioner or administrator within the practice group")
+EXTERNAL = id_prefix("External practitioner from the professional contacts list")
+(OFFICIAL,) = codes("Practitioner", "name.use", "official")
+PRACTITIONER = link("PractitionerRole", "practitioner")
+ORGANIZATION = link("PractitionerRole", "organization")
 EXTERNAL_BASE = 7001
 """Number of the first external practitioner (``EP-7001``); created ones continue the count."""
 
@@ -45,8 +64,8 @@ def _role(rid: str, updated: int, active: bool, organization: str) -> Record:
         "id": rid,
         "meta": meta(updated),
         "active": active,
-        "practitioner": ref("Practitioner", rid),
-        "organization": ref("Organization", organization),
+        "practitioner": PRACTITIONER(rid),
+        "organization": ORGANIZATION(organization),
     }
 
 
@@ -59,10 +78,10 @@ def _practitioner(rng: random.Random, i: int, pid: str) -> tuple[Record, int]:
         "id": pid,
         "meta": meta(updated),
         "identifier": [{"value": str(rng.randrange(100000, 999999))}],
-        "name": {"use": "official", "given": [given], "family": family},
+        "name": {"use": OFFICIAL, "given": [given], "family": family},
         "telecom": [
-            {"system": "phone", "value": phone(rng, mobile=True), "use": "mobile"},
-            {"system": "email", "value": f"pr{6001 + i}@harbourside.example", "use": "work"},
+            {"system": PHONE, "value": phone(rng, mobile=True), "use": USE_MOBILE},
+            {"system": EMAIL, "value": f"pr{6001 + i}@harbourside.example", "use": USE_WORK},
         ],
         "active": i % 9 != 8,
         "qualification": [
@@ -70,7 +89,7 @@ def _practitioner(rng: random.Random, i: int, pid: str) -> tuple[Record, int]:
                 "code": {
                     "coding": [
                         {
-                            "system": "https://terminology.halaxy.com/CodeSystem/profession",
+                            "system": catalogue.PROFESSION_SYSTEM,
                             "code": PROFESSIONS[prof][0],
                             "display": PROFESSIONS[prof][1],
                         }
@@ -92,7 +111,7 @@ def _add_practice(
     role_ids: list[str] = []
     role_clinic: list[str] = []
     for i in range(count):
-        pid = f"PR-{6001 + i}"
+        pid = f"{PRACTICE}{6001 + i}"
         rec, updated = _practitioner(rng, i, pid)
         prs.add(pid, rec, updated=updated)
         clinic = clinics[i % len(clinics)]
@@ -109,13 +128,13 @@ def _external(rng: random.Random, eid: str) -> tuple[Record, int]:
         "resourceType": "Practitioner",
         "id": eid,
         "meta": meta(updated),
-        "name": {"use": "official", "given": [given], "family": family, "prefix": ["Dr"]},
+        "name": {"use": OFFICIAL, "given": [given], "family": family, "prefix": ["Dr"]},
         "active": True,
     }
     if rng.random() < 0.6:
         rec["identifier"] = [{"value": f"{rng.randrange(1000000, 9999999)}A"}]
     if rng.random() < 0.7:
-        rec["telecom"] = [{"system": "phone", "value": phone(rng), "use": "work"}]
+        rec["telecom"] = [{"system": PHONE, "value": phone(rng), "use": USE_WORK}]
     return rec, updated
 
 
@@ -124,7 +143,7 @@ def _add_externals(
 ) -> list[str]:
     ep_ids: list[str] = []
     for i in range(count):
-        eid = f"EP-{EXTERNAL_BASE + i}"
+        eid = f"{EXTERNAL}{EXTERNAL_BASE + i}"
         rec, updated = _external(rng, eid)
         prs.add(eid, rec, updated=updated)
         practice = practices[i % len(practices)]

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 
 from toolkit.mock.data.appointments import CANCELLED, Appointments
-from toolkit.mock.data.base import ANCHOR, DAY, iso, iso_date, meta, past, ref
+from toolkit.mock.data.base import ANCHOR, CURRENCY, DAY, codes, iso, iso_date, link, meta, past
 from toolkit.mock.data.billing import Billing
 from toolkit.mock.data.coverage import Cover
 from toolkit.mock.data.organizations import DVA, MEDICARE, NDIS
@@ -40,6 +40,15 @@ REFERRAL_TYPES = (
     ("NDIS service agreement", NDIS, 20, 4000.0),
     ("Private health referral", 3, 8, 1200.0),
 )
+APPOINTMENTS_ONLY, ALL_FEE_TYPES = codes(
+    "Referral", "allocationType", "Appointments only", "All fee types"
+)
+EXPIRY_TYPES = codes("Referral", "expiryType", "standard", "non-standard", "indefinite")
+EXPIRY_WEIGHTS = (8, 1, 1)
+COVERAGE = link("Referral", "coverage")
+PERFORMER = link("Referral", "performer")
+REQUESTER = link("Referral", "requester")
+SUBJECT = link("Referral", "subject")
 COMMENTS = (
     "Please see for ongoing management.",
     "Review after 6 sessions and report back to GP.",
@@ -117,10 +126,10 @@ def _record(
         "resourceType": "Referral",
         "id": rid,
         "meta": meta(created),
-        "coverage": ref("Coverage", parties.coverage),
+        "coverage": COVERAGE(parties.coverage),
         "period": {"start": iso_date(state.start), "end": iso_date(state.end)},
-        "performer": ref("Practitioner", parties.performer),
-        "requester": ref("PractitionerRole", rng.choice(parties.requesters)),
+        "performer": PERFORMER(parties.performer),
+        "requester": REQUESTER(rng.choice(parties.requesters)),
         "referralDefinition": REFERRAL_TYPES[state.kind][0],
         "created": iso(created),
         "active": state.end > ANCHOR,
@@ -129,8 +138,8 @@ def _record(
             "quantityOffset": state.offset,
             "quantityUsed": 0,
         },
-        "allocationType": "All fee types" if state.all_fees else "Appointments only",
-        "subject": ref("Patient", parties.subject),
+        "allocationType": ALL_FEE_TYPES if state.all_fees else APPOINTMENTS_ONLY,
+        "subject": SUBJECT(parties.subject),
         "includeCancelledAppointment": state.include_cancelled,
         "priority": rng.random() < 0.8,
     }
@@ -141,11 +150,11 @@ def _optional_parts(rng: random.Random, rec: Record, state: ReferralState) -> No
     _definition, funder, _quantity, money = REFERRAL_TYPES[state.kind]
     if money is not None:
         rec["limitMoney"] = {
-            "amount": {"value": money, "currency": "AUD"},
+            "amount": {"value": money, "currency": CURRENCY},
             "amountUsed": 0.0,
         }
     if funder in (MEDICARE, DVA):
-        rec["expiryType"] = rng.choices(("standard", "non-standard", "indefinite"), (8, 1, 1))[0]
+        rec["expiryType"] = rng.choices(EXPIRY_TYPES, EXPIRY_WEIGHTS)[0]
     if rng.random() < 0.25:
         rec["comment"] = rng.choice(COMMENTS)
     if rng.random() < 0.1:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from toolkit.mock.data.base import meta, past, ref
+from toolkit.mock.data.base import CURRENCY, link, meta, past
 from toolkit.mock.store import Store
 
 __all__ = [
@@ -29,6 +29,7 @@ SERVICES = (
 )
 PRODUCTS = (("Theraband (1 m)", "P100", 25.0), ("Report writing", "P200", 90.0))
 NOSHOW_FEE = ("Non-attendance fee", "NA01", 50.0)
+PROVIDED_BY = link("HealthcareService", "providedBy")
 CHARGE_ITEM_BASE = 9001
 """Id of the first ChargeItemDefinition: the services, then the products, then the no-show fee."""
 
@@ -50,7 +51,7 @@ def add_services(store: Store, rng: random.Random, clinics: list[str]) -> list[l
                     "meta": meta(updated),
                     "name": name,
                     "active": True,
-                    "providedBy": ref("Organization", clinic),
+                    "providedBy": PROVIDED_BY(clinic),
                 },
                 updated=updated,
             )
@@ -75,7 +76,7 @@ def add_charge_items(store: Store, rng: random.Random) -> None:
                 "meta": meta(updated),
                 "title": title,
                 "code": code,
-                "price": {"value": price, "currency": "AUD"},
+                "price": {"value": price, "currency": CURRENCY},
             },
             updated=updated,
         )
