@@ -75,9 +75,6 @@ __all__ = [
 log = logging.getLogger("toolkit.client")
 retries.install()  # readable retry lines instead of bare "stamina.retry_scheduled"
 
-FHIR_JSON = "application/fhir+json"
-MERGE_PATCH = "application/merge-patch+json"
-
 _SEARCH_ALIASES: dict[str, str] = {
     "id": "_id",
     "ids": "_id",
@@ -298,7 +295,7 @@ class Client:
             transport=guarded,
             timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
             headers={
-                "Accept": FHIR_JSON,
+                "Accept": catalogue.FHIR_JSON,
                 "User-Agent": settings.user_agent,
                 "Accept-Encoding": ACCEPT_ENCODING,
             },
@@ -392,7 +389,7 @@ class Client:
             code=code,
             diagnostics=diagnostics or f"still rate limited after {policy.rate_limit_waits} waits",
             outcome=outcome,
-            retry_after=parse_retry_after(response.headers.get("retry-after")),
+            retry_after=parse_retry_after(response.headers.get(catalogue.RETRY_AFTER_HEADER)),
         )
 
     def _error(self, response: httpx.Response, method: str) -> ApiError:
@@ -924,7 +921,7 @@ class Client:
             "PATCH",
             f"{resource_type}/{record_id}",
             json=data,
-            content_type=MERGE_PATCH,
+            content_type=catalogue.MERGE_PATCH_JSON,
             retry="attachments" not in data,
         )
         return self._write_result(reply)

@@ -40,14 +40,14 @@ __all__ = [
 
 Problems = list[tuple[str, str]]
 
-CREATABLE: dict[str, str] = {e.resource: e.path for e in catalogue.ENDPOINTS if e.kind == "create"}
-"""Resource type -> create path (note Coverage's trailing slash, spec section 4)."""
+CREATABLE: dict[str, str] = catalogue.CREATE_PATHS
+"""Resource type -> create path: the catalogue's ``CREATE_PATHS`` under its older name."""
 
-PATCHABLE: frozenset[str] = frozenset(e.resource for e in catalogue.ENDPOINTS if e.kind == "update")
-"""Resource types with a PATCH endpoint."""
+PATCHABLE: frozenset[str] = catalogue.PATCHABLE
+"""Resource types with a PATCH endpoint (the catalogue's fact)."""
 
-NOT_PATCHABLE: frozenset[str] = frozenset({"Practitioner", "PractitionerRole", "Organization"})
-"""Resource types the API answers 405 to on PATCH (facts, client-observed)."""
+NOT_PATCHABLE: frozenset[str] = catalogue.PATCH_ANSWERS_EMPTY_405
+"""Resource types the API answers 405 to on PATCH (the catalogue's fact)."""
 
 
 def as_body(body: Any) -> dict[str, Any]:
