@@ -334,11 +334,20 @@ class Client:
         recover: bool = True,
     ) -> Walk:
         """A list walk of ``resource_type``: type, keywords and page size checked first."""
-        catalogue.resource(resource_type)  # UnknownName, with the near miss
-        query = listing.list_query(resource_type, search, params)
+        self._check_type(resource_type)
+        query = self._list_query(resource_type, search, params)
         return self._new_walk(
             resource_type, resource_type, query, max_pages=max_pages, recover=recover
         )
+
+    def _list_query(
+        self, resource_type: str, search: Mapping[str, Any], params: Mapping[str, Any] | None
+    ) -> dict[str, str]:
+        return listing.list_query(resource_type, search, params)
+
+    @staticmethod
+    def _check_type(resource_type: str) -> None:
+        catalogue.resource(resource_type)  # UnknownName, with the near miss
 
     def pages(
         self,
@@ -488,7 +497,7 @@ class Client:
             When ``record_id`` cannot be one path segment (``..``, ``/``, ``%``,
             whitespace, ...); nothing is sent.
         """
-        catalogue.resource(resource_type)  # UnknownName, with the near miss
+        self._check_type(resource_type)
         reply = self._call("GET", f"{resource_type}/{safe_id(resource_type, record_id)}")
         return _record_of(resource_type, reply)
 
