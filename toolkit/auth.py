@@ -127,7 +127,7 @@ class ClientCredentialsAuth(httpx.Auth):
             self.token_url,
             content=orjson.dumps(body),
             headers={
-                "Accept": "application/fhir+json",
+                "Accept": catalogue.FHIR_JSON,
                 "Content-Type": "application/json",
                 "User-Agent": self.user_agent,
             },

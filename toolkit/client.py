@@ -1,15 +1,18 @@
-"""The synchronous fetch client: complete list walks, typed errors, validated writes.
+"""The synchronous fetch client: a facade of verbs over the request pipeline.
 
-Every HTTP exchange goes through one choke point, :meth:`Client.request`, which
-applies pacing (:mod:`toolkit.throttle`), authentication (:mod:`toolkit.auth`),
-the retry policy (stamina for transport errors and 502/503/504, the throttle for
-429 waits) and the mapping of error answers to :mod:`toolkit.errors`.
+:class:`Client` keeps the verbs (``pages``, ``records``, ``frame``, ``frames``,
+``read``, ``find``, ``create``, ``patch``, ``book``, ``request``); each checks
+its arguments and hands the work to the module that owns it:
 
-The guards live in their own layers: :mod:`toolkit.http` (credentials only to
-the configured origin, a deadline per request, a cap on the decoded body, safe
-ids) and :mod:`toolkit.paging` (a page parsed once; a walk that refuses wrong
-frames and recovers when the collection changes while it is walked). A walk
-either returns everything the server announced, each record once, or raises.
+* :mod:`toolkit.http`: the request pipeline, one layer per concern (origin
+  guard, retries, error answers, pacing, auth, deadline and size cap), through
+  which every HTTP exchange goes;
+* :mod:`toolkit.listing` and :mod:`toolkit.paging`: search keywords, list walks
+  (a page parsed once; a walk that refuses wrong frames and recovers when the
+  collection changes while it is walked), progress and frames. A walk either
+  returns everything the server announced, each record once, or raises;
+* :mod:`toolkit.writes`: write bodies checked against the catalogue before
+  anything is sent.
 
 The client does not import the mock deployment; :func:`connect` imports it
 lazily only when nothing is configured.
@@ -18,46 +21,31 @@ lazily only when nothing is configured.
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, field
+from contextlib import ExitStack
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 import httpx
-import orjson
-import stamina
 
-from toolkit import catalogue, retries, writes
-from toolkit.auth import ClientCredentialsAuth, outcome_details
+from toolkit import catalogue, listing, writes
+from toolkit.auth import ClientCredentialsAuth
 from toolkit.config import region_for_country, resolve_settings
-from toolkit.errors import (
-    ApiError,
-    ConfigurationError,
-    DeadlineExceeded,
-    OutcomeUnknown,
-    RateLimited,
-    ResponseTooLarge,
-    ServerError,
-    TransportError,
-    error_for_status,
-    unknown_name,
-)
+from toolkit.errors import ApiError
 from toolkit.http import (
-    ACCEPT_ENCODING,
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
-    GuardedTransport,
     Origin,
+    Pipeline,
+    Reply,
     safe_id,
 )
-from toolkit.paging import FetchSummary, Page, Query, Walk, local_now
-from toolkit.throttle import RETRY_STATUSES, RetryPolicy, Throttle, parse_retry_after
+from toolkit.listing import search_params
+from toolkit.paging import FetchSummary, Page, Walk
+from toolkit.throttle import RetryPolicy, Throttle
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -72,121 +60,21 @@ __all__ = [
     "search_params",
 ]
 
-log = logging.getLogger("toolkit.client")
-retries.install()  # readable retry lines instead of bare "stamina.retry_scheduled"
-
-FHIR_JSON = "application/fhir+json"
-MERGE_PATCH = "application/merge-patch+json"
-
-_SEARCH_ALIASES: dict[str, str] = {
-    "id": "_id",
-    "ids": "_id",
-    "last_updated": "_lastUpdated",
-    "lastUpdated": "_lastUpdated",
-    "count": "_count",
-    "sort": "_sort",
-    "total": "_total",
-    "summary": "_summary",
-    "include": "_include",
-}
-
-# Sent when the request may not have reached the server: always safe to repeat.
-_UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# Worth repeating for an idempotent request (the answer was lost or cut off).
-_TRANSIENT = (
-    *_UNSENT,
-    httpx.ReadTimeout,
-    httpx.WriteTimeout,
-    httpx.ReadError,
-    httpx.WriteError,
-    httpx.RemoteProtocolError,
-)
+_FIND_PATH = next(e.path for e in catalogue.ENDPOINTS if e.kind == "find")
 
 
-class _CorruptBody(Exception):
-    """A 2xx answer whose JSON body could not be read (for example cut off)."""
-
-
-def _retry_idempotent(exc: Exception) -> bool:
-    if isinstance(exc, (*_TRANSIENT, _CorruptBody)):
-        return True
-    return isinstance(exc, ServerError) and exc.status in RETRY_STATUSES
-
-
-def _retry_unsent(exc: Exception) -> bool:
-    return isinstance(exc, _UNSENT)
-
-
-def _param_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, list | tuple | set | frozenset):
-        return ",".join(_param_value(v) for v in value)
-    return str(value)
-
-
-def search_params(
-    search: Mapping[str, Any], params: Mapping[str, Any] | None = None
-) -> dict[str, str]:
-    """Map Python keyword names to API query parameters.
-
-    ``last_updated`` -> ``_lastUpdated``, ``count`` -> ``_count``, ``id`` ->
-    ``_id``, ``sort`` -> ``_sort``, ``total`` -> ``_total``; other underscores
-    become hyphens (``practitioner_role`` -> ``practitioner-role``). Lists are
-    comma-joined, dates and datetimes ISO-formatted. ``params`` passes raw names
-    unchanged and wins on a clash. ``None`` values are dropped.
-
-    Examples
-    --------
-    >>> search_params({"last_updated": "gt2026-01-01T00:00:00Z", "id": ["a", "b"]})
-    {'_lastUpdated': 'gt2026-01-01T00:00:00Z', '_id': 'a,b'}
-    """
-    out: dict[str, str] = {}
-    for key, value in search.items():
-        if value is None:
-            continue
-        name = _SEARCH_ALIASES.get(key, key if key.startswith("_") else key.replace("_", "-"))
-        out[name] = _param_value(value)
-    for key, value in (params or {}).items():
-        if value is not None:
-            out[key] = _param_value(value)
-    return out
-
-
-def _check_errors(errors: object) -> None:
-    """Refuse a bad ``errors=`` before the walk, not after it."""
-    if errors not in ("raise", "warn"):
-        msg = f"errors= must be 'raise' or 'warn', got {errors!r}"
-        raise ConfigurationError(msg)
-
-
-@dataclass(slots=True)
-class _Counters:
-    requests: int = 0
-    retries: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, *, requests: int = 0, retries: int = 0) -> None:
-        with self.lock:
-            self.requests += requests
-            self.retries += retries
-
-
-@dataclass(frozen=True, slots=True)
-class _Reply:
-    response: httpx.Response
-    data: Any
-
-
-def _interactive() -> bool:
-    try:
-        from rich.console import Console
-    except ImportError:  # pragma: no cover - rich is a dependency
-        return False
-    console = Console(stderr=True)
-    return bool(console.is_jupyter or console.is_terminal)
+def _record_of(resource_type: str, reply: Reply) -> dict[str, Any]:
+    """The body of a read, refused unless it is a ``resource_type`` record."""
+    data = reply.data
+    if not isinstance(data, dict) or data.get("resourceType") != resource_type:
+        kind = data.get("resourceType") if isinstance(data, dict) else type(data).__name__
+        raise ApiError(
+            reply.response.status_code,
+            method="GET",
+            url=str(reply.response.url),
+            diagnostics=f"expected a {resource_type}, got {kind}",
+        )
+    return data
 
 
 class Client:
@@ -256,54 +144,23 @@ class Client:
         settings = resolve_settings(
             base_url, client_id, client_secret, user_agent=user_agent, region=region
         )
+        listing.check_max_pages(max_pages)
+        self._pipeline = Pipeline(
+            settings,
+            requests_per_minute=requests_per_minute,
+            timeout=timeout,
+            max_response_bytes=max_response_bytes,
+            transport=transport,
+            retry_policy=retry_policy,
+            clock=clock,
+            sleep=sleep,
+        )
         self.base_url = settings.base_url
-        self.origin = Origin.of(settings.base_url)
-        if max_pages is not None and (isinstance(max_pages, bool) or max_pages < 1):
-            msg = f"max_pages must be a positive number of pages, got {max_pages!r}"
-            raise ConfigurationError(msg)
-        self.max_pages = max_pages
-        if isinstance(timeout, httpx.Timeout):
-            phases = [t for t in (timeout.connect, timeout.read, timeout.write, timeout.pool) if t]
-            deadline = max(phases) if phases else DEFAULT_TIMEOUT
-        else:
-            deadline = float(timeout)
-        try:
-            guarded = GuardedTransport(
-                self.origin,
-                transport,
-                timeout=deadline,
-                max_response_bytes=max_response_bytes,
-            )
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
         self.client_id = settings.client_id
         self.user_agent = settings.user_agent
+        self.max_pages = max_pages
         self.progress = progress
-        self.retry_policy = retry_policy or RetryPolicy()
-        clock_fn = clock or time.monotonic
-        self._clock = clock_fn
-        self.throttle = Throttle(requests_per_minute, clock=clock_fn, sleep=sleep or time.sleep)
-        self.auth = ClientCredentialsAuth(
-            settings.token_url,
-            settings.client_id,
-            settings.client_secret,
-            user_agent=settings.user_agent,
-            clock=clock_fn,
-        )
-        self._counters = _Counters()
-        self._closers = ExitStack()
         self.last_summary: FetchSummary | None = None
-        self._http = httpx.Client(
-            auth=self.auth,
-            transport=guarded,
-            timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
-            headers={
-                "Accept": FHIR_JSON,
-                "User-Agent": settings.user_agent,
-                "Accept-Encoding": ACCEPT_ENCODING,
-            },
-            follow_redirects=False,
-        )
 
     def __repr__(self) -> str:
         return (
@@ -324,125 +181,45 @@ class Client:
 
     def close(self) -> None:
         """Close the connection pool (and anything started for this client)."""
-        self._http.close()
-        self._closers.close()
+        self._pipeline.close()
 
     @property
     def requests_sent(self) -> int:
         """HTTP requests sent so far, token requests excluded."""
-        return self._counters.requests
+        return self._pipeline.counters.requests
 
-    # ------------------------------------------------------------------ choke point
+    @property
+    def origin(self) -> Origin:
+        """The configured origin (scheme, host, port): credentials go nowhere else."""
+        return self._pipeline.origin
+
+    @property
+    def auth(self) -> ClientCredentialsAuth:
+        """The OAuth client-credentials auth (token cache, ``token_requests``, ``replays``)."""
+        return self._pipeline.auth
+
+    @property
+    def throttle(self) -> Throttle:
+        """The pacing of this client's requests (sliding window, 429 and rate-limit waits)."""
+        return self._pipeline.throttle
+
+    @throttle.setter
+    def throttle(self, throttle: Throttle) -> None:
+        self._pipeline.throttle = throttle
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """Attempts and backoff (:class:`toolkit.throttle.RetryPolicy`)."""
+        return self._pipeline.retry_policy
+
+    @retry_policy.setter
+    def retry_policy(self, policy: RetryPolicy) -> None:
+        self._pipeline.retry_policy = policy
+
+    # ------------------------------------------------------------------ the pipeline
 
     def _url(self, path: str) -> str:
-        """The absolute URL of ``path``, checked against the origin before any request.
-
-        An absolute URL, a ``//host`` link or anything with a backslash is resolved
-        as a browser would and must stay on the configured origin
-        (:class:`~toolkit.errors.ForeignLink` otherwise).
-        """
-        base = self.base_url + "/"
-        if "://" in path or path.startswith("//") or "\\" in path:
-            return self.origin.resolve(path, base, what="URL")
-        if path.startswith(catalogue.API_PREFIX + "/") and self.base_url.endswith(
-            catalogue.API_PREFIX
-        ):
-            path = path[len(catalogue.API_PREFIX) :]
-        return self.origin.resolve(f"{self.base_url}/{path.lstrip('/')}", base, what="URL")
-
-    def _send_paced(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str] | Sequence[tuple[str, str]] | None,
-        content: bytes | None,
-        headers: Mapping[str, str],
-    ) -> httpx.Response:
-        """Send once, waiting out 429 answers (which the server did not act on)."""
-        policy = self.retry_policy
-        query: httpx.QueryParams | None = None
-        if params is not None:
-            pairs: list[tuple[str, str | int | float | bool | None]] = list(
-                params.items() if isinstance(params, Mapping) else params
-            )
-            query = httpx.QueryParams(pairs)
-        for n in range(policy.rate_limit_waits + 1):
-            self.throttle.acquire()
-            self._counters.add(requests=1)
-            request = self._http.build_request(
-                method, url, params=query, content=content, headers=headers
-            )
-            sent_at = self.throttle.now()
-            response = self._http.send(request)
-            self.throttle.note_round_trip(self.throttle.now() - sent_at)
-            log.debug("%s %s -> %s", method, request.url, response.status_code)
-            self.throttle.observe(response.status_code, response.headers)
-            if response.status_code != 429:
-                return response
-            if n == policy.rate_limit_waits:
-                break
-            pause = self.throttle.on_rate_limited(response.headers, policy)
-            log.info("%s %s answered 429; waiting %.1f s", method, request.url, pause)
-        code, diagnostics, outcome = outcome_details(response)
-        raise RateLimited(
-            429,
-            method=method,
-            url=str(response.request.url),
-            code=code,
-            diagnostics=diagnostics or f"still rate limited after {policy.rate_limit_waits} waits",
-            outcome=outcome,
-            retry_after=parse_retry_after(response.headers.get("retry-after")),
-        )
-
-    def _error(self, response: httpx.Response, method: str) -> ApiError:
-        code, diagnostics, outcome = outcome_details(response)
-        cls = error_for_status(response.status_code)
-        return cls(
-            response.status_code,
-            method=method,
-            url=str(response.request.url),
-            code=code,
-            diagnostics=diagnostics,
-            outcome=outcome,
-        )
-
-    def _attempt(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str] | Sequence[tuple[str, str]] | None,
-        content: bytes | None,
-        headers: Mapping[str, str],
-        decode: bool,
-        idempotent: bool,
-    ) -> _Reply:
-        response = self._send_paced(method, url, params=params, content=content, headers=headers)
-        if response.status_code >= 400:
-            error = self._error(response, method)
-            if not idempotent and response.status_code >= 500:
-                msg = (
-                    f"{method} {url} answered {response.status_code} after the request was "
-                    "sent: the outcome is unknown; check whether the write landed before "
-                    "sending it again"
-                )
-                raise OutcomeUnknown(msg) from error
-            raise error
-        data: Any = None
-        if decode and response.content:
-            try:
-                data = orjson.loads(response.content)
-            except orjson.JSONDecodeError as exc:
-                if not idempotent:
-                    msg = (
-                        f"{method} {url} answered {response.status_code} with an unreadable "
-                        "body: the write may have landed; check before sending it again"
-                    )
-                    raise OutcomeUnknown(msg) from exc
-                msg = f"{method} {url}: the response body is not valid JSON (cut off?)"
-                raise _CorruptBody(msg) from exc
-        return _Reply(response, data)
+        return self._pipeline.url(path)
 
     def _call(
         self,
@@ -454,61 +231,16 @@ class Client:
         content_type: str = "application/json",
         decode: bool = True,
         retry: bool | None = None,
-    ) -> _Reply:
-        url = self._url(path)
-        idempotent = method in ("GET", "HEAD", "PATCH") if retry is None else retry
-        content = orjson.dumps(json) if json is not None else None
-        headers = {"Content-Type": content_type}
-        policy = self.retry_policy
-        on = _retry_idempotent if idempotent else _retry_unsent
-        attempts = 0
-        try:
-            for attempt in stamina.retry_context(
-                on=on,
-                attempts=policy.attempts,
-                timeout=None,
-                wait_initial=policy.wait_initial,
-                wait_max=policy.wait_max,
-                wait_jitter=policy.wait_jitter,
-            ):
-                with attempt:
-                    attempts = attempt.num
-                    if attempts > 1:
-                        self._counters.add(retries=1)
-                        log.info("%s %s: attempt %d", method, url, attempts)
-                    return self._attempt(
-                        method,
-                        url,
-                        params=params,
-                        content=content,
-                        headers=headers,
-                        decode=decode,
-                        idempotent=idempotent,
-                    )
-        except httpx.TransportError as exc:
-            if not idempotent and not isinstance(exc, _UNSENT):
-                msg = (
-                    f"{method} {url} failed after the request was sent ({type(exc).__name__}): "
-                    "the outcome is unknown; check whether the write landed before sending "
-                    "it again"
-                )
-                raise OutcomeUnknown(msg) from exc
-            msg = f"{method} {url} failed after {attempts} attempt(s): {type(exc).__name__}"
-            raise TransportError(msg) from exc
-        except (DeadlineExceeded, ResponseTooLarge) as exc:
-            # Not retried: a server that drips or floods would do it again.
-            if not idempotent:
-                msg = (
-                    f"{method} {url}: {exc}; the request was sent, so the outcome is unknown; "
-                    "check whether the write landed before sending it again"
-                )
-                raise OutcomeUnknown(msg) from exc
-            raise
-        except _CorruptBody as exc:
-            msg = f"{exc} (after {attempts} attempts)"
-            raise TransportError(msg) from exc
-        msg = f"{method} {url}: no attempt was made"  # stamina always makes one
-        raise TransportError(msg)
+    ) -> Reply:
+        return self._pipeline.call(
+            method,
+            path,
+            params=params,
+            json=json,
+            content_type=content_type,
+            decode=decode,
+            retry=retry,
+        )
 
     def request(
         self,
@@ -552,7 +284,7 @@ class Client:
         TransportError
             When the deployment could not be reached after the allowed retries.
         """
-        query = {k: _param_value(v) for k, v in (params or {}).items() if v is not None}
+        query = {k: listing.param_value(v) for k, v in (params or {}).items() if v is not None}
         return self._call(
             method,
             path,
@@ -565,13 +297,6 @@ class Client:
 
     # ------------------------------------------------------------------ list walks
 
-    def _show_progress(self) -> bool:
-        return _interactive() if self.progress is None else self.progress
-
-    def _fetch_page(self, url: str, query: Query | None) -> tuple[httpx.Response, Any]:
-        reply = self._call("GET", url, params=query)
-        return reply.response, reply.data
-
     def _new_walk(
         self,
         resource_type: str,
@@ -582,86 +307,43 @@ class Client:
         recover: bool = True,
         track_ids: bool = True,
     ) -> Walk:
-        if max_pages is not None and (isinstance(max_pages, bool) or max_pages < 1):
-            msg = f"max_pages must be a positive number of pages, got {max_pages!r}"
-            raise ConfigurationError(msg)
-        summary = FetchSummary(resource_type)
-        self.last_summary = summary
-        return Walk(
+        listing.check_max_pages(max_pages)
+        self.last_summary = summary = FetchSummary(resource_type)
+        return listing.open_walk(
+            self._pipeline,
             resource_type,
-            self._url(path),
-            list(query.items()),
-            fetch=self._fetch_page,
-            resolve=lambda link, page_url: self.origin.resolve(link, page_url, what="next link"),
+            path,
+            query,
             summary=summary,
             max_pages=max_pages if max_pages is not None else self.max_pages,
             recover=recover,
             track_ids=track_ids,
-            now=local_now,
         )
 
     def _walk(self, walk: Walk) -> Iterator[Page]:
         """The pages of ``walk``, with the progress bar and the request counts of the summary."""
-        summary = walk.summary
-        started = time.perf_counter()
-        requests0, retries0 = self._counters.requests, self._counters.retries
-        waited0, limited0 = self.throttle.waited, self.throttle.rate_limited
+        return listing.walked(walk, self._pipeline, progress=self.progress)
 
-        def settle() -> None:
-            summary.requests = self._counters.requests - requests0
-            summary.retries = self._counters.retries - retries0
-            summary.waited_seconds = self.throttle.waited - waited0
-            summary.rate_limited = self.throttle.rate_limited - limited0
-            summary.elapsed_seconds = time.perf_counter() - started
-
-        bar_cm: Any = nullcontext(None)
-        if self._show_progress():
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
-
-            bar_cm = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                transient=True,
-            )
-        with bar_cm as bar:
-            task = bar.add_task(summary.resource_type, total=None) if bar is not None else None
-            try:
-                for page in walk:
-                    if bar is not None and task is not None:
-                        bar.update(task, total=summary.total, completed=summary.records)
-                    settle()
-                    yield page
-            finally:
-                settle()
-        log.debug("%s", summary)
+    def _list_walk(
+        self,
+        resource_type: str,
+        params: Mapping[str, Any] | None,
+        max_pages: int | None,
+        search: Mapping[str, Any],
+        *,
+        recover: bool = True,
+    ) -> Walk:
+        """A list walk of ``resource_type``: type, keywords and page size checked first."""
+        self._check_type(resource_type)
+        query = self._list_query(resource_type, search, params)
+        return self._new_walk(
+            resource_type, resource_type, query, max_pages=max_pages, recover=recover
+        )
 
     def _list_query(
         self, resource_type: str, search: Mapping[str, Any], params: Mapping[str, Any] | None
     ) -> dict[str, str]:
-        # A misspelt keyword (dates= for date=) would be ignored by the server and return
-        # every row: refuse it before any request. Raw names in params= pass unchecked.
-        known = catalogue.search_keywords(resource_type)
-        for key in search:
-            if key not in known:
-                raise unknown_name("search keyword", key, known, f" for {resource_type}")
-        query = search_params(search, params)
-        query.setdefault("_count", str(catalogue.MAX_PAGE_SIZE))
-        try:
-            count = int(query["_count"])
-        except ValueError:
-            count = 0
-        if not 1 <= count <= catalogue.MAX_PAGE_SIZE:
-            msg = f"count/_count must be 1..{catalogue.MAX_PAGE_SIZE}, got {query['_count']!r}"
-            raise ConfigurationError(msg)
-        return query
+        return listing.list_query(resource_type, search, params)
 
     @staticmethod
     def _check_type(resource_type: str) -> None:
@@ -719,14 +401,7 @@ class Client:
         ApiError, TransportError
             When a page fails after the allowed retries; a walk never stops silently.
         """
-        self._check_type(resource_type)
-        walk = self._new_walk(
-            resource_type,
-            resource_type,
-            self._list_query(resource_type, search, params),
-            max_pages=max_pages,
-            recover=recover,
-        )
+        walk = self._list_walk(resource_type, params, max_pages, search, recover=recover)
         for page in self._walk(walk):
             yield page.raw
 
@@ -738,13 +413,7 @@ class Client:
         search: Mapping[str, Any],
     ) -> list[bytes]:
         """Every page of a walk, superseded versions removed (each record once)."""
-        self._check_type(resource_type)
-        walk = self._new_walk(
-            resource_type,
-            resource_type,
-            self._list_query(resource_type, search, params),
-            max_pages=max_pages,
-        )
+        walk = self._list_walk(resource_type, params, max_pages, search)
         return walk.clean([page.raw for page in self._walk(walk)])
 
     def records(
@@ -761,18 +430,8 @@ class Client:
         Same checks as :meth:`pages`. The records come after the walk has ended
         (a record read early may be superseded by a version read later).
         """
-        self._check_type(resource_type)
-        walk = self._new_walk(
-            resource_type,
-            resource_type,
-            self._list_query(resource_type, search, params),
-            max_pages=max_pages,
-        )
-        pages = [page.records for page in self._walk(walk)]
-        keep = walk.winners()
-        for i, records in enumerate(pages):
-            positions = keep.get(i, set())
-            yield from (r for pos, r in enumerate(records) if pos in positions)
+        walk = self._list_walk(resource_type, params, max_pages, search)
+        yield from listing.newest_records(walk, self._walk(walk))
 
     def frame(
         self,
@@ -801,24 +460,9 @@ class Client:
         params, max_pages, **search
             As for :meth:`pages`. Each record appears once, in its newest version.
         """
-        from toolkit.schemas import validate
-        from toolkit.views import flatten
-
-        if table is not None and view is not None and table != view:
-            msg = f"pass table= or view=, not both ({table!r} != {view!r})"
-            raise ConfigurationError(msg)
-        name = table if table is not None else view
-        _check_errors(errors)
-        if name is not None and name != resource_type:
-            from toolkit.views import table_names
-
-            if name not in table_names(resource_type):
-                raise unknown_name(
-                    "table", name, table_names(resource_type), f" of {resource_type}"
-                )
+        name = listing.frame_table(resource_type, table, view, errors)
         pages = self._clean_pages(resource_type, params, max_pages, search)
-        df = flatten(resource_type, pages, table=name)
-        return validate(df, resource_type, table=name, errors=errors)
+        return listing.validated_frame(resource_type, pages, table=name, errors=errors)
 
     def frames(
         self,
@@ -836,19 +480,9 @@ class Client:
         (snake case) for child tables, as in :func:`toolkit.views.flatten_tables`.
         Each record (and its child rows) appears once, in its newest version.
         """
-        from toolkit.schemas import validate
-        from toolkit.views import flatten_tables
-
-        _check_errors(errors)
-        tables = flatten_tables(
-            resource_type, self._clean_pages(resource_type, params, max_pages, search)
-        )
-        return {
-            key: validate(
-                df, resource_type, table=None if key == resource_type else key, errors=errors
-            )
-            for key, df in tables.items()
-        }
+        listing.check_errors(errors)
+        pages = self._clean_pages(resource_type, params, max_pages, search)
+        return listing.validated_frames(resource_type, pages, errors=errors)
 
     # ------------------------------------------------------------------ single records
 
@@ -865,20 +499,18 @@ class Client:
         """
         self._check_type(resource_type)
         reply = self._call("GET", f"{resource_type}/{safe_id(resource_type, record_id)}")
-        data = reply.data
-        if not isinstance(data, dict) or data.get("resourceType") != resource_type:
-            kind = data.get("resourceType") if isinstance(data, dict) else type(data).__name__
-            raise ApiError(
-                reply.response.status_code,
-                method="GET",
-                url=str(reply.response.url),
-                diagnostics=f"expected a {resource_type}, got {kind}",
-            )
-        return data
+        return _record_of(resource_type, reply)
 
-    def _write_result(self, reply: _Reply) -> dict[str, Any]:
-        data = reply.data
-        return data if isinstance(data, dict) else {}
+    def _send(self, write: writes.Write) -> dict[str, Any]:
+        """Send a checked write once (retried only when ``write.retry``); the server's answer."""
+        reply = self._call(
+            write.method,
+            write.path,
+            json=write.body,
+            content_type=write.content_type,
+            retry=write.retry,
+        )
+        return reply.data if isinstance(reply.data, dict) else {}
 
     def create(self, resource_type: str, body: Any) -> dict[str, Any]:
         """Create a record (POST); the body is validated first and never retried blindly.
@@ -902,9 +534,7 @@ class Client:
         OutcomeUnknown
             When the request failed after it was sent (it may have landed).
         """
-        data = writes.check_create(resource_type, body)
-        reply = self._call("POST", writes.CREATABLE[resource_type], json=data, retry=False)
-        return self._write_result(reply)
+        return self._send(writes.create_write(resource_type, body))
 
     def patch(self, resource_type: str, record_id: str, changes: Any) -> dict[str, Any]:
         """Change fields of a record with a JSON merge patch.
@@ -918,16 +548,7 @@ class Client:
             When a change breaks a catalogue rule, or the type does not accept
             PATCH (Practitioner, Organization: the API answers 405); nothing is sent.
         """
-        safe_id(resource_type, record_id)
-        data = writes.check_patch(resource_type, record_id, changes)
-        reply = self._call(
-            "PATCH",
-            f"{resource_type}/{record_id}",
-            json=data,
-            content_type=MERGE_PATCH,
-            retry="attachments" not in data,
-        )
-        return self._write_result(reply)
+        return self._send(writes.patch_write(resource_type, record_id, changes))
 
     def book(
         self,
@@ -957,34 +578,18 @@ class Client:
         OutcomeUnknown
             When the request failed after it was sent.
         """
-        if parameters is None:
-            missing = [
-                n
-                for n, v in (
-                    ("start", start),
-                    ("end", end),
-                    ("practitioner_role", practitioner_role),
-                    ("patient", patient),
-                )
-                if v is None
-            ]
-            if missing:
-                problems = [(n, "is required to book") for n in missing]
-                raise writes.RequestValidationError("Appointment", problems)
-            assert start is not None and end is not None
-            parameters = writes.book_parameters(
-                start=start,
-                end=end,
-                practitioner_role=practitioner_role,
-                patient=patient,
-                healthcare_service=healthcare_service,
-                location_type=location_type,
-                status=status,
-                description=description,
-            )
-        body = writes.check_book(parameters)
-        reply = self._call("POST", "Appointment/$book", json=body, retry=False)
-        return self._write_result(reply)
+        write = writes.book_write(
+            parameters,
+            start=start,
+            end=end,
+            practitioner_role=practitioner_role,
+            patient=patient,
+            healthcare_service=healthcare_service,
+            location_type=location_type,
+            status=status,
+            description=description,
+        )
+        return self._send(write)
 
     def find(
         self,
@@ -1018,60 +623,10 @@ class Client:
         id, and proposal ids (``proposed-<start>-<minutes>``) repeat across
         practitioners, so the role could not be joined back unambiguously.
         """
-        if isinstance(duration, bool) or not isinstance(duration, int) or duration <= 0:
-            msg = f"duration must be a positive number of minutes, got {duration!r}"
-            raise ConfigurationError(msg)
+        listing.check_duration(duration)
         query = search_params({"start": start, "end": end, "duration": duration, **filters})
-        walk = self._new_walk("Appointment", "Appointment/$find", query, track_ids=False)
-        return _proposed_frame(r for page in self._walk(walk) for r in page.records)
-
-
-def _proposed_frame(records: Iterator[dict[str, Any]] | Any) -> pl.DataFrame:
-    """Proposed appointments as a typed frame, one row per proposal."""
-
-    def last_segment(ref: Any) -> str | None:
-        return ref.rsplit("/", 1)[-1] if isinstance(ref, str) else None
-
-    import polars as pl
-
-    rows = []
-    for r in records:
-        actors = [
-            ((p or {}).get("actor") or {}).get("reference")
-            for p in r.get("participant") or []
-            if ((p or {}).get("actor") or {}).get("type") == "PractitionerRole"
-        ]
-        services = [(s or {}).get("reference") for s in r.get("supportingInformation") or []]
-        location = next(
-            (
-                e.get("valueCode")
-                for e in r.get("extension") or []
-                if isinstance(e, dict) and e.get("url") == "location-type"
-            ),
-            None,
-        )
-        rows.append(
-            {
-                "id": r.get("id"),
-                "start": r.get("start"),
-                "end": r.get("end"),
-                "minutes_duration": r.get("minutesDuration"),
-                "practitioner_role": last_segment(actors[0]) if actors else None,
-                "healthcare_service": last_segment(services[0]) if services else None,
-                "location_type": location,
-            }
-        )
-    schema = {
-        "id": pl.String,
-        "start": pl.String,
-        "end": pl.String,
-        "minutes_duration": pl.Int64,
-        "practitioner_role": pl.String,
-        "healthcare_service": pl.String,
-        "location_type": pl.String,
-    }
-    frame = pl.DataFrame(rows, schema=schema)
-    return frame.with_columns(pl.col("start", "end").str.to_datetime(time_zone="UTC"))
+        walk = self._new_walk("Appointment", _FIND_PATH, query, track_ids=False)
+        return listing.proposed_frame(r for page in self._walk(walk) for r in page.records)
 
 
 # ---------------------------------------------------------------------- connect()

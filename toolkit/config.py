@@ -328,6 +328,24 @@ def resolve_settings(
         the environment variable to set, or the fix.
     """
     env = _read_environment(environ)
+    address = _address(base_url, region, env)
+    client_id, secret = _credentials(client_id, client_secret, env)
+    agent = user_agent or env.user_agent
+    if not agent:
+        agent = DEFAULT_USER_AGENT
+        if warn:
+            msg = (
+                f"no user agent configured; sending {DEFAULT_USER_AGENT!r}. The API asks "
+                "every application to identify itself: set PM_USER_AGENT (or user_agent=) to "
+                "'<vendor name> (<vendor email>)'"
+            )
+            # stacklevel 3: past this function and its caller (Client.__init__), to the user.
+            warnings.warn(msg, PmtkConfigWarning, stacklevel=3)
+    return Settings(address, client_id, secret, agent)
+
+
+def _address(base_url: str | None, region: str | None, env: _Environment) -> str:
+    """The checked base URL: ``base_url``, else ``region``, else the environment's."""
     if base_url is None and region is None:
         base_url = env.base_url or None
         if base_url is None and env.region:
@@ -340,7 +358,13 @@ def resolve_settings(
             f"(for example {catalogue.REGIONS['au']})"
         )
         raise ConfigurationError(msg)
-    base_url = check_base_url(base_url)
+    return check_base_url(base_url)
+
+
+def _credentials(
+    client_id: str | None, client_secret: str | Secret | None, env: _Environment
+) -> tuple[str, Secret]:
+    """The client id and secret: the arguments, else the environment's."""
     client_id = client_id if client_id is not None else env.client_id
     if not client_id:
         msg = "no client id: pass client_id= or set PM_CLIENT_ID"
@@ -351,14 +375,4 @@ def resolve_settings(
     if not secret:
         msg = "no client secret: pass client_secret= or set PM_CLIENT_SECRET"
         raise ConfigurationError(msg)
-    agent = user_agent or env.user_agent
-    if not agent:
-        agent = DEFAULT_USER_AGENT
-        if warn:
-            msg = (
-                f"no user agent configured; sending {DEFAULT_USER_AGENT!r}. The API asks "
-                "every application to identify itself: set PM_USER_AGENT (or user_agent=) to "
-                "'<vendor name> (<vendor email>)'"
-            )
-            warnings.warn(msg, PmtkConfigWarning, stacklevel=3)
-    return Settings(base_url, client_id, secret, agent)
+    return client_id, secret

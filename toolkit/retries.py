@@ -15,7 +15,8 @@ replaces stamina's logging (and structlog) hooks with :func:`on_retry`, which
   in 1.5 s)" state in its progress display.
 
 Other hooks (Prometheus, or any a user set) are kept. :func:`install` runs when
-:mod:`toolkit.client` is imported, and is idempotent.
+:mod:`toolkit.http` (the request pipeline, and so :mod:`toolkit.client`) is
+imported, and is idempotent.
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from toolkit import catalogue
+
 __all__ = [
     "MAX_RETRY_AFTER",
     "PACING",
@@ -46,8 +48,11 @@ __all__ = [
     "parse_retry_after",
 ]
 
-WINDOW = 60.0
-"""Length of the API's sliding window in seconds."""
+WINDOW = float(catalogue.RATE_LIMIT_WINDOW_SECONDS)
+"""Length of the API's sliding window in seconds (the catalogue's fact)."""
+
+_RETRY_AFTER = catalogue.RETRY_AFTER_HEADER
+_REMAINING = catalogue.RATE_LIMIT_HEADERS[1]  # x-ratelimit-remaining
 
 MAX_ROUND_TRIP_MARGIN = 1.0
 """Cap on the latency margin added to the client's window, in seconds."""
@@ -171,7 +176,7 @@ class Throttle:
 
     def __init__(
         self,
-        requests_per_minute: int | None = 500,
+        requests_per_minute: int | None = catalogue.RATE_LIMIT_PER_MINUTE,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -292,7 +297,7 @@ class Throttle:
         """Record a 429 answer and hold requests; returns the pause chosen, in seconds."""
         with self._lock:
             self.rate_limited += 1
-        pause = parse_retry_after(headers.get("retry-after"))
+        pause = parse_retry_after(headers.get(_RETRY_AFTER))
         if pause is None:
             self._missing_streak += 1
             pause = min(60.0, policy.missing_retry_after * 2 ** (self._missing_streak - 1))
@@ -306,7 +311,7 @@ class Throttle:
         if status == 429:
             return
         self._missing_streak = 0
-        remaining = headers.get("x-ratelimit-remaining")
+        remaining = headers.get(_REMAINING)
         if remaining is None:
             return
         try:
@@ -315,7 +320,7 @@ class Throttle:
             return
         if left > 0:
             return
-        pause = parse_retry_after(headers.get("retry-after"))
+        pause = parse_retry_after(headers.get(_RETRY_AFTER))
         if pause is None:
             pause = self._window_frees_in()
         self.hold(pause, WINDOW_SPENT)

@@ -13,41 +13,52 @@ and the request is not sent.
 
 Bodies may be plain dicts or pydantic models (dumped by alias, without unset
 fields).
+
+:func:`create_write`, :func:`patch_write` and :func:`book_write` turn what a
+user passes to :meth:`toolkit.Client.create`, ``patch`` and ``book`` into a
+checked :class:`Write`: the method, path, body, media type and whether a retry
+after sending is safe. The client only sends it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from toolkit import catalogue, rules
 from toolkit.catalogue import Field
 from toolkit.errors import RequestValidationError
+from toolkit.http import safe_id
 
 __all__ = [
     "CREATABLE",
     "NOT_PATCHABLE",
     "PATCHABLE",
+    "Write",
     "as_body",
     "book_parameters",
+    "book_write",
     "check_book",
     "check_create",
     "check_patch",
+    "create_write",
+    "patch_write",
     "reference_to",
 ]
 
 Problems = list[tuple[str, str]]
 
-CREATABLE: dict[str, str] = {e.resource: e.path for e in catalogue.ENDPOINTS if e.kind == "create"}
-"""Resource type -> create path (note Coverage's trailing slash, spec section 4)."""
+CREATABLE: dict[str, str] = catalogue.CREATE_PATHS
+"""Resource type -> create path: the catalogue's ``CREATE_PATHS`` under its older name."""
 
-PATCHABLE: frozenset[str] = frozenset(e.resource for e in catalogue.ENDPOINTS if e.kind == "update")
-"""Resource types with a PATCH endpoint."""
+PATCHABLE: frozenset[str] = catalogue.PATCHABLE
+"""Resource types with a PATCH endpoint (the catalogue's fact)."""
 
-NOT_PATCHABLE: frozenset[str] = frozenset({"Practitioner", "PractitionerRole", "Organization"})
-"""Resource types the API answers 405 to on PATCH (facts, client-observed)."""
+NOT_PATCHABLE: frozenset[str] = catalogue.PATCH_ANSWERS_EMPTY_405
+"""Resource types the API answers 405 to on PATCH (the catalogue's fact)."""
 
 
 def as_body(body: Any) -> dict[str, Any]:
@@ -197,6 +208,20 @@ def _iso(value: Any) -> str:
     return str(value)
 
 
+def _book_times(start: datetime | str, end: datetime | str) -> tuple[str, str, int]:
+    """ISO ``start`` and ``end`` of a booking, and the whole minutes between them."""
+    try:
+        start_s, end_s = _iso(start), _iso(end)
+    except ValueError as exc:
+        raise RequestValidationError("Appointment", [("start/end", str(exc))]) from None
+    try:
+        delta = datetime.fromisoformat(end_s) - datetime.fromisoformat(start_s)
+    except (TypeError, ValueError):
+        problem = ("start/end", "start and end must be ISO 8601 date-times with an offset")
+        raise RequestValidationError("Appointment", [problem]) from None
+    return start_s, end_s, int(delta.total_seconds() // 60)
+
+
 def book_parameters(
     *,
     start: datetime | str,
@@ -214,19 +239,7 @@ def book_parameters(
     (``"PR-1234"``), a ``/main/...`` path or a reference dict. ``minutesDuration``
     is computed from ``start`` and ``end``.
     """
-    problems: Problems = []
-    try:
-        start_s, end_s = _iso(start), _iso(end)
-    except ValueError as exc:
-        raise RequestValidationError("Appointment", [("start/end", str(exc))]) from None
-    minutes = 0
-    try:
-        delta = datetime.fromisoformat(end_s) - datetime.fromisoformat(start_s)
-        minutes = int(delta.total_seconds() // 60)
-    except (TypeError, ValueError):
-        problems.append(("start/end", "start and end must be ISO 8601 date-times with an offset"))
-    if problems:
-        raise RequestValidationError("Appointment", problems)
+    start_s, end_s, minutes = _book_times(start, end)
     appointment: dict[str, Any] = {
         "resourceType": "Appointment",
         "start": start_s,
@@ -246,12 +259,8 @@ def book_parameters(
         {"name": "patient-id", "valueReference": reference_to("Patient", patient)},
     ]
     if healthcare_service is not None:
-        parameter.append(
-            {
-                "name": "healthcare-service-id",
-                "valueReference": reference_to("HealthcareService", healthcare_service),
-            }
-        )
+        service = reference_to("HealthcareService", healthcare_service)
+        parameter.append({"name": "healthcare-service-id", "valueReference": service})
     parameter.append({"name": "location-type", "valueCode": location_type})
     parameter.append({"name": "status", "valueCode": status})
     return {"resourceType": "Parameters", "parameter": parameter}
@@ -262,6 +271,45 @@ _BOOK_REFS = {
     "healthcare-service-id": catalogue.Ref((catalogue.Target("HealthcareService"),)),
     "appt-id": catalogue.Ref((catalogue.Target("Appointment"),)),
 }
+
+
+def _booked_appointment_problems(path: str, res: dict[str, Any]) -> Problems:
+    """The problems of the Appointment of an ``appt-resource`` parameter at ``path``."""
+    problems = _pairs(rules.check_resource("Appointment", res, _BOOKED, path=f"{path}.resource"))
+    start, end = str(res.get("start")), str(res.get("end"))
+    try:
+        backwards = datetime.fromisoformat(end) <= datetime.fromisoformat(start)
+    except (TypeError, ValueError):
+        backwards = False  # already reported as a format problem
+    if backwards:
+        problems.append((f"{path}.resource.end", "must be after start"))
+    actors = [
+        (x or {}).get("actor", {}).get("type")
+        for x in res.get("participant") or []
+        if isinstance(x, dict)
+    ]
+    if "PractitionerRole" not in actors:
+        problems.append((f"{path}.resource.participant", "needs a PractitionerRole actor (ATND)"))
+    return problems
+
+
+def _book_parameter_problems(path: str, p: dict[str, Any]) -> Problems:
+    """The problems of one named ``$book`` parameter at ``path``."""
+    name = p["name"]
+    if name == "appt-resource":
+        res = p.get("resource")
+        if not isinstance(res, dict):
+            return [(f"{path}.resource", "must be an Appointment object")]
+        return _booked_appointment_problems(path, res)
+    if name in _BOOK_REFS:
+        field = Field(name, "reference", ref=_BOOK_REFS[name])
+        vpath = f"{path}.valueReference"
+        return _pairs(rules.check_value(field, p.get("valueReference"), _BOOKED, path=vpath))
+    if name in ("location-type", "status"):
+        if not isinstance(p.get("valueCode"), str) or not p["valueCode"]:
+            return [(f"{path}.valueCode", "must be a non-empty code")]
+        return []
+    return [(f"{path}.name", f"{name!r} is not a $book parameter")]
 
 
 def check_book(body: Any) -> dict[str, Any]:
@@ -286,43 +334,8 @@ def check_book(body: Any) -> dict[str, Any]:
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
             problems.append((path, "must be an object with a 'name'"))
             continue
-        name = p["name"]
-        seen.add(name)
-        if name == "appt-resource":
-            res = p.get("resource")
-            if not isinstance(res, dict):
-                problems.append((f"{path}.resource", "must be an Appointment object"))
-                continue
-            problems += _pairs(
-                rules.check_resource("Appointment", res, _BOOKED, path=f"{path}.resource")
-            )
-            start, end = str(res.get("start")), str(res.get("end"))
-            try:
-                backwards = datetime.fromisoformat(end) <= datetime.fromisoformat(start)
-            except (TypeError, ValueError):
-                backwards = False  # already reported as a format problem
-            if backwards:
-                problems.append((f"{path}.resource.end", "must be after start"))
-            actors = [
-                (x or {}).get("actor", {}).get("type")
-                for x in res.get("participant") or []
-                if isinstance(x, dict)
-            ]
-            if "PractitionerRole" not in actors:
-                problems.append(
-                    (f"{path}.resource.participant", "needs a PractitionerRole actor (ATND)")
-                )
-        elif name in _BOOK_REFS:
-            field = Field(name, "reference", ref=_BOOK_REFS[name])
-            vpath = f"{path}.valueReference"
-            problems += _pairs(
-                rules.check_value(field, p.get("valueReference"), _BOOKED, path=vpath)
-            )
-        elif name in ("location-type", "status"):
-            if not isinstance(p.get("valueCode"), str) or not p["valueCode"]:
-                problems.append((f"{path}.valueCode", "must be a non-empty code"))
-        else:
-            problems.append((f"{path}.name", f"{name!r} is not a $book parameter"))
+        seen.add(p["name"])
+        problems += _book_parameter_problems(path, p)
     if ("appt-resource" in seen) == ("appt-id" in seen):
         problems.append(("parameter", "needs exactly one of 'appt-resource' and 'appt-id'"))
     if "patient-id" not in seen:
@@ -330,3 +343,100 @@ def check_book(body: Any) -> dict[str, Any]:
     if problems:
         raise RequestValidationError("Appointment", problems)
     return data
+
+
+# ---------------------------------------------------------------------- writes ready to send
+
+_BOOK_PATH = next(e.path for e in catalogue.ENDPOINTS if e.kind == "book")
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """A write checked against the catalogue, ready for the request pipeline.
+
+    Attributes
+    ----------
+    method, path
+        ``"POST"`` or ``"PATCH"``, and the API path.
+    body
+        The JSON body.
+    retry
+        Whether a failure after the request was sent may be retried: only a
+        merge patch that does not append ``attachments`` is idempotent.
+    content_type
+        The body's media type.
+    """
+
+    method: str
+    path: str
+    body: dict[str, Any]
+    retry: bool
+    content_type: str = "application/json"
+
+
+def create_write(resource_type: str, body: Any) -> Write:
+    """The checked ``POST`` creating a ``resource_type`` record (:func:`check_create`)."""
+    data = check_create(resource_type, body)
+    return Write("POST", CREATABLE[resource_type], data, retry=False)
+
+
+def patch_write(resource_type: str, record_id: str, changes: Any) -> Write:
+    """The checked merge ``PATCH`` of one record (:func:`check_patch`).
+
+    Raises
+    ------
+    InvalidId
+        When ``record_id`` cannot be one path segment (checked first).
+    RequestValidationError
+        When a change breaks a catalogue rule, or the type does not accept PATCH.
+    """
+    safe_id(resource_type, record_id)
+    data = check_patch(resource_type, record_id, changes)
+    return Write(
+        "PATCH",
+        f"{resource_type}/{record_id}",
+        data,
+        retry="attachments" not in data,
+        content_type=catalogue.MERGE_PATCH_JSON,
+    )
+
+
+def book_write(
+    parameters: Mapping[str, Any] | None,
+    *,
+    start: datetime | str | None = None,
+    end: datetime | str | None = None,
+    practitioner_role: Any = None,
+    patient: Any = None,
+    healthcare_service: Any = None,
+    location_type: str = "clinic",
+    status: str = "booked",
+    description: str | None = None,
+) -> Write:
+    """The checked ``POST .../Appointment/$book``: from ``parameters``, else from the keywords.
+
+    Without ``parameters``, ``start``, ``end``, ``practitioner_role`` and
+    ``patient`` are required and the body is built by :func:`book_parameters`.
+    """
+    if parameters is None:
+        required = {
+            "start": start,
+            "end": end,
+            "practitioner_role": practitioner_role,
+            "patient": patient,
+        }
+        missing = [(n, "is required to book") for n, v in required.items() if v is None]
+        if missing:
+            raise RequestValidationError("Appointment", missing)
+        assert start is not None and end is not None
+        parameters = book_parameters(
+            start=start,
+            end=end,
+            practitioner_role=practitioner_role,
+            patient=patient,
+            healthcare_service=healthcare_service,
+            location_type=location_type,
+            status=status,
+            description=description,
+        )
+    return Write("POST", _BOOK_PATH, check_book(parameters), retry=False)

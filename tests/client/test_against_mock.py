@@ -14,6 +14,7 @@ import pytest
 from toolkit import catalogue
 from toolkit.client import Client, connect
 from toolkit.errors import (
+    AuthError,
     Conflict,
     IncompleteResult,
     NotFound,
@@ -21,9 +22,8 @@ from toolkit.errors import (
     RateLimited,
     RequestValidationError,
 )
+from toolkit.mock import serve
 from toolkit.throttle import RetryPolicy
-
-serve = pytest.importorskip("toolkit.mock").serve
 
 
 class VirtualTime:
@@ -79,7 +79,6 @@ def test_every_listed_resource_walks_to_bundle_total_with_unique_ids(mock, resou
 
 @pytest.mark.parametrize("resource_type", catalogue.LISTED_RESOURCES)
 def test_frame_row_count_equals_bundle_total(mock, resource_type):
-    pytest.importorskip("toolkit.schemas")
     with client_for(mock) as client:
         df = client.frame(resource_type)
         summary = client.last_summary
@@ -88,7 +87,6 @@ def test_frame_row_count_equals_bundle_total(mock, resource_type):
 
 
 def test_frames_returns_main_and_child_tables(mock):
-    pytest.importorskip("toolkit.schemas")
     with client_for(mock) as client:
         tables = client.frames("Appointment")
     assert "Appointment" in tables
@@ -229,7 +227,8 @@ def test_writes_of_every_kind(mock):
         patched = client.patch("Referral", new_ref["id"], {"comment": "seen", "active": False})
         assert patched["comment"] == "seen" and patched["active"] is False
         appt = _existing(client, "Appointment")
-        assert client.patch("Appointment", appt["id"], {"description": "moved"})["id"]
+        moved = client.patch("Appointment", appt["id"], {"description": "moved"})
+        assert moved["id"] == appt["id"] and moved["description"] == "moved"
 
 
 def test_find_then_book_then_double_booking_conflicts(mock):
@@ -283,7 +282,7 @@ def test_secrets_never_leak_against_the_mock(mock, caplog):
             client.read("Patient", "nope")
         texts += [str(info.value), repr(info.value)]
     bad = Client(mock.base_url, mock.client_id, "wrong-secret-xyz", progress=False)
-    with bad, pytest.raises(Exception) as info2:
+    with bad, pytest.raises(AuthError) as info2:
         bad.read("Patient", "1")
     texts += [str(info2.value), repr(info2.value), caplog.text]
     haystack = "\n".join(texts)

@@ -88,10 +88,13 @@ def bomb() -> bytes:
 
 
 def _rss_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+    status = Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("memory is measured from /proc/self/status (Linux)")
+    for line in status.read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
-    return 0
+    pytest.fail(f"no {field} in /proc/self/status: the memory bound cannot be measured")
 
 
 def test_a_gzip_bomb_stops_at_the_size_cap_with_bounded_memory(bomb: bytes) -> None:

@@ -1,0 +1,373 @@
+"""What the read verbs of :class:`toolkit.Client` share: queries, walks and their results.
+
+Search keywords become query parameters (:func:`search_params`) and a list query
+is checked before any request (:func:`list_query`); a
+:class:`~toolkit.paging.Walk` is opened on the request pipeline
+(:func:`open_walk`) and run with its progress bar and the request counts of its
+summary (:func:`walked`); its pages become records (:func:`newest_records`) or
+validated frames (:func:`validated_frame`, :func:`validated_frames`,
+:func:`proposed_frame`).
+
+It is apart from :mod:`toolkit.paging`, which knows pages and walks but not the
+client's pipeline, counters or progress display, and apart from
+:mod:`toolkit.client`, which keeps only the verbs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+
+from toolkit import catalogue
+from toolkit.errors import ConfigurationError, unknown_name
+from toolkit.paging import FetchSummary, Page, Walk, local_now
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from toolkit.http import Pipeline
+
+__all__ = [
+    "check_duration",
+    "check_errors",
+    "check_max_pages",
+    "frame_table",
+    "list_query",
+    "newest_records",
+    "open_walk",
+    "param_value",
+    "proposed_frame",
+    "search_params",
+    "validated_frame",
+    "validated_frames",
+    "walked",
+]
+
+# Walk summaries have always been logged as the client's; the name users configure.
+log = logging.getLogger("toolkit.client")
+
+_SEARCH_ALIASES: dict[str, str] = {
+    "id": "_id",
+    "ids": "_id",
+    "last_updated": "_lastUpdated",
+    "lastUpdated": "_lastUpdated",
+    "count": "_count",
+    "sort": "_sort",
+    "total": "_total",
+    "summary": "_summary",
+    "include": "_include",
+}
+
+
+# ---------------------------------------------------------------------- queries
+
+
+def param_value(value: Any) -> str:
+    """One query parameter value as the API reads it.
+
+    Examples
+    --------
+    >>> param_value(True), param_value(date(2026, 1, 2)), param_value(["a", "b"])
+    ('true', '2026-01-02', 'a,b')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, list | tuple | set | frozenset):
+        return ",".join(param_value(v) for v in value)
+    return str(value)
+
+
+def search_params(
+    search: Mapping[str, Any], params: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """Map Python keyword names to API query parameters.
+
+    ``last_updated`` -> ``_lastUpdated``, ``count`` -> ``_count``, ``id`` ->
+    ``_id``, ``sort`` -> ``_sort``, ``total`` -> ``_total``; other underscores
+    become hyphens (``practitioner_role`` -> ``practitioner-role``). Lists are
+    comma-joined, dates and datetimes ISO-formatted. ``params`` passes raw names
+    unchanged and wins on a clash. ``None`` values are dropped.
+
+    Examples
+    --------
+    >>> search_params({"last_updated": "gt2026-01-01T00:00:00Z", "id": ["a", "b"]})
+    {'_lastUpdated': 'gt2026-01-01T00:00:00Z', '_id': 'a,b'}
+    """
+    out: dict[str, str] = {}
+    for key, value in search.items():
+        if value is None:
+            continue
+        name = _SEARCH_ALIASES.get(key, key if key.startswith("_") else key.replace("_", "-"))
+        out[name] = param_value(value)
+    for key, value in (params or {}).items():
+        if value is not None:
+            out[key] = param_value(value)
+    return out
+
+
+def list_query(
+    resource_type: str, search: Mapping[str, Any], params: Mapping[str, Any] | None
+) -> dict[str, str]:
+    """The query of a list walk: search keywords checked, ``_count`` defaulted and bounded.
+
+    Raises
+    ------
+    UnknownName
+        A search keyword the resource does not have (with the near miss).
+    ConfigurationError
+        ``count``/``_count`` outside 1..100.
+    """
+    # A misspelt keyword (dates= for date=) would be ignored by the server and return
+    # every row: refuse it before any request. Raw names in params= pass unchecked.
+    known = catalogue.search_keywords(resource_type)
+    for key in search:
+        if key not in known:
+            raise unknown_name("search keyword", key, known, f" for {resource_type}")
+    query = search_params(search, params)
+    query.setdefault("_count", str(catalogue.MAX_PAGE_SIZE))
+    try:
+        count = int(query["_count"])
+    except ValueError:
+        count = 0
+    if not 1 <= count <= catalogue.MAX_PAGE_SIZE:
+        msg = f"count/_count must be 1..{catalogue.MAX_PAGE_SIZE}, got {query['_count']!r}"
+        raise ConfigurationError(msg)
+    return query
+
+
+# ---------------------------------------------------------------------- option checks
+
+
+def check_max_pages(max_pages: int | None) -> None:
+    """Refuse a ``max_pages`` that is not a positive number of pages (``None`` passes)."""
+    if max_pages is not None and (isinstance(max_pages, bool) or max_pages < 1):
+        msg = f"max_pages must be a positive number of pages, got {max_pages!r}"
+        raise ConfigurationError(msg)
+
+
+def check_errors(errors: object) -> None:
+    """Refuse a bad ``errors=`` before the walk, not after it."""
+    if errors not in ("raise", "warn"):
+        msg = f"errors= must be 'raise' or 'warn', got {errors!r}"
+        raise ConfigurationError(msg)
+
+
+def check_duration(duration: object) -> None:
+    """Refuse a ``$find`` duration that is not a positive number of minutes."""
+    if isinstance(duration, bool) or not isinstance(duration, int) or duration <= 0:
+        msg = f"duration must be a positive number of minutes, got {duration!r}"
+        raise ConfigurationError(msg)
+
+
+def frame_table(
+    resource_type: str, table: str | None, view: str | None, errors: object
+) -> str | None:
+    """The table ``frame()`` was asked for, its options checked before any request.
+
+    Raises
+    ------
+    ConfigurationError
+        ``table=`` and ``view=`` disagree, or ``errors=`` is not ``"raise"``/``"warn"``.
+    UnknownName
+        No such child table of ``resource_type``.
+    """
+    if table is not None and view is not None and table != view:
+        msg = f"pass table= or view=, not both ({table!r} != {view!r})"
+        raise ConfigurationError(msg)
+    name = table if table is not None else view
+    check_errors(errors)
+    if name is not None and name != resource_type:
+        from toolkit.views import table_names
+
+        if name not in table_names(resource_type):
+            raise unknown_name("table", name, table_names(resource_type), f" of {resource_type}")
+    return name
+
+
+# ---------------------------------------------------------------------- walks
+
+
+def open_walk(
+    pipeline: Pipeline,
+    resource_type: str,
+    path: str,
+    query: Mapping[str, str],
+    *,
+    summary: FetchSummary,
+    max_pages: int | None,
+    recover: bool = True,
+    track_ids: bool = True,
+) -> Walk:
+    """A walk of ``path`` whose pages and ``next`` links go through ``pipeline``."""
+    return Walk(
+        resource_type,
+        pipeline.url(path),
+        list(query.items()),
+        fetch=pipeline.fetch_page,
+        resolve=pipeline.resolve_link,
+        summary=summary,
+        max_pages=max_pages,
+        recover=recover,
+        track_ids=track_ids,
+        now=local_now,
+    )
+
+
+def _interactive() -> bool:
+    try:
+        from rich.console import Console
+    except ImportError:  # pragma: no cover - rich is a dependency
+        return False
+    console = Console(stderr=True)
+    return bool(console.is_jupyter or console.is_terminal)
+
+
+def _progress_bar(show: bool) -> AbstractContextManager[Any]:
+    """A transient rich progress bar, or a context holding ``None`` when not shown."""
+    if not show:
+        return nullcontext(None)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    )
+
+
+class _Meter:
+    """What one walk cost so far (requests, retries, waits, time), written into its summary."""
+
+    def __init__(self, summary: FetchSummary, pipeline: Pipeline) -> None:
+        self.summary = summary
+        self.pipeline = pipeline
+        self.started = time.perf_counter()
+        self.requests = pipeline.counters.requests
+        self.retries = pipeline.counters.retries
+        self.waited = pipeline.throttle.waited
+        self.limited = pipeline.throttle.rate_limited
+
+    def settle(self) -> None:
+        summary, counters, throttle = self.summary, self.pipeline.counters, self.pipeline.throttle
+        summary.requests = counters.requests - self.requests
+        summary.retries = counters.retries - self.retries
+        summary.waited_seconds = throttle.waited - self.waited
+        summary.rate_limited = throttle.rate_limited - self.limited
+        summary.elapsed_seconds = time.perf_counter() - self.started
+
+
+def walked(walk: Walk, pipeline: Pipeline, *, progress: bool | None) -> Iterator[Page]:
+    """The pages of ``walk``, with the progress bar and the request counts of the summary.
+
+    ``progress=None`` shows the bar only when interactive (a terminal or Jupyter).
+    """
+    summary = walk.summary
+    meter = _Meter(summary, pipeline)
+    with _progress_bar(_interactive() if progress is None else progress) as bar:
+        task = bar.add_task(summary.resource_type, total=None) if bar is not None else None
+        try:
+            for page in walk:
+                if bar is not None and task is not None:
+                    bar.update(task, total=summary.total, completed=summary.records)
+                meter.settle()
+                yield page
+        finally:
+            meter.settle()
+    log.debug("%s", summary)
+
+
+def newest_records(walk: Walk, pages: Iterable[Page]) -> Iterator[dict[str, Any]]:
+    """Every record of ``walk``'s pages once, in its newest version, after the walk has ended."""
+    records = [page.records for page in pages]
+    keep = walk.winners()
+    for i, page_records in enumerate(records):
+        positions = keep.get(i, set())
+        yield from (r for pos, r in enumerate(page_records) if pos in positions)
+
+
+# ---------------------------------------------------------------------- frames
+
+
+def validated_frame(
+    resource_type: str, pages: list[bytes], *, table: str | None, errors: Any
+) -> pl.DataFrame:
+    """``pages`` flattened by the declared view (or its child ``table``) and validated."""
+    from toolkit.schemas import validate
+    from toolkit.views import flatten
+
+    df = flatten(resource_type, pages, table=table)
+    return validate(df, resource_type, table=table, errors=errors)
+
+
+def validated_frames(resource_type: str, pages: list[bytes], *, errors: Any) -> dict[str, Any]:
+    """The main table and every child table of ``pages``, each validated."""
+    from toolkit.schemas import validate
+    from toolkit.views import flatten_tables
+
+    tables = flatten_tables(resource_type, pages)
+    return {
+        key: validate(df, resource_type, table=None if key == resource_type else key, errors=errors)
+        for key, df in tables.items()
+    }
+
+
+def _last_segment(ref: Any) -> str | None:
+    return ref.rsplit("/", 1)[-1] if isinstance(ref, str) else None
+
+
+def _proposal_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One proposed appointment as a flat row (ids ready for ``book``)."""
+    actors = [
+        ((p or {}).get("actor") or {}).get("reference")
+        for p in r.get("participant") or []
+        if ((p or {}).get("actor") or {}).get("type") == "PractitionerRole"
+    ]
+    services = [(s or {}).get("reference") for s in r.get("supportingInformation") or []]
+    location = next(
+        (
+            e.get("valueCode")
+            for e in r.get("extension") or []
+            if isinstance(e, dict) and e.get("url") == "location-type"
+        ),
+        None,
+    )
+    return {
+        "id": r.get("id"),
+        "start": r.get("start"),
+        "end": r.get("end"),
+        "minutes_duration": r.get("minutesDuration"),
+        "practitioner_role": _last_segment(actors[0]) if actors else None,
+        "healthcare_service": _last_segment(services[0]) if services else None,
+        "location_type": location,
+    }
+
+
+def proposed_frame(records: Iterable[dict[str, Any]]) -> pl.DataFrame:
+    """Proposed appointments as a typed frame, one row per proposal."""
+    import polars as pl
+
+    schema = {
+        "id": pl.String,
+        "start": pl.String,
+        "end": pl.String,
+        "minutes_duration": pl.Int64,
+        "practitioner_role": pl.String,
+        "healthcare_service": pl.String,
+        "location_type": pl.String,
+    }
+    frame = pl.DataFrame([_proposal_row(r) for r in records], schema=schema)
+    return frame.with_columns(pl.col("start", "end").str.to_datetime(time_zone="UTC"))
