@@ -267,7 +267,7 @@ def test_sync_failing_mid_walk_keeps_the_old_data_and_resumes(
 def test_a_crash_during_commit_is_rolled_forward(
     synced: Any, tmp_path: Path, new_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import toolkit.store as store_module
+    import toolkit.store.syncer as store_module  # where the commit step calls it
 
     store = tmp_path / "store"
     calls = {"n": 0}

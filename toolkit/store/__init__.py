@@ -1,0 +1,390 @@
+"""A local Parquet store of the deployment's records, kept current by incremental sync.
+
+Layout of a store directory (``pmtk-store`` unless told otherwise)::
+
+    pmtk-store/
+      manifest.json                    "kind": "pmtk-store"; what is stored, how fresh,
+                                       which schema, and the sha256 of every data file
+      Appointment/data-<sha16>.parquet one dataset per resource ...
+      appointment_participant/data-<sha16>.parquet   ... and per child table of its view
+      Referral/data-<sha16>.parquet
+      .staging/<Resource>/             only while a sync of <Resource> is unfinished
+        state.json                     the checkpoint: query, pages done, high-water mark
+        <table>/part-000001.parquet    one part file per fetched page and table
+        merged/<table>.parquet         merged datasets waiting to be swapped in
+      .lock                            held (flock) while a sync writes
+
+How a resource is synced (:func:`sync`):
+
+1. **Fetch.** The list endpoint is walked page by page (``_count=100``). Each
+   page is flattened with :func:`toolkit.views.flatten_tables` and written as
+   its own part file, then the checkpoint is replaced atomically. Memory holds
+   one page (plus a few prefetched ones), never the resource.
+2. **Validate.** The staged rows are validated with
+   :func:`toolkit.schemas.validate` in bounded batches.
+3. **Merge.** The parts are merged by ``id`` into the current dataset with
+   ``scan_parquet``/``sink_parquet`` (streaming): the newest staged version of a
+   record replaces the stored one, and the child-table rows of a replaced
+   record are replaced as a whole.
+4. **Commit.** Each merged file is fsynced and moved to a new name derived
+   from its sha256 (``data-<first 16 hex digits>.parquet``), beside the file
+   it replaces, and the manifest, which names the files and their checksums,
+   is replaced last: that single :func:`os.replace` switches the resource from
+   the old files to the new ones. The files of the previous version are then
+   deleted. The checkpoint records the commit first, so a crash half-way
+   through is rolled forward by the next run; until then the old manifest
+   still names the old files, which are intact. Every file, and every folder
+   whose entries changed, is fsynced before the manifest points at it.
+
+The store never takes over a folder it did not create: :func:`sync` writes only
+into a missing or empty folder, or into a folder whose ``manifest.json`` carries
+``"kind": "pmtk-store"`` (:class:`NotAStore` otherwise, before writing
+anything). A damaged manifest is never overwritten (:class:`ManifestDamaged`).
+:func:`load` and :func:`verify` compare every data file with the checksum the
+manifest recorded (:class:`StoreDamaged`), and a local write failure (disk full,
+read-only or forbidden folder) is one :class:`StoreWriteError` naming the file.
+
+Incremental semantics: the manifest keeps, per resource, the server-side
+high-water mark (the greatest ``meta.lastUpdated`` stored). The next sync asks
+for ``_lastUpdated=ge<mark>`` -- ``ge``, not ``gt``, so that a record written
+in the same clock tick as the mark, after the previous sync read that tick, is
+not lost. The records at the mark come back again; merging by ``id`` makes that
+harmless, and when every returned row equals the stored one the dataset is left
+untouched. A re-sync with nothing changed therefore costs one list request per
+resource (plus a token).
+
+A changed view (the schema version, a hash of every table's columns and dtypes)
+forces a full sync of that resource, as does ``full=True``.
+"""
+
+from __future__ import annotations
+
+from toolkit.store.checksums import (
+    VerifyReport as VerifyReport,
+)
+from toolkit.store.checksums import (
+    verify as verify,
+)
+from toolkit.store.entry import (
+    _failure as _failure,
+)
+from toolkit.store.entry import (
+    load as load,
+)
+from toolkit.store.entry import (
+    sync as sync,
+)
+from toolkit.store.layout import (
+    _DATA_FILE_NAME as _DATA_FILE_NAME,
+)
+from toolkit.store.layout import (
+    _OWN_LEFTOVERS as _OWN_LEFTOVERS,
+)
+from toolkit.store.layout import (
+    _check_manifest as _check_manifest,
+)
+from toolkit.store.layout import (
+    _claim as _claim,
+)
+from toolkit.store.layout import (
+    _damaged_message as _damaged_message,
+)
+from toolkit.store.layout import (
+    _data_name as _data_name,
+)
+from toolkit.store.layout import (
+    _empty_tables as _empty_tables,
+)
+from toolkit.store.layout import (
+    _fsync_dir as _fsync_dir,
+)
+from toolkit.store.layout import (
+    _fsync_file as _fsync_file,
+)
+from toolkit.store.layout import (
+    _init_manifest as _init_manifest,
+)
+from toolkit.store.layout import (
+    _instant as _instant,
+)
+from toolkit.store.layout import (
+    _later as _later,
+)
+from toolkit.store.layout import (
+    _load_manifest_for_write as _load_manifest_for_write,
+)
+from toolkit.store.layout import (
+    _locked as _locked,
+)
+from toolkit.store.layout import (
+    _manifest_path as _manifest_path,
+)
+from toolkit.store.layout import (
+    _mkdir as _mkdir,
+)
+from toolkit.store.layout import (
+    _now_iso as _now_iso,
+)
+from toolkit.store.layout import (
+    _parent_key as _parent_key,
+)
+from toolkit.store.layout import (
+    _read_json as _read_json,
+)
+from toolkit.store.layout import (
+    _replace as _replace,
+)
+from toolkit.store.layout import (
+    _scoped_to_resource as _scoped_to_resource,
+)
+from toolkit.store.layout import (
+    _sha256 as _sha256,
+)
+from toolkit.store.layout import (
+    _sink_parquet as _sink_parquet,
+)
+from toolkit.store.layout import (
+    _snake as _snake,
+)
+from toolkit.store.layout import (
+    _update_manifest as _update_manifest,
+)
+from toolkit.store.layout import (
+    _views as _views,
+)
+from toolkit.store.layout import (
+    _write_json as _write_json,
+)
+from toolkit.store.layout import (
+    _write_parquet as _write_parquet,
+)
+from toolkit.store.layout import (
+    check_folder as check_folder,
+)
+from toolkit.store.layout import (
+    declared_schemas as declared_schemas,
+)
+from toolkit.store.layout import (
+    read_manifest as read_manifest,
+)
+from toolkit.store.layout import (
+    schema_version as schema_version,
+)
+from toolkit.store.merge import (
+    LOCK_WAIT as LOCK_WAIT,
+)
+from toolkit.store.merge import (
+    ChangeResult as ChangeResult,
+)
+from toolkit.store.merge import (
+    _is_newer as _is_newer,
+)
+from toolkit.store.merge import (
+    _locked_waiting as _locked_waiting,
+)
+from toolkit.store.merge import (
+    _newest_per_id as _newest_per_id,
+)
+from toolkit.store.merge import (
+    _NoPages as _NoPages,
+)
+from toolkit.store.merge import (
+    _pending_commit as _pending_commit,
+)
+from toolkit.store.merge import (
+    _stamp as _stamp,
+)
+from toolkit.store.merge import (
+    _stored_versions as _stored_versions,
+)
+from toolkit.store.merge import (
+    apply_changes as apply_changes,
+)
+from toolkit.store.merge import (
+    delete as delete,
+)
+from toolkit.store.merge import (
+    upsert as upsert,
+)
+from toolkit.store.progress import (
+    _CONNECT_CAUSES as _CONNECT_CAUSES,
+)
+from toolkit.store.progress import (
+    NOTICE_MIN_WAIT as NOTICE_MIN_WAIT,
+)
+from toolkit.store.progress import (
+    DisplayMode as DisplayMode,
+)
+from toolkit.store.progress import (
+    SyncProgress as SyncProgress,
+)
+from toolkit.store.progress import (
+    _client_quiet as _client_quiet,
+)
+from toolkit.store.progress import (
+    _host as _host,
+)
+from toolkit.store.progress import (
+    _origin as _origin,
+)
+from toolkit.store.progress import (
+    _StatusColumn as _StatusColumn,
+)
+from toolkit.store.results import (
+    _ERRNO_REASONS as _ERRNO_REASONS,
+)
+from toolkit.store.results import (
+    _OS_ERROR_TEXT as _OS_ERROR_TEXT,
+)
+from toolkit.store.results import (
+    COMPARE_LIMIT as COMPARE_LIMIT,
+)
+from toolkit.store.results import (
+    DEFAULT_STORE as DEFAULT_STORE,
+)
+from toolkit.store.results import (
+    MANIFEST as MANIFEST,
+)
+from toolkit.store.results import (
+    PAGE_SIZE as PAGE_SIZE,
+)
+from toolkit.store.results import (
+    PART_COLUMN as PART_COLUMN,
+)
+from toolkit.store.results import (
+    PREFETCH_PAGES as PREFETCH_PAGES,
+)
+from toolkit.store.results import (
+    STAGING as STAGING,
+)
+from toolkit.store.results import (
+    STATE_FILE as STATE_FILE,
+)
+from toolkit.store.results import (
+    STORE_FORMAT as STORE_FORMAT,
+)
+from toolkit.store.results import (
+    STORE_KIND as STORE_KIND,
+)
+from toolkit.store.results import (
+    VALIDATION_BATCH_ROWS as VALIDATION_BATCH_ROWS,
+)
+from toolkit.store.results import (
+    ErrorsMode as ErrorsMode,
+)
+from toolkit.store.results import (
+    FileProblem as FileProblem,
+)
+from toolkit.store.results import (
+    ManifestDamaged as ManifestDamaged,
+)
+from toolkit.store.results import (
+    Mode as Mode,
+)
+from toolkit.store.results import (
+    NotAStore as NotAStore,
+)
+from toolkit.store.results import (
+    PageProgress as PageProgress,
+)
+from toolkit.store.results import (
+    PageSource as PageSource,
+)
+from toolkit.store.results import (
+    ProgressCallback as ProgressCallback,
+)
+from toolkit.store.results import (
+    ResourceSync as ResourceSync,
+)
+from toolkit.store.results import (
+    StoreDamaged as StoreDamaged,
+)
+from toolkit.store.results import (
+    StoreError as StoreError,
+)
+from toolkit.store.results import (
+    StoreWriteError as StoreWriteError,
+)
+from toolkit.store.results import (
+    SyncFailed as SyncFailed,
+)
+from toolkit.store.results import (
+    SyncSummary as SyncSummary,
+)
+from toolkit.store.results import (
+    _os_errno as _os_errno,
+)
+from toolkit.store.results import (
+    _repair_command as _repair_command,
+)
+from toolkit.store.results import (
+    _writing as _writing,
+)
+from toolkit.store.results import (
+    one_line as one_line,
+)
+from toolkit.store.resume import (
+    _Checkpoint as _Checkpoint,
+)
+from toolkit.store.resume import (
+    _next_since as _next_since,
+)
+from toolkit.store.resume import (
+    _Prefetch as _Prefetch,
+)
+from toolkit.store.resume import (
+    _requests_sent as _requests_sent,
+)
+from toolkit.store.resume import (
+    _resumed_walk_complete as _resumed_walk_complete,
+)
+from toolkit.store.resume import (
+    _row_hashes as _row_hashes,
+)
+from toolkit.store.resume import (
+    _server_time as _server_time,
+)
+from toolkit.store.resume import (
+    _since_after as _since_after,
+)
+from toolkit.store.syncer import (
+    _check_table as _check_table,
+)
+from toolkit.store.syncer import (
+    _ResourceSyncer as _ResourceSyncer,
+)
+from toolkit.store.syncer import (
+    _verify_entry as _verify_entry,
+)
+
+__all__ = [
+    "DEFAULT_STORE",
+    "PAGE_SIZE",
+    "STORE_FORMAT",
+    "STORE_KIND",
+    "ChangeResult",
+    "FileProblem",
+    "ManifestDamaged",
+    "NotAStore",
+    "PageProgress",
+    "PageSource",
+    "ResourceSync",
+    "StoreDamaged",
+    "StoreError",
+    "StoreWriteError",
+    "SyncFailed",
+    "SyncProgress",
+    "SyncSummary",
+    "VerifyReport",
+    "apply_changes",
+    "check_folder",
+    "declared_schemas",
+    "delete",
+    "load",
+    "one_line",
+    "read_manifest",
+    "schema_version",
+    "sync",
+    "upsert",
+    "verify",
+]

@@ -1,0 +1,315 @@
+"""The entry points: :func:`sync` over every resource, and :func:`load` of a stored table."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from toolkit import catalogue
+from toolkit.store.layout import (
+    _claim,
+    _init_manifest,
+    _locked,
+    _scoped_to_resource,
+    _snake,
+    declared_schemas,
+    read_manifest,
+)
+from toolkit.store.progress import SyncProgress, _client_quiet
+from toolkit.store.results import (
+    DEFAULT_STORE,
+    ErrorsMode,
+    FileProblem,
+    PageSource,
+    ProgressCallback,
+    ResourceSync,
+    StoreDamaged,
+    StoreError,
+    SyncFailed,
+    SyncSummary,
+    _repair_command,
+    one_line,
+)
+from toolkit.store.resume import _requests_sent
+from toolkit.store.syncer import _check_table, _ResourceSyncer
+
+
+def sync(
+    client: PageSource | None = None,
+    out: str | os.PathLike[str] = DEFAULT_STORE,
+    resources: Sequence[str] | None = None,
+    full: bool = False,
+    progress: bool | ProgressCallback | SyncProgress | None = None,
+    *,
+    errors: ErrorsMode = "raise",
+) -> SyncSummary:
+    """Bring the Parquet store at ``out`` up to date with the deployment.
+
+    Parameters
+    ----------
+    client
+        Anything with ``pages(resource_type, params=...)`` yielding raw Bundle
+        bytes, normally a :class:`toolkit.Client`. ``None`` uses
+        :func:`toolkit.connect` (``PM_*`` settings, or the embedded mock).
+    out
+        The store directory: missing, empty, or a pmtk store. A stored file
+        that fails its checksum makes that resource sync in full (listed in
+        ``ResourceSync.repaired``).
+    resources
+        Resource types to sync; default every listed resource
+        (:data:`toolkit.catalogue.LISTED_RESOURCES`).
+    full
+        Re-fetch everything instead of only what changed since the last sync.
+    progress
+        ``None`` shows a progress bar when stderr is a terminal, ``True``
+        always, ``False`` never. The bar says when the client waits for the
+        rate limit or retries a request. A :class:`SyncProgress` is used as
+        given (``SyncProgress("lines")`` writes those notices as lines). A
+        callable is instead called with a :class:`PageProgress` after each
+        page is staged (raising from it interrupts the sync; the next run
+        resumes).
+    errors
+        Validation mode passed to :func:`toolkit.schemas.validate`: ``"raise"``
+        stores nothing of a resource that fails, ``"warn"`` stores the data anyway.
+
+    Returns
+    -------
+    SyncSummary
+        Rows, pages and time per resource; ``summary.table()`` renders it.
+
+    Notes
+    -----
+    A failure that concerns one resource -- its data failed validation, its
+    page walk was incomplete, or the API answered an error for its list --
+    does not stop the others: they are synced and committed, and
+    :class:`SyncFailed` is raised at the end, carrying the whole summary. A
+    failure that would hit every resource in turn stops the run at once and
+    is raised as it is (an unreachable deployment, a refused token, a rate
+    limit that outlasted every wait, a local write failure, Ctrl-C).
+
+    Raises
+    ------
+    NotAStore
+        When ``out`` exists, is not empty and is not a pmtk store (nothing is written).
+    ManifestDamaged
+        When the store's ``manifest.json`` is unreadable (nothing is written).
+    StoreWriteError
+        When the disk is full or the folder read-only or forbidden; the data
+        committed before is unchanged and the next run resumes.
+    StoreError
+        When another sync holds the store's lock.
+    SyncFailed
+        At the end, when one or more resources failed on their own (a frame
+        failed its schema with ``errors="raise"``, an incomplete walk, an API
+        error for that list) while the others were synced; ``.summary`` and
+        ``.errors`` (the original exceptions, e.g.
+        :class:`~toolkit.errors.DataValidationError`) say which and why.
+    toolkit.errors.TransportError, toolkit.errors.AuthError, toolkit.errors.RateLimited
+        When the deployment cannot be reached, refuses the token, or stays
+        rate limited; the staged pages are kept and the next run resumes.
+
+    Examples
+    --------
+    >>> from toolkit.mock import serve
+    >>> from toolkit import Client
+    >>> import tempfile
+    >>> with serve(scale="small") as dep, Client(
+    ...     dep.base_url, dep.client_id, dep.client_secret, user_agent="Docs (docs@example.org)"
+    ... ) as client, tempfile.TemporaryDirectory() as out:
+    ...     summary = sync(client, out, resources=["Referral"], progress=False)
+    ...     load("Referral", out).height == summary["Referral"].rows["Referral"]
+    True
+    """
+    root = Path(out)
+    wanted = list(resources) if resources else list(catalogue.LISTED_RESOURCES)
+    unknown = [r for r in wanted if r not in catalogue.LISTED_RESOURCES]
+    if unknown:
+        from toolkit.errors import ConfigurationError
+
+        known = ", ".join(catalogue.LISTED_RESOURCES)
+        msg = f"cannot sync {', '.join(unknown)}: not a listed resource (choose from {known})"
+        raise ConfigurationError(msg)
+    _claim(root)  # before connecting: refusing costs nothing
+    owned: Any = None
+    if client is None:
+        import toolkit
+
+        owned = toolkit.connect()
+        client = owned
+    started = time.monotonic()
+    summary = SyncSummary(out=root)
+    callback: ProgressCallback | None = None
+    if isinstance(progress, SyncProgress):
+        display = progress
+    elif callable(progress):
+        callback = progress
+        display = SyncProgress("off")
+    else:
+        show = sys.stderr.isatty() if progress is None else progress is True
+        display = SyncProgress("bars" if show else "off")
+    failures: dict[str, BaseException] = {}
+    try:
+        _claim(root)  # before anything is written: a user's folder is never touched
+        with (
+            _locked(root),
+            _client_quiet(client),
+            display,
+            display.attach(client),
+        ):
+            _claim(root)  # again under the lock: another process may have written meanwhile
+            _init_manifest(root)
+            for rt in wanted:
+                display.start(rt)
+                syncer = _ResourceSyncer(
+                    root=root,
+                    resource_type=rt,
+                    client=client,
+                    full=full,
+                    errors=errors,
+                    on_page=callback or display,
+                )
+                began = time.monotonic()
+                try:
+                    result = syncer.run()
+                except (Exception, KeyboardInterrupt) as exc:
+                    failure = _failure(syncer, exc, time.monotonic() - began)
+                    display.failed(failure)
+                    if isinstance(exc, KeyboardInterrupt) or not _scoped_to_resource(exc):
+                        raise
+                    summary.resources.append(failure)
+                    failures[rt] = exc
+                    continue
+                display.done(result)
+                summary.resources.append(result)
+    finally:
+        if owned is not None:
+            close = getattr(owned, "close", None)
+            if close is not None:
+                close()
+    summary.elapsed = time.monotonic() - started
+    if failures:
+        only = next(iter(failures.values())) if len(failures) == 1 else None
+        raise SyncFailed(summary, failures) from only
+    return summary
+
+
+def _failure(syncer: _ResourceSyncer, exc: BaseException, elapsed: float) -> ResourceSync:
+    """The :class:`ResourceSync` of a resource whose run raised ``exc``."""
+    cp = syncer.cp
+    sent = _requests_sent(syncer.client)
+    before = syncer.sent_before
+    return ResourceSync(
+        resource=syncer.rt,
+        mode=syncer.mode,
+        status="failed",
+        fetched=cp.records if cp is not None else 0,
+        pages=cp.pages_done if cp is not None else 0,
+        requests=sent - before if sent is not None and before is not None else 0,
+        elapsed=elapsed,
+        error="interrupted" if isinstance(exc, KeyboardInterrupt) else one_line(exc),
+        staged_pages=syncer.staged_pages,
+    )
+
+
+def load(
+    resource_type: str,
+    store: str | os.PathLike[str] = DEFAULT_STORE,
+    *,
+    table: str | None = None,
+    lazy: bool = False,
+    verify: bool = True,
+) -> pl.DataFrame | pl.LazyFrame:
+    """Read a stored table back with the dtypes its view declares.
+
+    Parameters
+    ----------
+    resource_type
+        The resource, e.g. ``"Appointment"``.
+    store
+        The store directory written by :func:`sync`.
+    table
+        A child table such as ``"appointment_participant"`` (or just
+        ``"participant"``); default the resource's main table.
+    lazy
+        Return a :class:`polars.LazyFrame` over the file instead of reading it.
+    verify
+        Compare the file's sha256 with the one the manifest recorded before
+        reading it (a full read of the file; about 2 ms per MB, see
+        ``docs/store.md``). ``False`` skips the check.
+
+    Returns
+    -------
+    polars.DataFrame or polars.LazyFrame
+
+    Raises
+    ------
+    StoreDamaged
+        When the file is missing or fails its checksum (or, written by a pmtk
+        before store format 2, has none); the message names the file and the
+        ``pmtk sync --full --resource ...`` command that rebuilds it.
+    StoreError
+        When the store, the resource or the table is missing, the file is
+        unreadable, or was written with another schema than the current view.
+    """
+    root = Path(store)
+    manifest = read_manifest(root)
+    entry = manifest["resources"].get(resource_type)
+    if not isinstance(entry, dict) or not entry.get("tables"):
+        stored = ", ".join(sorted(manifest["resources"])) or "nothing"
+        msg = (
+            f"the store at {root} holds no {resource_type} data (it holds: {stored}); "
+            f"run `pmtk sync --out {root} --resource {resource_type}`"
+        )
+        raise StoreError(msg)
+    tables: dict[str, Any] = entry["tables"]
+    name = table or resource_type
+    if name not in tables and f"{_snake(resource_type)}_{name}" in tables:
+        name = f"{_snake(resource_type)}_{name}"
+    if name not in tables:
+        msg = f"{resource_type} has no table {table!r} in {root}; tables: {', '.join(tables)}"
+        raise StoreError(msg)
+    info = tables[name] if isinstance(tables[name], dict) else {}
+    path = root / str(info.get("path"))
+    if not path.is_file():
+        missing = FileProblem(resource_type, name, str(info.get("path")), "missing")
+        raise StoreDamaged(root, [missing])
+    if verify:
+        problem = _check_table(root, resource_type, name, info)
+        if problem is not None:
+            raise StoreDamaged(root, [problem])
+    declared = declared_schemas(resource_type).get(name)
+    # A damaged file can make Polars panic (a BaseException) rather than raise.
+    unreadable = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError)
+    try:
+        frame = pl.scan_parquet(path)
+        stored_schema = frame.collect_schema()
+    except unreadable as exc:
+        msg = (
+            f"{path} is not a readable Parquet file ({exc}); "
+            f"run `{_repair_command(root, resource_type)}`"
+        )
+        raise StoreError(msg) from exc
+    if declared is not None:
+        if list(stored_schema.names()) != list(declared.names()):
+            msg = (
+                f"{path} was written for another version of the {resource_type} view; "
+                f"run `pmtk sync --full --resource {resource_type}`"
+            )
+            raise StoreError(msg)
+        frame = frame.cast(declared)
+    if lazy:
+        return frame
+    try:
+        return frame.collect()
+    except unreadable as exc:
+        msg = (
+            f"{path} is not a readable Parquet file ({exc}); "
+            f"run `{_repair_command(root, resource_type)}`"
+        )
+        raise StoreError(msg) from exc

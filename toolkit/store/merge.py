@@ -1,0 +1,370 @@
+"""Event changes merged into the store (:func:`apply_changes`, :func:`upsert`, :func:`delete`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from toolkit.store.layout import (
+    _DATA_FILE_NAME,
+    _claim,
+    _data_name,
+    _empty_tables,
+    _init_manifest,
+    _instant,
+    _load_manifest_for_write,
+    _locked,
+    _manifest_path,
+    _mkdir,
+    _now_iso,
+    _parent_key,
+    _replace,
+    _sha256,
+    _sink_parquet,
+    _write_json,
+    schema_version,
+)
+from toolkit.store.results import (
+    DEFAULT_STORE,
+    STAGING,
+    STORE_FORMAT,
+    STORE_KIND,
+    ErrorsMode,
+    StoreDamaged,
+    StoreError,
+    StoreWriteError,
+)
+from toolkit.store.syncer import _ResourceSyncer, _verify_entry
+
+LOCK_WAIT = 30.0
+"""Seconds :func:`apply_changes` waits for a sync (or another writer) to release the store."""
+
+
+@contextlib.contextmanager
+def _locked_waiting(root: Path, timeout: float) -> Iterator[None]:
+    """Like :func:`_locked`, but wait up to ``timeout`` s: a change arrives while a sync runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with _locked(root):
+                yield
+            return
+        except StoreError as exc:
+            if isinstance(exc, StoreWriteError) or time.monotonic() >= deadline:
+                raise
+            if "another pmtk sync" not in str(exc):
+                raise
+        time.sleep(0.05)
+
+
+@dataclass(slots=True)
+class ChangeResult:
+    """What :func:`apply_changes` did to one resource of a store.
+
+    Attributes
+    ----------
+    resource
+        The resource type.
+    upserted
+        Ids whose fetched version was written (new or newer than the stored one).
+    stale
+        Ids skipped because the store already holds a newer ``meta.lastUpdated``.
+    deleted
+        Ids removed (those that were stored).
+    written
+        Whether new data files were committed (false when nothing changed).
+    """
+
+    resource: str
+    upserted: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    written: bool = False
+
+
+def _stored_versions(path: Path, ids: Sequence[str]) -> dict[str, str | None]:
+    """``id -> last_updated`` (ISO text or ``None``) of the stored rows among ``ids``."""
+    if not ids:
+        return {}
+    rows = (
+        pl.scan_parquet(path)
+        .filter(pl.col("id").is_in(list(ids)))
+        .select("id", pl.col("last_updated").cast(pl.String))
+        .collect()
+    )
+    return dict(zip(rows["id"].to_list(), rows["last_updated"].to_list(), strict=True))
+
+
+def _newest_per_id(records: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The newest record per id (by ``meta.lastUpdated``; the later one on a tie)."""
+    chosen: dict[str, Mapping[str, Any]] = {}
+    for record in records:
+        rid = record.get("id")
+        if not isinstance(rid, str) or not rid:
+            msg = f"a record to upsert has no id: {str(record)[:120]}"
+            raise ValueError(msg)
+        held = chosen.get(rid)
+        if held is None or not _is_newer(_stamp(held), _stamp(record)):
+            chosen[rid] = record
+    return chosen
+
+
+def _stamp(record: Mapping[str, Any]) -> str | None:
+    meta = record.get("meta")
+    stamp = meta.get("lastUpdated") if isinstance(meta, Mapping) else None
+    return stamp if isinstance(stamp, str) else None
+
+
+def _is_newer(a: str | None, b: str | None) -> bool:
+    """Whether ``a`` is strictly newer than ``b`` (an unknown time is never newer)."""
+    if a is None:
+        return False
+    if b is None:
+        return True
+    try:
+        return _instant(a.replace("Z", "+00:00")) > _instant(b.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+
+
+def _pending_commit(root: Path, resource_type: str) -> None:
+    """Finish a sync's commit that a crash interrupted, before changing the resource."""
+    syncer = _ResourceSyncer(
+        root=root,
+        resource_type=resource_type,
+        client=_NoPages(),
+        full=False,
+        errors="raise",
+        on_page=lambda _event: None,
+    )
+    cp = syncer._resume_point()
+    if cp is not None and cp.phase == "commit":
+        syncer._commit(cp)
+
+
+class _NoPages:
+    """A page source for a syncer that only finishes a commit (it never fetches)."""
+
+    def pages(self, resource_type: str, /, **search: Any) -> Iterator[bytes]:
+        msg = f"finishing a commit of {resource_type} fetches nothing"
+        raise StoreError(msg)
+
+
+def apply_changes(
+    resource_type: str,
+    store: str | os.PathLike[str] = DEFAULT_STORE,
+    *,
+    upserts: Sequence[Mapping[str, Any]] = (),
+    deletes: Sequence[str] = (),
+    event: Mapping[str, Any] | None = None,
+    errors: ErrorsMode = "raise",
+    lock_timeout: float = LOCK_WAIT,
+) -> ChangeResult:
+    """Write single records into a store (or remove them), keeping its invariants.
+
+    This is how a webhook receiver (:mod:`toolkit.webhooks`) keeps a store
+    current without a list walk. The records are flattened with the
+    resource's view, validated, and merged by id into every table (child
+    table rows of a replaced or removed record go with it); the new files are
+    fsynced, named by their sha256 and switched in by replacing the manifest,
+    exactly as a sync commits. The newest ``meta.lastUpdated`` wins: a record
+    older than the stored version is skipped, so duplicate and out-of-order
+    changes are harmless. The high-water mark of the resource is left alone,
+    so the next incremental :func:`sync` still covers anything not announced.
+
+    Parameters
+    ----------
+    resource_type
+        A resource with a view, e.g. ``"Appointment"``.
+    store
+        The store directory (missing, empty or a pmtk store).
+    upserts
+        Whole records as the API serves them (``GET /main/<type>/<id>``).
+    deletes
+        Ids to remove. An id both upserted and deleted here is removed.
+    event
+        A small JSON object describing the last event these changes come from;
+        recorded in the manifest under ``"events"`` (``last_applied``).
+    errors
+        Validation mode for the new rows (:func:`toolkit.schemas.validate`).
+    lock_timeout
+        Seconds to wait while a sync holds the store.
+
+    Returns
+    -------
+    ChangeResult
+
+    Raises
+    ------
+    toolkit.errors.DataValidationError
+        A record fails its schema (with ``errors="raise"``); nothing is written.
+    StoreDamaged
+        The stored files of the resource fail their checksums; repair with
+        ``pmtk sync --full --resource R`` first.
+    StoreError
+        The stored tables were written for another version of the view, or the
+        store stayed locked for ``lock_timeout`` seconds.
+    NotAStore, ManifestDamaged, StoreWriteError
+        As for :func:`sync`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> record = {"resourceType": "Referral", "id": "7",
+    ...           "meta": {"lastUpdated": "2026-01-02T03:04:05Z"}}
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     done = upsert("Referral", [record], out)
+    ...     gone = delete("Referral", ["7"], out)
+    ...     (done.upserted, gone.deleted, load("Referral", out).height)
+    (['7'], ['7'], 0)
+    """
+    from toolkit import schemas, views
+
+    root = Path(store)
+    empty = _empty_tables(resource_type)  # raises ConfigurationError for a type without a view
+    version = schema_version(resource_type)
+    key = _parent_key(resource_type)
+    wanted = _newest_per_id(upserts)
+    removed = {rid for rid in deletes if isinstance(rid, str) and rid}
+    for rid in removed:
+        wanted.pop(rid, None)
+    # Flatten and validate before taking the lock: a bad record changes nothing.
+    page = orjson.dumps(
+        {
+            "resourceType": "Bundle",
+            "type": "searchset",
+            "entry": [{"resource": dict(r)} for r in wanted.values()],
+        }
+    )
+    new_tables = views.flatten_tables(resource_type, [page]) if wanted else empty
+    for table, frame in new_tables.items():
+        schemas.validate(
+            frame, resource_type, table=None if table == resource_type else table, errors=errors
+        )
+    result = ChangeResult(resource=resource_type)
+    _claim(root)
+    with _locked_waiting(root, lock_timeout):
+        _claim(root)
+        _init_manifest(root)
+        _pending_commit(root, resource_type)
+        manifest = _load_manifest_for_write(root)
+        entry = manifest["resources"].get(resource_type)
+        stored: dict[str, Path] = {}
+        if isinstance(entry, dict) and entry.get("tables"):
+            if entry.get("schema_version") != version:
+                msg = (
+                    f"the stored {resource_type} tables were written for another version of "
+                    f"its view; run `pmtk sync --out {root} --full --resource {resource_type}`"
+                )
+                raise StoreError(msg)
+            problems = _verify_entry(root, resource_type, entry)
+            if problems:
+                raise StoreDamaged(root, problems)
+            stored = {t: root / str(entry["tables"][t]["path"]) for t in empty}
+        versions = _stored_versions(stored[resource_type], [*wanted, *removed]) if stored else {}
+        for rid, record in wanted.items():
+            if rid in versions and _is_newer(versions[rid], _stamp(record)):
+                result.stale.append(rid)
+            else:
+                result.upserted.append(rid)
+        result.deleted = sorted(r for r in removed if r in versions)
+        changed = [*result.upserted, *result.deleted]
+        tables_info: dict[str, Any] = dict(entry["tables"]) if stored and entry else {}
+        if changed:
+            keep = pl.DataFrame({"id": result.upserted}, schema={"id": pl.String})
+            staging = root / STAGING / f".changes-{resource_type}"
+            shutil.rmtree(staging, ignore_errors=True)
+            _mkdir(staging, f"staging changes of {resource_type}")
+            try:
+                for table, schema_frame in empty.items():
+                    k = "id" if table == resource_type else key
+                    fresh = new_tables[table].join(keep.rename({"id": k}), on=k, how="semi")
+                    parts = [fresh.lazy().select(schema_frame.columns)]
+                    if stored:
+                        old = pl.scan_parquet(stored[table]).filter(~pl.col(k).is_in(changed))
+                        parts.insert(0, old.select(schema_frame.columns))
+                    target = staging / f"{table}.parquet"
+                    _sink_parquet(
+                        pl.concat(parts).cast(schema_frame.schema),
+                        target,
+                        f"writing the changed {table} table",
+                    )
+                    digest = _sha256(target)
+                    final = root / table / _data_name(digest)
+                    tables_info[table] = {
+                        "path": f"{table}/{_data_name(digest)}",
+                        "rows": pl.scan_parquet(target).select(pl.len()).collect().item(),
+                        "bytes": target.stat().st_size,
+                        "sha256": digest,
+                    }
+                    _mkdir(final.parent, f"committing {table}")
+                    _replace(target, final, f"committing {table}")
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            result.written = True
+        new_entry = dict(entry) if isinstance(entry, dict) else {}
+        if result.written:
+            new_entry.setdefault("status", "ok")
+            new_entry.setdefault("schema_version", version)
+            new_entry.setdefault("high_water_mark", None)  # a later sync fetches in full
+            new_entry["tables"] = tables_info
+            new_entry["changed_at"] = _now_iso()
+        manifest = _load_manifest_for_write(root)
+        manifest["kind"] = STORE_KIND
+        manifest["format"] = STORE_FORMAT
+        if new_entry:
+            manifest["resources"][resource_type] = new_entry
+        if event is not None or result.written:
+            held = manifest.get("events")
+            events: dict[str, Any] = dict(held) if isinstance(held, dict) else {}
+            events["applied"] = int(events.get("applied") or 0) + len(changed)
+            if event is not None:
+                events["last_applied"] = {**dict(event), "applied_at": _now_iso()}
+            manifest["events"] = events
+            _write_json(_manifest_path(root), manifest)
+        if result.written:
+            for table, info in tables_info.items():
+                keep_name = Path(str(info["path"])).name
+                with contextlib.suppress(OSError):
+                    for path in (root / table).iterdir():
+                        if path.name != keep_name and _DATA_FILE_NAME.fullmatch(path.name):
+                            path.unlink()
+    return result
+
+
+def upsert(
+    resource_type: str,
+    records: Sequence[Mapping[str, Any]],
+    store: str | os.PathLike[str] = DEFAULT_STORE,
+    *,
+    event: Mapping[str, Any] | None = None,
+    errors: ErrorsMode = "raise",
+) -> ChangeResult:
+    """Insert or replace whole records in a store; the newest ``meta.lastUpdated`` wins.
+
+    A shorthand for :func:`apply_changes` with ``upserts=records``.
+    """
+    return apply_changes(resource_type, store, upserts=records, event=event, errors=errors)
+
+
+def delete(
+    resource_type: str,
+    ids: Sequence[str],
+    store: str | os.PathLike[str] = DEFAULT_STORE,
+    *,
+    event: Mapping[str, Any] | None = None,
+) -> ChangeResult:
+    """Remove records (and their child-table rows) from a store.
+
+    A shorthand for :func:`apply_changes` with ``deletes=ids``.
+    """
+    return apply_changes(resource_type, store, deletes=ids, event=event)

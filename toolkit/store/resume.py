@@ -1,0 +1,234 @@
+"""Resuming a sync: prefetching pages, the checkpoint, the server's clock and the resumed walk."""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import queue
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from types import TracebackType
+from typing import Any, Literal
+
+import polars as pl
+
+from toolkit.errors import IncompleteResult, PagingLoop
+from toolkit.store.layout import _instant
+from toolkit.store.results import PAGE_SIZE, STORE_FORMAT, Mode
+
+
+class _Prefetch:
+    """Iterate ``pages`` in a worker thread, at most ``depth`` pages ahead.
+
+    Errors (and ``KeyboardInterrupt``) raised while fetching are re-raised in
+    the consuming thread, at the point where the failed page would have come.
+    """
+
+    def __init__(self, pages: Iterator[bytes], depth: int) -> None:
+        self._pages = pages
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pmtk-sync-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: tuple[str, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+            except queue.Full:
+                continue
+            return True
+        return False
+
+    def _run(self) -> None:
+        item: tuple[str, Any] = ("done", None)
+        try:
+            for page in self._pages:
+                if not self._put(("page", page)):
+                    return
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            item = ("error", exc)
+        finally:
+            close = getattr(self._pages, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    close()
+        self._put(item)
+
+    def batches(self, limit: int) -> Iterator[list[bytes]]:
+        """Yield the pages in order, grouped: one page, plus any already fetched (<= limit).
+
+        When writing keeps up with the network every batch is a single page;
+        when it falls behind, the waiting pages are flattened together, which
+        amortises the per-call cost instead of letting the backlog grow.
+        """
+        while True:
+            batch: list[bytes] = []
+            end: tuple[str, Any] | None = None
+            kind, value = self._queue.get()
+            while True:
+                if kind != "page":
+                    end = (kind, value)
+                    break
+                batch.append(value)
+                if len(batch) >= limit:
+                    break
+                try:
+                    kind, value = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                yield batch
+            if end is not None:
+                if end[0] == "error":
+                    raise end[1]
+                return
+
+    def __enter__(self) -> _Prefetch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@dataclass(slots=True)
+class _Checkpoint:
+    """The state file of an unfinished sync of one resource."""
+
+    resource: str
+    schema_version: str
+    mode: Mode
+    since: str | None
+    started_at: str
+    server_time: str | None = None
+    phase: Literal["fetch", "merge", "commit"] = "fetch"
+    page_size: int = PAGE_SIZE
+    pages_done: int = 0
+    parts: int = 0
+    records: int = 0
+    total: int | None = None
+    next_url: str | None = None
+    max_last_updated: str | None = None
+    entry: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": STORE_FORMAT,
+            "resource": self.resource,
+            "schema_version": self.schema_version,
+            "mode": self.mode,
+            "since": self.since,
+            "server_time": self.server_time,
+            "started_at": self.started_at,
+            "phase": self.phase,
+            "page_size": self.page_size,
+            "pages_done": self.pages_done,
+            "parts": self.parts,
+            "records": self.records,
+            "total": self.total,
+            "next_url": self.next_url,
+            "max_last_updated": self.max_last_updated,
+            "entry": self.entry,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> _Checkpoint:
+        if data.get("format") != STORE_FORMAT:
+            msg = "checkpoint of another store format"
+            raise ValueError(msg)
+        return cls(
+            resource=str(data["resource"]),
+            schema_version=str(data["schema_version"]),
+            mode=data["mode"],
+            since=data["since"],
+            server_time=data.get("server_time"),
+            started_at=str(data["started_at"]),
+            phase=data["phase"],
+            page_size=int(data["page_size"]),
+            pages_done=int(data["pages_done"]),
+            parts=int(data["parts"]),
+            records=int(data["records"]),
+            total=data["total"],
+            next_url=data["next_url"],
+            max_last_updated=data["max_last_updated"],
+            entry=data["entry"],
+        )
+
+
+def _server_time(date_header: str | None) -> str | None:
+    """The server's clock from an HTTP ``Date`` header, as ISO 8601 UTC (or ``None``)."""
+    if not date_header:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(date_header)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _since_after(mark: str | None, server_time: str | None) -> str | None:
+    """The ``_lastUpdated`` bound of the next incremental sync.
+
+    ``mark`` is the greatest ``lastUpdated`` stored and ``server_time`` the
+    server's clock when the walk began (``Date`` of its first response).
+
+    * ``mark < server_time``: the mark's clock tick had ended before anything
+      was read, so any later write carries a greater ``lastUpdated`` and
+      ``gt<mark>`` misses nothing (and re-reads nothing).
+    * ``mark >= server_time``: records changed while the walk ran. ``ge`` the
+      walk's start re-reads them (merged by id), and catches a record changed
+      behind the walk or later in the mark's tick.
+    * server time unknown: ``ge<mark>``, safe but it re-reads the records at the mark.
+    """
+    if mark is None:
+        return None
+    if server_time is None:
+        return f"ge{mark}"
+    if _instant(mark) < _instant(server_time):
+        return f"gt{mark}"
+    return f"ge{server_time}"
+
+
+def _next_since(entry: Mapping[str, Any]) -> str | None:
+    since = entry.get("next_since")
+    if isinstance(since, str) and since[:2] in ("gt", "ge"):
+        return since
+    mark = entry.get("high_water_mark")
+    return f"ge{mark}" if isinstance(mark, str) else None
+
+
+def _requests_sent(client: Any) -> int | None:
+    sent = getattr(client, "requests_sent", None)
+    return sent if isinstance(sent, int) else None
+
+
+def _resumed_walk_complete(
+    cp: _Checkpoint, first_page: int, requested: int, exc: IncompleteResult
+) -> bool:
+    """Whether a walk that started at ``first_page`` really read everything.
+
+    A client compares the records of *its* walk with ``Bundle.total``; a resumed
+    walk skipped the full pages before ``first_page``, which the checkpoint has.
+    """
+    if first_page <= 1 or requested == 0 or isinstance(exc, PagingLoop):
+        return False
+    if cp.next_url is not None or exc.expected is None:
+        return False
+    return exc.received + (first_page - 1) * cp.page_size >= exc.expected
+
+
+def _row_hashes(df: pl.DataFrame) -> list[int]:
+    if df.height == 0:
+        return []
+    hashes = df.select(pl.struct(pl.all()).hash(seed=0).alias("h"))["h"]
+    return sorted(hashes.to_list())
