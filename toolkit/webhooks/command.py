@@ -1,0 +1,200 @@
+"""``pmtk listen``: the receiver served with uvicorn, and its command line."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from toolkit._options import BaseUrl, ClientId, ClientSecret
+from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES
+from toolkit.webhooks.listener import Listener, _make_app
+from toolkit.webhooks.queue import AuthHeader
+
+
+@contextlib.contextmanager
+def listen(
+    store: str | os.PathLike[str] = "pmtk-store",
+    *,
+    client: Any = None,
+    port: int = 0,
+    auth_header: AuthHeader | str | None = None,
+    catch_up: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    errors: Literal["raise", "warn"] = "raise",
+    log_level: str = "warning",
+) -> Iterator[Listener]:
+    """Receive webhooks on 127.0.0.1 and keep the store at ``store`` current.
+
+    Parameters
+    ----------
+    store
+        The store directory (missing, empty or a pmtk store). The event queue
+        lives in its ``.webhooks/`` folder.
+    client
+        A :class:`toolkit.Client` used for the catch-up sync and one GET per
+        changed record; ``None`` uses :func:`toolkit.connect`.
+    port
+        Port on 127.0.0.1 (``0`` picks a free one; see ``listener.port``).
+    auth_header
+        The authentication header every webhook must carry, as an
+        :class:`AuthHeader` or ``"NAME:VALUE"``; ``None`` accepts any caller.
+    catch_up
+        Run an incremental sync of the announced resources first (events that
+        arrive meanwhile are queued and applied after it).
+    max_body_bytes
+        Larger bodies are refused with 413.
+    errors
+        ``"raise"``: a record that fails its schema is set aside in
+        ``.webhooks/failed/`` (the others are applied); ``"warn"``: it is stored
+        anyway and a :class:`toolkit.schemas.PmtkDataWarning` is emitted.
+
+    Yields
+    ------
+    Listener
+        ``listener.url`` to configure in the sender, ``listener.stats``.
+
+    Raises
+    ------
+    toolkit.store.NotAStore
+        ``store`` is not empty and not a pmtk store (nothing written).
+    """
+    import uvicorn
+
+    from toolkit.errors import ConfigurationError
+    from toolkit.store import _claim, _init_manifest, _locked
+
+    root = Path(store)
+    _claim(root)
+    with _locked(root):
+        _claim(root)
+        _init_manifest(root)
+    header = AuthHeader.parse(auth_header) if isinstance(auth_header, str) else auth_header
+    owned = None
+    if client is None:
+        import toolkit
+
+        owned = client = toolkit.connect()
+    listener = Listener(
+        root,
+        client,
+        auth_header=header,
+        max_body_bytes=max_body_bytes,
+        catch_up=catch_up,
+        errors=errors,
+    )
+    config = uvicorn.Config(
+        _make_app(listener),
+        host="127.0.0.1",
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="pmtk-listen", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    try:
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                msg = f"the webhook receiver could not start on 127.0.0.1:{port}"
+                raise ConfigurationError(msg)
+            time.sleep(0.005)
+        bound = port
+        for srv in server.servers:
+            for sock in srv.sockets:
+                bound = sock.getsockname()[1]
+        listener.port = bound
+        listener.url = f"http://127.0.0.1:{bound}/webhook"
+        listener.start_worker()
+        yield listener
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        listener.stop_worker()
+        if owned is not None:
+            owned.close()
+
+
+def listen_command(
+    store: Annotated[
+        Path, typer.Option("--store", "-s", help="Store directory to keep current.")
+    ] = Path("pmtk-store"),
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")] = 8090,
+    auth_header: Annotated[
+        str | None,
+        typer.Option(
+            "--auth-header",
+            envvar="PM_WEBHOOK_AUTH_HEADER",
+            help="NAME:VALUE every webhook must carry (prefer the environment variable).",
+            show_default=False,
+        ),
+    ] = None,
+    catch_up: Annotated[
+        bool, typer.Option("--catch-up/--no-catch-up", help="Run an incremental sync first.")
+    ] = True,
+    base_url: BaseUrl = None,
+    client_id: ClientId = None,
+    client_secret: ClientSecret = None,
+    max_body_bytes: Annotated[
+        int, typer.Option(help="Largest webhook body accepted (413 beyond).")
+    ] = DEFAULT_MAX_BODY_BYTES,
+) -> None:
+    """Receive webhooks on 127.0.0.1 and keep a Parquet store current until Ctrl-C."""
+    from toolkit.errors import ConfigurationError, PmtkError
+
+    logging.basicConfig(level=logging.INFO, format="pmtk listen: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per GET is noise
+    try:
+        header = AuthHeader.parse(auth_header) if auth_header else None
+        import toolkit
+
+        kwargs = {
+            k: v
+            for k, v in (
+                ("base_url", base_url),
+                ("client_id", client_id),
+                ("client_secret", client_secret),
+            )
+            if v
+        }
+        with (
+            toolkit.connect(**kwargs) as client,
+            listen(
+                store,
+                client=client,
+                port=port,
+                auth_header=header,
+                catch_up=catch_up,
+                max_body_bytes=max_body_bytes,
+            ) as listener,
+        ):
+            typer.echo(f"webhook URL: {listener.url}")
+            typer.echo(f"store:       {store}")
+            typer.echo(
+                "auth header: "
+                + (f"{header.name} (value hidden)" if header else "none (any caller accepted)")
+            )
+            typer.echo("listening until Ctrl-C", err=True)
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                typer.echo("stopping", err=True)
+    except ConfigurationError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except PmtkError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
