@@ -1,0 +1,146 @@
+"""The exact check: msgspec types that accept exactly what the fast read keeps."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+import polars as pl
+from polars.datatypes import DataTypeClass
+
+from toolkit.views.declare import View
+from toolkit.views.expressions import _steps
+
+_ENVELOPE = pl.Struct(
+    {
+        "resourceType": pl.String(),
+        "issue": pl.List(
+            pl.Struct(
+                {
+                    "severity": pl.String(),
+                    "code": pl.String(),
+                    "diagnostics": pl.String(),
+                    "details": pl.Struct({"text": pl.String()}),
+                }
+            )
+        ),
+    }
+)
+
+
+_AnyDtype = pl.DataType | DataTypeClass
+"""A dtype as a Struct's fields or a List's inner give it: an instance, or a class."""
+
+
+_MSGSPEC_LEAVES: dict[Any, Any] = {
+    pl.String: str,
+    pl.Int64: int,
+    pl.Float64: float,
+    pl.Boolean: bool,
+}
+
+
+def _msgspec_type(dtype: _AnyDtype, name: str) -> Any:
+    """The msgspec type that accepts exactly what Polars reads as ``dtype``, exactly."""
+    if isinstance(dtype, pl.Struct):
+        fields = [
+            (
+                f"f{i}",
+                _msgspec_type(f.dtype, f"{name}_{i}") | None,
+                msgspec.field(default=None, name=f.name),
+            )
+            for i, f in enumerate(dtype.fields)
+        ]
+        return msgspec.defstruct(name, fields, forbid_unknown_fields=True, gc=False)
+    if isinstance(dtype, pl.List):
+        return list[_msgspec_type(dtype.inner, name) | None]  # type: ignore[misc]
+    return _MSGSPEC_LEAVES[dtype if isinstance(dtype, type) else type(dtype)]
+
+
+def _strict_decoder(
+    resource_dtype: pl.Struct,
+    unread: frozenset[str] = frozenset(),
+    unread_arrays: frozenset[str] = frozenset(),
+) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
+    """Decoders that fail on a page (and on one entry) holding anything the fast read would lose.
+
+    Each resource is decoded into msgspec ``Struct`` types mirroring the read
+    schema, every level forbidding unknown keys, every leaf typed as Polars
+    reads it (``str``, ``int``, ``float``, ``bool``; null everywhere). So it
+    fails exactly when some resource has a key the view does not know, at any
+    depth, or a value of another JSON type than the schema's (which Polars
+    would refuse, or silently coerce: a number read into a String column, 1.5
+    truncated into an Int64 one). Everything outside ``entry[].resource`` is
+    skipped, and so are the values of the known top-level fields in ``unread``
+    (one table's read does not use them; those in ``unread_arrays`` must still
+    be arrays, whose elements are skipped). Such a page, or one not shaped as a
+    Bundle, goes to :func:`_repair`, which runs the second decoder, the same
+    check of one entry, to find the entries that need it.
+    """
+    fields = [
+        (
+            f"f{i}",
+            _msgspec_type(f.dtype, f"Resource_{i}") | None,
+            msgspec.field(default=None, name=f.name),
+        )
+        for i, f in enumerate(resource_dtype.fields)
+    ]
+    fields += [
+        (
+            f"u{i}",
+            list[msgspec.Raw] | None if name in unread_arrays else msgspec.Raw,
+            msgspec.field(default=None, name=name),
+        )
+        for i, name in enumerate(sorted(unread))
+    ]
+    res = msgspec.defstruct("Resource", fields, forbid_unknown_fields=True, gc=False)
+    entry = msgspec.defstruct("Entry", [("resource", res | None, None)], gc=False)
+    page = msgspec.defstruct("Page", [("entry", list[entry] | None, None)], gc=False)  # type: ignore[valid-type]
+    return msgspec.json.Decoder(page), msgspec.json.Decoder(entry)
+
+
+def _column_key(path: str, prefix: str = "") -> str:
+    """A column's path as field names, extension elements named by their url.
+
+    ``modifierExtension.where(url='appointment-participant-status').coded()``
+    → ``modifierExtension:appointment-participant-status``: the form
+    :func:`_repair` gives the path of a value it could not read.
+    """
+    parts = prefix.split(".") if prefix else []
+    for m in _steps(path):
+        if m.group("url") is not None:
+            parts[-1] = f"{parts[-1]}:{m.group('url')}"
+        elif m.group("key") not in (None, "$this"):
+            parts.append(m.group("key"))
+    return ".".join(parts)
+
+
+def _column_keys(views: tuple[View, ...]) -> tuple[tuple[str, str | None, str, str], ...]:
+    """``(table, for_each, column, key)`` of every column that reads the resource."""
+    out = []
+    for v in views:
+        if v.for_each is not None and not re.fullmatch(r"[A-Za-z_][\w-]*", v.for_each):
+            continue  # pragma: no cover - every child table repeats a top-level field
+        for c in v.columns:
+            if c.role in ("extra", "invalid", "key", "index"):
+                continue
+            out.append((v.name, v.for_each, c.name, _column_key(c.path, v.for_each or "")))
+    return tuple(out)
+
+
+def _top_fields(view_: View) -> frozenset[str]:
+    """The top-level resource fields that ``view_`` reads (besides ``resourceType`` and ``id``)."""
+    if view_.for_each is not None:
+        paths = [view_.for_each]
+    else:
+        paths = [
+            c.path for c in view_.columns if c.role not in ("extra", "invalid", "key", "index")
+        ]
+    fields = set()
+    for path in paths:
+        for m in _steps(path):
+            if m.group("key") not in (None, "$this"):
+                fields.add(m.group("key"))
+                break
+    return frozenset(fields)

@@ -1,0 +1,226 @@
+"""Projection of the read entries into typed tables, with each row's extra and invalid values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import polars as pl
+
+from toolkit.errors import DataValidationError
+from toolkit.views.declare import DATETIME, View, _resource_views, view
+from toolkit.views.expressions import _compile, _complete_datetimes, _typed
+from toolkit.views.reader import _compiled, _compiled_table, _read_entries
+
+
+def _check_parsed(df: pl.DataFrame, raw: pl.DataFrame, view: View, id_col: str) -> None:
+    """Raise when a date or date-time string did not parse (never silently null)."""
+    checks = [
+        c.name
+        for c in view.columns
+        if c.dtype in (pl.Date, DATETIME)
+        and df.get_column(c.name).null_count() != raw.get_column(c.name).null_count()
+    ]
+    if not checks:
+        return
+    cases = pl.concat(
+        [
+            pl.DataFrame(
+                {
+                    "column": c,
+                    "failure_case": raw.get_column(c),
+                    "id": df.get_column(id_col),
+                    "parsed": df.get_column(c).is_null(),
+                }
+            )
+            .filter(pl.col("parsed") & pl.col("failure_case").is_not_null())
+            .drop("parsed")
+            for c in checks
+        ]
+    )
+    shown = ", ".join(f"{r['column']}={r['failure_case']!r}" for r in cases.head(5).to_dicts())
+    msg = f"{view.name}: {cases.height} date/date-time value(s) could not be parsed: {shown}"
+    raise DataValidationError(msg, cases)
+
+
+def _row_owner(view: View) -> Any:
+    """A test of whether a path (``participant[1].period``) belongs to a row of ``view``.
+
+    A child table's row owns the paths below its element (``<for_each>[<index>]``);
+    the main table owns every other path.
+    """
+    children = tuple(v.for_each for v in _resource_views(view.resource) if v.for_each)
+
+    def owns(path: str, index: int | None) -> bool:
+        if view.for_each is None:
+            return not any(path.startswith(f"{c}[") for c in children if c)
+        head = f"{view.for_each}[{index}]"
+        return path == head or path.startswith((f"{head}.", f"{head}["))
+
+    return owns
+
+
+def _per_row(view: View, frame: pl.DataFrame) -> list[pl.Series]:
+    """The ``extra`` and ``invalid`` columns of ``view``: what belongs to each row.
+
+    ``frame`` has the record's unknown keys (``extra``, a JSON object by path)
+    and odd values (``invalid``, from :func:`_repair`) and, for a child table,
+    the element's position in ``index``. Python runs only over the rows that
+    have either.
+    """
+    owns = _row_owner(view)
+    positions = frame.get_column("index").to_list() if view.for_each else None
+    out: list[pl.Series] = []
+    for name in ("extra", "invalid"):
+        column = frame.get_column(name)
+        if column.null_count() == frame.height:
+            continue
+        values: list[str | None] = []
+        for row, text in enumerate(column.to_list()):
+            at = positions[row] if positions is not None else None
+            mine: Any = None
+            if text is not None and name == "extra":
+                mine = {k: v for k, v in orjson.loads(text).items() if owns(k, at)}
+            elif text is not None:
+                mine = [
+                    {"path": p["path"], "column": p["column"], "value": p["value"]}
+                    for p in orjson.loads(text)
+                    if p["table"] == view.name and p["index"] == at
+                ]
+            values.append(orjson.dumps(mine).decode() if mine else None)
+        out.append(pl.Series(name, values, dtype=pl.String))
+    return out
+
+
+def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
+    passed = ("extra", "invalid")
+    if view.for_each is None:
+        base = pl.col("resource")
+        frame = entries
+        raw_exprs = [
+            (pl.col(c.name) if c.name in passed else _compile(c.path, base)).alias(c.name)
+            for c in view.columns
+        ]
+        id_col = "id"
+    else:
+        items = _compile(view.for_each, pl.col("resource"))
+        key = view.key
+        assert key is not None
+        frame = (
+            entries.select(
+                pl.col("resource").struct.field("id").alias(key),
+                items.alias("_item"),
+                "extra",
+                "invalid",
+            )
+            .filter(pl.col("_item").list.len() > 0)
+            .with_columns(index=pl.int_ranges(pl.col("_item").list.len(), dtype=pl.Int64))
+            .explode("_item", "index")
+        )
+        base = pl.col("_item")
+        raw_exprs = [
+            pl.col(c.name)
+            if c.name in (key, "index", "extra", "invalid")
+            else _compile(c.path, base).alias(c.name)
+            for c in view.columns
+        ]
+        id_col = key
+    raw = frame.select(raw_exprs)
+    if any(raw.get_column(n).null_count() != raw.height for n in ("extra", "invalid")):
+        raw = raw.with_columns(_per_row(view, raw))
+    typed = raw.select(
+        _typed(pl.col(c.name), c.dtype).cast(c.dtype).alias(c.name) for c in view.columns
+    )
+    if any(c.dtype in (pl.Date, DATETIME) for c in view.columns):
+        typed = _complete_datetimes(typed, raw, view)
+        _check_parsed(typed, raw, view, id_col)
+    return typed
+
+
+def flatten_tables(resource_type: str, pages: Any) -> dict[str, pl.DataFrame]:
+    """Flatten Bundle pages into the main table and every child table.
+
+    Each page is read once by Polars' JSON reader with the explicit schema of
+    :func:`read_schema` (consecutive pages in batches of about 512 KiB, joined
+    into one JSON array; a batch that does not read as one Bundle per page is
+    read page by page); columns are then projected with Polars expressions.
+    Top-level keys outside the view are found exactly by a msgspec decode of
+    each page that skips every value; only pages that have one are parsed a
+    second time (with orjson) to build the exact ``extra`` JSON of each record.
+    Unknown keys inside a known object are not kept.
+
+    Parameters
+    ----------
+    resource_type
+        A listed resource type, for example ``"Appointment"``.
+    pages
+        An iterable of Bundle JSON pages (bytes, str or dict), or a single page.
+
+    Returns
+    -------
+    dict of str to polars.DataFrame
+        The main table under the resource name, child tables under
+        ``<resource>_<child>`` (see :data:`VIEWS`), each with every declared
+        column in its declared dtype.
+
+    Raises
+    ------
+    ConfigurationError
+        ``resource_type`` has no view.
+    DataValidationError
+        A page is an OperationOutcome or not a Bundle, cannot be read with the
+        declared types, or holds a date or date-time that does not parse.
+
+    Examples
+    --------
+    >>> page = {"resourceType": "Bundle", "entry": [{"resource": {
+    ...     "resourceType": "Referral", "id": "7",
+    ...     "performer": {"reference": "/main/Practitioner/PR-12", "type": "Practitioner"}}}]}
+    >>> flatten_tables("Referral", [page])["Referral"].get_column("performer_id").to_list()
+    ['PR-12']
+    """
+    comp = _compiled(resource_type)
+    entries = _read_entries(comp, pages)
+    return {v.name: _project(v, entries) for v in comp.views}
+
+
+def flatten(resource_type: str, pages: Any, *, table: str | None = None) -> pl.DataFrame:
+    """Flatten Bundle pages into one table of ``resource_type`` (the main table by default).
+
+    Parameters
+    ----------
+    resource_type
+        A listed resource type, for example ``"Appointment"``.
+    pages
+        An iterable of Bundle JSON pages (bytes, str or dict), or a single page.
+    table
+        A table name from :func:`table_names`, for example
+        ``"appointment_participant"``; ``None`` for the main table.
+
+    Returns
+    -------
+    polars.DataFrame
+        Every declared column of the view, in its declared dtype.
+
+    Raises
+    ------
+    ConfigurationError
+        Unknown resource type or table.
+    DataValidationError
+        As for :func:`flatten_tables`.
+
+    Notes
+    -----
+    Only the top-level fields the table uses are read (the main Appointment table
+    reads no ``participant``), which is faster than :func:`flatten_tables`; a value
+    of the wrong JSON type in a field the table does not use therefore stops only
+    the tables that use it. Unknown keys are checked against every field.
+
+    Examples
+    --------
+    >>> flatten("Appointment", []).schema["start"]
+    Datetime(time_unit='us', time_zone='UTC')
+    """
+    view_ = view(resource_type, table)
+    entries = _read_entries(_compiled_table(resource_type, view_.name), pages)
+    return _project(view_, entries)

@@ -1,0 +1,479 @@
+"""The tuned reader: batches of pages on persistent threads, checked, repaired, read by Polars."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import secrets
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import msgspec
+import orjson
+import polars as pl
+
+from toolkit import catalogue
+from toolkit.errors import DataValidationError
+from toolkit.views.check import _ENVELOPE, _column_keys, _strict_decoder, _top_fields
+from toolkit.views.conform import (
+    _SKELETON,
+    _as_bytes,
+    _Conformer,
+    _Fix,
+    _iter_pages,
+    _outcome_text,
+    _Problem,
+)
+from toolkit.views.declare import View, _level_read_dtype, _reader_fields, _resource_views
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    resource: str
+    resource_dtype: pl.Struct  # entry[].resource as read: every field, or one table's
+    unread: frozenset[str]  # known top-level fields this read skips (one table's read)
+    unread_arrays: frozenset[str]  # those of them that are arrays (still checked to be one)
+    strict: msgspec.json.Decoder[Any]  # see _strict_decoder
+    strict_entry: msgspec.json.Decoder[Any]  # the same check of one entry (see _repair)
+    views: tuple[View, ...]
+    columns: tuple[tuple[str, str | None, str, str], ...]  # see _column_keys
+
+    @property
+    def bundle_schema(self) -> dict[str, Any]:
+        """The schema a page is read with (see :func:`read_schema`)."""
+        entry = pl.List(pl.Struct({"resource": self.resource_dtype}))
+        return {**_ENVELOPE.to_schema(), "entry": entry}
+
+    @property
+    def batch_schema(self) -> dict[str, Any]:
+        """:attr:`bundle_schema` plus the batch sentinel (see :func:`_read_batch`)."""
+        return {**self.bundle_schema, _SENTINEL: pl.String()}
+
+
+@cache
+def _compiled(resource_type: str) -> _Compiled:
+    views = _resource_views(resource_type)
+    res = catalogue.RESOURCES[resource_type]
+    fields = tuple(f for f in _reader_fields(res) if not f.write_only)
+    resource_struct = _level_read_dtype(fields)
+    resource_dtype = pl.Struct({"resourceType": pl.String(), **resource_struct.to_schema()})
+    strict, strict_entry = _strict_decoder(resource_dtype)
+    return _Compiled(
+        resource=resource_type,
+        resource_dtype=resource_dtype,
+        unread=frozenset(),
+        unread_arrays=frozenset(),
+        strict=strict,
+        strict_entry=strict_entry,
+        views=views,
+        columns=_column_keys(views),
+    )
+
+
+@cache
+def _compiled_table(resource_type: str, table: str) -> _Compiled:
+    """:func:`_compiled` for one table: the read schema keeps only the fields it uses.
+
+    Reading a field costs Polars' JSON reader time even when no column needs it
+    (Appointment's main table reads 20 % faster without ``participant``), so
+    :func:`flatten` of one table reads just that table's top-level fields. The
+    exact check types only those fields (the others are skipped as raw JSON) and
+    still knows every key: each table reports the odd values and unknown keys of
+    what it reads.
+    """
+    full = _compiled(resource_type)
+    (view_,) = [v for v in full.views if v.name == table]
+    wanted = _top_fields(view_) | {"resourceType", "id"}
+    slim = pl.Struct([f for f in full.resource_dtype.fields if f.name in wanted])
+    unread = frozenset(f.name for f in full.resource_dtype.fields if f.name not in wanted)
+    arrays = frozenset(
+        f.name
+        for f in full.resource_dtype.fields
+        if f.name in unread and isinstance(f.dtype, pl.List)
+    )
+    strict, strict_entry = _strict_decoder(slim, unread, arrays)
+    return dataclasses.replace(
+        full,
+        resource_dtype=slim,
+        unread=unread,
+        unread_arrays=arrays,
+        strict=strict,
+        strict_entry=strict_entry,
+        views=(view_,),
+    )
+
+
+def read_schema(resource_type: str) -> pl.Schema:
+    """The explicit schema Polars reads a Bundle page of ``resource_type`` with.
+
+    Parameters
+    ----------
+    resource_type
+        A listed resource type.
+
+    Returns
+    -------
+    polars.Schema
+        ``resourceType``, ``issue`` (to report an OperationOutcome) and
+        ``entry: list[struct{resource: struct{...}}]``, derived from the catalogue.
+    """
+    return pl.Schema(_compiled(resource_type).bundle_schema)
+
+
+def _locate(comp: _Compiled, path: str, key: str) -> tuple[str, int | None, str | None]:
+    """``(table, index, column)`` of a value at ``path`` (field ``key``); index in child tables."""
+    first = re.match(r"([^.\[]+)(?:\[(\d+)\])?", path)
+    head, index = (first.group(1), first.group(2)) if first else (path, None)
+    table = comp.resource  # the main table is named after the resource
+    at: int | None = None
+    for name, for_each, _column, _key in comp.columns:
+        if for_each == head and index is not None:
+            table, at = name, int(index)
+            break
+    for name, _for_each, column, col_key in comp.columns:
+        if name != table:
+            continue
+        if (
+            col_key == key
+            or col_key.startswith((f"{key}.", f"{key}:"))
+            or key.startswith((f"{col_key}.", f"{col_key}:"))
+        ):
+            return table, at, column
+    return table, at, None
+
+
+def _repair(comp: _Compiled, raw: bytes) -> tuple[bytes, _Fix] | None:
+    """One page brought to the read schema, and what that took, per entry.
+
+    Only the entries that fail the exact check (``comp.strict_entry``) are
+    parsed and rebuilt; the others are copied as sent, so a page with one odd
+    record costs about one record's repair, not a page's. Alternative forms
+    become the canonical one, values of a wrong JSON type become null
+    (recorded with their path, table, column and raw value), keys the schema
+    does not know, at any depth, go to ``extra`` by path, and entries of other
+    resource types are reduced to their ``resourceType`` (the reader skips
+    them). ``None`` when the page is not a JSON Bundle object: the reader then
+    refuses it with the reason.
+    """
+    try:
+        page = _SKELETON.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # malformed, not UTF-8, or not a Bundle
+        return None
+    if page.resourceType != "Bundle":
+        return None
+    parts: list[bytes] = []
+    fix = _Fix([], [])
+    for entry_raw in page.entry or ():
+        try:
+            comp.strict_entry.decode(entry_raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            pass
+        else:
+            parts.append(bytes(entry_raw))
+            fix.extra.append(None)
+            fix.invalid.append(None)
+            continue
+        try:
+            entry = orjson.loads(bytes(entry_raw))
+        except ValueError:  # pragma: no cover - the skeleton decode checked the JSON
+            return None
+        repaired = _repair_entry(comp, entry)
+        if repaired is None:
+            return None
+        parts.append(repaired[0])
+        fix.extra.append(repaired[1])
+        fix.invalid.append(repaired[2])
+    return b'{"resourceType":"Bundle","entry":[' + b",".join(parts) + b"]}", fix
+
+
+def _repair_entry(comp: _Compiled, entry: Any) -> tuple[bytes, str | None, str | None] | None:
+    """One entry as the reader can read it, with its ``extra`` and ``invalid`` JSON texts."""
+    res = entry.get("resource") if isinstance(entry, dict) else None
+    if not isinstance(res, dict) or res.get("resourceType", comp.resource) != comp.resource:
+        kind = res.get("resourceType") if isinstance(res, dict) else None
+        reduced = {"resource": {"resourceType": kind} if isinstance(kind, str) else None}
+        return orjson.dumps(reduced), None, None
+    conformer = _Conformer(comp.resource, comp.unread, comp.unread_arrays)
+    fixed = conformer.struct(res, comp.resource_dtype, "", "")
+    extra = orjson.dumps(conformer.extra).decode() if conformer.extra else None
+    problems: list[_Problem] = []
+    for path, key, value in conformer.problems:
+        table, index, column = _locate(comp, path, key)
+        problems.append(
+            {"path": path, "table": table, "index": index, "column": column, "value": value}
+        )
+    invalid = orjson.dumps(problems).decode() if problems else None
+    try:
+        return orjson.dumps({"resource": fixed}), extra, invalid
+    except orjson.JSONEncodeError:
+        return None
+
+
+def _prepare(comp: _Compiled, batch: list[bytes]) -> tuple[list[bytes], list[_Fix | None]]:
+    """Check each page exactly (:func:`_strict_decoder`); repair the pages that fail.
+
+    Called on the reader threads, one batch at a time, before the batch is read.
+    """
+    pages: list[bytes] = []
+    fixes: list[_Fix | None] = []
+    for raw in batch:
+        try:
+            comp.strict.decode(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            repaired = _repair(comp, raw)
+            if repaired is not None:
+                pages.append(repaired[0])
+                fixes.append(repaired[1])
+                continue
+        pages.append(raw)
+        fixes.append(None)
+    return pages, fixes
+
+
+_WORKERS = max(2, min(8, os.cpu_count() or 2))
+
+
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The module's persistent reader threads (created on first use, then reused).
+
+    A pool per call cost more than the reads of a single page, which is how
+    :mod:`toolkit.store` calls the flattener. A forked child process has none
+    of its parent's threads, so it gets a pool of its own.
+    """
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="pmtk-read")
+            _pool = (os.getpid(), pool)
+        return _pool[1]
+
+
+def _read_error(comp: _Compiled, index: int, exc: Exception) -> DataValidationError:
+    text = str(exc).strip()
+    detail = text.splitlines()[0][:300] if text else type(exc).__name__
+    msg = (
+        f"page {index} is not a Bundle of {comp.resource} that the view can read "
+        f"(a value has the wrong JSON type, or the JSON is malformed): {detail}"
+    )
+    return DataValidationError(msg, None)
+
+
+def _kind_error(raw: bytes, kind: str | None, index: int) -> DataValidationError:
+    if kind == "OperationOutcome":
+        try:
+            row = pl.read_json(raw, schema=_ENVELOPE.to_schema()).row(0, named=True)
+        except (pl.exceptions.PolarsError, OSError, ValueError):  # pragma: no cover
+            row = {}  # it was read with the wider Bundle schema already
+        detail = _outcome_text(row)
+        msg = f"page {index} is an OperationOutcome (an error answer), not a Bundle: {detail}"
+    else:
+        msg = f"page {index} is not a Bundle (resourceType {kind!r})"
+    return DataValidationError(msg, None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """What one reader thread made of consecutive pages."""
+
+    kinds: pl.Series  # each page's resourceType
+    counts: pl.Series  # each page's number of entries
+    resources: pl.Series  # the entry resources of every page, in order
+    fixes: list[_Fix | None]  # each page: what its repair found (None: read as sent)
+    failure: tuple[int, Exception] | None  # (page index, error) of the page it stopped at
+
+
+_BATCH_BYTES = 512 * 1024
+"""Pages are read by Polars in batches of about this many bytes (a JSON array of
+the pages): one call per page spent a fixed ~70 µs setting up the nested schema,
+and much larger documents read slower than this size (the parser's working set
+outgrows the CPU cache)."""
+
+
+def _batches(raws: list[bytes], start: int) -> Iterator[tuple[int, list[bytes]]]:
+    """Consecutive pages grouped into batches of at most :data:`_BATCH_BYTES`."""
+    batch: list[bytes] = []
+    size = 0
+    first = start
+    for i, raw in enumerate(raws, start):
+        if batch and size + len(raw) > _BATCH_BYTES:
+            yield first, batch
+            batch, size, first = [], 0, i
+        batch.append(raw)
+        size += len(raw)
+    if batch:
+        yield first, batch
+
+
+_SENTINEL = "_pmtk_batch_sentinel"
+
+
+_NONCE = secrets.token_hex(8)
+"""Random per process, so that no page can contain a sentinel's value."""
+
+
+def _read_batch(comp: _Compiled, batch: list[bytes]) -> pl.DataFrame | None:
+    """Read several pages in one call; ``None`` when they must be read page by page.
+
+    The pages are joined into one JSON array with a sentinel object between
+    each two (``{"entry": [], "_pmtk_batch_sentinel": "<nonce>-<i>"}``, the
+    nonce random per process; an empty rather than a null ``entry`` keeps the
+    explode of the entries a copy-free one). The read is kept only when the
+    rows alternate page, sentinel, page, ... with every sentinel in its place:
+    no page text can hold a sentinel's value, so each page then is exactly one
+    JSON value, which is what reading it alone requires. A page that is
+    malformed, an array, two values, or half of a value completed by its
+    neighbour fails that test or the read, and the caller reads the batch page
+    by page, which names the page.
+
+    Returns
+    -------
+    polars.DataFrame or None
+        One row per page and one per sentinel (odd rows), read with
+        ``comp.batch_schema``. Only ``Series`` methods that do not go through
+        Polars' query engine are used here: this runs once per batch on the
+        reader threads, and a query per batch cost more than the batching saved.
+    """
+    if len(batch) < 2:
+        return None
+    parts = [b"[", batch[0]]
+    expected: list[str | None] = [None]
+    for i, page in enumerate(batch[1:]):
+        sentinel = f"{_NONCE}-{i}"
+        parts += [b',{"entry":[],"', _SENTINEL.encode(), b'":"', sentinel.encode(), b'"},', page]
+        expected += [sentinel, None]
+    parts.append(b"]")
+    try:
+        df = pl.read_json(b"".join(parts), schema=comp.batch_schema)
+    except (pl.exceptions.PolarsError, OSError, ValueError):
+        return None
+    if df.height != len(expected) or df.get_column(_SENTINEL).to_list() != expected:
+        return None
+    return df
+
+
+def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
+    """Read consecutive pages; stop at the first that cannot be read as one Bundle object.
+
+    Each batch is first checked exactly, and the pages that fail the check are
+    repaired (:func:`_prepare`). The block's entries are gathered and exploded
+    here, on the reader thread, so that the caller only joins a few long Series.
+    """
+    schema = comp.bundle_schema
+    kinds: list[pl.Series] = [pl.Series("resourceType", [], dtype=pl.String)]
+    lists: list[pl.Series] = [pl.Series("entry", [], dtype=schema["entry"])]
+    is_page: list[bool] = []  # False for the rows of batch sentinels
+    fixes: list[_Fix | None] = []
+    failure: tuple[int, Exception] | None = None
+    for first, sent in _batches(raws, start):
+        batch, batch_fixes = _prepare(comp, sent)
+        together = _read_batch(comp, batch)
+        if together is not None:
+            kinds.append(together.get_column("resourceType"))
+            lists.append(together.get_column("entry"))
+            is_page += [True, False] * (len(batch) - 1) + [True]
+            fixes += batch_fixes
+            continue
+        for i, (raw, fix) in enumerate(zip(batch, batch_fixes, strict=True), first):
+            try:
+                df = pl.read_json(raw, schema=schema)
+            except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
+                failure = (i, exc)
+                break
+            if df.height != 1:  # a JSON array, not one Bundle object
+                failure = (i, ValueError(f"a JSON array of {df.height} values, not one object"))
+                break
+            kinds.append(df.get_column("resourceType"))
+            lists.append(df.get_column("entry"))
+            is_page.append(True)
+            fixes.append(fix)
+        if failure is not None:
+            break
+    entry_lists = pl.concat(lists)
+    resources = entry_lists.explode(empty_as_null=False, keep_nulls=False).struct.field("resource")
+    pages = pl.Series("page", is_page, dtype=pl.Boolean)
+    return _Block(
+        kinds=pl.concat(kinds, rechunk=True).filter(pages),
+        counts=entry_lists.list.len().fill_null(0).filter(pages),
+        resources=resources,
+        fixes=fixes,
+        failure=failure,
+    )
+
+
+def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
+    """One row per entry resource of ``comp.resource``: ``resource``, ``extra``, ``invalid``."""
+    raws = [_as_bytes(page) for page in _iter_pages(pages)]
+    if not raws:
+        return pl.DataFrame(
+            schema={"resource": comp.resource_dtype, "extra": pl.String(), "invalid": pl.String()}
+        )
+    # pl.read_json releases the GIL: contiguous blocks of pages are read on the
+    # persistent threads (one block each, in batches of _BATCH_BYTES). Each
+    # thread runs the exact check (msgspec, which holds the GIL) on a batch
+    # right before reading it, so one thread checks while the other reads; the
+    # check on this thread, beside the readers, kept them waiting for the GIL
+    # (measured 10 % slower on 2 cores). A single page is read inline.
+    if len(raws) == 1:
+        blocks = [_read_block(comp, raws, 0)]
+    else:
+        size = -(-len(raws) // _WORKERS)
+        futures = [
+            _executor().submit(_read_block, comp, raws[i : i + size], i)
+            for i in range(0, len(raws), size)
+        ]
+        blocks = [f.result() for f in futures]
+    failure: tuple[int, Exception] | None = None
+    for n, block in enumerate(blocks):
+        if block.failure is not None:
+            failure = block.failure
+            blocks = blocks[: n + 1]
+            break
+    # Errors in page order: the first page that is not a readable Bundle.
+    kind = pl.concat([b.kinds for b in blocks])
+    not_bundle = (kind != "Bundle").fill_null(value=True)
+    if not_bundle.any():
+        first = int(not_bundle.arg_true()[0])
+        raise _kind_error(raws[first], kind[first], first)
+    if failure is not None:
+        raise _read_error(comp, *failure)
+    counts = pl.concat([b.counts for b in blocks])
+    entries = pl.concat([b.resources for b in blocks]).alias("resource").to_frame()
+    fixes = [f for b in blocks for f in b.fixes]
+    if any(f is not None for f in fixes):
+        extra: list[str | None] = []
+        invalid: list[str | None] = []
+        for i, (n, fix) in enumerate(zip(counts.to_list(), fixes, strict=True)):
+            if fix is None:
+                extra.extend([None] * n)
+                invalid.extend([None] * n)
+                continue
+            if len(fix.extra) != n:  # pragma: no cover - both parsers read the same document
+                msg = f"page {i}: {len(fix.extra)} entries by orjson but {n} by polars"
+                raise DataValidationError(msg, None)
+            extra.extend(fix.extra)
+            invalid.extend(fix.invalid)
+        entries = entries.with_columns(
+            extra=pl.Series("extra", extra, dtype=pl.String),
+            invalid=pl.Series("invalid", invalid, dtype=pl.String),
+        )
+    else:
+        entries = entries.with_columns(
+            extra=pl.lit(None, dtype=pl.String), invalid=pl.lit(None, dtype=pl.String)
+        )
+    kind_expr = pl.col("resource").struct.field("resourceType")
+    keep = pl.col("resource").is_not_null() & (kind_expr.is_null() | (kind_expr == comp.resource))
+    # Filtering copies every nested column: only do it when something is dropped.
+    if entries.select((~keep).any()).item():
+        entries = entries.filter(keep)
+    return entries
