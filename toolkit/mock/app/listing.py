@@ -1,0 +1,185 @@
+"""Reads and lists: search, sort and the Bundle page of a list."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from urllib.parse import urlencode
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from toolkit import catalogue
+from toolkit.mock.app.core import MockCore
+from toolkit.mock.app.patching import _names_of
+from toolkit.mock.app.records import origin
+from toolkit.mock.app.responses import (
+    DATE_SORT,
+    LISTED,
+    OWNER_PARAM,
+    Ctx,
+    Problem4xx,
+)
+from toolkit.mock.app.search import (
+    _date_predicate,
+    _fold,
+    _int_param,
+    _last_segment,
+)
+from toolkit.mock.store import Collection
+
+
+class ListingRoom(MockCore):
+    """Reads and lists: search, sort and the Bundle page of a list."""
+
+    # ------------------------------------------------------------------ list
+    def select(self, rtype: str, coll: Collection, params: list[tuple[str, str]]) -> Sequence[int]:
+        indices: Sequence[int] = coll.order()
+        filters: list[Callable[[int], bool]] = []
+        sort_spec: str | None = None
+        allowed = catalogue.SEARCH_PARAMETERS.get(rtype, ())
+        for key, value in params:
+            name, _, modifier = key.partition(":")
+            if name == "_id":
+                wanted = {v.strip() for v in value.split(",") if v.strip()}
+                if rtype == "Practitioner" and self.state.fault == "wrong-id-prefix":
+                    wanted = {"PR-" + w[3:] if w.startswith("XP-") else w for w in wanted}
+                filters.append(lambda i, w=wanted: coll.ids[i] in w)  # type: ignore[misc]
+            elif name == "_lastUpdated":
+                test = _date_predicate(name, value)
+                filters.append(lambda i, t=test: t(coll.updated[i]))  # type: ignore[misc]
+            elif name == "_sort":
+                sort_spec = value
+            elif name not in allowed:
+                continue  # FHIR servers ignore search parameters they do not support
+            elif name == "date":
+                test = _date_predicate(name, value)
+                filters.append(lambda i, t=test: t(coll.date[i]))  # type: ignore[misc]
+            elif name == OWNER_PARAM.get(rtype):
+                owners = {_last_segment(v.strip()) for v in value.split(",") if v.strip()}
+                filters.append(lambda i, o=owners: coll.owner[i] in o)  # type: ignore[misc]
+            elif name in ("name", "family", "given"):
+                needle = _fold(value)
+                mode = modifier or "starts"
+
+                def match(
+                    i: int,
+                    part: str = name,
+                    needle: str = needle,
+                    mode: str = mode,
+                    exact: str = value,
+                ) -> bool:
+                    for text in _names_of(coll.record(i), rtype, part):
+                        folded = _fold(text)
+                        if mode == "exact" and text == exact:
+                            return True
+                        if mode == "contains" and needle in folded:
+                            return True
+                        if mode not in ("exact", "contains") and any(
+                            w.startswith(needle) for w in (folded, *folded.split())
+                        ):
+                            return True
+                    return False
+
+                filters.append(match)
+        if filters:
+            indices = [i for i in indices if all(f(i) for f in filters)]
+        if sort_spec:
+            indices = self.sort(rtype, coll, indices, sort_spec)
+        return indices
+
+    def sort(self, rtype: str, coll: Collection, indices: Sequence[int], spec: str) -> list[int]:
+        keys = [k.strip() for k in spec.split(",") if k.strip()]
+        result = list(indices)
+        for key in reversed(keys):
+            desc = key.startswith("-")
+            name = key.lstrip("-")
+            if name in ("id", "_id"):
+                result.sort(key=lambda i: (len(coll.ids[i]), coll.ids[i]), reverse=desc)
+            elif name == "_lastUpdated":
+                result.sort(key=coll.updated.__getitem__, reverse=desc)
+            elif name in DATE_SORT.get(rtype, ()):
+                missing = -math.inf if desc else math.inf
+                result.sort(
+                    key=lambda i: d if (d := coll.date[i]) is not None else missing, reverse=desc
+                )
+            else:
+                known = ", ".join(("id", "_lastUpdated", *DATE_SORT.get(rtype, ())))
+                raise Problem4xx(
+                    400, "not-supported", f"cannot sort {rtype} by {name!r}; use {known}"
+                )
+        return result
+
+    def page_params(self, params: list[tuple[str, str]]) -> tuple[int, int, str]:
+        count = catalogue.DEFAULT_PAGE_SIZE
+        page = 1
+        total_mode = "accurate"
+        for key, value in params:
+            if key == "_count":
+                count = _int_param("_count", value, 1, catalogue.MAX_PAGE_SIZE)
+            elif key == "page":
+                page = _int_param("page", value, 1, None)
+            elif key == "_total":
+                if value not in ("none", "estimate", "accurate"):
+                    raise Problem4xx(400, "invalid", "_total must be none, estimate or accurate")
+                total_mode = value
+        return count, page, total_mode
+
+    def bundle(
+        self,
+        request: Request,
+        params: list[tuple[str, str]],
+        total: int,
+        entries: Iterable[bytes],
+        count: int,
+        page: int,
+        total_mode: str,
+    ) -> bytes:
+        fault = self.state.fault
+        path = request.url.path
+        base = origin(request)
+        kept = [(k, v) for k, v in params if k != "page"]
+
+        def link(n: int, absolute: bool = True) -> str:
+            query = urlencode([*kept, ("page", str(n))])
+            return f"{base if absolute else ''}{path}?{query}"
+
+        last = max(1, math.ceil(total / count))
+        self_link = f"{base}{path}" + (f"?{request.url.query}" if request.url.query else "")
+        links: list[dict[str, str]] = [{"relation": "self", "url": self_link}]
+        absolute = fault != "relative-next-links"
+        if fault == "paging-loop" and page == 2:
+            links.append({"relation": "next", "url": link(1, absolute)})
+        elif page < last:
+            links.append({"relation": "next", "url": link(page + 1, absolute)})
+        links.append({"relation": "last", "url": link(last, absolute)})
+        shown_total = total + 5 if fault == "total-mismatch" else total
+        head = b'{"resourceType":"Bundle","type":"searchset"'
+        if total_mode != "none":
+            head += b',"total":%d' % shown_total
+        parts = [b'{"resource":' + e + b"}" for e in entries]
+        return head + b',"link":' + orjson.dumps(links) + b',"entry":[' + b",".join(parts) + b"]}"
+
+    async def list_(self, request: Request, ctx: Ctx) -> Response:
+        rtype = request.path_params["rtype"]
+        if rtype not in LISTED:
+            raise Problem4xx(404, "not-supported", f"{rtype} has no list endpoint")
+        coll = self.collection(rtype)
+        params = request.query_params.multi_items()
+        count, page, total_mode = self.page_params(params)
+        summary_count = ("_summary", "count") in params
+        indices = self.select(rtype, coll, params)
+        start = (page - 1) * count
+        chosen = [] if summary_count else indices[start : start + count]
+        entries = [self.raw(rtype, coll, i) for i in chosen]
+        content = self.bundle(request, params, len(indices), entries, count, page, total_mode)
+        # armed touches fire after this page was built: the next page sees them
+        self.state.list_served(rtype)
+        return self.respond(request, content)
+
+    # ------------------------------------------------------------------ read, create, patch
+    async def read(self, request: Request, ctx: Ctx) -> Response:
+        rtype = request.path_params["rtype"]
+        coll, index = self.lookup(rtype, request.path_params["rid"])
+        return self.respond(request, self.raw(rtype, coll, index))

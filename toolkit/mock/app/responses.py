@@ -1,0 +1,146 @@
+"""The mock's vocabulary of answers: media types, OperationOutcome errors, the request context."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from toolkit import catalogue
+from toolkit.mock.validation import Problem
+
+FHIR_JSON = "application/fhir+json"
+
+
+PATCH_TYPES = frozenset({"application/merge-patch+json", "application/json", FHIR_JSON})
+
+
+BODY_TYPES = frozenset({"application/json", FHIR_JSON})
+
+
+ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
+
+
+NAME_ARRAYS = frozenset({"Practitioner.name"})
+
+
+PATCHABLE = frozenset({"Referral", "Appointment", "Coverage"})
+
+
+CREATABLE = {"Referral": "", "Coverage": "", "Organization": "SP-", "Practitioner": "EP-"}
+
+
+LISTED = frozenset(catalogue.LISTED_RESOURCES)
+
+
+READABLE = frozenset(name for name in catalogue.RESOURCES if name != "Slot")
+
+
+EMPTY_405 = frozenset({"Practitioner", "PractitionerRole", "Organization"})
+
+
+DATE_SORT = {
+    "Appointment": ("date", "start"),
+    "Referral": ("created",),
+    "Coverage": ("period",),
+    "InvoiceLine": ("enteredDate", "date"),
+}
+
+
+OWNER_PARAM = {
+    "Appointment": "patient",
+    "Referral": "subject",
+    "Coverage": "beneficiary",
+    "InvoiceLine": "subject",
+}
+
+
+PREFIXES = ("eq", "ne", "gt", "ge", "lt", "le")
+
+
+TOKEN_BODY_LIMIT = 64 * 1024
+
+
+Handler = Callable[[Request, "Ctx"], Awaitable[Response]]
+
+
+class Problem4xx(Exception):
+    """Raised inside handlers; turned into an OperationOutcome response."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        diagnostics: str,
+        *,
+        issues: Sequence[Problem] = (),
+        resource: str = "",
+    ) -> None:
+        self.status = status
+        self.code = code
+        self.diagnostics = diagnostics
+        self.issues = issues
+        self.resource = resource
+        super().__init__(diagnostics)
+
+
+def outcome_bytes(
+    code: str, diagnostics: str, issues: Sequence[Problem] = (), resource: str = ""
+) -> bytes:
+    if issues:
+        items = [
+            {
+                "severity": "error",
+                "code": "required" if "required" in message else code,
+                "diagnostics": f"{path}: {message}",
+                "details": {"text": message},
+                "expression": [f"{resource}.{path}" if resource else path],
+            }
+            for path, message in issues
+        ]
+    else:
+        items = [
+            {
+                "severity": "error",
+                "code": code,
+                "diagnostics": diagnostics,
+                "details": {"text": diagnostics},
+            }
+        ]
+    return orjson.dumps({"resourceType": "OperationOutcome", "issue": items})
+
+
+def fhir(content: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(content, status_code=status, headers=headers, media_type=FHIR_JSON)
+
+
+def error(
+    status: int, code: str, diagnostics: str, headers: dict[str, str] | None = None
+) -> Response:
+    return fhir(outcome_bytes(code, diagnostics), status, headers)
+
+
+class TruncatedResponse(Response):
+    """Announces the full length, sends about half the body, then drops the connection."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = bytes(self.body)
+        headers = [(k, v) for k, v in self.raw_headers if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": self.status_code, "headers": headers})
+        await send(
+            {"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True}
+        )
+
+
+class Ctx:
+    """Per-request facts the guard worked out: the client and the rate-limit numbers."""
+
+    __slots__ = ("client", "remaining")
+
+    def __init__(self, client: str, remaining: int) -> None:
+        self.client = client
+        self.remaining = remaining

@@ -1,0 +1,293 @@
+"""``$find`` and ``$book``: free slots, proposals and booking a patient into a group."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from toolkit import catalogue, rules
+from toolkit.mock.app.listing import ListingRoom
+from toolkit.mock.app.patching import _actor_key
+from toolkit.mock.app.records import _status_ext
+from toolkit.mock.app.responses import (
+    Ctx,
+    Problem4xx,
+)
+from toolkit.mock.app.search import (
+    _int_param,
+    _last_segment,
+    _parse_instant,
+)
+from toolkit.mock.app.writing import WritingRoom
+from toolkit.mock.data import (
+    ANCHOR,
+    DAY,
+    GRID_MINUTES,
+    GRID_START_HOUR,
+    GRID_UNITS,
+    SLOT_HORIZON_DAYS,
+    DayGrid,
+    iso,
+    ref,
+)
+from toolkit.mock.shapes import (
+    status_code,
+    to_spec,
+)
+from toolkit.mock.store import Record
+
+
+class SchedulingRoom(ListingRoom, WritingRoom):
+    """``$find`` and ``$book``: free slots, proposals and booking a patient into a group."""
+
+    # ------------------------------------------------------------------ $find
+    async def find(self, request: Request, ctx: Ctx) -> Response:
+        params = request.query_params.multi_items()
+        q: dict[str, list[str]] = {}
+        for k, v in params:
+            q.setdefault(k, []).append(v)
+        missing = [n for n in ("start", "end", "duration") if not q.get(n)]
+        if missing:
+            raise Problem4xx(400, "required", f"$find needs {', '.join(missing)}")
+        lo = _parse_instant(q["start"][0])[0]
+        hi = _parse_instant(q["end"][0])[0]
+        if hi <= lo:
+            raise Problem4xx(400, "invalid", "end must be after start")
+        duration = _int_param("duration", q["duration"][0], 1, GRID_UNITS * GRID_MINUTES)
+        count, page, total_mode = self.page_params(params)
+        data = self.state.data
+        roles = list(range(len(data.roles)))
+        practitioners = self.store["Practitioner"]
+        roles = [r for r in roles if practitioners.record(r).get("active", True)]
+        for name in ("practitioner-role", "practitioner"):
+            if q.get(name):
+                wanted = {_last_segment(x) for v in q[name] for x in v.split(",")}
+                roles = [r for r in roles if data.roles[r] in wanted]
+        if q.get("organization"):
+            orgs = {_last_segment(x) for v in q["organization"] for x in v.split(",")}
+            if not any(o.startswith("PG-") for o in orgs):
+                roles = [r for r in roles if data.role_clinic[r] in orgs]
+        first_only = q.get("show", [""])[0] == "first-available"
+        descending = q.get("_sort", ["start"])[0] == "-start"
+        proposals = self._free_slots(roles, int(lo), int(hi), duration, first_only)
+        proposals.sort(key=lambda p: (p[1], p[0]), reverse=descending)
+        start = (page - 1) * count
+        entries = [self._proposal(r, s, duration) for r, s in proposals[start : start + count]]
+        content = self.bundle(request, params, len(proposals), entries, count, page, total_mode)
+        return self.respond(request, content)
+
+    def _free_slots(
+        self, roles: list[int], lo: int, hi: int, duration: int, first_only: bool
+    ) -> list[tuple[int, int]]:
+        grid = self.state.data.grid
+        unit = GRID_MINUTES * 60
+        first_day = max(lo - lo % DAY, ANCHOR)
+        last_day = min(hi, ANCHOR + SLOT_HORIZON_DAYS * DAY)
+        days = [d for d in range(first_day, last_day, DAY) if time.gmtime(d).tm_wday < 5]
+        out: list[tuple[int, int]] = []
+        for r in roles:
+            for day in days:
+                found = False
+                for u in range(GRID_UNITS):
+                    start = day + GRID_START_HOUR * 3600 + u * unit
+                    if start < lo or start + duration * 60 > hi:
+                        continue
+                    if not DayGrid.on_grid(start, duration):
+                        continue
+                    if grid.is_free(r, start, duration):
+                        out.append((r, start))
+                        if first_only:
+                            found = True
+                            break
+                if found:
+                    break
+        return out
+
+    def _proposal(self, r: int, start: int, duration: int) -> bytes:
+        data = self.state.data
+        return orjson.dumps(
+            {
+                "resourceType": "Appointment",
+                "id": f"proposed-{start}-{duration}",
+                "start": iso(start),
+                "end": iso(start + duration * 60),
+                "minutesDuration": duration,
+                "supportingInformation": [ref("HealthcareService", data.role_service[r])],
+                "participant": [
+                    {
+                        "type": [{"coding": [{"code": "ATND", "display": "attender"}]}],
+                        "actor": ref("PractitionerRole", data.roles[r]),
+                    }
+                ],
+            }
+        )
+
+    # ------------------------------------------------------------------ $book
+    async def book(self, request: Request, ctx: Ctx) -> Response:
+        body = await self.json_object(request)
+        if body.get("resourceType") != "Parameters" or not isinstance(body.get("parameter"), list):
+            raise Problem4xx(
+                400, "structure", "$book takes a Parameters resource with a parameter array"
+            )
+        params: dict[str, dict[str, Any]] = {}
+        for n, item in enumerate(body["parameter"]):
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise Problem4xx(400, "structure", f"parameter[{n}] needs a name")
+            params[item["name"]] = item
+        patient_ref = self._param_ref(params, "patient-id", "Patient")
+        if "appt-id" in params:
+            return await self._join_group(request, params, patient_ref)
+        appt = (params.get("appt-resource") or {}).get("resource")
+        if not isinstance(appt, dict):
+            raise Problem4xx(400, "required", "$book needs appt-resource (or appt-id)")
+        appt = to_spec(appt)
+        self.check_write("Appointment", appt)
+        role_id = None
+        for part in appt.get("participant") or []:
+            actor = part.get("actor") or {}
+            if str(actor.get("reference", "")).startswith("/main/PractitionerRole/"):
+                role_id = _last_segment(actor["reference"])
+        r = self.role_index.get(role_id or "")
+        if r is None:
+            raise self.invalid(
+                "Appointment",
+                [("participant", "needs a PractitionerRole/PR-... actor of the practice group")],
+            )
+        start = int(_parse_instant(appt["start"])[0])
+        end = int(_parse_instant(appt["end"])[0])
+        minutes = (end - start) // 60
+        if end <= start:
+            raise self.invalid("Appointment", [("end", "must be after start")])
+        if "minutesDuration" in appt and appt["minutesDuration"] != minutes:
+            raise self.invalid(
+                "Appointment", [("minutesDuration", f"does not match start/end ({minutes})")]
+            )
+        status = (
+            self._param_code(params, "status", catalogue.PARTICIPANT_STATUSES, "booked") or "booked"
+        )
+        location = self._param_code(params, "location-type", catalogue.LOCATION_TYPES, None)
+        service = self._param_ref(params, "healthcare-service-id", "HealthcareService", False)
+        grid = self.state.data.grid
+        with self.state.lock:
+            if not DayGrid.on_grid(start, minutes):
+                raise Problem4xx(
+                    409,
+                    "conflict",
+                    "no slot of that practitioner role starts at that time for that length",
+                )
+            if not grid.is_free(r, start, minutes) and self.state.fault != "double-booking":
+                raise Problem4xx(409, "conflict", "that slot is already booked")
+            now = self.state.now()
+            rid = self._next_id("Appointment")
+            record: Record = {
+                "resourceType": "Appointment",
+                "id": rid,
+                "meta": {"lastUpdated": iso(now)},
+            }
+            if location is not None:
+                record["extension"] = [{"url": "location-type", "valueCode": location}]
+            if appt.get("description"):
+                record["description"] = appt["description"]
+            record.update(
+                {
+                    "start": iso(start),
+                    "end": iso(end),
+                    "minutesDuration": minutes,
+                    "created": iso(now),
+                    "supportingInformation": [
+                        service or ref("HealthcareService", self.state.data.role_service[r])
+                    ],
+                    "participant": [
+                        {
+                            "type": [{"coding": [{"code": "ATND", "display": "attender"}]}],
+                            "actor": ref("PractitionerRole", self.state.data.roles[r]),
+                            "modifierExtension": [_status_ext("booked")],
+                        },
+                        {
+                            "actor": patient_ref,
+                            "modifierExtension": [_status_ext(status)],
+                        },
+                    ],
+                }
+            )
+            record, content = self.stored("Appointment", record)
+            if status != "cancelled":
+                grid.take(r, start, minutes)
+            coll = self.store["Appointment"]
+            index = coll.add(
+                rid,
+                record,
+                updated=now,
+                date=float(start),
+                owner=_last_segment(patient_ref["reference"]),
+            )
+            coll.prime(index, content)
+            self.state.announce("Appointment", rid, "create")
+        headers = {"location": self.location(request, "Appointment", rid)}
+        return self.respond(request, content, 201, headers)
+
+    async def _join_group(
+        self, request: Request, params: dict[str, dict[str, Any]], patient: dict[str, str]
+    ) -> Response:
+        target = self._param_ref(params, "appt-id", "Appointment")
+        coll, index = self.lookup("Appointment", _last_segment(target["reference"]))
+        with self.state.lock:
+            merged = to_spec(coll.record(index))
+            present = any(
+                _actor_key(p) == patient["reference"] for p in merged.get("participant") or []
+            )
+            if not present:
+                merged.setdefault("participant", []).append(
+                    {"actor": patient, "modifierExtension": [_status_ext("booked")]}
+                )
+            now = self.state.now()
+            merged["meta"] = {"lastUpdated": iso(now)}
+            record, content = self.stored("Appointment", merged)
+            coll.replace(index, record, updated=now, date=coll.date[index], owner=coll.owner[index])
+            coll.prime(index, content)
+            coll.move_to_end(index)
+            self.state.announce("Appointment", coll.ids[index], "update")
+        return self.respond(request, content, 200)
+
+    def _param_ref(
+        self, params: dict[str, dict[str, Any]], name: str, rtype: str, required: bool = True
+    ) -> dict[str, str]:
+        item = params.get(name)
+        if item is None:
+            if required:
+                raise Problem4xx(400, "required", f"$book needs the {name} parameter")
+            return {}
+        value = to_spec(item.get("valueReference"))
+        field = catalogue.Field(name, "reference", ref=catalogue.Ref((catalogue.Target(rtype),)))
+        options = rules.Options(resolves=self.store.resolves)
+        path = f"parameter[{name}].valueReference"
+        problems = [
+            (v.path, v.message) for v in rules.check_value(field, value, options, path=path)
+        ]
+        if problems:
+            raise self.invalid("Parameters", problems)
+        return ref(rtype, _last_segment(value["reference"]))
+
+    def _param_code(
+        self,
+        params: dict[str, dict[str, Any]],
+        name: str,
+        allowed: tuple[str, ...],
+        default: str | None,
+    ) -> str | None:
+        item = params.get(name)
+        if item is None:
+            return default
+        code = status_code(item)  # valueCode, valueCoding or valueString
+        if code == "cancelled (no charge)":
+            code = "cancelled"
+        if code not in allowed:
+            raise self.invalid(
+                "Parameters",
+                [(f"parameter[{name}].valueCode", f"{code!r} is not one of {', '.join(allowed)}")],
+            )
+        return str(code)
