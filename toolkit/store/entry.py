@@ -127,14 +127,7 @@ def sync(
     True
     """
     root = Path(out)
-    wanted = list(resources) if resources else list(catalogue.LISTED_RESOURCES)
-    unknown = [r for r in wanted if r not in catalogue.LISTED_RESOURCES]
-    if unknown:
-        from toolkit.errors import ConfigurationError
-
-        known = ", ".join(catalogue.LISTED_RESOURCES)
-        msg = f"cannot sync {', '.join(unknown)}: not a listed resource (choose from {known})"
-        raise ConfigurationError(msg)
+    wanted = _listed(resources)
     _claim(root)  # before connecting: refusing costs nothing
     owned: Any = None
     if client is None:
@@ -144,15 +137,7 @@ def sync(
         client = owned
     started = time.monotonic()
     summary = SyncSummary(out=root)
-    callback: ProgressCallback | None = None
-    if isinstance(progress, SyncProgress):
-        display = progress
-    elif callable(progress):
-        callback = progress
-        display = SyncProgress("off")
-    else:
-        show = sys.stderr.isatty() if progress is None else progress is True
-        display = SyncProgress("bars" if show else "off")
+    display, callback = _display_for(progress)
     failures: dict[str, BaseException] = {}
     try:
         _claim(root)  # before anything is written: a user's folder is never touched
@@ -165,7 +150,6 @@ def sync(
             _claim(root)  # again under the lock: another process may have written meanwhile
             _init_manifest(root)
             for rt in wanted:
-                display.start(rt)
                 syncer = _ResourceSyncer(
                     root=root,
                     resource_type=rt,
@@ -174,19 +158,9 @@ def sync(
                     errors=errors,
                     on_page=callback or display,
                 )
-                began = time.monotonic()
-                try:
-                    result = syncer.run()
-                except (Exception, KeyboardInterrupt) as exc:
-                    failure = _failure(syncer, exc, time.monotonic() - began)
-                    display.failed(failure)
-                    if isinstance(exc, KeyboardInterrupt) or not _scoped_to_resource(exc):
-                        raise
-                    summary.resources.append(failure)
-                    failures[rt] = exc
-                    continue
-                display.done(result)
-                summary.resources.append(result)
+                failure = _sync_one(syncer, display, summary)
+                if failure is not None:
+                    failures[rt] = failure
     finally:
         if owned is not None:
             close = getattr(owned, "close", None)
@@ -197,6 +171,49 @@ def sync(
         only = next(iter(failures.values())) if len(failures) == 1 else None
         raise SyncFailed(summary, failures) from only
     return summary
+
+
+def _listed(resources: Sequence[str] | None) -> list[str]:
+    """The resources to sync, in order; a type without a list endpoint is refused."""
+    wanted = list(resources) if resources else list(catalogue.LISTED_RESOURCES)
+    unknown = [r for r in wanted if r not in catalogue.LISTED_RESOURCES]
+    if unknown:
+        from toolkit.errors import ConfigurationError
+
+        known = ", ".join(catalogue.LISTED_RESOURCES)
+        msg = f"cannot sync {', '.join(unknown)}: not a listed resource (choose from {known})"
+        raise ConfigurationError(msg)
+    return wanted
+
+
+def _display_for(progress: Any) -> tuple[SyncProgress, ProgressCallback | None]:
+    """The progress display (and the user's callback, if ``progress`` is one)."""
+    if isinstance(progress, SyncProgress):
+        return progress, None
+    if callable(progress):
+        return SyncProgress("off"), progress
+    show = sys.stderr.isatty() if progress is None else progress is True
+    return SyncProgress("bars" if show else "off"), None
+
+
+def _sync_one(
+    syncer: _ResourceSyncer, display: SyncProgress, summary: SyncSummary
+) -> BaseException | None:
+    """Sync one resource; its own failure is returned (and summarised), others raise."""
+    display.start(syncer.rt)
+    began = time.monotonic()
+    try:
+        result = syncer.run()
+    except (Exception, KeyboardInterrupt) as exc:
+        failure = _failure(syncer, exc, time.monotonic() - began)
+        display.failed(failure)
+        if isinstance(exc, KeyboardInterrupt) or not _scoped_to_resource(exc):
+            raise
+        summary.resources.append(failure)
+        return exc
+    display.done(result)
+    summary.resources.append(result)
+    return None
 
 
 def _failure(syncer: _ResourceSyncer, exc: BaseException, elapsed: float) -> ResourceSync:

@@ -219,6 +219,7 @@ def apply_changes(
     Examples
     --------
     >>> import tempfile
+    >>> from toolkit.store import load
     >>> record = {"resourceType": "Referral", "id": "7",
     ...           "meta": {"lastUpdated": "2026-01-02T03:04:05Z"}}
     >>> with tempfile.TemporaryDirectory() as out:
@@ -227,17 +228,52 @@ def apply_changes(
     ...     (done.upserted, gone.deleted, load("Referral", out).height)
     (['7'], ['7'], 0)
     """
-    from toolkit import schemas, views
-
     root = Path(store)
     empty = _empty_tables(resource_type)  # raises ConfigurationError for a type without a view
     version = schema_version(resource_type)
-    key = _parent_key(resource_type)
     wanted = _newest_per_id(upserts)
     removed = {rid for rid in deletes if isinstance(rid, str) and rid}
     for rid in removed:
         wanted.pop(rid, None)
     # Flatten and validate before taking the lock: a bad record changes nothing.
+    new_tables = _checked_tables(resource_type, wanted, empty, errors)
+    result = ChangeResult(resource=resource_type)
+    _claim(root)
+    with _locked_waiting(root, lock_timeout):
+        _claim(root)
+        _init_manifest(root)
+        _pending_commit(root, resource_type)
+        entry = _load_manifest_for_write(root)["resources"].get(resource_type)
+        stored = _stored_tables(root, resource_type, entry, version, empty)
+        versions = _stored_versions(stored[resource_type], [*wanted, *removed]) if stored else {}
+        for rid, record in wanted.items():
+            if rid in versions and _is_newer(versions[rid], _stamp(record)):
+                result.stale.append(rid)
+            else:
+                result.upserted.append(rid)
+        result.deleted = sorted(r for r in removed if r in versions)
+        changed = [*result.upserted, *result.deleted]
+        tables_info: dict[str, Any] = dict(entry["tables"]) if stored and entry else {}
+        if changed:
+            tables_info.update(
+                _write_changed(root, resource_type, empty, new_tables, stored, result, changed)
+            )
+            result.written = True
+        _record_changes(root, resource_type, entry, version, tables_info, result, event, changed)
+        if result.written:
+            _drop_replaced_files(root, tables_info)
+    return result
+
+
+def _checked_tables(
+    resource_type: str,
+    wanted: Mapping[str, Mapping[str, Any]],
+    empty: dict[str, pl.DataFrame],
+    errors: ErrorsMode,
+) -> dict[str, pl.DataFrame]:
+    """The records flattened with the resource's view and validated (before any lock)."""
+    from toolkit import schemas, views
+
     page = orjson.dumps(
         {
             "resourceType": "Bundle",
@@ -250,95 +286,113 @@ def apply_changes(
         schemas.validate(
             frame, resource_type, table=None if table == resource_type else table, errors=errors
         )
-    result = ChangeResult(resource=resource_type)
-    _claim(root)
-    with _locked_waiting(root, lock_timeout):
-        _claim(root)
-        _init_manifest(root)
-        _pending_commit(root, resource_type)
-        manifest = _load_manifest_for_write(root)
-        entry = manifest["resources"].get(resource_type)
-        stored: dict[str, Path] = {}
-        if isinstance(entry, dict) and entry.get("tables"):
-            if entry.get("schema_version") != version:
-                msg = (
-                    f"the stored {resource_type} tables were written for another version of "
-                    f"its view; run `pmtk sync --out {root} --full --resource {resource_type}`"
-                )
-                raise StoreError(msg)
-            problems = _verify_entry(root, resource_type, entry)
-            if problems:
-                raise StoreDamaged(root, problems)
-            stored = {t: root / str(entry["tables"][t]["path"]) for t in empty}
-        versions = _stored_versions(stored[resource_type], [*wanted, *removed]) if stored else {}
-        for rid, record in wanted.items():
-            if rid in versions and _is_newer(versions[rid], _stamp(record)):
-                result.stale.append(rid)
-            else:
-                result.upserted.append(rid)
-        result.deleted = sorted(r for r in removed if r in versions)
-        changed = [*result.upserted, *result.deleted]
-        tables_info: dict[str, Any] = dict(entry["tables"]) if stored and entry else {}
-        if changed:
-            keep = pl.DataFrame({"id": result.upserted}, schema={"id": pl.String})
-            staging = root / STAGING / f".changes-{resource_type}"
-            shutil.rmtree(staging, ignore_errors=True)
-            _mkdir(staging, f"staging changes of {resource_type}")
-            try:
-                for table, schema_frame in empty.items():
-                    k = "id" if table == resource_type else key
-                    fresh = new_tables[table].join(keep.rename({"id": k}), on=k, how="semi")
-                    parts = [fresh.lazy().select(schema_frame.columns)]
-                    if stored:
-                        old = pl.scan_parquet(stored[table]).filter(~pl.col(k).is_in(changed))
-                        parts.insert(0, old.select(schema_frame.columns))
-                    target = staging / f"{table}.parquet"
-                    _sink_parquet(
-                        pl.concat(parts).cast(schema_frame.schema),
-                        target,
-                        f"writing the changed {table} table",
-                    )
-                    digest = _sha256(target)
-                    final = root / table / _data_name(digest)
-                    tables_info[table] = {
-                        "path": f"{table}/{_data_name(digest)}",
-                        "rows": pl.scan_parquet(target).select(pl.len()).collect().item(),
-                        "bytes": target.stat().st_size,
-                        "sha256": digest,
-                    }
-                    _mkdir(final.parent, f"committing {table}")
-                    _replace(target, final, f"committing {table}")
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-            result.written = True
-        new_entry = dict(entry) if isinstance(entry, dict) else {}
-        if result.written:
-            new_entry.setdefault("status", "ok")
-            new_entry.setdefault("schema_version", version)
-            new_entry.setdefault("high_water_mark", None)  # a later sync fetches in full
-            new_entry["tables"] = tables_info
-            new_entry["changed_at"] = _now_iso()
-        manifest = _load_manifest_for_write(root)
-        manifest["kind"] = STORE_KIND
-        manifest["format"] = STORE_FORMAT
-        if new_entry:
-            manifest["resources"][resource_type] = new_entry
-        if event is not None or result.written:
-            held = manifest.get("events")
-            events: dict[str, Any] = dict(held) if isinstance(held, dict) else {}
-            events["applied"] = int(events.get("applied") or 0) + len(changed)
-            if event is not None:
-                events["last_applied"] = {**dict(event), "applied_at": _now_iso()}
-            manifest["events"] = events
-            _write_json(_manifest_path(root), manifest)
-        if result.written:
-            for table, info in tables_info.items():
-                keep_name = Path(str(info["path"])).name
-                with contextlib.suppress(OSError):
-                    for path in (root / table).iterdir():
-                        if path.name != keep_name and _DATA_FILE_NAME.fullmatch(path.name):
-                            path.unlink()
-    return result
+    return new_tables
+
+
+def _stored_tables(
+    root: Path, resource_type: str, entry: Any, version: str, empty: dict[str, pl.DataFrame]
+) -> dict[str, Path]:
+    """The stored file of every table, after checking its view version and checksums."""
+    if not (isinstance(entry, dict) and entry.get("tables")):
+        return {}
+    if entry.get("schema_version") != version:
+        msg = (
+            f"the stored {resource_type} tables were written for another version of "
+            f"its view; run `pmtk sync --out {root} --full --resource {resource_type}`"
+        )
+        raise StoreError(msg)
+    problems = _verify_entry(root, resource_type, entry)
+    if problems:
+        raise StoreDamaged(root, problems)
+    return {t: root / str(entry["tables"][t]["path"]) for t in empty}
+
+
+def _write_changed(
+    root: Path,
+    resource_type: str,
+    empty: dict[str, pl.DataFrame],
+    new_tables: dict[str, pl.DataFrame],
+    stored: dict[str, Path],
+    result: ChangeResult,
+    changed: list[str],
+) -> dict[str, Any]:
+    """Every table merged with the changes, fsynced and moved to its sha256 name."""
+    key = _parent_key(resource_type)
+    keep = pl.DataFrame({"id": result.upserted}, schema={"id": pl.String})
+    staging = root / STAGING / f".changes-{resource_type}"
+    shutil.rmtree(staging, ignore_errors=True)
+    _mkdir(staging, f"staging changes of {resource_type}")
+    tables_info: dict[str, Any] = {}
+    try:
+        for table, schema_frame in empty.items():
+            k = "id" if table == resource_type else key
+            fresh = new_tables[table].join(keep.rename({"id": k}), on=k, how="semi")
+            parts = [fresh.lazy().select(schema_frame.columns)]
+            if stored:
+                old = pl.scan_parquet(stored[table]).filter(~pl.col(k).is_in(changed))
+                parts.insert(0, old.select(schema_frame.columns))
+            target = staging / f"{table}.parquet"
+            _sink_parquet(
+                pl.concat(parts).cast(schema_frame.schema),
+                target,
+                f"writing the changed {table} table",
+            )
+            digest = _sha256(target)
+            final = root / table / _data_name(digest)
+            tables_info[table] = {
+                "path": f"{table}/{_data_name(digest)}",
+                "rows": pl.scan_parquet(target).select(pl.len()).collect().item(),
+                "bytes": target.stat().st_size,
+                "sha256": digest,
+            }
+            _mkdir(final.parent, f"committing {table}")
+            _replace(target, final, f"committing {table}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return tables_info
+
+
+def _record_changes(
+    root: Path,
+    resource_type: str,
+    entry: Any,
+    version: str,
+    tables_info: dict[str, Any],
+    result: ChangeResult,
+    event: Mapping[str, Any] | None,
+    changed: list[str],
+) -> None:
+    """Replace the manifest: the resource's new files and the event counters."""
+    new_entry = dict(entry) if isinstance(entry, dict) else {}
+    if result.written:
+        new_entry.setdefault("status", "ok")
+        new_entry.setdefault("schema_version", version)
+        new_entry.setdefault("high_water_mark", None)  # a later sync fetches in full
+        new_entry["tables"] = tables_info
+        new_entry["changed_at"] = _now_iso()
+    manifest = _load_manifest_for_write(root)
+    manifest["kind"] = STORE_KIND
+    manifest["format"] = STORE_FORMAT
+    if new_entry:
+        manifest["resources"][resource_type] = new_entry
+    if event is not None or result.written:
+        held = manifest.get("events")
+        events: dict[str, Any] = dict(held) if isinstance(held, dict) else {}
+        events["applied"] = int(events.get("applied") or 0) + len(changed)
+        if event is not None:
+            events["last_applied"] = {**dict(event), "applied_at": _now_iso()}
+        manifest["events"] = events
+        _write_json(_manifest_path(root), manifest)
+
+
+def _drop_replaced_files(root: Path, tables_info: dict[str, Any]) -> None:
+    """Delete each table's data files other than the one the manifest now names."""
+    for table, info in tables_info.items():
+        keep_name = Path(str(info["path"])).name
+        with contextlib.suppress(OSError):
+            for path in (root / table).iterdir():
+                if path.name != keep_name and _DATA_FILE_NAME.fullmatch(path.name):
+                    path.unlink()
 
 
 def upsert(
