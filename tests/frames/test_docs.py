@@ -18,7 +18,9 @@ def test_committed_view_tables_match_the_generated_ones() -> None:
 
 
 def test_every_view_and_column_is_documented() -> None:
-    text = views_markdown()
+    # Against the committed manual, not the generator's output: a view or column
+    # missing from docs/views.md fails here even if the section test is skipped.
+    text = DOC.read_text(encoding="utf-8")
     for views in VIEWS.values():
         for v in views:
             assert f"#### `{v.name}`" in text

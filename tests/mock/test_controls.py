@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -11,33 +14,24 @@ from toolkit.mock import FAULT_PROFILES, Deployment, serve
 
 H = {"User-Agent": USER_AGENT}
 
-INTERFACE_CATEGORIES = {
-    "wrong-id-prefix": "prefix",
-    "enum-outside-spec": "enum",
-    "bad-reference": "reference",
-    "bad-phone": "format",
-    "bad-country": "format",
-    "missing-required": "format",
-    "no-ratelimit-headers": "rate-limit",
-    "no-retry-after": "rate-limit",
-    "rate-limit-not-enforced": "rate-limit",
-    "tokens-die-early": "token-lifetime",
-    "tokens-outlive-expires-in": "token-lifetime",
-    "auth-not-enforced": "auth",
-    "any-secret-accepted": "auth",
-    "paging-loop": "paging",
-    "total-mismatch": "paging",
-    "wrong-content-type": "schema",
-    "double-booking": "write",
-    "attachment-type-unchecked": "write",
-    "flaky-503": None,
-    "drop-connections": None,
-    "relative-next-links": None,
-}
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+_ROW = re.compile(r"^\| `(?P<name>[a-z0-9-]+)` \| (?P<category>[a-z-]+|\(client\)) \|", re.M)
 
 
-def test_fault_profiles_match_the_interface_table() -> None:
-    assert {n: p.category for n, p in FAULT_PROFILES.items()} == INTERFACE_CATEGORIES
+def _documented_profiles(doc: str) -> dict[str, str | None]:
+    """The fault table of a manual: profile name -> category (None for "(client)")."""
+    text = (DOCS / doc).read_text(encoding="utf-8")
+    rows = {m["name"]: m["category"] for m in _ROW.finditer(text)}
+    return {n: None if c == "(client)" else c for n, c in rows.items()}
+
+
+@pytest.mark.parametrize("doc", ["interfaces.md", "mock.md"])
+def test_the_manuals_fault_tables_list_every_profile_with_its_category(doc: str) -> None:
+    # The manuals' tables are written by hand: they must name exactly the mock's
+    # profiles, each with the contract category it must fail (or "(client)").
+    documented = {n: c for n, c in _documented_profiles(doc).items() if n in FAULT_PROFILES}
+    actual = {n: p.category for n, p in FAULT_PROFILES.items()}
+    assert documented == actual, f"docs/{doc} fault table differs from FAULT_PROFILES"
     assert all(p.name == n and p.description for n, p in FAULT_PROFILES.items())
 
 
