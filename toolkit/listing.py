@@ -50,17 +50,7 @@ __all__ = [
 # Walk summaries have always been logged as the client's; the name users configure.
 log = logging.getLogger("toolkit.client")
 
-_SEARCH_ALIASES: dict[str, str] = {
-    "id": "_id",
-    "ids": "_id",
-    "last_updated": "_lastUpdated",
-    "lastUpdated": "_lastUpdated",
-    "count": "_count",
-    "sort": "_sort",
-    "total": "_total",
-    "summary": "_summary",
-    "include": "_include",
-}
+_SEARCH_ALIASES = catalogue.SEARCH_ALIASES
 
 
 # ---------------------------------------------------------------------- queries

@@ -58,6 +58,7 @@ from toolkit.catalogue.endpoints import (
     OWNER_SEARCH,
     PATCH_ANSWERS_EMPTY_405,
     PATCHABLE,
+    SEARCH_ALIASES,
     SEARCH_PARAMETERS,
 )
 from toolkit.catalogue.lookup import (
@@ -162,6 +163,7 @@ __all__ = [
     "RESOURCES",
     "RETRY_AFTER_HEADER",
     "ROLE_ANY",
+    "SEARCH_ALIASES",
     "SEARCH_PARAMETERS",
     "SLOT",
     "SOURCE_RANK",

@@ -59,6 +59,20 @@ SEARCH_PARAMETERS: dict[str, tuple[str, ...]] = {
 
 COMMON_SEARCH_PARAMETERS = ("_id", "_lastUpdated", "_sort", "_count", "page", "_total")
 
+SEARCH_ALIASES: dict[str, str] = {
+    "id": "_id",
+    "ids": "_id",
+    "last_updated": "_lastUpdated",
+    "lastUpdated": "_lastUpdated",
+    "count": "_count",
+    "sort": "_sort",
+    "total": "_total",
+    "summary": "_summary",
+    "include": "_include",
+}
+"""Python keyword -> API parameter for the common searches whose names are not valid or
+idiomatic Python (pmtk); other keywords map ``_`` to ``-`` (``practitioner_role``)."""
+
 LISTED_RESOURCES: tuple[str, ...] = tuple(e.resource for e in ENDPOINTS if e.kind == "list")
 """Resources with a list endpoint, in spec order."""
 

@@ -6,7 +6,11 @@ from functools import cache
 
 import pycountry
 
-from toolkit.catalogue.endpoints import COMMON_SEARCH_PARAMETERS, SEARCH_PARAMETERS
+from toolkit.catalogue.endpoints import (
+    COMMON_SEARCH_PARAMETERS,
+    SEARCH_ALIASES,
+    SEARCH_PARAMETERS,
+)
 from toolkit.catalogue.model import Field, Resource
 from toolkit.catalogue.resources import RESOURCES
 
@@ -36,18 +40,7 @@ def search_keywords(resource_type: str) -> dict[str, str]:
     '_lastUpdated'
     """
     resource(resource_type)
-    out = {
-        "id": "_id",
-        "ids": "_id",
-        "last_updated": "_lastUpdated",
-        "lastUpdated": "_lastUpdated",
-        "count": "_count",
-        "sort": "_sort",
-        "total": "_total",
-        "summary": "_summary",
-        "include": "_include",
-        "page": "page",
-    }
+    out = {**SEARCH_ALIASES, "page": "page"}
     for name in (*COMMON_SEARCH_PARAMETERS, "_summary", "_include"):
         out[name] = name
     for name in SEARCH_PARAMETERS.get(resource_type, ()):
