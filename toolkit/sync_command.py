@@ -94,7 +94,6 @@ def sync_command(
     """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
     from rich.console import Console
 
-    import toolkit
     from toolkit.errors import ConfigurationError, PmtkError
     from toolkit.store import (
         ManifestDamaged,
@@ -102,7 +101,6 @@ def sync_command(
         StoreWriteError,
         SyncFailed,
         SyncProgress,
-        check_folder,
         sync,
     )
 
@@ -115,28 +113,8 @@ def sync_command(
     if verify:
         _verify(out, wanted, quiet=quiet)
         return
-    try:
-        check_folder(out)  # before connecting: a refusal writes nothing and costs nothing
-    except (NotAStore, ManifestDamaged) as exc:
-        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
-    except StoreWriteError as exc:
-        raise _fail(err, "sync failed", None, exc, EXIT_WRITE_FAILED) from None
-    except PmtkError as exc:
-        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None  # a newer store format
-    settings: dict[str, Any] = {
-        key: value
-        for key, value in (
-            ("base_url", base_url),
-            ("client_id", client_id),
-            ("client_secret", client_secret),
-        )
-        if value
-    }
-    try:
-        client = toolkit.connect(**settings)
-    except ConfigurationError as exc:
-        fix = "set PM_BASE_URL, PM_CLIENT_ID and PM_CLIENT_SECRET (or the matching options)"
-        raise _fail(err, "configuration error", None, exc, EXIT_REFUSED, fix) from None
+    _check_target(err, out)  # before connecting: a refusal writes nothing and costs nothing
+    client = _connect(err, base_url, client_id, client_secret)
     display = SyncProgress("off" if quiet else "bars" if err.is_terminal else "lines", console=err)
     try:
         with client:
@@ -149,25 +127,9 @@ def sync_command(
                 errors=errors,  # type: ignore[arg-type]
             )
     except KeyboardInterrupt:
-        failed = display.failures[-1] if display.failures else None
-        where = failed.resource if failed is not None else None
-        again = (
-            f"{failed.staged_pages} staged page(s) kept; run the same command again to resume"
-            if failed is not None and failed.staged_pages
-            else "run the same command again to start it over"
-        )
-        message = f"the data stored before in {out} is unchanged; {again}"
-        err.print(_line("interrupted", where, message, style="bold yellow"))
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise _interrupted(err, display, out) from None
     except SyncFailed as exc:
-        for failed in exc.summary.failed:
-            cause = exc.errors.get(failed.resource)
-            advice = _advice(cause, failed.staged_pages, client) if cause is not None else None
-            err.print(_line("sync failed", failed.resource, failed.error or "", hint=advice))
-        _print_repaired(err, exc.summary)
-        if not quiet:
-            Console(soft_wrap=True).print(exc.summary.table())
-        raise typer.Exit(EXIT_FAILED) from None
+        raise _some_failed(err, exc, client, quiet=quiet) from None
     except (NotAStore, ManifestDamaged) as exc:
         raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
     except StoreWriteError as exc:
@@ -182,6 +144,72 @@ def sync_command(
     _print_repaired(err, summary)
     if not quiet:
         Console(soft_wrap=True).print(summary.table())
+
+
+def _check_target(err: Any, out: Path) -> None:
+    """Refuse a folder that is not a store (or is damaged) before anything is sent."""
+    from toolkit.errors import PmtkError
+    from toolkit.store import ManifestDamaged, NotAStore, StoreWriteError, check_folder
+
+    try:
+        check_folder(out)
+    except (NotAStore, ManifestDamaged) as exc:
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
+    except StoreWriteError as exc:
+        raise _fail(err, "sync failed", None, exc, EXIT_WRITE_FAILED) from None
+    except PmtkError as exc:
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None  # a newer store format
+
+
+def _connect(
+    err: Any, base_url: str | None, client_id: str | None, client_secret: str | None
+) -> Any:
+    """A client from the options, else the settings path (``PM_*``, ``.env``, the mock)."""
+    import toolkit
+    from toolkit.errors import ConfigurationError
+
+    settings: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("base_url", base_url),
+            ("client_id", client_id),
+            ("client_secret", client_secret),
+        )
+        if value
+    }
+    try:
+        return toolkit.connect(**settings)
+    except ConfigurationError as exc:
+        fix = "set PM_BASE_URL, PM_CLIENT_ID and PM_CLIENT_SECRET (or the matching options)"
+        raise _fail(err, "configuration error", None, exc, EXIT_REFUSED, fix) from None
+
+
+def _interrupted(err: Any, display: Any, out: Path) -> typer.Exit:
+    """Say what Ctrl-C left (stored data unchanged, staged pages kept): exit 130."""
+    failed = display.failures[-1] if display.failures else None
+    where = failed.resource if failed is not None else None
+    again = (
+        f"{failed.staged_pages} staged page(s) kept; run the same command again to resume"
+        if failed is not None and failed.staged_pages
+        else "run the same command again to start it over"
+    )
+    message = f"the data stored before in {out} is unchanged; {again}"
+    err.print(_line("interrupted", where, message, style="bold yellow"))
+    return typer.Exit(EXIT_INTERRUPTED)
+
+
+def _some_failed(err: Any, exc: Any, client: Any, *, quiet: bool) -> typer.Exit:
+    """One line per failed resource with advice, then the summary table: exit 1."""
+    from rich.console import Console
+
+    for failed in exc.summary.failed:
+        cause = exc.errors.get(failed.resource)
+        advice = _advice(cause, failed.staged_pages, client) if cause is not None else None
+        err.print(_line("sync failed", failed.resource, failed.error or "", hint=advice))
+    _print_repaired(err, exc.summary)
+    if not quiet:
+        Console(soft_wrap=True).print(exc.summary.table())
+    return typer.Exit(EXIT_FAILED)
 
 
 def _resources(names: list[str] | None) -> list[str]:
