@@ -220,109 +220,104 @@ def _columns(
         if f.write_only:
             continue
         src: Source = inherited if inherited != "spec" else f.source
-        if f.extension is not None:
-            name = _snake(f.name)
-            if name.startswith(table + "_"):
-                name = name[len(table) + 1 :]
-            name = f"{prefix}_{name}" if prefix else name
-        else:
-            name = _COLUMN_RENAMES.get((res.name, f.name)) or _join(prefix, f)
+        name = _column_name(res, f, table, prefix)
         path = _source_path(f, parent)
         if root and f.many and f.type in ("object", "reference"):
             children.append((name, f, path))
-            continue
-        if f.type == "reference":
-            ref = f.ref
-            assert ref is not None
-            targets = " | ".join(ref.types)
-            cols.append(
-                Column(
-                    f"{name}_id",
-                    f"{path}{'.first()' if f.many else ''}.reference.getReferenceKey()",
-                    pl.String(),
-                    f"id of the referenced {targets}, prefix kept",
-                    field=f,
-                    role="ref_id",
-                    source=catalogue.weakest(src, _rule_source(f, ("type", "reference"))),
-                )
-            )
-            if len(ref.targets) > 1:
-                cols.append(
-                    Column(
-                        f"{name}_type",
-                        f"{path}.getReferenceType()",
-                        pl.String(),
-                        f"one of {targets}",
-                        field=f,
-                        role="ref_type",
-                        source=catalogue.weakest(src, _rule_source(f, ("type",))),
-                    )
-                )
+        elif f.type == "reference":
+            cols.extend(_reference_columns(f, name, path, src))
         elif f.type == "object":
-            step = f"{path}.first()" if f.many else path
-            if f.name == "meta":
-                sub_prefix = ""
-            elif f.name in _ELIDED_SEGMENTS and prefix:
-                sub_prefix = prefix
-            else:
-                sub_prefix = name
-            sub, _ = _columns(res, f.fields, table, sub_prefix, step, root=False, inherited=src)
-            note = " (first element)" if f.many else ""
-            coded = f.extension is not None and f.extension.value_key == "valueCoding"
-            cols.extend(
-                dataclasses.replace(
-                    c,
-                    # A coded object's code may arrive as valueCode or valueString too.
-                    path=c.path[: -len("valueCoding.code")] + "coded()"
-                    if coded and c.path.endswith(".valueCoding.code")
-                    else c.path,
-                    doc=(c.doc + note).strip(),
-                )
-                for c in sub
-            )
-        elif f.extension is not None and f.extension.value_key in ("valueCoding", "valueCode"):
-            cols.append(
-                Column(
-                    name,
-                    path,
-                    pl.String(),
-                    "coded value",
-                    field=f,
-                    source=catalogue.weakest(src, _rule_source(f)),
-                )
-            )
-        elif f.many:
-            cols.append(
-                Column(
-                    name,
-                    path,
-                    pl.List(_column_dtype(f)),
-                    "array of values",
-                    field=f,
-                    source=catalogue.weakest(src, _rule_source(f)),
-                )
-            )
+            cols.extend(_object_columns(res, f, table, prefix, name, path, src))
         else:
-            note = "converted to UTC" if f.type == "date-time" else ""
-            when = None
-            if f.format_when is not None:
-                sibling, values = f.format_when
-                when = (_join(prefix, Field(sibling, "string")), values)
-                note = f"{f.format} format where {when[0]} is one of {', '.join(values)}"
-            role: Role = "id" if root and f.name == "id" else "value"
-            cols.append(
-                Column(
-                    name,
-                    path,
-                    _column_dtype(f),
-                    note,
-                    field=f,
-                    role=role,
-                    when=when,
-                    source=catalogue.weakest(src, _rule_source(f)),
-                )
-            )
+            cols.append(_value_column(f, name, path, prefix, root, src))
     return cols, children
+
+
+def _column_name(res: Resource, f: Field, table: str, prefix: str) -> str:
+    """The column name of a field: snake case, prefixed by its enclosing object."""
+    if f.extension is None:
+        return _COLUMN_RENAMES.get((res.name, f.name)) or _join(prefix, f)
+    name = _snake(f.name)
+    if name.startswith(table + "_"):
+        name = name[len(table) + 1 :]
+    return f"{prefix}_{name}" if prefix else name
+
+
+def _reference_columns(f: Field, name: str, path: str, src: Source) -> list[Column]:
+    """``<name>_id`` (prefix kept), and ``<name>_type`` when the reference has several targets."""
+    ref = f.ref
+    assert ref is not None
+    targets = " | ".join(ref.types)
+    cols = [
+        Column(
+            f"{name}_id",
+            f"{path}{'.first()' if f.many else ''}.reference.getReferenceKey()",
+            pl.String(),
+            f"id of the referenced {targets}, prefix kept",
+            field=f,
+            role="ref_id",
+            source=catalogue.weakest(src, _rule_source(f, ("type", "reference"))),
+        )
+    ]
+    if len(ref.targets) > 1:
+        cols.append(
+            Column(
+                f"{name}_type",
+                f"{path}.getReferenceType()",
+                pl.String(),
+                f"one of {targets}",
+                field=f,
+                role="ref_type",
+                source=catalogue.weakest(src, _rule_source(f, ("type",))),
+            )
+        )
+    return cols
+
+
+def _object_columns(
+    res: Resource, f: Field, table: str, prefix: str, name: str, path: str, src: Source
+) -> list[Column]:
+    """The columns of an object's fields (of its first element, for an array)."""
+    step = f"{path}.first()" if f.many else path
+    if f.name == "meta":
+        sub_prefix = ""
+    elif f.name in _ELIDED_SEGMENTS and prefix:
+        sub_prefix = prefix
+    else:
+        sub_prefix = name
+    sub, _ = _columns(res, f.fields, table, sub_prefix, step, root=False, inherited=src)
+    note = " (first element)" if f.many else ""
+    coded = f.extension is not None and f.extension.value_key == "valueCoding"
+    return [
+        dataclasses.replace(
+            c,
+            # A coded object's code may arrive as valueCode or valueString too.
+            path=c.path[: -len("valueCoding.code")] + "coded()"
+            if coded and c.path.endswith(".valueCoding.code")
+            else c.path,
+            doc=(c.doc + note).strip(),
+        )
+        for c in sub
+    ]
+
+
+def _value_column(f: Field, name: str, path: str, prefix: str, root: bool, src: Source) -> Column:
+    """The column of a value: a coded extension, an array of values, or one value."""
+    source = catalogue.weakest(src, _rule_source(f))
+    if f.extension is not None and f.extension.value_key in ("valueCoding", "valueCode"):
+        return Column(name, path, pl.String(), "coded value", field=f, source=source)
+    if f.many:
+        return Column(
+            name, path, pl.List(_column_dtype(f)), "array of values", field=f, source=source
+        )
+    note = "converted to UTC" if f.type == "date-time" else ""
+    when = None
+    if f.format_when is not None:
+        sibling, values = f.format_when
+        when = (_join(prefix, Field(sibling, "string")), values)
+        note = f"{f.format} format where {when[0]} is one of {', '.join(values)}"
+    role: Role = "id" if root and f.name == "id" else "value"
+    return Column(name, path, _column_dtype(f), note, field=f, role=role, when=when, source=source)
 
 
 # Repeating objects whose preferred element also gives main-table columns: the
