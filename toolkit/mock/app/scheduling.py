@@ -128,16 +128,8 @@ class SchedulingRoom(ListingRoom, WritingRoom):
 
     # ------------------------------------------------------------------ $book
     async def book(self, request: Request, ctx: Ctx) -> Response:
-        body = await self.json_object(request)
-        if body.get("resourceType") != "Parameters" or not isinstance(body.get("parameter"), list):
-            raise Problem4xx(
-                400, "structure", "$book takes a Parameters resource with a parameter array"
-            )
-        params: dict[str, dict[str, Any]] = {}
-        for n, item in enumerate(body["parameter"]):
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                raise Problem4xx(400, "structure", f"parameter[{n}] needs a name")
-            params[item["name"]] = item
+        """``POST /main/Appointment/$book``: book a patient into a free slot (or a group)."""
+        params = _book_parameters(await self.json_object(request))
         patient_ref = self._param_ref(params, "patient-id", "Patient")
         if "appt-id" in params:
             return await self._join_group(request, params, patient_ref)
@@ -146,26 +138,8 @@ class SchedulingRoom(ListingRoom, WritingRoom):
             raise Problem4xx(400, "required", "$book needs appt-resource (or appt-id)")
         appt = to_spec(appt)
         self.check_write("Appointment", appt)
-        role_id = None
-        for part in appt.get("participant") or []:
-            actor = part.get("actor") or {}
-            if str(actor.get("reference", "")).startswith("/main/PractitionerRole/"):
-                role_id = _last_segment(actor["reference"])
-        r = self.role_index.get(role_id or "")
-        if r is None:
-            raise self.invalid(
-                "Appointment",
-                [("participant", "needs a PractitionerRole/PR-... actor of the practice group")],
-            )
-        start = int(_parse_instant(appt["start"])[0])
-        end = int(_parse_instant(appt["end"])[0])
-        minutes = (end - start) // 60
-        if end <= start:
-            raise self.invalid("Appointment", [("end", "must be after start")])
-        if "minutesDuration" in appt and appt["minutesDuration"] != minutes:
-            raise self.invalid(
-                "Appointment", [("minutesDuration", f"does not match start/end ({minutes})")]
-            )
+        r = self._booked_role(appt)
+        start, end, minutes = self._booked_times(appt)
         status = (
             self._param_code(params, "status", catalogue.PARTICIPANT_STATUSES, "booked") or "booked"
         )
@@ -183,52 +157,91 @@ class SchedulingRoom(ListingRoom, WritingRoom):
                 raise Problem4xx(409, "conflict", "that slot is already booked")
             now = self.state.now()
             rid = self._next_id("Appointment")
-            record: Record = {
-                "resourceType": "Appointment",
-                "id": rid,
-                "meta": {"lastUpdated": iso(now)},
-            }
-            if location is not None:
-                record["extension"] = [{"url": "location-type", "valueCode": location}]
-            if appt.get("description"):
-                record["description"] = appt["description"]
-            record.update(
-                {
-                    "start": iso(start),
-                    "end": iso(end),
-                    "minutesDuration": minutes,
-                    "created": iso(now),
-                    "supportingInformation": [
-                        service or ref("HealthcareService", self.state.data.role_service[r])
-                    ],
-                    "participant": [
-                        {
-                            "type": [{"coding": [{"code": "ATND", "display": "attender"}]}],
-                            "actor": ref("PractitionerRole", self.state.data.roles[r]),
-                            "modifierExtension": [_status_ext("booked")],
-                        },
-                        {
-                            "actor": patient_ref,
-                            "modifierExtension": [_status_ext(status)],
-                        },
-                    ],
-                }
+            record = self._booked_record(
+                rid, now, appt, r, (start, end, minutes), (location, status), service, patient_ref
             )
             record, content = self.stored("Appointment", record)
             if status != "cancelled":
                 grid.take(r, start, minutes)
             coll = self.store["Appointment"]
-            index = coll.add(
-                rid,
-                record,
-                updated=now,
-                date=float(start),
-                owner=_last_segment(patient_ref["reference"]),
-            )
+            owner = _last_segment(patient_ref["reference"])
+            index = coll.add(rid, record, updated=now, date=float(start), owner=owner)
             coll.prime(index, content)
             self.state.announce("Appointment", rid, "create")
         headers = {"location": self.location(request, "Appointment", rid)}
         return self.respond(request, content, 201, headers)
+
+    def _booked_role(self, appt: dict[str, Any]) -> int:
+        """The index of the practice group's role the appointment's practitioner actor names."""
+        role_id = None
+        for part in appt.get("participant") or []:
+            actor = part.get("actor") or {}
+            if str(actor.get("reference", "")).startswith("/main/PractitionerRole/"):
+                role_id = _last_segment(actor["reference"])
+        r = self.role_index.get(role_id or "")
+        if r is None:
+            raise self.invalid(
+                "Appointment",
+                [("participant", "needs a PractitionerRole/PR-... actor of the practice group")],
+            )
+        return r
+
+    def _booked_times(self, appt: dict[str, Any]) -> tuple[int, int, int]:
+        """Start and end (epoch seconds) and minutes, checked against each other."""
+        start = int(_parse_instant(appt["start"])[0])
+        end = int(_parse_instant(appt["end"])[0])
+        minutes = (end - start) // 60
+        if end <= start:
+            raise self.invalid("Appointment", [("end", "must be after start")])
+        if "minutesDuration" in appt and appt["minutesDuration"] != minutes:
+            raise self.invalid(
+                "Appointment", [("minutesDuration", f"does not match start/end ({minutes})")]
+            )
+        return start, end, minutes
+
+    def _booked_record(
+        self,
+        rid: str,
+        now: float,
+        appt: dict[str, Any],
+        r: int,
+        times: tuple[int, int, int],
+        codes: tuple[str | None, str],
+        service: Any,
+        patient_ref: dict[str, Any],
+    ) -> Record:
+        """The Appointment a booking stores, in the spec's form."""
+        start, end, minutes = times
+        location, status = codes
+        record: Record = {
+            "resourceType": "Appointment",
+            "id": rid,
+            "meta": {"lastUpdated": iso(now)},
+        }
+        if location is not None:
+            record["extension"] = [{"url": "location-type", "valueCode": location}]
+        if appt.get("description"):
+            record["description"] = appt["description"]
+        record.update(
+            {
+                "start": iso(start),
+                "end": iso(end),
+                "minutesDuration": minutes,
+                "created": iso(now),
+                "supportingInformation": [
+                    service or ref("HealthcareService", self.state.data.role_service[r])
+                ],
+                "participant": [
+                    {
+                        "type": [{"coding": [{"code": "ATND", "display": "attender"}]}],
+                        "actor": ref("PractitionerRole", self.state.data.roles[r]),
+                        "modifierExtension": [_status_ext("booked")],
+                    },
+                    {"actor": patient_ref, "modifierExtension": [_status_ext(status)]},
+                ],
+            }
+        )
+        return record
 
     async def _join_group(
         self, request: Request, params: dict[str, dict[str, Any]], patient: dict[str, str]
@@ -291,3 +304,17 @@ class SchedulingRoom(ListingRoom, WritingRoom):
                 [(f"parameter[{name}].valueCode", f"{code!r} is not one of {', '.join(allowed)}")],
             )
         return str(code)
+
+
+def _book_parameters(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A ``$book`` Parameters body as ``{name: parameter}`` (400 when it is not one)."""
+    if body.get("resourceType") != "Parameters" or not isinstance(body.get("parameter"), list):
+        raise Problem4xx(
+            400, "structure", "$book takes a Parameters resource with a parameter array"
+        )
+    params: dict[str, dict[str, Any]] = {}
+    for n, item in enumerate(body["parameter"]):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise Problem4xx(400, "structure", f"parameter[{n}] needs a name")
+        params[item["name"]] = item
+    return params
