@@ -96,91 +96,96 @@ class _HeadTooLarge(Exception):
     """Raised inside a parser callback; httptools turns it into a parser error."""
 
 
-def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
-    """An :class:`HttpToolsProtocol` subclass enforcing ``limits`` (pass it as ``http=``)."""
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with deadlines, a head-size cap and OperationOutcome answers.
 
-    class GuardedProtocol(HttpToolsProtocol):
-        _limits = limits
+    ``_limits`` is set on the subclass :func:`guarded_protocol` makes for one server.
+    """
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._head_bytes = 0
-            self._too_large = False
-            self._deadline: asyncio.TimerHandle | None = None
+    _limits: Limits
 
-        # -------------------------------------------------------------- timers
-        def _arm(self, seconds: float, what: str) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(seconds, self._expired, what)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_bytes = 0
+        self._too_large = False
+        self._deadline: asyncio.TimerHandle | None = None
 
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
+    # -------------------------------------------------------------- timers
+    def _arm(self, seconds: float, what: str) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expired, what)
 
-        def _expired(self, what: str) -> None:
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
             self._deadline = None
-            if self.transport.is_closing():
-                return
-            if self.cycle is None or not self.cycle.response_started:
-                text = f"the request {what} was not received within the time limit"
-                self.transport.write(raw_response(408, "timeout", text, self._limits.clock))
-            self.transport.close()
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+    def _expired(self, what: str) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or not self.cycle.response_started:
+            text = f"the request {what} was not received within the time limit"
+            self.transport.write(raw_response(408, "timeout", text, self._limits.clock))
+        self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self._limits.header_timeout, "head")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    # -------------------------------------------------------------- parser callbacks
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = 0
+        if self._deadline is None:
             self._arm(self._limits.header_timeout, "head")
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
+    def _count(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > self._limits.max_header_bytes:
+            self._too_large = True
+            raise _HeadTooLarge
 
-        # -------------------------------------------------------------- parser callbacks
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._head_bytes = 0
-            if self._deadline is None:
-                self._arm(self._limits.header_timeout, "head")
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
 
-        def _count(self, size: int) -> None:
-            self._head_bytes += size
-            if self._head_bytes > self._limits.max_header_bytes:
-                self._too_large = True
-                raise _HeadTooLarge
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        super().on_header(name, value)
 
-        def on_url(self, url: bytes) -> None:
-            self._count(len(url))
-            super().on_url(url)
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+        if self.cycle is not None and self.cycle.more_body:
+            self._arm(self._limits.body_timeout, "body")
 
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._count(len(name) + len(value) + 4)
-            super().on_header(name, value)
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
 
-        def on_headers_complete(self) -> None:
-            self._disarm()
-            super().on_headers_complete()
-            if self.cycle is not None and self.cycle.more_body:
-                self._arm(self._limits.body_timeout, "body")
+    # ------------------------------------------------ uvicorn's plain-text answers
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:
+            limit = self._limits.max_header_bytes
+            text = f"the request line and headers are larger than {limit} bytes"
+            content = raw_response(431, "too-costly", text, self._limits.clock)
+        else:
+            text = "the request is not valid HTTP/1.1"
+            content = raw_response(400, "structure", text, self._limits.clock)
+        self.transport.write(content)
+        self.transport.close()
 
-        def on_message_complete(self) -> None:
-            self._disarm()
-            super().on_message_complete()
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if app is service_unavailable:
+            app = _busy
+        super()._start_asgi_task(cycle, app)
 
-        # ------------------------------------------------ uvicorn's plain-text answers
-        def send_400_response(self, msg: str) -> None:
-            if self._too_large:
-                limit = self._limits.max_header_bytes
-                text = f"the request line and headers are larger than {limit} bytes"
-                content = raw_response(431, "too-costly", text, self._limits.clock)
-            else:
-                text = "the request is not valid HTTP/1.1"
-                content = raw_response(400, "structure", text, self._limits.clock)
-            self.transport.write(content)
-            self.transport.close()
 
-        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-            if app is service_unavailable:
-                app = _busy
-            super()._start_asgi_task(cycle, app)
-
-    return GuardedProtocol
+def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
+    """An :class:`HttpToolsProtocol` subclass enforcing ``limits`` (pass it as ``http=``)."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"_limits": limits})
