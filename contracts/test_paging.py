@@ -12,21 +12,12 @@ import pytest
 from contracts.session import Exchange, ForeignOrigin
 from contracts.suite import Recorder, Run, entries
 from toolkit import catalogue as cat
+from toolkit import paging
 
 RESOURCES = list(cat.LISTED_RESOURCES)
 
-
-def next_link(bundle: Any) -> str | None:
-    """The url of a Bundle's first non-empty ``next`` link, or None.
-
-    The client reads the same link inside :meth:`toolkit.paging.Page.parse`, which
-    parses a whole page strictly and raises on a malformed one; the suite must judge
-    such a page rather than stop at it, so it reads the link on its own.
-    """
-    for link in (bundle or {}).get("link") or []:
-        if isinstance(link, dict) and link.get("relation") == "next" and link.get("url"):
-            return str(link["url"])
-    return None
+# The same reading of a Bundle's next link as the client's walk (toolkit.paging).
+next_link = paging.next_link
 
 
 def _page_key(url: str) -> tuple[str, tuple[tuple[str, str], ...]]:

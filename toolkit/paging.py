@@ -63,6 +63,7 @@ __all__ = [
     "FetchSummary",
     "Page",
     "Walk",
+    "next_link",
 ]
 
 DEFAULT_MAX_PAGES = 10_000
@@ -213,79 +214,106 @@ class Page:
         """Parse and check one list answer; see the module docstring for the rules."""
         url = str(response.url)
         if not isinstance(data, dict) or data.get("resourceType") != "Bundle":
-            kind = data.get("resourceType") if isinstance(data, dict) else type(data).__name__
-            code, diagnostics = None, f"expected a Bundle, got {kind}"
-            if kind == "OperationOutcome":
-                code, diag, _ = outcome_details(response)
-                diagnostics = diag or diagnostics
-            raise ApiError(
-                response.status_code,
-                method="GET",
-                url=url,
-                code=code,
-                diagnostics=diagnostics,
-                outcome=data if isinstance(data, dict) else None,
-            )
-        raw_entries = data.get("entry") or []
-        if not isinstance(raw_entries, list):
-            msg = f"{resource_type}: {url}: Bundle.entry is not a list"
-            raise MalformedPage(msg, url=url)
-        records: list[dict[str, Any]] = []
-        for i, entry in enumerate(raw_entries):
-            resource = entry.get("resource") if isinstance(entry, dict) else None
-            if not isinstance(resource, dict):
-                msg = f"{resource_type}: {url}: entry[{i}] has no resource object"
-                raise MalformedPage(msg, url=url)
-            search = entry.get("search")
-            mode = search.get("mode") if isinstance(search, dict) else None
-            kind = resource.get("resourceType")
-            if mode == "include" and include:
-                continue  # asked for with _include: not a record of the walk
-            if kind == "OperationOutcome" and mode == "outcome":
-                continue  # FHIR's informational entry about the search itself
-            if kind != resource_type:
-                msg = (
-                    f"{resource_type}: {url}: entry[{i}] is a {kind!r}, not a {resource_type} "
-                    "(and not an _include marked search.mode 'include'); a frame of it "
-                    "would silently lose records"
-                )
-                raise MalformedPage(msg, url=url)
-            records.append(resource)
+            raise _not_a_bundle(response, data, url)
+        records = _page_records(data, resource_type, url, include=include)
         total = data.get("total")
         if total is not None and (
             not isinstance(total, int) or isinstance(total, bool) or total < 0
         ):
             msg = f"{resource_type}: {url}: Bundle.total is {total!r}, not a count"
             raise MalformedPage(msg, url=url)
-        links = data.get("link") or []
-        nxt = next(
-            (
-                link.get("url")
-                for link in (links if isinstance(links, list) else [])
-                if isinstance(link, dict) and link.get("relation") == "next"
-            ),
-            None,
-        )
-        server_time = None
-        date = response.headers.get("date")
-        if date:
-            try:
-                server_time = email.utils.parsedate_to_datetime(date).astimezone(UTC)
-            except (TypeError, ValueError, IndexError):
-                server_time = None
-        if server_time is None:
-            meta = data.get("meta")
-            server_time = _instant(meta.get("lastUpdated")) if isinstance(meta, dict) else None
         return cls(
             raw=response.content,
             url=url,
             bundle=data,
             records=records,
             total=total,
-            next=nxt if isinstance(nxt, str) and nxt else None,
-            server_time=server_time,
+            next=next_link(data),
+            server_time=_server_time(response, data),
             phase=phase,
         )
+
+
+def next_link(bundle: Any) -> str | None:
+    """The url of a Bundle's first ``next`` link that has one (a non-empty string), or None.
+
+    The client's walk and the contract suite's paging checks read the link this way.
+
+    Examples
+    --------
+    >>> next_link({"link": [{"relation": "self", "url": "/a"}, {"relation": "next", "url": "/b"}]})
+    '/b'
+    >>> next_link({"link": "not a list"}) is None
+    True
+    """
+    links = bundle.get("link") if isinstance(bundle, dict) else None
+    for link in links if isinstance(links, list) else []:
+        if isinstance(link, dict) and link.get("relation") == "next":
+            url = link.get("url")
+            if isinstance(url, str) and url:
+                return url
+    return None
+
+
+def _not_a_bundle(response: httpx.Response, data: Any, url: str) -> ApiError:
+    """The error for an answer that is not a Bundle (an OperationOutcome's text if it is one)."""
+    kind = data.get("resourceType") if isinstance(data, dict) else type(data).__name__
+    code, diagnostics = None, f"expected a Bundle, got {kind}"
+    if kind == "OperationOutcome":
+        code, diag, _ = outcome_details(response)
+        diagnostics = diag or diagnostics
+    return ApiError(
+        response.status_code,
+        method="GET",
+        url=url,
+        code=code,
+        diagnostics=diagnostics,
+        outcome=data if isinstance(data, dict) else None,
+    )
+
+
+def _page_records(
+    data: dict[str, Any], resource_type: str, url: str, *, include: bool
+) -> list[dict[str, Any]]:
+    """The page's records of ``resource_type``; an entry of another kind is refused."""
+    raw_entries = data.get("entry") or []
+    if not isinstance(raw_entries, list):
+        msg = f"{resource_type}: {url}: Bundle.entry is not a list"
+        raise MalformedPage(msg, url=url)
+    records: list[dict[str, Any]] = []
+    for i, entry in enumerate(raw_entries):
+        resource = entry.get("resource") if isinstance(entry, dict) else None
+        if not isinstance(resource, dict):
+            msg = f"{resource_type}: {url}: entry[{i}] has no resource object"
+            raise MalformedPage(msg, url=url)
+        search = entry.get("search")
+        mode = search.get("mode") if isinstance(search, dict) else None
+        kind = resource.get("resourceType")
+        if mode == "include" and include:
+            continue  # asked for with _include: not a record of the walk
+        if kind == "OperationOutcome" and mode == "outcome":
+            continue  # FHIR's informational entry about the search itself
+        if kind != resource_type:
+            msg = (
+                f"{resource_type}: {url}: entry[{i}] is a {kind!r}, not a {resource_type} "
+                "(and not an _include marked search.mode 'include'); a frame of it "
+                "would silently lose records"
+            )
+            raise MalformedPage(msg, url=url)
+        records.append(resource)
+    return records
+
+
+def _server_time(response: httpx.Response, data: dict[str, Any]) -> datetime | None:
+    """The server's time of the answer: its ``Date`` header, else the Bundle's ``meta``."""
+    date = response.headers.get("date")
+    if date:
+        try:
+            return email.utils.parsedate_to_datetime(date).astimezone(UTC)
+        except (TypeError, ValueError, IndexError):
+            pass
+    meta = data.get("meta")
+    return _instant(meta.get("lastUpdated")) if isinstance(meta, dict) else None
 
 
 @dataclass(slots=True)

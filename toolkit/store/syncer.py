@@ -16,6 +16,7 @@ import orjson
 import polars as pl
 
 from toolkit.errors import IncompleteResult, PmtkError
+from toolkit.paging import next_link
 from toolkit.store.layout import (
     _DATA_FILE_NAME,
     _data_name,
@@ -364,14 +365,7 @@ class _ResourceSyncer:
             _mkdir(directory, f"staging {self.rt}")
             staged = df.with_columns(pl.lit(part, dtype=pl.Int32).alias(PART_COLUMN))
             _write_parquet(staged, directory / f"part-{part:06d}.parquet")
-        next_url = next(
-            (
-                link.get("url")
-                for link in bundle.get("link") or []
-                if link.get("relation") == "next"
-            ),
-            None,
-        )
+        next_url = next_link(bundle)
         cp.parts = part
         cp.pages_done = page_number + len(pages) - 1
         cp.records += n_entries
