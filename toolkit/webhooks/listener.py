@@ -22,79 +22,34 @@ from toolkit.webhooks.queue import AuthHeader, EventQueue, ListenerStats, _outco
 
 
 def _make_app(listener: Listener) -> Any:
+    """The receiver: one route that accepts every path and answers every method."""
     from starlette.applications import Starlette
-    from starlette.requests import ClientDisconnect, Request
+    from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
 
     async def receive(request: Request) -> Response:
-        stats = listener.stats
-        if request.method != "POST":
-            stats.refused += 1
-            return _outcome(405, "not-supported", "webhooks are delivered with POST")
-        auth = listener.auth_header
-        if auth is not None and not auth.matches(request.headers.getlist(auth.name)):
-            stats.refused += 1
-            log.warning("refused a webhook without the right %s header", auth.name)
-            return _outcome(401, "login", f"missing or wrong {auth.name} header")
-        limit = listener.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            stats.refused += 1
-            if not declared.isdigit():
-                return _outcome(400, "invalid", "Content-Length is not a number")
-            return _outcome(413, "too-costly", f"the body ({declared} bytes) exceeds {limit}")
-        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media not in _MEDIA:
-            stats.refused += 1
-            return _outcome(415, "not-supported", f"the body must be JSON, not {media[:60]!r}")
-        body = bytearray()
+        refusal = _refusal(listener, request)
+        if refusal is None:
+            body = await _read_body(request, listener.max_body_bytes)
+            refusal = body if isinstance(body, Response) else None
+        if refusal is not None:
+            listener.stats.refused += 1
+            return refusal
+        assert isinstance(body, bytes)
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limit:
-                    stats.refused += 1
-                    return _outcome(413, "too-costly", f"the body exceeds {limit} bytes")
-        except ClientDisconnect:
-            stats.refused += 1
-            return _outcome(400, "incomplete", "the body was not sent in full")
-        try:
-            events = parse_notification(bytes(body))
+            events = parse_notification(body)
         except NotificationError as exc:
-            stats.refused += 1
+            listener.stats.refused += 1
             log.warning("refused a webhook body: %s", exc)
             return _outcome(400, "structure", f"not a history Bundle notification: {exc}")
-        kept: list[Event] = []
-        for event in events:
-            if event.resource_type in listener.storable:
-                kept.append(event)
-            else:
-                stats.ignored += 1
-                log.warning(
-                    "accepted %s/%s (%s) but not applied: the store has no %s table",
-                    event.resource_type,
-                    event.id,
-                    event.action or "change",
-                    event.resource_type,
-                )
+        kept = _storable(listener, events)
         if kept:
-            if listener.queue.count() >= MAX_QUEUE_FILES:
-                stats.refused += 1
-                return _outcome(503, "transient", "the event queue is full; retry later")
-            from starlette.concurrency import run_in_threadpool
-
-            from toolkit.store import _now_iso
-
-            try:
-                # the fsyncs run on a worker thread, so other calls are not held up
-                await run_in_threadpool(listener.queue.put, kept, _now_iso())
-            except OSError as exc:
-                stats.refused += 1
-                log.error("cannot write the event queue: %s", exc)
-                return _outcome(503, "transient", "the event could not be stored; retry later")
-            stats.events_queued += len(kept)
-            listener.wake.set()
-        stats.received += 1
+            refusal = await _enqueue(listener, kept)
+            if refusal is not None:
+                listener.stats.refused += 1
+                return refusal
+        listener.stats.received += 1
         text = f"queued {len(kept)} event(s)" + (
             f"; {len(events) - len(kept)} of a type the store does not hold, not applied"
             if len(kept) != len(events)
@@ -104,6 +59,78 @@ def _make_app(listener: Listener) -> Any:
 
     methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
     return Starlette(routes=[Route("/{path:path}", receive, methods=methods)])
+
+
+def _refusal(listener: Listener, request: Any) -> Any:
+    """The answer to a call refused before its body is read (method, auth, size, media)."""
+    if request.method != "POST":
+        return _outcome(405, "not-supported", "webhooks are delivered with POST")
+    auth = listener.auth_header
+    if auth is not None and not auth.matches(request.headers.getlist(auth.name)):
+        log.warning("refused a webhook without the right %s header", auth.name)
+        return _outcome(401, "login", f"missing or wrong {auth.name} header")
+    limit = listener.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and not declared.isdigit():
+        return _outcome(400, "invalid", "Content-Length is not a number")
+    if declared is not None and int(declared) > limit:
+        return _outcome(413, "too-costly", f"the body ({declared} bytes) exceeds {limit}")
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media not in _MEDIA:
+        return _outcome(415, "not-supported", f"the body must be JSON, not {media[:60]!r}")
+    return None
+
+
+async def _read_body(request: Any, limit: int) -> Any:
+    """The body (at most ``limit`` bytes), or the answer refusing it."""
+    from starlette.requests import ClientDisconnect
+
+    body = bytearray()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                return _outcome(413, "too-costly", f"the body exceeds {limit} bytes")
+    except ClientDisconnect:
+        return _outcome(400, "incomplete", "the body was not sent in full")
+    return bytes(body)
+
+
+def _storable(listener: Listener, events: list[Event]) -> list[Event]:
+    """The events of types the store holds; the others are counted and logged."""
+    kept: list[Event] = []
+    for event in events:
+        if event.resource_type in listener.storable:
+            kept.append(event)
+            continue
+        listener.stats.ignored += 1
+        log.warning(
+            "accepted %s/%s (%s) but not applied: the store has no %s table",
+            event.resource_type,
+            event.id,
+            event.action or "change",
+            event.resource_type,
+        )
+    return kept
+
+
+async def _enqueue(listener: Listener, kept: list[Event]) -> Any:
+    """Queue the events durably and wake the applier; the answer refusing them otherwise."""
+    from starlette.concurrency import run_in_threadpool
+
+    from toolkit.store import _now_iso
+
+    if listener.queue.count() >= MAX_QUEUE_FILES:
+        return _outcome(503, "transient", "the event queue is full; retry later")
+    try:
+        # the fsyncs run on a worker thread, so other calls are not held up
+        await run_in_threadpool(listener.queue.put, kept, _now_iso())
+    except OSError as exc:
+        log.error("cannot write the event queue: %s", exc)
+        return _outcome(503, "transient", "the event could not be stored; retry later")
+    listener.stats.events_queued += len(kept)
+    listener.wake.set()
+    return None
 
 
 class Listener:
