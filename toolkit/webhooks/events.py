@@ -164,6 +164,28 @@ def parse_notification(body: bytes) -> list[Event]:
     >>> [(e.resource_type, e.id, e.event_number) for e in parse_notification(body)]
     [('Patient', '123', '3')]
     """
+    bundle, entries = _history_bundle(body)
+    first = entries[0].get("resource") if isinstance(entries[0], dict) else None
+    if not isinstance(first, dict) or first.get("resourceType") != "SubscriptionStatus":
+        kind = first.get("resourceType") if isinstance(first, dict) else None
+        raise NotificationError(
+            "entry[0].resource.resourceType", f"must be 'SubscriptionStatus', got {kind!r:.60}"
+        )
+    if first.get("type") in ("handshake", "heartbeat", "query-status"):
+        return []
+    notified = first.get("notificationEvent", [])
+    if not isinstance(notified, list):
+        raise NotificationError("entry[0].resource.notificationEvent", "must be an array")
+    topic_action = _action_in(first.get("topic"))
+    deleted = _deleted_in(entries)
+    return [
+        _event(item, f"entry[0].resource.notificationEvent[{i}]", bundle, deleted, topic_action)
+        for i, item in enumerate(notified)
+    ]
+
+
+def _history_bundle(body: bytes) -> tuple[dict[str, Any], list[Any]]:
+    """The body as a ``history`` Bundle, and its (non-empty) entries."""
     try:
         bundle = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -179,51 +201,49 @@ def parse_notification(body: bytes) -> list[Event]:
     entries = bundle.get("entry")
     if not isinstance(entries, list) or not entries:
         raise NotificationError("entry", "must be a non-empty array")
-    first = entries[0].get("resource") if isinstance(entries[0], dict) else None
-    if not isinstance(first, dict) or first.get("resourceType") != "SubscriptionStatus":
-        kind = first.get("resourceType") if isinstance(first, dict) else None
-        raise NotificationError(
-            "entry[0].resource.resourceType", f"must be 'SubscriptionStatus', got {kind!r:.60}"
-        )
-    if first.get("type") in ("handshake", "heartbeat", "query-status"):
-        return []
-    notified = first.get("notificationEvent", [])
-    if not isinstance(notified, list):
-        raise NotificationError("entry[0].resource.notificationEvent", "must be an array")
-    topic_action = _action_in(first.get("topic"))
+    return bundle, entries
+
+
+def _deleted_in(entries: list[Any]) -> set[tuple[str, str]]:
+    """``(type, id)`` of every entry after the status whose request is a DELETE."""
     deleted: set[tuple[str, str]] = set()
     for n, entry in enumerate(entries[1:], start=1):
         request = entry.get("request") if isinstance(entry, dict) else None
         if isinstance(request, dict) and str(request.get("method", "")).upper() == "DELETE":
             with contextlib.suppress(NotificationError):
                 deleted.add(_split_reference(request.get("url"), f"entry[{n}].request.url"))
-    events: list[Event] = []
-    for i, item in enumerate(notified):
-        where = f"entry[0].resource.notificationEvent[{i}]"
-        if not isinstance(item, dict):
-            raise NotificationError(where, "must be an object")
-        focus = item.get("focus")
-        if not isinstance(focus, dict):
-            raise NotificationError(f"{where}.focus", "must be a reference object")
-        rtype, rid = _split_reference(focus.get("reference"), f"{where}.focus.reference")
-        if isinstance(focus.get("type"), str) and focus["type"] != rtype:
-            raise NotificationError(
-                f"{where}.focus.type", f"{focus['type']!r:.40} disagrees with the reference"
-            )
-        action = "delete" if (rtype, rid) in deleted else None
-        for code in item.get("extension") or []:
-            if action is None and isinstance(code, dict):
-                action = _action_in(code.get("valueCode") or code.get("valueString"))
-        action = action or topic_action
-        stamp = item.get("timestamp") or bundle.get("timestamp")
-        number = item.get("eventNumber")
-        events.append(
-            Event(
-                rtype,
-                rid,
-                action,
-                stamp if isinstance(stamp, str) else None,
-                str(number) if isinstance(number, str | int) else None,
-            )
+    return deleted
+
+
+def _event(
+    item: Any,
+    where: str,
+    bundle: dict[str, Any],
+    deleted: set[tuple[str, str]],
+    topic_action: str | None,
+) -> Event:
+    """One ``notificationEvent`` as an :class:`Event` (its action from the bundle if needed)."""
+    if not isinstance(item, dict):
+        raise NotificationError(where, "must be an object")
+    focus = item.get("focus")
+    if not isinstance(focus, dict):
+        raise NotificationError(f"{where}.focus", "must be a reference object")
+    rtype, rid = _split_reference(focus.get("reference"), f"{where}.focus.reference")
+    if isinstance(focus.get("type"), str) and focus["type"] != rtype:
+        raise NotificationError(
+            f"{where}.focus.type", f"{focus['type']!r:.40} disagrees with the reference"
         )
-    return events
+    action = "delete" if (rtype, rid) in deleted else None
+    for code in item.get("extension") or []:
+        if action is None and isinstance(code, dict):
+            action = _action_in(code.get("valueCode") or code.get("valueString"))
+    action = action or topic_action
+    stamp = item.get("timestamp") or bundle.get("timestamp")
+    number = item.get("eventNumber")
+    return Event(
+        rtype,
+        rid,
+        action,
+        stamp if isinstance(stamp, str) else None,
+        str(number) if isinstance(number, str | int) else None,
+    )
