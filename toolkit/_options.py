@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["BaseUrl", "ClientId", "ClientSecret"]
+__all__ = ["BaseUrl", "ClientId", "ClientSecret", "connection_settings"]
 
 BaseUrl = Annotated[
     str | None,
@@ -33,3 +33,14 @@ ClientSecret = Annotated[
         show_default=False,
     ),
 ]
+
+
+def connection_settings(
+    base_url: str | None, client_id: str | None, client_secret: str | None
+) -> dict[str, str]:
+    """The connection options given on the command line, as keywords of :func:`toolkit.connect`.
+
+    An option left out is left to the settings path (``PM_*`` variables, ``.env``, the mock).
+    """
+    given = {"base_url": base_url, "client_id": client_id, "client_secret": client_secret}
+    return {key: value for key, value in given.items() if value}

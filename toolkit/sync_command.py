@@ -34,7 +34,7 @@ from typing import Annotated, Any
 
 import typer
 
-from toolkit._options import BaseUrl, ClientId, ClientSecret
+from toolkit._options import BaseUrl, ClientId, ClientSecret, connection_settings
 
 __all__ = [
     "EXIT_DAMAGED",
@@ -168,15 +168,7 @@ def _connect(
     import toolkit
     from toolkit.errors import ConfigurationError
 
-    settings: dict[str, Any] = {
-        key: value
-        for key, value in (
-            ("base_url", base_url),
-            ("client_id", client_id),
-            ("client_secret", client_secret),
-        )
-        if value
-    }
+    settings = connection_settings(base_url, client_id, client_secret)
     try:
         return toolkit.connect(**settings)
     except ConfigurationError as exc:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
 
+from toolkit._serving import start
 from toolkit.errors import ConfigurationError
 from toolkit.mock.app import create_app
 from toolkit.mock.protocol import Limits, guarded_protocol
@@ -158,23 +157,8 @@ def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Itera
         date_header=False,  # the app sends Date from the virtual clock
         server_header=False,
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="pmtk-mock", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT
-    while not server.started:
-        if not thread.is_alive():
-            msg = f"the mock could not start on {HOST}:{port}"
-            raise ConfigurationError(msg)
-        if time.monotonic() > deadline:
-            server.should_exit = True
-            msg = "the mock did not start within 60 s"
-            raise ConfigurationError(msg)
-        time.sleep(0.005)
-    bound = port
-    for srv in server.servers:
-        for sock in srv.sockets:
-            bound = sock.getsockname()[1]
+    running = start(config, name="pmtk-mock", what="the mock", timeout=START_TIMEOUT)
+    bound = running.port
     if opts.webhook is not None:
         state.webhooks = WebhookSender(
             opts.webhook, split_header(opts.webhook_header), f"http://{HOST}:{bound}"
@@ -185,5 +169,4 @@ def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Itera
     finally:
         if state.webhooks is not None:
             state.webhooks.stop()
-        server.should_exit = True
-        thread.join(timeout=10)
+        running.stop()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from toolkit._options import BaseUrl, ClientId, ClientSecret
+from toolkit._options import BaseUrl, ClientId, ClientSecret, connection_settings
+from toolkit._serving import start
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES
 from toolkit.webhooks.listener import Listener, _make_app
 from toolkit.webhooks.queue import AuthHeader
@@ -68,7 +68,6 @@ def listen(
     """
     import uvicorn
 
-    from toolkit.errors import ConfigurationError
     from toolkit.store import _claim, _init_manifest, _locked
 
     root = Path(store)
@@ -100,28 +99,16 @@ def listen(
         timeout_graceful_shutdown=2,
         server_header=False,
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="pmtk-listen", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
+    running = None
     try:
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                server.should_exit = True
-                msg = f"the webhook receiver could not start on 127.0.0.1:{port}"
-                raise ConfigurationError(msg)
-            time.sleep(0.005)
-        bound = port
-        for srv in server.servers:
-            for sock in srv.sockets:
-                bound = sock.getsockname()[1]
-        listener.port = bound
-        listener.url = f"http://127.0.0.1:{bound}/webhook"
+        running = start(config, name="pmtk-listen", what="the webhook receiver", timeout=30)
+        listener.port = running.port
+        listener.url = f"http://127.0.0.1:{running.port}/webhook"
         listener.start_worker()
         yield listener
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        if running is not None:
+            running.stop()
         listener.stop_worker()
         if owned is not None:
             owned.close()
@@ -160,15 +147,7 @@ def listen_command(
         header = AuthHeader.parse(auth_header) if auth_header else None
         import toolkit
 
-        kwargs = {
-            k: v
-            for k, v in (
-                ("base_url", base_url),
-                ("client_id", client_id),
-                ("client_secret", client_secret),
-            )
-            if v
-        }
+        kwargs = connection_settings(base_url, client_id, client_secret)
         with (
             toolkit.connect(**kwargs) as client,
             listen(
