@@ -58,3 +58,15 @@ def start(config: Any, *, name: str, what: str, timeout: float) -> Running:
         for sock in srv.sockets:
             bound = sock.getsockname()[1]
     return Running(server, thread, bound)
+
+
+def until_interrupted(doing: str) -> None:
+    """Block until Ctrl-C, saying so on stderr (``"serving until Ctrl-C"``, then ``"stopping"``)."""
+    import typer
+
+    typer.echo(f"{doing} until Ctrl-C", err=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        typer.echo("stopping", err=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from toolkit import catalogue
+from toolkit._serving import until_interrupted
 
 __all__ = ["mock_command"]
 
@@ -60,8 +61,6 @@ def mock_command(
     ] = None,
 ) -> None:
     """Serve a mock practice-management deployment on 127.0.0.1 until Ctrl-C."""
-    import time
-
     from toolkit.errors import ConfigurationError
     from toolkit.mock.server import serve
 
@@ -79,22 +78,24 @@ def mock_command(
             webhook=webhook,
             webhook_header=webhook_header,
         ) as dep:
-            typer.echo(f"base URL:      {dep.base_url}")
-            typer.echo(f"client id:     {dep.client_id}")
-            typer.echo(f"client secret: {dep.client_secret}")
-            if test_controls:
-                typer.echo(f"test controls: {dep.base_url}/_test/ (test use only)")
-            if fault:
-                typer.echo(f"fault profile: {fault}")
-            typer.echo(f"shapes:        {shapes.value}")
-            if webhook:
-                typer.echo(f"webhooks to:   {webhook}")
-            typer.echo("serving until Ctrl-C", err=True)
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                typer.echo("stopping", err=True)
+            _banner(dep, test_controls=test_controls, fault=fault, shapes=shapes, webhook=webhook)
+            until_interrupted("serving")
     except ConfigurationError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def _banner(
+    dep: Any, *, test_controls: bool, fault: str | None, shapes: ShapesChoice, webhook: str | None
+) -> None:
+    """Where the mock listens, its demo credentials and what is switched on."""
+    typer.echo(f"base URL:      {dep.base_url}")
+    typer.echo(f"client id:     {dep.client_id}")
+    typer.echo(f"client secret: {dep.client_secret}")
+    if test_controls:
+        typer.echo(f"test controls: {dep.base_url}/_test/ (test use only)")
+    if fault:
+        typer.echo(f"fault profile: {fault}")
+    typer.echo(f"shapes:        {shapes.value}")
+    if webhook:
+        typer.echo(f"webhooks to:   {webhook}")

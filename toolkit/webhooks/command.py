@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -13,7 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from toolkit._options import BaseUrl, ClientId, ClientSecret, connection_settings
-from toolkit._serving import start
+from toolkit._serving import start, until_interrupted
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES
 from toolkit.webhooks.listener import Listener, _make_app
 from toolkit.webhooks.queue import AuthHeader
@@ -165,12 +164,7 @@ def listen_command(
                 "auth header: "
                 + (f"{header.name} (value hidden)" if header else "none (any caller accepted)")
             )
-            typer.echo("listening until Ctrl-C", err=True)
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                typer.echo("stopping", err=True)
+            until_interrupted("listening")
     except ConfigurationError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
