@@ -57,58 +57,19 @@ class MockCore:
         state = self.state
 
         async def endpoint(request: Request) -> Response:
-            fault = state.fault
-            auth = request.headers.get("authorization", "")
-            client = None
-            if auth[:7].lower() == "bearer " and auth[7:].strip():
-                try:
-                    client = state.client_for(auth[7:].strip())
-                except TokenProblem as problem:
-                    if fault != "auth-not-enforced":
-                        return error(
-                            401,
-                            problem.code,
-                            str(problem),
-                            {"www-authenticate": 'Bearer error="invalid_token"'},
-                        )
-            if client is None:
-                if fault != "auth-not-enforced":
-                    return error(
-                        401,
-                        "login",
-                        "an Authorization: Bearer <access token> header is required",
-                        {"www-authenticate": "Bearer"},
-                    )
-                client = "anonymous"
-            allowed, remaining, retry = state.admit(client)
-            limit = state.options.rate_limit
-            headers: dict[str, str] = {}
-            if fault != "no-ratelimit-headers":
-                headers = {"x-ratelimit-limit": str(limit), "x-ratelimit-remaining": str(remaining)}
-            if not allowed:
-                if fault != "no-retry-after":
-                    headers["retry-after"] = str(retry)
-                return error(
-                    429,
-                    "throttled",
-                    f"more than {limit} requests in 60 seconds; retry in {retry} s",
-                    headers,
-                )
-            if fault == "flaky-503" and state.tick("flaky", 4):
+            client = _authenticate(state, request)
+            if isinstance(client, Response):
+                return client
+            remaining, headers, refusal = _admit(state, client)
+            if refusal is not None:
+                return refusal
+            if state.fault == "flaky-503" and state.tick("flaky", 4):
                 response = error(503, "transient", "the service is briefly unavailable")
             else:
-                try:
-                    response = await handler(request, Ctx(client, remaining))
-                except Problem4xx as problem:
-                    response = fhir(
-                        outcome_bytes(
-                            problem.code, problem.diagnostics, problem.issues, problem.resource
-                        ),
-                        problem.status,
-                    )
+                response = await _answer(handler, request, Ctx(client, remaining))
                 if (
                     counts_as_list
-                    and fault == "drop-connections"
+                    and state.fault == "drop-connections"
                     and response.status_code == 200
                     and state.tick("drop", 5)
                 ):
@@ -300,3 +261,59 @@ class MockCore:
             {"token_type": "Bearer", "expires_in": state.options.expires_in, "access_token": token}
         )
         return self.respond(request, content, 200, {"cache-control": "no-store"})
+
+
+def _authenticate(state: MockState, request: Request) -> str | Response:
+    """The OAuth client the bearer token belongs to, or the 401 refusing the call."""
+    fault = state.fault
+    auth = request.headers.get("authorization", "")
+    client = None
+    if auth[:7].lower() == "bearer " and auth[7:].strip():
+        try:
+            client = state.client_for(auth[7:].strip())
+        except TokenProblem as problem:
+            if fault != "auth-not-enforced":
+                return error(
+                    401,
+                    problem.code,
+                    str(problem),
+                    {"www-authenticate": 'Bearer error="invalid_token"'},
+                )
+    if client is None:
+        if fault != "auth-not-enforced":
+            return error(
+                401,
+                "login",
+                "an Authorization: Bearer <access token> header is required",
+                {"www-authenticate": "Bearer"},
+            )
+        client = "anonymous"
+    return client
+
+
+def _admit(state: MockState, client: str) -> tuple[int, dict[str, str], Response | None]:
+    """The rate limit: requests left, the headers to send, and the 429 when none are left."""
+    fault = state.fault
+    allowed, remaining, retry = state.admit(client)
+    limit = state.options.rate_limit
+    headers: dict[str, str] = {}
+    if fault != "no-ratelimit-headers":
+        headers = {"x-ratelimit-limit": str(limit), "x-ratelimit-remaining": str(remaining)}
+    if allowed:
+        return remaining, headers, None
+    if fault != "no-retry-after":
+        headers["retry-after"] = str(retry)
+    window = catalogue.RATE_LIMIT_WINDOW_SECONDS
+    text = f"more than {limit} requests in {window} seconds; retry in {retry} s"
+    return remaining, headers, error(429, "throttled", text, headers)
+
+
+async def _answer(handler: Handler, request: Request, ctx: Ctx) -> Response:
+    """The handler's answer; a :class:`Problem4xx` it raises becomes its OperationOutcome."""
+    try:
+        return await handler(request, ctx)
+    except Problem4xx as problem:
+        return fhir(
+            outcome_bytes(problem.code, problem.diagnostics, problem.issues, problem.resource),
+            problem.status,
+        )

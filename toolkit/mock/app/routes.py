@@ -94,41 +94,12 @@ def create_app(state: MockState) -> ASGIApp:
         guarded = {
             m: mock.guarded(h, counts_as_list=is_list and m == "GET") for m, h in table.items()
         }
-        if "GET" in guarded:
-            guarded["HEAD"] = guarded["GET"]  # uvicorn sends the headers without the body
-
-        async def endpoint(request: Request) -> Response:
-            handler = guarded.get(request.method)
-            if handler is None:
-                allow = ", ".join(sorted(guarded))
-                return error(
-                    405,
-                    "not-supported",
-                    f"{request.method} is not allowed on {request.url.path}",
-                    {"allow": allow},
-                )
-            return await handler(request)
-
-        return endpoint
+        return _dispatch(guarded)
 
     async def token(request: Request) -> Response:
         if request.method != "POST":
             return error(405, "not-supported", "the token endpoint takes POST", {"allow": "POST"})
         return await mock.token(request)
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        return error(404, "not-found", f"nothing at {request.url.path[:200]}")
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        # Starlette's own refusals (a method outside a route's list, a bad request):
-        # an OperationOutcome like every other error, never text/plain.
-        status = exc.status_code if isinstance(exc, HTTPException) else 400
-        detail = exc.detail if isinstance(exc, HTTPException) else "bad request"
-        headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else None
-        return error(status, "not-supported" if status == 405 else "invalid", str(detail), headers)
-
-    async def server_error(request: Request, exc: Exception) -> Response:
-        return error(500, "exception", "the mock failed to handle this request")
 
     routes = [
         Route("/main/oauth/token", token, methods=ALL_METHODS),
@@ -150,11 +121,50 @@ def create_app(state: MockState) -> ASGIApp:
     app = Starlette(
         routes=routes,
         exception_handlers={
-            404: not_found,
-            HTTPException: http_error,
-            500: server_error,
-            Exception: server_error,
+            404: _not_found,
+            HTTPException: _http_error,
+            500: _server_error,
+            Exception: _server_error,
         },
     )
     app.router.redirect_slashes = False
     return Gate(app, state)
+
+
+def _dispatch(
+    guarded: dict[str, Callable[[Request], Awaitable[Response]]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """One endpoint answering each method with its handler, 405 (with ``Allow``) otherwise."""
+    if "GET" in guarded:
+        guarded["HEAD"] = guarded["GET"]  # uvicorn sends the headers without the body
+
+    async def endpoint(request: Request) -> Response:
+        handler = guarded.get(request.method)
+        if handler is None:
+            allow = ", ".join(sorted(guarded))
+            return error(
+                405,
+                "not-supported",
+                f"{request.method} is not allowed on {request.url.path}",
+                {"allow": allow},
+            )
+        return await handler(request)
+
+    return endpoint
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return error(404, "not-found", f"nothing at {request.url.path[:200]}")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Starlette's own refusals (a method outside a route's list, a bad request):
+    # an OperationOutcome like every other error, never text/plain.
+    status = exc.status_code if isinstance(exc, HTTPException) else 400
+    detail = exc.detail if isinstance(exc, HTTPException) else "bad request"
+    headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else None
+    return error(status, "not-supported" if status == 405 else "invalid", str(detail), headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return error(500, "exception", "the mock failed to handle this request")
