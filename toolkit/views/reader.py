@@ -424,15 +424,7 @@ def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
     # right before reading it, so one thread checks while the other reads; the
     # check on this thread, beside the readers, kept them waiting for the GIL
     # (measured 10 % slower on 2 cores). A single page is read inline.
-    if len(raws) == 1:
-        blocks = [_read_block(comp, raws, 0)]
-    else:
-        size = -(-len(raws) // _WORKERS)
-        futures = [
-            _executor().submit(_read_block, comp, raws[i : i + size], i)
-            for i in range(0, len(raws), size)
-        ]
-        blocks = [f.result() for f in futures]
+    blocks = _read_blocks(comp, raws)
     failure: tuple[int, Exception] | None = None
     for n, block in enumerate(blocks):
         if block.failure is not None:
@@ -449,31 +441,46 @@ def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
         raise _read_error(comp, *failure)
     counts = pl.concat([b.counts for b in blocks])
     entries = pl.concat([b.resources for b in blocks]).alias("resource").to_frame()
-    fixes = [f for b in blocks for f in b.fixes]
-    if any(f is not None for f in fixes):
-        extra: list[str | None] = []
-        invalid: list[str | None] = []
-        for i, (n, fix) in enumerate(zip(counts.to_list(), fixes, strict=True)):
-            if fix is None:
-                extra.extend([None] * n)
-                invalid.extend([None] * n)
-                continue
-            if len(fix.extra) != n:  # pragma: no cover - both parsers read the same document
-                msg = f"page {i}: {len(fix.extra)} entries by orjson but {n} by polars"
-                raise DataValidationError(msg, None)
-            extra.extend(fix.extra)
-            invalid.extend(fix.invalid)
-        entries = entries.with_columns(
-            extra=pl.Series("extra", extra, dtype=pl.String),
-            invalid=pl.Series("invalid", invalid, dtype=pl.String),
-        )
-    else:
-        entries = entries.with_columns(
-            extra=pl.lit(None, dtype=pl.String), invalid=pl.lit(None, dtype=pl.String)
-        )
+    entries = _with_fixes(entries, counts, [f for b in blocks for f in b.fixes])
     kind_expr = pl.col("resource").struct.field("resourceType")
     keep = pl.col("resource").is_not_null() & (kind_expr.is_null() | (kind_expr == comp.resource))
     # Filtering copies every nested column: only do it when something is dropped.
     if entries.select((~keep).any()).item():
         entries = entries.filter(keep)
     return entries
+
+
+def _read_blocks(comp: _Compiled, raws: list[bytes]) -> list[_Block]:
+    """Contiguous blocks of pages read on the persistent threads (a single page inline)."""
+    if len(raws) == 1:
+        return [_read_block(comp, raws, 0)]
+    size = -(-len(raws) // _WORKERS)
+    futures = [
+        _executor().submit(_read_block, comp, raws[i : i + size], i)
+        for i in range(0, len(raws), size)
+    ]
+    return [f.result() for f in futures]
+
+
+def _with_fixes(entries: pl.DataFrame, counts: pl.Series, fixes: list[_Fix | None]) -> pl.DataFrame:
+    """``entries`` with the ``extra`` and ``invalid`` columns the repairs found (null if none)."""
+    if all(f is None for f in fixes):
+        return entries.with_columns(
+            extra=pl.lit(None, dtype=pl.String), invalid=pl.lit(None, dtype=pl.String)
+        )
+    extra: list[str | None] = []
+    invalid: list[str | None] = []
+    for i, (n, fix) in enumerate(zip(counts.to_list(), fixes, strict=True)):
+        if fix is None:
+            extra.extend([None] * n)
+            invalid.extend([None] * n)
+            continue
+        if len(fix.extra) != n:  # pragma: no cover - both parsers read the same document
+            msg = f"page {i}: {len(fix.extra)} entries by orjson but {n} by polars"
+            raise DataValidationError(msg, None)
+        extra.extend(fix.extra)
+        invalid.extend(fix.invalid)
+    return entries.with_columns(
+        extra=pl.Series("extra", extra, dtype=pl.String),
+        invalid=pl.Series("invalid", invalid, dtype=pl.String),
+    )
