@@ -274,34 +274,11 @@ class Listener:
         return dict(record)
 
     def _apply(self, batch: Sequence[tuple[Path, list[Event], str]]) -> None:
-        from toolkit.errors import ApiError, DataValidationError
+        """Apply a batch of queued notifications: the latest event per record, by type."""
+        from toolkit.errors import DataValidationError
         from toolkit.store import apply_changes
 
-        latest: dict[tuple[str, str], Event] = {}
-        for _path, events, _received in batch:
-            for event in events:
-                key = (event.resource_type, event.id)
-                latest.pop(key, None)  # keep the order of the latest announcement
-                latest[key] = event
-        by_type: dict[str, tuple[list[dict[str, Any]], list[str], list[Event]]] = {}
-        for (rtype, rid), event in latest.items():
-            ups, dels, evs = by_type.setdefault(rtype, ([], [], []))
-            if event.action == "delete":
-                dels.append(rid)
-                evs.append(event)
-                continue
-            try:
-                record = self._fetch(event)
-            except ApiError as exc:
-                self.queue.fail_event(event, f"reading it failed: {exc}")
-                self.stats.failures += 1
-                continue
-            if record is None:
-                dels.append(rid)
-            else:
-                ups.append(record)
-            evs.append(event)
-        for rtype, (ups, dels, evs) in by_type.items():
+        for rtype, (ups, dels, evs) in self._changes(_latest(batch)).items():
             if not evs:
                 continue
             last = {**evs[-1].to_json(), "received_at": batch[-1][2]}
@@ -327,17 +304,47 @@ class Listener:
                 # A busy or damaged store, a full disk: the events stay queued until
                 # it is repaired (the message says how) and are applied then.
                 raise _Retry(f"{type(exc).__name__}: {exc}") from exc
-            now = time.time()
-            marks = self.stats.applied_at
-            for event in evs:
-                mark = f"{event.resource_type}/{event.id}"
-                marks.pop(mark, None)
-                marks[mark] = now
-            while len(marks) > APPLIED_MARKS:  # oldest first: dicts keep insertion order
-                del marks[next(iter(marks))]
-            self.stats.applied += len(evs)
+            self._mark_applied(evs)
         self.queue.done([path for path, _events, _received in batch])
         self.stats.batches += 1
+
+    def _changes(
+        self, latest: dict[tuple[str, str], Event]
+    ) -> dict[str, tuple[list[dict[str, Any]], list[str], list[Event]]]:
+        """Per type: the records to upsert (one GET each), the ids to delete, their events."""
+        from toolkit.errors import ApiError
+
+        by_type: dict[str, tuple[list[dict[str, Any]], list[str], list[Event]]] = {}
+        for (rtype, rid), event in latest.items():
+            ups, dels, evs = by_type.setdefault(rtype, ([], [], []))
+            if event.action == "delete":
+                dels.append(rid)
+                evs.append(event)
+                continue
+            try:
+                record = self._fetch(event)
+            except ApiError as exc:
+                self.queue.fail_event(event, f"reading it failed: {exc}")
+                self.stats.failures += 1
+                continue
+            if record is None:
+                dels.append(rid)
+            else:
+                ups.append(record)
+            evs.append(event)
+        return by_type
+
+    def _mark_applied(self, evs: list[Event]) -> None:
+        """Remember when each record was applied (the newest :data:`APPLIED_MARKS`)."""
+        now = time.time()
+        marks = self.stats.applied_at
+        for event in evs:
+            mark = f"{event.resource_type}/{event.id}"
+            marks.pop(mark, None)
+            marks[mark] = now
+        while len(marks) > APPLIED_MARKS:  # oldest first: dicts keep insertion order
+            del marks[next(iter(marks))]
+        self.stats.applied += len(evs)
 
     def _apply_one_by_one(
         self, rtype: str, ups: list[dict[str, Any]], dels: list[str], evs: list[Event]
@@ -362,3 +369,14 @@ class Listener:
                 self.stats.failures += 1
         if dels:
             apply_changes(rtype, self.store, deletes=dels, event=evs[-1].to_json())
+
+
+def _latest(batch: Sequence[tuple[Path, list[Event], str]]) -> dict[tuple[str, str], Event]:
+    """The latest event of each record, in the order of its latest announcement."""
+    latest: dict[tuple[str, str], Event] = {}
+    for _path, events, _received in batch:
+        for event in events:
+            key = (event.resource_type, event.id)
+            latest.pop(key, None)  # keep the order of the latest announcement
+            latest[key] = event
+    return latest
