@@ -202,6 +202,11 @@ def referral_recount(
         "limit_quantity_offset",
         "limit_quantity_used",
     )
+    return _against_limits(_with_counts(refs, _matched_visits(refs, visits)))
+
+
+def _matched_visits(refs: pl.DataFrame, visits: pl.DataFrame) -> pl.DataFrame:
+    """Per referral: its past visits (same patient and practitioner, in its period) by outcome."""
     appts = visits.filter(pl.col("is_past")).select(
         reference_id("patient_id").alias("_patient"),
         reference_id("practitioner_id").alias("_practitioner"),
@@ -209,7 +214,7 @@ def referral_recount(
         (pl.col("date") if "date" in visits.columns else pl.col("start").dt.date()).alias("_day"),
         "outcome",
     )
-    matched = (
+    return (
         refs.select("id", "_patient", "_practitioner", "_from", "_to")
         .join(appts, on=["_patient", "_practitioner"], how="inner")
         .filter(
@@ -223,8 +228,12 @@ def referral_recount(
             (pl.col("outcome") == "cancelled").sum().alias("cancelled"),
         )
     )
+
+
+def _with_counts(refs: pl.DataFrame, matched: pl.DataFrame) -> pl.DataFrame:
+    """The referrals with their visit counts, used units excluding and including cancellations."""
     counts = ["attended", "did_not_attend", "cancelled"]
-    out = (
+    return (
         refs.drop("_patient", "_practitioner", "_from", "_to")
         .join(matched, on="id", how="left")
         .with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in counts)
@@ -237,6 +246,10 @@ def referral_recount(
             ),
         )
     )
+
+
+def _against_limits(out: pl.DataFrame) -> pl.DataFrame:
+    """The recounted use beside the referral's limit: shares, units beyond it, units it covers."""
     offset = pl.col("limit_quantity_offset").fill_null(0)
     return (
         out.with_columns(
