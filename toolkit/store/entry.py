@@ -275,23 +275,7 @@ def load(
         unreadable, or was written with another schema than the current view.
     """
     root = Path(store)
-    manifest = read_manifest(root)
-    entry = manifest["resources"].get(resource_type)
-    if not isinstance(entry, dict) or not entry.get("tables"):
-        stored = ", ".join(sorted(manifest["resources"])) or "nothing"
-        msg = (
-            f"the store at {root} holds no {resource_type} data (it holds: {stored}); "
-            f"run `pmtk sync --out {root} --resource {resource_type}`"
-        )
-        raise StoreError(msg)
-    tables: dict[str, Any] = entry["tables"]
-    name = table or resource_type
-    if name not in tables and f"{_snake(resource_type)}_{name}" in tables:
-        name = f"{_snake(resource_type)}_{name}"
-    if name not in tables:
-        msg = f"{resource_type} has no table {table!r} in {root}; tables: {', '.join(tables)}"
-        raise StoreError(msg)
-    info = tables[name] if isinstance(tables[name], dict) else {}
+    name, info = _stored_table(root, resource_type, table)
     path = root / str(info.get("path"))
     if not path.is_file():
         missing = FileProblem(resource_type, name, str(info.get("path")), "missing")
@@ -330,3 +314,25 @@ def load(
             f"run `{_repair_command(root, resource_type)}`"
         )
         raise StoreError(msg) from exc
+
+
+def _stored_table(root: Path, resource_type: str, table: str | None) -> tuple[str, dict[str, Any]]:
+    """The table's name in the manifest (``participant`` finds ``appointment_participant``)
+    and what the manifest records of it; :class:`StoreError` naming what is there otherwise."""
+    manifest = read_manifest(root)
+    entry = manifest["resources"].get(resource_type)
+    if not isinstance(entry, dict) or not entry.get("tables"):
+        stored = ", ".join(sorted(manifest["resources"])) or "nothing"
+        msg = (
+            f"the store at {root} holds no {resource_type} data (it holds: {stored}); "
+            f"run `pmtk sync --out {root} --resource {resource_type}`"
+        )
+        raise StoreError(msg)
+    tables: dict[str, Any] = entry["tables"]
+    name = table or resource_type
+    if name not in tables and f"{_snake(resource_type)}_{name}" in tables:
+        name = f"{_snake(resource_type)}_{name}"
+    if name not in tables:
+        msg = f"{resource_type} has no table {table!r} in {root}; tables: {', '.join(tables)}"
+        raise StoreError(msg)
+    return name, tables[name] if isinstance(tables[name], dict) else {}
