@@ -28,6 +28,10 @@ import orjson
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from toolkit import catalogue
+
+_FHIR_JSON = catalogue.FHIR_JSON.encode()
+
 __all__ = ["Limits", "guarded_protocol"]
 
 REASONS = {
@@ -67,7 +71,7 @@ def raw_response(status: int, code: str, text: str, clock: Callable[[], float]) 
     body = _outcome(code, text)
     head = [
         b"HTTP/1.1 %d %s\r\n" % (status, REASONS[status]),
-        b"content-type: application/fhir+json\r\n",
+        b"content-type: " + _FHIR_JSON + b"\r\n",
         b"content-length: %d\r\n" % len(body),
         b"date: " + formatdate(clock(), usegmt=True).encode() + b"\r\n",
         b"connection: close\r\n\r\n",
@@ -82,7 +86,7 @@ async def _busy(scope: Any, receive: Any, send: Any) -> None:
             "type": "http.response.start",
             "status": 503,
             "headers": [
-                (b"content-type", b"application/fhir+json"),
+                (b"content-type", _FHIR_JSON),
                 (b"content-length", str(len(content)).encode()),
                 (b"retry-after", b"1"),
                 (b"connection", b"close"),

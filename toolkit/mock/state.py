@@ -34,7 +34,7 @@ __all__ = [
 
 CLIENT_ID = "pmtk-demo"
 CLIENT_SECRET = "pmtk-demo-secret"
-WINDOW_SECONDS = 60.0
+WINDOW_SECONDS = float(catalogue.RATE_LIMIT_WINDOW_SECONDS)
 DIE_EARLY_SECONDS = 300
 
 DEFAULT_MAX_BODY_BYTES = 4 * math.ceil(catalogue.MAX_ATTACHMENT_BYTES / 3) + 1024 * 1024

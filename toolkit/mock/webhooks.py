@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
+from toolkit import catalogue
+
 __all__ = ["ANNOUNCED", "WebhookSender", "notification"]
 
 ANNOUNCED: dict[str, frozenset[str]] = {
@@ -209,7 +211,7 @@ class WebhookSender:
 
     def _run(self) -> None:
         headers: dict[bytes, bytes] = {
-            b"Content-Type": b"application/fhir+json",
+            b"Content-Type": catalogue.FHIR_JSON.encode(),
             b"User-Agent": USER_AGENT.encode(),
         }
         if self._header is not None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from toolkit import catalogue
 from toolkit.mock.app.patching import _actor_key
 from toolkit.mock.app.responses import Problem4xx
 from toolkit.mock.app.search import _last_segment, _parse_instant
@@ -25,7 +26,8 @@ def _owner_of(resource: str, record: Record) -> str | None:
             if "/Patient/" in text:  # the reference names the type; `type` is optional
                 return _last_segment(text)
         return None
-    key = {"Referral": "subject", "Coverage": "beneficiary", "InvoiceLine": "subject"}.get(resource)
+    # The field the owner search selects on (the catalogue's OWNER_SEARCH).
+    key = catalogue.OWNER_SEARCH.get(resource, ("", ""))[1]
     target = record.get(key) if key else None
     if isinstance(target, dict) and isinstance(target.get("reference"), str):
         return _last_segment(target["reference"])
@@ -33,15 +35,10 @@ def _owner_of(resource: str, record: Record) -> str | None:
 
 
 def _date_of(resource: str, record: Record) -> float | None:
-    value: Any = None
-    if resource == "Appointment":
-        value = record.get("start")
-    elif resource == "Referral":
-        value = record.get("created")
-    elif resource == "Coverage":
-        value = (record.get("period") or {}).get("start")
-    elif resource == "InvoiceLine":
-        value = record.get("enteredDate")
+    # The field the date search selects on (the catalogue's DATE_SEARCH), e.g. period.start.
+    value: Any = record
+    for part in catalogue.DATE_SEARCH.get(resource, ((), "-"))[1].split("."):
+        value = value.get(part) if isinstance(value, dict) else None
     if not isinstance(value, str):
         return None
     try:

@@ -12,50 +12,22 @@ from starlette.types import Receive, Scope, Send
 from toolkit import catalogue
 from toolkit.mock.validation import Problem
 
-FHIR_JSON = "application/fhir+json"
-
-
-PATCH_TYPES = frozenset({"application/merge-patch+json", "application/json", FHIR_JSON})
-
-
+# The API's facts, from the catalogue (stated there once, with their sources).
+FHIR_JSON = catalogue.FHIR_JSON
+PATCH_TYPES = frozenset({catalogue.MERGE_PATCH_JSON, "application/json", FHIR_JSON})
 BODY_TYPES = frozenset({"application/json", FHIR_JSON})
-
-
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
-
-
-NAME_ARRAYS = frozenset({"Practitioner.name"})
-
-
-PATCHABLE = frozenset({"Referral", "Appointment", "Coverage"})
-
-
-CREATABLE = {"Referral": "", "Coverage": "", "Organization": "SP-", "Practitioner": "EP-"}
-
-
+NAME_ARRAYS = catalogue.NAME_ARRAYS
+PATCHABLE = catalogue.PATCHABLE
+CREATABLE = {  # type -> the id prefix the mock gives a created record
+    rtype: (catalogue.RESOURCES[rtype].create_prefixes or ("",))[0]
+    for rtype in catalogue.CREATE_PATHS
+}
 LISTED = frozenset(catalogue.LISTED_RESOURCES)
-
-
 READABLE = frozenset(name for name in catalogue.RESOURCES if name != "Slot")
-
-
-EMPTY_405 = frozenset({"Practitioner", "PractitionerRole", "Organization"})
-
-
-DATE_SORT = {
-    "Appointment": ("date", "start"),
-    "Referral": ("created",),
-    "Coverage": ("period",),
-    "InvoiceLine": ("enteredDate", "date"),
-}
-
-
-OWNER_PARAM = {
-    "Appointment": "patient",
-    "Referral": "subject",
-    "Coverage": "beneficiary",
-    "InvoiceLine": "subject",
-}
+EMPTY_405 = catalogue.PATCH_ANSWERS_EMPTY_405
+DATE_SORT = {rtype: names for rtype, (names, _field) in catalogue.DATE_SEARCH.items()}
+OWNER_PARAM = {rtype: param for rtype, (param, _field) in catalogue.OWNER_SEARCH.items()}
 
 
 PREFIXES = ("eq", "ne", "gt", "ge", "lt", "le")
