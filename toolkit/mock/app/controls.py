@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -26,59 +27,84 @@ class ControlRoom(MockCore):
             raise Problem4xx(404, "not-found", "test controls are off")
 
     async def control(self, request: Request) -> Response:
+        """``/main/_test/<action>``: the test controls, each one method on one action."""
         try:
             self.controls_enabled()
             action = request.path_params["action"]
-            method = request.method
-            state = self.state
-            result: Any
-            if action == "clock" and method == "POST":
-                body = await self.json_object(request)
-                seconds = body.get("advance")
-                if (
-                    isinstance(seconds, bool)
-                    or not isinstance(seconds, int | float)
-                    or not math.isfinite(seconds)
-                ):
-                    raise Problem4xx(400, "invalid", "advance must be a number of seconds")
-                try:
-                    result = state.advance_clock(float(seconds))
-                except ValueError as exc:
-                    raise Problem4xx(400, "invalid", str(exc)) from None
-            elif action == "rate-limit/reset" and method == "POST":
-                state.reset_rate_limit()
-                result = {"reset": True}
-            elif action == "fault" and method == "PUT":
-                body = await self.json_object(request)
-                name = body.get("profile")
-                if name is not None and name not in FAULT_PROFILES:
-                    raise Problem4xx(400, "invalid", f"unknown fault profile {name!r}")
-                state.set_fault(name)
-                result = {"profile": name}
-            elif action == "fault" and method == "GET":
-                result = {
-                    "profile": state.fault,
-                    "profiles": {n: p.description for n, p in FAULT_PROFILES.items()},
-                }
-            elif action == "stats" and method == "GET":
-                result = state.stats()
-            elif action == "stats/reset" and method == "POST":
-                state.reset_stats()
-                result = {"reset": True}
-            elif action == "touch" and method == "POST":
-                result = self._touch(await self.json_object(request))
-            elif action == "touch" and method == "GET":
-                result = state.pending()
-            elif action == "delete" and method == "POST":
-                result = self._delete(await self.json_object(request))
-            elif action == "touch" and method == "DELETE":
-                state.clear_triggers()
-                result = state.pending()
-            else:
-                raise Problem4xx(404, "not-found", f"no test control {method} {action}")
+            handler = self._controls().get((action, request.method))
+            if handler is None:
+                raise Problem4xx(404, "not-found", f"no test control {request.method} {action}")
+            result = await handler(request)
         except Problem4xx as problem:
             return error(problem.status, problem.code, problem.diagnostics)
         return Response(orjson.dumps(result), media_type="application/json")
+
+    def _controls(self) -> dict[tuple[str, str], Callable[[Request], Awaitable[Any]]]:
+        """``(action, method)`` -> the control's handler."""
+        state = self.state
+
+        async def reset_rate_limit(_: Request) -> Any:
+            state.reset_rate_limit()
+            return {"reset": True}
+
+        async def faults(_: Request) -> Any:
+            profiles = {n: p.description for n, p in FAULT_PROFILES.items()}
+            return {"profile": state.fault, "profiles": profiles}
+
+        async def stats(_: Request) -> Any:
+            return state.stats()
+
+        async def reset_stats(_: Request) -> Any:
+            state.reset_stats()
+            return {"reset": True}
+
+        async def touch(request: Request) -> Any:
+            return self._touch(await self.json_object(request))
+
+        async def pending(_: Request) -> Any:
+            return state.pending()
+
+        async def delete(request: Request) -> Any:
+            return self._delete(await self.json_object(request))
+
+        async def clear(_: Request) -> Any:
+            state.clear_triggers()
+            return state.pending()
+
+        return {
+            ("clock", "POST"): self._advance_clock,
+            ("rate-limit/reset", "POST"): reset_rate_limit,
+            ("fault", "PUT"): self._set_fault,
+            ("fault", "GET"): faults,
+            ("stats", "GET"): stats,
+            ("stats/reset", "POST"): reset_stats,
+            ("touch", "POST"): touch,
+            ("touch", "GET"): pending,
+            ("delete", "POST"): delete,
+            ("touch", "DELETE"): clear,
+        }
+
+    async def _advance_clock(self, request: Request) -> Any:
+        """``{"advance": <seconds>}``: move the virtual clock forward."""
+        seconds = (await self.json_object(request)).get("advance")
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+        ):
+            raise Problem4xx(400, "invalid", "advance must be a number of seconds")
+        try:
+            return self.state.advance_clock(float(seconds))
+        except ValueError as exc:
+            raise Problem4xx(400, "invalid", str(exc)) from None
+
+    async def _set_fault(self, request: Request) -> Any:
+        """``{"profile": <name> | null}``: switch a fault profile on (or all off)."""
+        name = (await self.json_object(request)).get("profile")
+        if name is not None and name not in FAULT_PROFILES:
+            raise Problem4xx(400, "invalid", f"unknown fault profile {name!r}")
+        self.state.set_fault(name)
+        return {"profile": name}
 
     def _touch(self, body: dict[str, Any]) -> dict[str, Any]:
         """``{"type", "ids", "after_list_requests"?}``: touch now, or arm a touch."""

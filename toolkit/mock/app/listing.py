@@ -60,29 +60,7 @@ class ListingRoom(MockCore):
                 owners = {_last_segment(v.strip()) for v in value.split(",") if v.strip()}
                 filters.append(lambda i, o=owners: coll.owner[i] in o)  # type: ignore[misc]
             elif name in ("name", "family", "given"):
-                needle = _fold(value)
-                mode = modifier or "starts"
-
-                def match(
-                    i: int,
-                    part: str = name,
-                    needle: str = needle,
-                    mode: str = mode,
-                    exact: str = value,
-                ) -> bool:
-                    for text in _names_of(coll.record(i), rtype, part):
-                        folded = _fold(text)
-                        if mode == "exact" and text == exact:
-                            return True
-                        if mode == "contains" and needle in folded:
-                            return True
-                        if mode not in ("exact", "contains") and any(
-                            w.startswith(needle) for w in (folded, *folded.split())
-                        ):
-                            return True
-                    return False
-
-                filters.append(match)
+                filters.append(_name_filter(coll, rtype, name, modifier, value))
         if filters:
             indices = [i for i in indices if all(f(i) for f in filters)]
         if sort_spec:
@@ -183,3 +161,26 @@ class ListingRoom(MockCore):
         rtype = request.path_params["rtype"]
         coll, index = self.lookup(rtype, request.path_params["rid"])
         return self.respond(request, self.raw(rtype, coll, index))
+
+
+def _name_filter(
+    coll: Collection, rtype: str, part: str, modifier: str, value: str
+) -> Callable[[int], bool]:
+    """A ``name``/``family``/``given`` search: word prefix by default, ``:exact``, ``:contains``."""
+    needle = _fold(value)
+    mode = modifier or "starts"
+
+    def match(i: int) -> bool:
+        for text in _names_of(coll.record(i), rtype, part):
+            folded = _fold(text)
+            if mode == "exact" and text == value:
+                return True
+            if mode == "contains" and needle in folded:
+                return True
+            if mode not in ("exact", "contains") and any(
+                w.startswith(needle) for w in (folded, *folded.split())
+            ):
+                return True
+        return False
+
+    return match
