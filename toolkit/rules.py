@@ -445,6 +445,7 @@ class _Walk:
         fpath: str,
         src: Source,
     ) -> None:
+        """Check one extension: a known url, in its container, with its value key."""
         if not isinstance(item, dict) or not isinstance(item.get("url"), str):
             message = "an extension must be an object with a string 'url'"
             self.fail(ipath, "type", message, weakest(src, "facts"))
@@ -478,7 +479,13 @@ class _Walk:
             message = f"is required: {url!r} carries its value in it"
             self.fail(f"{ipath}.{key}", "required", message, encoding)
             return
-        value, vpath = item[key], f"{ipath}.{key}"
+        self.extension_value(f, key, item[key], f"{ipath}.{key}", field_path, src)
+
+    def extension_value(
+        self, f: Field, key: str, value: Any, vpath: str, field_path: str, src: Source
+    ) -> None:
+        """Check an extension's value (under ``key``) as the field it encodes."""
+        encoding = weakest(src, f.source_of("encoding"))
         if key == "valueCoding" and f.type != "object":
             if not isinstance(value, dict):
                 self.fail(vpath, "type", "expected a Coding object with a 'code'", encoding)

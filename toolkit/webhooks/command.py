@@ -65,15 +65,9 @@ def listen(
     toolkit.store.NotAStore
         ``store`` is not empty and not a pmtk store (nothing written).
     """
-    import uvicorn
-
-    from toolkit.store import _claim, _init_manifest, _locked
 
     root = Path(store)
-    _claim(root)
-    with _locked(root):
-        _claim(root)
-        _init_manifest(root)
+    _prepare_store(root)
     header = AuthHeader.parse(auth_header) if isinstance(auth_header, str) else auth_header
     owned = None
     if client is None:
@@ -88,16 +82,7 @@ def listen(
         catch_up=catch_up,
         errors=errors,
     )
-    config = uvicorn.Config(
-        _make_app(listener),
-        host="127.0.0.1",
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        lifespan="off",
-        timeout_graceful_shutdown=2,
-        server_header=False,
-    )
+    config = _receiver_config(listener, port, log_level)
     running = None
     try:
         running = start(config, name="pmtk-listen", what="the webhook receiver", timeout=30)
@@ -111,6 +96,32 @@ def listen(
         listener.stop_worker()
         if owned is not None:
             owned.close()
+
+
+def _prepare_store(root: Path) -> None:
+    """Claim the folder as a store (refusing a user's folder) and give it a manifest."""
+    from toolkit.store import _claim, _init_manifest, _locked
+
+    _claim(root)
+    with _locked(root):
+        _claim(root)
+        _init_manifest(root)
+
+
+def _receiver_config(listener: Listener, port: int, log_level: str) -> Any:
+    """The uvicorn configuration of the receiver: 127.0.0.1, no lifespan, no server header."""
+    import uvicorn
+
+    return uvicorn.Config(
+        _make_app(listener),
+        host="127.0.0.1",
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        server_header=False,
+    )
 
 
 def listen_command(
