@@ -108,11 +108,7 @@ class ControlRoom(MockCore):
 
     def _touch(self, body: dict[str, Any]) -> dict[str, Any]:
         """``{"type", "ids", "after_list_requests"?}``: touch now, or arm a touch."""
-        rtype, ids = body.get("type"), body.get("ids")
-        if not isinstance(rtype, str):
-            raise Problem4xx(400, "invalid", "type must be a resource type name")
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise Problem4xx(400, "invalid", "ids must be an array of record ids")
+        rtype, ids = _type_and_ids(body)
         try:
             if "after_list_requests" in body:
                 return self.state.arm_touch(rtype, ids, body["after_list_requests"])
@@ -122,12 +118,18 @@ class ControlRoom(MockCore):
 
     def _delete(self, body: dict[str, Any]) -> dict[str, Any]:
         """``{"type", "ids"}``: delete records as the product's user would."""
-        rtype, ids = body.get("type"), body.get("ids")
-        if not isinstance(rtype, str):
-            raise Problem4xx(400, "invalid", "type must be a resource type name")
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise Problem4xx(400, "invalid", "ids must be an array of record ids")
+        rtype, ids = _type_and_ids(body)
         try:
             return self.state.delete(rtype, ids)
         except ValueError as exc:
             raise Problem4xx(400, "invalid", str(exc)) from None
+
+
+def _type_and_ids(body: dict[str, Any]) -> tuple[str, list[str]]:
+    """The ``type`` and ``ids`` of a touch or delete control (400 when either is malformed)."""
+    rtype, ids = body.get("type"), body.get("ids")
+    if not isinstance(rtype, str):
+        raise Problem4xx(400, "invalid", "type must be a resource type name")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise Problem4xx(400, "invalid", "ids must be an array of record ids")
+    return rtype, ids
