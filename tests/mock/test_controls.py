@@ -9,30 +9,36 @@ import httpx
 import pytest
 
 from tests.conftest import USER_AGENT, api_client
+from toolkit import catalogue
 from toolkit.errors import ConfigurationError
-from toolkit.mock import FAULT_PROFILES, Deployment, serve
+from toolkit.mock import FAULT_PROFILES, Deployment, Fault, serve
+from toolkit.mock.faults import fault_table
 
 H = {"User-Agent": USER_AGENT}
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-_ROW = re.compile(r"^\| `(?P<name>[a-z0-9-]+)` \| (?P<category>[a-z-]+|\(client\)) \|", re.M)
-
-
-def _documented_profiles(doc: str) -> dict[str, str | None]:
-    """The fault table of a manual: profile name -> category (None for "(client)")."""
-    text = (DOCS / doc).read_text(encoding="utf-8")
-    rows = {m["name"]: m["category"] for m in _ROW.finditer(text)}
-    return {n: None if c == "(client)" else c for n, c in rows.items()}
+_BLOCK = re.compile(
+    r"<!-- fault table: generated[^\n]*-->\n(?P<table>.*?)<!-- end of fault table -->", re.S
+)
 
 
 @pytest.mark.parametrize("doc", ["interfaces.md", "mock.md"])
-def test_the_manuals_fault_tables_list_every_profile_with_its_category(doc: str) -> None:
-    # The manuals' tables are written by hand: they must name exactly the mock's
-    # profiles, each with the contract category it must fail (or "(client)").
-    documented = {n: c for n, c in _documented_profiles(doc).items() if n in FAULT_PROFILES}
-    actual = {n: p.category for n, p in FAULT_PROFILES.items()}
-    assert documented == actual, f"docs/{doc} fault table differs from FAULT_PROFILES"
-    assert all(p.name == n and p.description for n, p in FAULT_PROFILES.items())
+def test_the_manuals_fault_tables_are_the_generated_one(doc: str) -> None:
+    # Regenerate by pasting fault_table()'s output between the markers.
+    found = [m["table"] for m in _BLOCK.finditer((DOCS / doc).read_text(encoding="utf-8"))]
+    assert found == [fault_table()], f"docs/{doc}: the fault table is not fault_table()'s"
+
+
+def test_every_fault_profile_is_named_described_and_categorised() -> None:
+    categories = set(catalogue.CONTRACT_CATEGORIES) | {None}
+    for name, cls in FAULT_PROFILES.items():
+        assert cls.name == name and cls.description and cls.category in categories, name
+
+
+def test_a_fault_name_may_not_be_taken_twice() -> None:
+    with pytest.raises(TypeError, match="unique name"):
+        type("Again", (Fault,), {"name": "paging-loop"})
+    assert FAULT_PROFILES["paging-loop"].__name__ == "PagingLoop"
 
 
 def test_test_controls_are_404_unless_enabled() -> None:

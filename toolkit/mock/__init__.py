@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from toolkit._lazy import lazy_exports
-from toolkit.mock.faults import FAULT_PROFILES, FaultProfile
+from toolkit.mock.faults import FAULT_PROFILES, Fault
 
 if TYPE_CHECKING:
     from toolkit.mock.server import Deployment, serve
@@ -38,7 +38,7 @@ __all__ = [
     "CLIENT_SECRET",
     "FAULT_PROFILES",
     "Deployment",
-    "FaultProfile",
+    "Fault",
     "MockOptions",
     "serve",
 ]

@@ -18,7 +18,7 @@ import jwt
 
 from toolkit import catalogue
 from toolkit.mock.data import PracticeData, generate, iso
-from toolkit.mock.faults import FAULT_PROFILES
+from toolkit.mock.faults import Fault, make_fault
 from toolkit.mock.shapes import SHAPES, Shapes
 from toolkit.mock.store import Collection
 from toolkit.mock.webhooks import WebhookSender, check_target, split_header
@@ -35,7 +35,6 @@ __all__ = [
 CLIENT_ID = "pmtk-demo"
 CLIENT_SECRET = "pmtk-demo-secret"
 WINDOW_SECONDS = float(catalogue.RATE_LIMIT_WINDOW_SECONDS)
-DIE_EARLY_SECONDS = 300
 
 DEFAULT_MAX_BODY_BYTES = 4 * math.ceil(catalogue.MAX_ATTACHMENT_BYTES / 3) + 1024 * 1024
 """Largest request body: one maximum-size attachment in base64 (~266.7 MiB) plus 1 MiB."""
@@ -111,10 +110,7 @@ class MockState:
     """Everything one running mock knows. Mutations hold :attr:`lock`."""
 
     def __init__(self, options: MockOptions) -> None:
-        if options.fault is not None and options.fault not in FAULT_PROFILES:
-            known = ", ".join(FAULT_PROFILES)
-            msg = f"unknown fault profile {options.fault!r}; known profiles: {known}"
-            raise ValueError(msg)
+        fault = make_fault(options.fault)  # ValueError naming the known profiles
         if options.rate_limit < 1:
             msg = "rate_limit must be at least 1"
             raise ValueError(msg)
@@ -139,13 +135,13 @@ class MockState:
         self.store = self.data.store
         self.lock = threading.RLock()
         self.offset = 0.0
-        self.fault: str | None = options.fault
+        self.fault: Fault = fault
+        """The active fault profile; its hooks keep the spec's behaviour when none is on."""
         self.client_id = CLIENT_ID
         self.client_secret = CLIENT_SECRET
         self._jwt_key = secrets.token_bytes(32)
         self._tokens: dict[str, tuple[str, int, int]] = {}
         self._windows: dict[str, collections.deque[float]] = {}
-        self.counters: collections.Counter[str] = collections.Counter()
         self.stats_data = _Stats()
         self.triggers: list[Trigger] = []
 
@@ -165,24 +161,15 @@ class MockState:
 
     # ------------------------------------------------------------------ faults
     def set_fault(self, name: str | None) -> None:
-        if name is not None and name not in FAULT_PROFILES:
-            known = ", ".join(FAULT_PROFILES)
-            msg = f"unknown fault profile {name!r}; known profiles: {known}"
-            raise ValueError(msg)
+        """Switch profile ``name`` on (``None``: all off), with fresh every-Nth counters."""
+        fault = make_fault(name)
         with self.lock:
-            self.fault = name
-            self.counters.clear()
-
-    def tick(self, counter: str, every: int) -> bool:
-        """Count one event; true on every ``every``-th one."""
-        with self.lock:
-            self.counters[counter] += 1
-            return self.counters[counter] % every == 0
+            self.fault = fault
 
     # ------------------------------------------------------------------ tokens
     def check_credentials(self, client_id: str, client_secret: str) -> bool:
         id_ok = hmac.compare_digest(client_id.encode(), self.client_id.encode())
-        if self.fault == "any-secret-accepted":
+        if not self.fault.checks_secret:
             return id_ok
         secret_ok = hmac.compare_digest(client_secret.encode(), self.client_secret.encode())
         return id_ok and secret_ok
@@ -219,11 +206,8 @@ class MockState:
                 raise TokenProblem("login", "the access token is not valid") from None
         client, issued, expires = entry
         now = self.now()
-        if self.fault == "tokens-outlive-expires-in":
-            return client
-        if self.fault == "tokens-die-early" and now >= issued + DIE_EARLY_SECONDS:
-            raise TokenProblem("expired", "the access token has expired")
-        if now >= expires:
+        deadline = self.fault.token_deadline(issued, expires)
+        if deadline is not None and now >= deadline:
             raise TokenProblem("expired", "the access token has expired")
         return client
 
@@ -241,7 +225,7 @@ class MockState:
             cutoff = now - WINDOW_SECONDS
             while window and window[0] <= cutoff:
                 window.popleft()
-            if len(window) >= limit and self.fault != "rate-limit-not-enforced":
+            if len(window) >= limit and self.fault.enforces_rate_limit:
                 retry = max(1, math.ceil(window[0] + WINDOW_SECONDS - now))
                 return False, 0, retry
             window.append(now)

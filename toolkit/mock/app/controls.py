@@ -49,7 +49,7 @@ class ControlRoom(MockCore):
 
         async def faults(_: Request) -> Any:
             profiles = {n: p.description for n, p in FAULT_PROFILES.items()}
-            return {"profile": state.fault, "profiles": profiles}
+            return {"profile": state.fault.name, "profiles": profiles}
 
         async def stats(_: Request) -> Any:
             return state.stats()

@@ -28,10 +28,6 @@ from toolkit.mock.app.responses import (
 )
 from toolkit.mock.app.search import (
     _depth_problem,
-    _last_segment,
-)
-from toolkit.mock.data import (
-    ref,
 )
 from toolkit.mock.shapes import (
     absolute_references,
@@ -63,16 +59,12 @@ class MockCore:
             remaining, headers, refusal = _admit(state, client)
             if refusal is not None:
                 return refusal
-            if state.fault == "flaky-503" and state.tick("flaky", 4):
+            fault = state.fault
+            if fault.fails_request():
                 response = error(503, "transient", "the service is briefly unavailable")
             else:
                 response = await _answer(handler, request, Ctx(client, remaining))
-                if (
-                    counts_as_list
-                    and state.fault == "drop-connections"
-                    and response.status_code == 200
-                    and state.tick("drop", 5)
-                ):
+                if counts_as_list and response.status_code == 200 and fault.cuts_list():
                     response = TruncatedResponse(
                         response.body, headers=dict(response.headers), media_type=None
                     )
@@ -89,49 +81,20 @@ class MockCore:
 
     def lookup(self, rtype: str, rid: str) -> tuple[Collection, int]:
         coll = self.collection(rtype)
-        if self.state.fault == "wrong-id-prefix" and rtype == "Practitioner":
-            rid = "PR-" + rid[3:] if rid.startswith("XP-") else rid
+        rid = self.state.fault.stored_id(rtype, rid)
         index = coll.pos.get(rid)
         if index is None:
             raise Problem4xx(404, "not-found", f"{rtype}/{rid} does not exist")
         return coll, index
 
     def raw(self, rtype: str, coll: Collection, index: int) -> bytes:
+        """The served JSON of a stored record, as the active fault profile changes it."""
         fault = self.state.fault
-        if fault is None or not self._touches(fault, rtype):
+        if rtype not in fault.touches:
             return coll.raw(index)
         rec = copy.deepcopy(coll.record(index))
-        self._break(fault, rtype, index, rec)
+        fault.break_record(rtype, index, rec)
         return orjson.dumps(rec)
-
-    @staticmethod
-    def _touches(fault: str, rtype: str) -> bool:
-        return (
-            (fault == "wrong-id-prefix" and rtype == "Practitioner")
-            or (fault in ("enum-outside-spec", "bad-reference") and rtype == "Referral")
-            or (fault in ("bad-phone", "bad-country") and rtype == "Organization")
-            or (fault == "missing-required" and rtype == "Appointment")
-        )
-
-    @staticmethod
-    def _break(fault: str, rtype: str, index: int, rec: Record) -> None:
-        if fault == "wrong-id-prefix" and rec["id"].startswith("PR-"):
-            rec["id"] = "XP-" + rec["id"][3:]
-        elif fault == "enum-outside-spec" and index % 3 == 0:
-            rec["allocationType"] = "Everything"
-        elif fault == "bad-reference" and "performer" in rec:
-            ep = _last_segment(rec.get("requester", {}).get("reference", "EP-7001"))
-            rec["performer"] = ref("Practitioner", ep)
-        elif fault == "bad-phone":
-            for t in rec.get("telecom") or []:
-                v = t.get("value", "")
-                if t.get("system") in ("phone", "fax") and v.startswith("+61") and len(v) == 12:
-                    t["value"] = f"{v[:3]} {v[3]} {v[4:8]} {v[8:]}"
-        elif fault == "bad-country":
-            for a in rec.get("address") or []:
-                a["country"] = "Australia"
-        elif fault == "missing-required" and index % 4 == 1:
-            rec.pop("end", None)
 
     def respond(
         self,
@@ -144,8 +107,10 @@ class MockCore:
         if self.state.options.shapes == "live":
             content = absolute_references(content, origin(request))
         response = fhir(content, status, headers)
-        if self.state.fault == "wrong-content-type":
-            response.headers["content-type"] = "application/json"
+        media_type = response.headers["content-type"]
+        served = self.state.fault.content_type(media_type)
+        if served != media_type:
+            response.headers["content-type"] = served
         return response
 
     async def read_body(self, request: Request, limit: int | None = None) -> bytes:
@@ -211,7 +176,7 @@ class MockCore:
             record,
             resolves=self.store.resolves,
             max_attachment_bytes=self.state.options.max_attachment_bytes,
-            check_attachment_types=self.state.fault != "attachment-type-unchecked",
+            check_attachment_types=self.state.fault.checks_attachment_types,
             accept_arrays=NAME_ARRAYS,
         )
         if rtype == "Practitioner" and self.state.options.shapes == "spec":
@@ -265,14 +230,14 @@ class MockCore:
 
 def _authenticate(state: MockState, request: Request) -> str | Response:
     """The OAuth client the bearer token belongs to, or the 401 refusing the call."""
-    fault = state.fault
+    enforced = state.fault.enforces_auth
     auth = request.headers.get("authorization", "")
     client = None
     if auth[:7].lower() == "bearer " and auth[7:].strip():
         try:
             client = state.client_for(auth[7:].strip())
         except TokenProblem as problem:
-            if fault != "auth-not-enforced":
+            if enforced:
                 return error(
                     401,
                     problem.code,
@@ -280,7 +245,7 @@ def _authenticate(state: MockState, request: Request) -> str | Response:
                     {"www-authenticate": 'Bearer error="invalid_token"'},
                 )
     if client is None:
-        if fault != "auth-not-enforced":
+        if enforced:
             return error(
                 401,
                 "login",
@@ -297,11 +262,11 @@ def _admit(state: MockState, client: str) -> tuple[int, dict[str, str], Response
     allowed, remaining, retry = state.admit(client)
     limit = state.options.rate_limit
     headers: dict[str, str] = {}
-    if fault != "no-ratelimit-headers":
+    if fault.ratelimit_headers:
         headers = {"x-ratelimit-limit": str(limit), "x-ratelimit-remaining": str(remaining)}
     if allowed:
         return remaining, headers, None
-    if fault != "no-retry-after":
+    if fault.retry_after:
         headers["retry-after"] = str(retry)
     window = catalogue.RATE_LIMIT_WINDOW_SECONDS
     text = f"more than {limit} requests in {window} seconds; retry in {retry} s"

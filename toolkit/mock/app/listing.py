@@ -43,8 +43,7 @@ class ListingRoom(MockCore):
             name, _, modifier = key.partition(":")
             if name == "_id":
                 wanted = {v.strip() for v in value.split(",") if v.strip()}
-                if rtype == "Practitioner" and self.state.fault == "wrong-id-prefix":
-                    wanted = {"PR-" + w[3:] if w.startswith("XP-") else w for w in wanted}
+                wanted = {self.state.fault.stored_id(rtype, w) for w in wanted}
                 filters.append(lambda i, w=wanted: coll.ids[i] in w)  # type: ignore[misc]
             elif name == "_lastUpdated":
                 test = _date_predicate(name, value)
@@ -126,13 +125,12 @@ class ListingRoom(MockCore):
         last = max(1, math.ceil(total / count))
         self_link = f"{base}{path}" + (f"?{request.url.query}" if request.url.query else "")
         links: list[dict[str, str]] = [{"relation": "self", "url": self_link}]
-        absolute = fault != "relative-next-links"
-        if fault == "paging-loop" and page == 2:
-            links.append({"relation": "next", "url": link(1, absolute)})
-        elif page < last:
-            links.append({"relation": "next", "url": link(page + 1, absolute)})
+        absolute = fault.absolute_links
+        following = fault.next_page(page, last)
+        if following is not None:
+            links.append({"relation": "next", "url": link(following, absolute)})
         links.append({"relation": "last", "url": link(last, absolute)})
-        shown_total = total + 5 if fault == "total-mismatch" else total
+        shown_total = fault.shown_total(total)
         head = b'{"resourceType":"Bundle","type":"searchset"'
         if total_mode != "none":
             head += b',"total":%d' % shown_total

@@ -153,7 +153,7 @@ class SchedulingRoom(ListingRoom, WritingRoom):
                     "conflict",
                     "no slot of that practitioner role starts at that time for that length",
                 )
-            if not grid.is_free(r, start, minutes) and self.state.fault != "double-booking":
+            if not grid.is_free(r, start, minutes) and not self.state.fault.books_taken_slots:
                 raise Problem4xx(409, "conflict", "that slot is already booked")
             now = self.state.now()
             rid = self._next_id("Appointment")
