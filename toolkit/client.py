@@ -306,6 +306,7 @@ class Client:
         max_pages: int | None = None,
         recover: bool = True,
         track_ids: bool = True,
+        skipped: int = 0,
     ) -> Walk:
         listing.check_max_pages(max_pages)
         self.last_summary = summary = FetchSummary(resource_type)
@@ -318,6 +319,7 @@ class Client:
             max_pages=max_pages if max_pages is not None else self.max_pages,
             recover=recover,
             track_ids=track_ids,
+            skipped=skipped,
         )
 
     def _walk(self, walk: Walk) -> Iterator[Page]:
@@ -332,12 +334,18 @@ class Client:
         search: Mapping[str, Any],
         *,
         recover: bool = True,
+        skipped: int = 0,
     ) -> Walk:
         """A list walk of ``resource_type``: type, keywords and page size checked first."""
         self._check_type(resource_type)
         query = self._list_query(resource_type, search, params)
         return self._new_walk(
-            resource_type, resource_type, query, max_pages=max_pages, recover=recover
+            resource_type,
+            resource_type,
+            query,
+            max_pages=max_pages,
+            recover=recover,
+            skipped=skipped,
         )
 
     def _list_query(
@@ -404,6 +412,41 @@ class Client:
         walk = self._list_walk(resource_type, params, max_pages, search, recover=recover)
         for page in self._walk(walk):
             yield page.raw
+
+    def walk(
+        self,
+        resource_type: str,
+        /,
+        *,
+        params: Mapping[str, Any] | None = None,
+        max_pages: int | None = None,
+        skipped: int = 0,
+        progress: bool | None = None,
+        **search: Any,
+    ) -> listing.ListWalk:
+        """A list walk as :class:`~toolkit.paging.Page` objects, each parsed once.
+
+        What the store's sync uses (its :class:`~toolkit.store.PageSource`
+        protocol): each page carries its raw bytes, its records, ``total`` and
+        ``next``, and the returned walk's ``summary`` the server's time at its
+        start. Same checks, recovery and errors as :meth:`pages`; nothing is
+        requested until the walk is iterated.
+
+        Parameters
+        ----------
+        skipped
+            Records already held from the pages before the first one asked for
+            (``params={"page": k}``): a resumed walk. They count toward
+            ``Bundle.total``, and the walk does not recover (it never saw those
+            pages): it is whole when its records and ``skipped`` reach ``total``.
+        progress
+            Show a progress bar (default: the client's ``progress``).
+        """
+        walk = self._list_walk(
+            resource_type, params, max_pages, search, recover=not skipped, skipped=skipped
+        )
+        shown = self.progress if progress is None else progress
+        return listing.ListWalk(walk, self._pipeline, progress=shown)
 
     def _clean_pages(
         self,

@@ -193,6 +193,7 @@ def open_walk(
     max_pages: int | None,
     recover: bool = True,
     track_ids: bool = True,
+    skipped: int = 0,
 ) -> Walk:
     """A walk of ``path`` whose pages and ``next`` links go through ``pipeline``."""
     return Walk(
@@ -205,6 +206,7 @@ def open_walk(
         max_pages=max_pages,
         recover=recover,
         track_ids=track_ids,
+        skipped=skipped,
         now=local_now,
     )
 
@@ -278,6 +280,28 @@ def walked(walk: Walk, pipeline: Pipeline, *, progress: bool | None) -> Iterator
         finally:
             meter.settle()
     log.debug("%s", summary)
+
+
+class ListWalk:
+    """A list walk under way: iterate it (once) for its :class:`~toolkit.paging.Page` objects.
+
+    ``summary`` fills in as the pages arrive: ``started_at`` (the server's time at
+    the start, the recovery's ``t0``) from the first page on, ``complete`` once
+    the last page has been read. What :meth:`toolkit.Client.walk` returns.
+    """
+
+    def __init__(self, walk: Walk, pipeline: Pipeline, *, progress: bool | None) -> None:
+        self._walk = walk
+        self._pipeline = pipeline
+        self._progress = progress
+
+    @property
+    def summary(self) -> FetchSummary:
+        """The walk's :class:`~toolkit.paging.FetchSummary`, as it stands."""
+        return self._walk.summary
+
+    def __iter__(self) -> Iterator[Page]:
+        return walked(self._walk, self._pipeline, progress=self._progress)
 
 
 def newest_records(walk: Walk, pages: Iterable[Page]) -> Iterator[dict[str, Any]]:

@@ -365,6 +365,11 @@ class Walk:
     track_ids
         ``False`` for ``$find``, whose proposal ids repeat by design: no
         duplicate check and no recovery.
+    skipped
+        Records the caller already holds from the pages before ``url``'s (a
+        resumed walk that starts at a later page). They count toward
+        ``Bundle.total``; such a walk cannot recover (it never saw those pages),
+        so it is whole when its records and ``skipped`` reach ``total``.
     now
         The local UTC clock, used only when the server tells no time.
     """
@@ -381,10 +386,14 @@ class Walk:
         max_pages: int | None = None,
         recover: bool = True,
         track_ids: bool = True,
+        skipped: int = 0,
         now: Callable[[], datetime] | None = None,
     ) -> None:
         if max_pages is not None and max_pages < 1:
             msg = f"max_pages must be at least 1, got {max_pages!r}"
+            raise ValueError(msg)
+        if skipped < 0:
+            msg = f"skipped must be a count of records, got {skipped!r}"
             raise ValueError(msg)
         self.resource_type = resource_type
         self.url = url
@@ -393,6 +402,7 @@ class Walk:
         self.max_pages = max_pages
         self.recover = recover
         self.track_ids = track_ids
+        self.skipped = skipped
         self._fetch = fetch
         self._resolve = resolve
         self._now = now or (lambda: datetime.now(UTC))
@@ -530,6 +540,12 @@ class Walk:
         yield from self._pass(self.query, "walk")
         total = self.summary.total
         records = self.summary.records
+        if self.skipped:
+            if total is not None and records + self.skipped < total:
+                why = f" after the {self.skipped} records before its first page"
+                raise self._short(why, total, records + self.skipped)
+            self.summary.complete = True
+            return
         if not self.track_ids or (
             not self._moved and not self._repeats and total in (None, records)
         ):

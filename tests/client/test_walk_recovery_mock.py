@@ -51,3 +51,26 @@ def test_a_store_sync_during_changes_stores_each_record_once(tmp_path) -> None:
         sync(client, tmp_path / "store", resources=["Appointment"], progress=False)
     stored = load("Appointment", tmp_path / "store")
     assert stored.height == len(order) == stored["id"].n_unique()
+
+
+def test_a_resumed_walk_counts_the_records_before_its_first_page() -> None:
+    """``client.walk(skipped=...)``: whole when its records and ``skipped`` reach ``total``."""
+    from toolkit.errors import IncompleteResult
+
+    with (
+        serve(seed=0, scale="small") as dep,
+        Client(dep.base_url, dep.client_id, dep.client_secret, user_agent=UA) as client,
+    ):
+        params = {"_count": 50, "page": 3}
+        walk = client.walk("Appointment", params=params, skipped=100)
+        records = sum(len(page.records) for page in walk)
+        summary = walk.summary
+        assert summary.complete and summary.total == records + 100
+        assert summary.started_at is not None
+        short = client.walk("Appointment", params=params, skipped=99)
+        try:
+            list(short)
+        except IncompleteResult as exc:
+            assert exc.expected == summary.total and exc.received == records + 99
+        else:
+            raise AssertionError("a resumed walk one record short passed as whole")

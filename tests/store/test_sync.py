@@ -205,12 +205,25 @@ class _FailingClient:
         self.client = client
         self.n = n
 
-    def pages(self, resource_type: str, /, **search: Any) -> Iterator[bytes]:
-        for i, page in enumerate(self.client.pages(resource_type, **search)):
-            if i == self.n:
-                msg = "connection reset (injected by the test)"
-                raise TransportError(msg)
-            yield page
+    @property
+    def requests_sent(self) -> int:
+        return int(self.client.requests_sent)
+
+    def walk(self, resource_type: str, /, **options: Any) -> Any:
+        walk = self.client.walk(resource_type, **options)
+        n = self.n
+
+        class _Failing:
+            summary = walk.summary
+
+            def __iter__(self) -> Iterator[Any]:
+                for i, page in enumerate(walk):
+                    if i == n:
+                        msg = "connection reset (injected by the test)"
+                        raise TransportError(msg)
+                    yield page
+
+        return _Failing()
 
 
 def test_interrupted_sync_resumes_and_equals_a_clean_sync(
@@ -348,7 +361,9 @@ def test_unknown_resource_is_refused_before_any_request(tmp_path: Path) -> None:
     from toolkit.errors import ConfigurationError
 
     class NoClient:
-        def pages(self, resource_type: str, /, **search: Any) -> Iterator[bytes]:
+        requests_sent = 0
+
+        def walk(self, resource_type: str, /, **options: Any) -> Any:
             raise AssertionError("no request expected")
 
     with pytest.raises(ConfigurationError, match="Slot"):

@@ -219,9 +219,6 @@ from toolkit.store.progress import (
     SyncProgress as SyncProgress,
 )
 from toolkit.store.progress import (
-    _client_quiet as _client_quiet,
-)
-from toolkit.store.progress import (
     _host as _host,
 )
 from toolkit.store.progress import (
@@ -291,6 +288,9 @@ from toolkit.store.results import (
     PageSource as PageSource,
 )
 from toolkit.store.results import (
+    PageWalk as PageWalk,
+)
+from toolkit.store.results import (
     ProgressCallback as ProgressCallback,
 )
 from toolkit.store.results import (
@@ -333,12 +333,6 @@ from toolkit.store.resume import (
     _Prefetch as _Prefetch,
 )
 from toolkit.store.resume import (
-    _requests_sent as _requests_sent,
-)
-from toolkit.store.resume import (
-    _resumed_walk_complete as _resumed_walk_complete,
-)
-from toolkit.store.resume import (
     _row_hashes as _row_hashes,
 )
 from toolkit.store.resume import (
@@ -368,6 +362,7 @@ __all__ = [
     "NotAStore",
     "PageProgress",
     "PageSource",
+    "PageWalk",
     "ResourceSync",
     "StoreDamaged",
     "StoreError",

@@ -21,7 +21,7 @@ from toolkit.store.layout import (
     declared_schemas,
     read_manifest,
 )
-from toolkit.store.progress import SyncProgress, _client_quiet
+from toolkit.store.progress import SyncProgress
 from toolkit.store.results import (
     DEFAULT_STORE,
     ErrorsMode,
@@ -36,7 +36,6 @@ from toolkit.store.results import (
     _repair_command,
     one_line,
 )
-from toolkit.store.resume import _requests_sent
 from toolkit.store.syncer import _check_table, _ResourceSyncer
 
 
@@ -143,7 +142,6 @@ def sync(
         _claim(root)  # before anything is written: a user's folder is never touched
         with (
             _locked(root),
-            _client_quiet(client),
             display,
             display.attach(client),
         ):
@@ -219,7 +217,7 @@ def _sync_one(
 def _failure(syncer: _ResourceSyncer, exc: BaseException, elapsed: float) -> ResourceSync:
     """The :class:`ResourceSync` of a resource whose run raised ``exc``."""
     cp = syncer.cp
-    sent = _requests_sent(syncer.client)
+    sent = syncer.client.requests_sent
     before = syncer.sent_before
     return ResourceSync(
         resource=syncer.rt,
@@ -227,7 +225,7 @@ def _failure(syncer: _ResourceSyncer, exc: BaseException, elapsed: float) -> Res
         status="failed",
         fetched=cp.records if cp is not None else 0,
         pages=cp.pages_done if cp is not None else 0,
-        requests=sent - before if sent is not None and before is not None else 0,
+        requests=sent - before if before is not None else 0,
         elapsed=elapsed,
         error="interrupted" if isinstance(exc, KeyboardInterrupt) else one_line(exc),
         staged_pages=syncer.staged_pages,

@@ -39,6 +39,7 @@ from toolkit.store.results import (
     STORE_FORMAT,
     STORE_KIND,
     ErrorsMode,
+    PageWalk,
     StoreDamaged,
     StoreError,
     StoreWriteError,
@@ -154,7 +155,17 @@ def _pending_commit(root: Path, resource_type: str) -> None:
 class _NoPages:
     """A page source for a syncer that only finishes a commit (it never fetches)."""
 
-    def pages(self, resource_type: str, /, **search: Any) -> Iterator[bytes]:
+    requests_sent = 0
+
+    def walk(
+        self,
+        resource_type: str,
+        /,
+        *,
+        params: Mapping[str, Any] | None = None,
+        skipped: int = 0,
+        progress: bool | None = None,
+    ) -> PageWalk:
         msg = f"finishing a commit of {resource_type} fetches nothing"
         raise StoreError(msg)
 

@@ -214,17 +214,3 @@ def _host(url: str) -> str:
     from urllib.parse import urlsplit
 
     return urlsplit(url).netloc or url
-
-
-@contextlib.contextmanager
-def _client_quiet(client: Any) -> Iterator[None]:
-    """Silence a client's own per-walk progress bar: the store draws one per resource."""
-    if not hasattr(client, "progress"):
-        yield
-        return
-    before = client.progress
-    client.progress = False
-    try:
-        yield
-    finally:
-        client.progress = before

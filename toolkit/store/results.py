@@ -8,12 +8,15 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import polars as pl
 
 from toolkit import catalogue
 from toolkit.errors import PmtkError
+
+if TYPE_CHECKING:
+    from toolkit.paging import FetchSummary, Page
 
 DEFAULT_STORE = "pmtk-store"
 """Directory used when no ``out``/``store`` is given."""
@@ -209,11 +212,42 @@ def _writing(path: Path, step: str) -> Iterator[None]:
         raise StoreWriteError(path, err, step, str(exc)) from exc
 
 
-class PageSource(Protocol):
-    """What :func:`sync` needs from a client: raw Bundle pages of a search."""
+class PageWalk(Protocol):
+    """A list walk under way: its pages, each parsed once, and its summary."""
 
-    def pages(self, resource_type: str, /, **search: Any) -> Iterator[bytes]:
-        """Yield each page of a search as the raw Bundle bytes."""
+    @property
+    def summary(self) -> FetchSummary:
+        """Filled in as pages arrive: ``started_at`` (server time at the start) from page 1."""
+        ...
+
+    def __iter__(self) -> Iterator[Page]:
+        """The walk's pages in order (recovery pages after them), each parsed once."""
+        ...
+
+
+class PageSource(Protocol):
+    """What :func:`sync` needs from a client; :class:`toolkit.Client` is one.
+
+    A client that also has ``throttle``, ``retry_policy`` and ``base_url`` (as
+    :class:`toolkit.Client` does) gets its waits and retries shown by the
+    store's progress display.
+    """
+
+    @property
+    def requests_sent(self) -> int:
+        """HTTP requests sent so far (for each resource's request count)."""
+        ...
+
+    def walk(
+        self,
+        resource_type: str,
+        /,
+        *,
+        params: Mapping[str, Any] | None = None,
+        skipped: int = 0,
+        progress: bool | None = None,
+    ) -> PageWalk:
+        """A list walk (see :meth:`toolkit.Client.walk`); ``skipped`` marks a resumed one."""
         ...
 
 

@@ -1,4 +1,4 @@
-"""Resuming a sync: prefetching pages, the checkpoint, the server's clock and the resumed walk."""
+"""Resuming a sync: prefetching pages, the checkpoint and the server's clock."""
 
 from __future__ import annotations
 
@@ -10,23 +10,24 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import polars as pl
 
-from toolkit.errors import IncompleteResult, PagingLoop
 from toolkit.store.layout import _instant
 from toolkit.store.results import PAGE_SIZE, STORE_FORMAT, Mode
 
+_T = TypeVar("_T")
 
-class _Prefetch:
+
+class _Prefetch(Generic[_T]):
     """Iterate ``pages`` in a worker thread, at most ``depth`` pages ahead.
 
     Errors (and ``KeyboardInterrupt``) raised while fetching are re-raised in
     the consuming thread, at the point where the failed page would have come.
     """
 
-    def __init__(self, pages: Iterator[bytes], depth: int) -> None:
+    def __init__(self, pages: Iterator[_T], depth: int) -> None:
         self._pages = pages
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
@@ -57,7 +58,7 @@ class _Prefetch:
                     close()
         self._put(item)
 
-    def batches(self, limit: int) -> Iterator[list[bytes]]:
+    def batches(self, limit: int) -> Iterator[list[_T]]:
         """Yield the pages in order, grouped: one page, plus any already fetched (<= limit).
 
         When writing keeps up with the network every batch is a single page;
@@ -65,7 +66,7 @@ class _Prefetch:
         amortises the per-call cost instead of letting the backlog grow.
         """
         while True:
-            batch: list[bytes] = []
+            batch: list[_T] = []
             end: tuple[str, Any] | None = None
             kind, value = self._queue.get()
             while True:
@@ -205,26 +206,6 @@ def _next_since(entry: Mapping[str, Any]) -> str | None:
         return since
     mark = entry.get("high_water_mark")
     return f"ge{mark}" if isinstance(mark, str) else None
-
-
-def _requests_sent(client: Any) -> int | None:
-    sent = getattr(client, "requests_sent", None)
-    return sent if isinstance(sent, int) else None
-
-
-def _resumed_walk_complete(
-    cp: _Checkpoint, first_page: int, requested: int, exc: IncompleteResult
-) -> bool:
-    """Whether a walk that started at ``first_page`` really read everything.
-
-    A client compares the records of *its* walk with ``Bundle.total``; a resumed
-    walk skipped the full pages before ``first_page``, which the checkpoint has.
-    """
-    if first_page <= 1 or requested == 0 or isinstance(exc, PagingLoop):
-        return False
-    if cp.next_url is not None or exc.expected is None:
-        return False
-    return exc.received + (first_page - 1) * cp.page_size >= exc.expected
 
 
 def _row_hashes(df: pl.DataFrame) -> list[int]:

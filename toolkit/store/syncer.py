@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import re
 import shutil
@@ -12,11 +11,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
 import polars as pl
 
-from toolkit.errors import IncompleteResult, PmtkError
-from toolkit.paging import next_link
+from toolkit.errors import PmtkError
+from toolkit.paging import Page
 from toolkit.store.layout import (
     _DATA_FILE_NAME,
     _data_name,
@@ -56,8 +54,6 @@ from toolkit.store.resume import (
     _Checkpoint,
     _next_since,
     _Prefetch,
-    _requests_sent,
-    _resumed_walk_complete,
     _row_hashes,
     _since_after,
 )
@@ -231,14 +227,11 @@ class _ResourceSyncer:
         self.cp = cp
         result = ResourceSync(resource=self.rt, mode=cp.mode, resumed=resumed)
         result.repaired = [p.path for p in problems]
-        sent_before = self.sent_before = _requests_sent(self.client)
+        sent_before = self.sent_before = self.client.requests_sent
         try:
             if cp.phase == "fetch":
                 result.pages = self._fetch(cp)
-            sent = _requests_sent(self.client)
-            result.requests = (
-                sent - sent_before if sent is not None and sent_before is not None else result.pages
-            )
+            result.requests = self.client.requests_sent - sent_before
             result.fetched = cp.records
             self._finish(cp, previous, result)
         except BaseException as exc:
@@ -275,26 +268,19 @@ class _ResourceSyncer:
         first_page = max(cp.pages_done, 1)
         self._drop_unrecorded_parts(cp)
         requested = 0
-        pages = self._pages(cp, first_page)
-        try:
-            with _Prefetch(iter(pages), PREFETCH_PAGES) as prefetch:
-                for batch in prefetch.batches(PREFETCH_PAGES):
-                    self._stage_pages(cp, batch, first_page + requested)
-                    requested += len(batch)
-                    self.on_page(
-                        PageProgress(
-                            resource=self.rt,
-                            page=cp.pages_done,
-                            pages=requested,
-                            records=cp.records,
-                            total=cp.total,
-                        )
+        with _Prefetch(self._pages(cp, first_page), PREFETCH_PAGES) as prefetch:
+            for batch in prefetch.batches(PREFETCH_PAGES):
+                self._stage_pages(cp, batch, first_page + requested)
+                requested += len(batch)
+                self.on_page(
+                    PageProgress(
+                        resource=self.rt,
+                        page=cp.pages_done,
+                        pages=requested,
+                        records=cp.records,
+                        total=cp.total,
                     )
-        except IncompleteResult as exc:
-            # a fresh walk's tail also starts at page 2 (page 1 came through request())
-            start = first_page if first_page > 1 else 2
-            if not _resumed_walk_complete(cp, start, requested, exc):
-                raise
+                )
         cp.phase = "merge"
         cp.next_url = None
         # The staged parts were written without fsync; the "merge" checkpoint is
@@ -305,29 +291,23 @@ class _ResourceSyncer:
         self._save(cp)
         return requested
 
-    def _pages(self, cp: _Checkpoint, first_page: int) -> Iterator[bytes]:
+    def _pages(self, cp: _Checkpoint, first_page: int) -> Iterator[Page]:
         """The pages of the walk from ``first_page``; notes the server's time at its start.
 
-        A fresh walk is one ``client.pages`` walk: when records change during it,
-        the client appends recovery pages (newer versions come later, so the
-        merge's "newest part wins" keeps them) and ``client.last_summary``
-        carries the server time of its first page. A resumed walk starts at
-        ``first_page``, so it is short of ``Bundle.total`` by design: recovery
-        is switched off and :func:`_resumed_walk_complete` judges it.
+        When records change during a fresh walk, the client appends recovery
+        pages (newer versions come later, so the merge's "newest part wins"
+        keeps them). A resumed walk starts at ``first_page`` and tells the
+        client how many records the pages before it hold, so that they count
+        toward ``Bundle.total``: the last staged page is read again, so those
+        are the full pages before it.
         """
-        search = self._search(cp, first_page)
-        pages = self.client.pages
-        if first_page > 1:
-            if "recover" in inspect.signature(pages).parameters:
-                yield from pages(self.rt, params=search, recover=False)
-            else:
-                yield from pages(self.rt, params=search)
-            return
-        for page in pages(self.rt, params=search):
-            if cp.server_time is None:
-                summary = getattr(self.client, "last_summary", None)
-                started = getattr(summary, "started_at", None)
-                cp.server_time = started if isinstance(started, str) else None
+        skipped = (first_page - 1) * cp.page_size
+        walk = self.client.walk(
+            self.rt, params=self._search(cp, first_page), skipped=skipped, progress=False
+        )
+        for page in walk:
+            if cp.server_time is None and first_page == 1:
+                cp.server_time = walk.summary.started_at
             yield page
 
     def _drop_unrecorded_parts(self, cp: _Checkpoint) -> None:
@@ -341,22 +321,23 @@ class _ResourceSyncer:
                 if match is None or int(match.group(1)) > cp.parts:
                     path.unlink(missing_ok=True)
 
-    def _stage_pages(self, cp: _Checkpoint, pages: list[bytes], page_number: int) -> None:
-        """Flatten consecutive pages (from ``page_number``) into one part; checkpoint."""
+    def _stage_pages(self, cp: _Checkpoint, pages: list[Page], page_number: int) -> None:
+        """Flatten consecutive pages (from ``page_number``) into one part; checkpoint.
+
+        The walk parsed each page once; its records give the count and the
+        newest ``lastUpdated``, and the raw bytes go to the views' reader.
+        """
         from toolkit import views
 
         last_updated: str | None = None
         n_entries = 0
-        bundle: dict[str, Any] = {}
         for page in pages:
-            bundle = orjson.loads(page)
-            entries = bundle.get("entry") or []
-            n_entries += len(entries)
-            for e in entries:
-                stamp = ((e.get("resource") or {}).get("meta") or {}).get("lastUpdated")
+            n_entries += len(page.records)
+            for record in page.records:
+                stamp = (record.get("meta") or {}).get("lastUpdated")
                 if isinstance(stamp, str):
                     last_updated = _later(last_updated, stamp)
-        tables = views.flatten_tables(self.rt, pages)
+        tables = views.flatten_tables(self.rt, [page.raw for page in pages])
         part = cp.parts + 1
         for table, df in tables.items():
             if df.height == 0:
@@ -365,13 +346,13 @@ class _ResourceSyncer:
             _mkdir(directory, f"staging {self.rt}")
             staged = df.with_columns(pl.lit(part, dtype=pl.Int32).alias(PART_COLUMN))
             _write_parquet(staged, directory / f"part-{part:06d}.parquet")
-        next_url = next_link(bundle)
+        last = pages[-1]
         cp.parts = part
         cp.pages_done = page_number + len(pages) - 1
         cp.records += n_entries
-        if isinstance(bundle.get("total"), int):
-            cp.total = bundle["total"]
-        cp.next_url = next_url
+        if last.total is not None:
+            cp.total = last.total
+        cp.next_url = last.next
         cp.max_last_updated = _later(cp.max_last_updated, last_updated)
         self._save(cp)
 
