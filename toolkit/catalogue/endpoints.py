@@ -1,59 +1,20 @@
-"""The API's operations and searches: endpoints, search parameters and what they select."""
+"""The API's operations and searches, gathered from each resource's declaration."""
 
 from __future__ import annotations
 
 from toolkit.catalogue.model import Endpoint
+from toolkit.catalogue.resources import RESOURCES
+
+TOKEN_ENDPOINT = Endpoint("POST", "/main/oauth/token", "Get Token", "Token", "token")
 
 ENDPOINTS: tuple[Endpoint, ...] = (
-    Endpoint("POST", "/main/oauth/token", "Get Token", "Token", "token"),
-    Endpoint("GET", "/main/Referral", "List Referrals", "Referral", "list"),
-    Endpoint("GET", "/main/Referral/{id}", "Get Referral", "Referral", "read"),
-    Endpoint("POST", "/main/Referral", "Create Referral", "Referral", "create", 201),
-    Endpoint("PATCH", "/main/Referral/{id}", "Update Referral", "Referral", "update"),
-    Endpoint("GET", "/main/Appointment", "List Appointments", "Appointment", "list"),
-    Endpoint("GET", "/main/Appointment/{id}", "Get Appointment", "Appointment", "read"),
-    Endpoint("POST", "/main/Appointment/$book", "Book Appointment", "Appointment", "book", 201),
-    Endpoint("PATCH", "/main/Appointment/{id}", "Update Appointment", "Appointment", "update"),
-    Endpoint(
-        "GET", "/main/Appointment/$find", "Find Available Appointments", "Appointment", "find"
-    ),
-    Endpoint("GET", "/main/Coverage", "List Coverage", "Coverage", "list"),
-    Endpoint("GET", "/main/Coverage/{id}", "Get Coverage", "Coverage", "read"),
-    Endpoint("POST", "/main/Coverage/", "Create Coverage", "Coverage", "create", 201),
-    Endpoint("PATCH", "/main/Coverage/{id}", "Update Coverage", "Coverage", "update"),
-    Endpoint("GET", "/main/Organization", "List Organizations", "Organization", "list"),
-    Endpoint("GET", "/main/Organization/{id}", "Get Organization", "Organization", "read"),
-    Endpoint(
-        "POST",
-        "/main/Organization",
-        "Create Organization (professional contact practice)",
-        "Organization",
-        "create",
-        201,
-    ),
-    Endpoint("GET", "/main/Practitioner", "List Practitioners", "Practitioner", "list"),
-    Endpoint("GET", "/main/Practitioner/{id}", "Get Practitioner", "Practitioner", "read"),
-    Endpoint(
-        "POST",
-        "/main/Practitioner",
-        "Create Practitioner (professional contact)",
-        "Practitioner",
-        "create",
-        201,
-    ),
-    Endpoint("GET", "/main/InvoiceLine", "List InvoiceLines", "InvoiceLine", "list"),
-    Endpoint("GET", "/main/InvoiceLine/{id}", "Get InvoiceLine", "InvoiceLine", "read"),
-    Endpoint("GET", "/main/Patient", "List patients", "Patient", "list"),
+    TOKEN_ENDPOINT,
+    *(e for r in RESOURCES.values() for e in r.endpoints),
 )
+"""Every operation of spec section 4 (each resource's, in spec order) and the token's."""
 
 SEARCH_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "Appointment": ("date", "patient"),
-    "Referral": ("subject",),
-    "Coverage": ("beneficiary",),
-    "InvoiceLine": ("subject",),
-    "Patient": ("name", "family", "given"),
-    "Organization": ("name",),
-    "Practitioner": (),
+    r.name: r.search for r in RESOURCES.values() if r.listed
 }
 """Per-resource search parameters (facts); all lists also take the common ones."""
 
@@ -89,19 +50,13 @@ PATCH_ANSWERS_EMPTY_405: frozenset[str] = frozenset(
 client-observed); other types without a PATCH endpoint get a 405 OperationOutcome."""
 
 OWNER_SEARCH: dict[str, tuple[str, str]] = {
-    "Appointment": ("patient", "participant.actor"),
-    "Referral": ("subject", "subject"),
-    "Coverage": ("beneficiary", "beneficiary"),
-    "InvoiceLine": ("subject", "subject"),
+    r.name: r.owner_search for r in RESOURCES.values() if r.owner_search is not None
 }
 """Resource type -> (search parameter, field path) naming the patient a record belongs
 to (facts). For Appointment the field is the participant whose actor is a Patient."""
 
 DATE_SEARCH: dict[str, tuple[tuple[str, ...], str]] = {
-    "Appointment": (("date", "start"), "start"),
-    "Referral": (("created",), "created"),
-    "Coverage": (("period",), "period.start"),
-    "InvoiceLine": (("enteredDate", "date"), "enteredDate"),
+    r.name: r.date_search for r in RESOURCES.values() if r.date_search is not None
 }
 """Resource type -> (the names a date search or ``_sort`` accepts, the field they select
 on). pmtk's reading of the facts' ``date`` parameter and ``_sort``."""

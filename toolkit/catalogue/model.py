@@ -151,11 +151,19 @@ class Resource:
     id_prefixes: tuple[str, ...] = ()
     create_prefixes: tuple[str, ...] = ()
     create_required: tuple[str, ...] = ()
-    listed: bool = True
     source: Source = "spec"
     doc: str = ""
     create_source: Source = "facts"
     """Where ``create_required`` comes from (the facts list Coverage and Referral needs)."""
+    endpoints: tuple[Endpoint, ...] = ()
+    """Its operations of spec section 4, in spec order; none: only referenced by others."""
+    search: tuple[str, ...] = ()
+    """Its own search parameters (facts); every list also takes the common ones."""
+    owner_search: tuple[str, str] | None = None
+    """(search parameter, field path) naming the patient a record belongs to (facts)."""
+    date_search: tuple[tuple[str, ...], str] | None = None
+    """(the names a date search or ``_sort`` accepts, the field they select on); pmtk's
+    reading of the facts' ``date`` parameter and ``_sort``."""
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -163,6 +171,11 @@ class Resource:
                 return f
         msg = f"{self.name} has no field {name!r}"
         raise KeyError(msg)
+
+    @property
+    def listed(self) -> bool:
+        """Whether it has a list endpoint."""
+        return any(e.kind == "list" for e in self.endpoints)
 
     @property
     def id_pattern(self) -> str:

@@ -7,7 +7,7 @@ to them. Adding a resource type starts here.
 from __future__ import annotations
 
 from toolkit.catalogue.constants import ATTACHMENT_CONTENT_TYPES
-from toolkit.catalogue.model import Extension, Field, Ref, Resource, Source, Target
+from toolkit.catalogue.model import Endpoint, Extension, Field, Ref, Resource, Source, Target
 
 # --------------------------------------------------------------------------- helpers
 
@@ -21,6 +21,28 @@ def _ref(*targets: tuple[str, tuple[str, ...]] | str) -> Ref:
 
 def _reference_field(name: str, ref: Ref, **kw: object) -> Field:
     return Field(name, "reference", ref=ref, **kw)  # type: ignore[arg-type]
+
+
+_USUAL: dict[str, tuple[str, str, int]] = {
+    "list": ("GET", "/main/{name}", 200),
+    "read": ("GET", "/main/{name}/{{id}}", 200),
+    "create": ("POST", "/main/{name}", 201),
+    "update": ("PATCH", "/main/{name}/{{id}}", 200),
+}
+
+
+def _endpoints(name: str, *operations: tuple[str, str] | Endpoint) -> tuple[Endpoint, ...]:
+    """The operations of ``name`` in spec order: ``(kind, title)`` at its usual path, or an
+    :class:`Endpoint` written out (``$book``, ``$find``, Coverage's trailing slash)."""
+    out: list[Endpoint] = []
+    for op in operations:
+        if isinstance(op, Endpoint):
+            out.append(op)
+            continue
+        kind, title = op
+        method, path, success = _USUAL[kind]
+        out.append(Endpoint(method, path.format(name=name), title, name, kind, success))  # type: ignore[arg-type]
+    return tuple(out)
 
 
 PR = ("Practitioner", ("PR-",))
@@ -163,6 +185,16 @@ REFERRAL = Resource(
         Field("priority", "boolean", source="facts", doc="The patient's preferred referral."),
     ),
     create_required=("coverage", "subject", "requester", "created"),
+    endpoints=_endpoints(
+        "Referral",
+        ("list", "List Referrals"),
+        ("read", "Get Referral"),
+        ("create", "Create Referral"),
+        ("update", "Update Referral"),
+    ),
+    search=("subject",),
+    owner_search=("subject", "subject"),
+    date_search=(("created",), "created"),
 )
 
 APPOINTMENT = Resource(
@@ -227,6 +259,19 @@ APPOINTMENT = Resource(
         ),
     ),
     doc="Booked through $book; the practitioner participant is a PractitionerRole (ATND).",
+    endpoints=_endpoints(
+        "Appointment",
+        ("list", "List Appointments"),
+        ("read", "Get Appointment"),
+        Endpoint("POST", "/main/Appointment/$book", "Book Appointment", "Appointment", "book", 201),
+        ("update", "Update Appointment"),
+        Endpoint(
+            "GET", "/main/Appointment/$find", "Find Available Appointments", "Appointment", "find"
+        ),
+    ),
+    search=("date", "patient"),
+    owner_search=("patient", "participant.actor"),
+    date_search=(("date", "start"), "start"),
 )
 
 COVERAGE = Resource(
@@ -288,6 +333,16 @@ COVERAGE = Resource(
         ),
     ),
     create_required=("beneficiary", "subscriber", "payor"),
+    endpoints=_endpoints(
+        "Coverage",
+        ("list", "List Coverage"),
+        ("read", "Get Coverage"),
+        Endpoint("POST", "/main/Coverage/", "Create Coverage", "Coverage", "create", 201),
+        ("update", "Update Coverage"),
+    ),
+    search=("beneficiary",),
+    owner_search=("beneficiary", "beneficiary"),
+    date_search=(("period",), "period.start"),
 )
 
 ORGANIZATION = Resource(
@@ -304,6 +359,13 @@ ORGANIZATION = Resource(
     create_prefixes=("SP-",),
     create_required=("name",),
     create_source="pmtk",
+    endpoints=_endpoints(
+        "Organization",
+        ("list", "List Organizations"),
+        ("read", "Get Organization"),
+        ("create", "Create Organization (professional contact practice)"),
+    ),
+    search=("name",),
 )
 
 PRACTITIONER = Resource(
@@ -352,6 +414,12 @@ PRACTITIONER = Resource(
     create_prefixes=("EP-",),
     create_required=("name",),
     create_source="pmtk",
+    endpoints=_endpoints(
+        "Practitioner",
+        ("list", "List Practitioners"),
+        ("read", "Get Practitioner"),
+        ("create", "Create Practitioner (professional contact)"),
+    ),
 )
 
 INVOICE_LINE = Resource(
@@ -402,6 +470,10 @@ INVOICE_LINE = Resource(
             aspects=(("encoding", "pmtk"),),
         ),
     ),
+    endpoints=_endpoints("InvoiceLine", ("list", "List InvoiceLines"), ("read", "Get InvoiceLine")),
+    search=("subject",),
+    owner_search=("subject", "subject"),
+    date_search=(("enteredDate", "date"), "enteredDate"),
 )
 
 PATIENT = Resource(
@@ -430,6 +502,8 @@ PATIENT = Resource(
         ),
     ),
     source="facts",
+    endpoints=_endpoints("Patient", ("list", "List patients")),
+    search=("name", "family", "given"),
 )
 
 INVOICE = Resource(
@@ -443,7 +517,6 @@ INVOICE = Resource(
             for name in ("totalNet", "totalGross", "totalBalance", "totalPaid")
         ),
     ),
-    listed=False,
     source="facts",
 )
 
@@ -454,7 +527,6 @@ HEALTHCARE_SERVICE = Resource(
         Field("active", "boolean"),
         _reference_field("providedBy", _ref(("Organization", ("CL-", "PG-")))),
     ),
-    listed=False,
     source="pmtk",
 )
 
@@ -466,7 +538,6 @@ PRACTITIONER_ROLE = Resource(
         _reference_field("organization", _ref(("Organization", ("CL-", "SP-", "PG-")))),
     ),
     id_prefixes=("PR-", "EP-"),
-    listed=False,
     source="pmtk",
 )
 
@@ -477,7 +548,6 @@ CHARGE_ITEM_DEFINITION = Resource(
         Field("code", "string"),
         Field("price", "object", fields=MONEY),
     ),
-    listed=False,
     source="pmtk",
 )
 
@@ -490,7 +560,6 @@ SLOT = Resource(
         _reference_field("practitionerRole", _ref(ROLE_ANY)),
         _reference_field("healthcareService", _ref("HealthcareService")),
     ),
-    listed=False,
     source="pmtk",
     doc="Internal to the mock; exposed only through $find's proposed Appointments.",
 )
