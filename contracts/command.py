@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from toolkit._options import BaseUrl, ClientId, ClientSecret, UserAgent
 from toolkit.config import DEFAULT_USER_AGENT as DEFAULT_UA
 from toolkit.errors import ConfigurationError
 
@@ -239,28 +240,7 @@ def _internal_error(options: Options, text: str, status: int) -> str:
 
 
 # The options of `pmtk check`, one alias each, so that the command's signature reads
-# as a list of names; typer reads the metadata from the annotations as before.
-BaseUrlOption = Annotated[
-    str | None,
-    typer.Option(
-        "--base-url",
-        envvar="PM_BASE_URL",
-        help="Deployment base URL including /main. Without one, the embedded mock is checked.",
-    ),
-]
-ClientIdOption = Annotated[
-    str | None, typer.Option("--client-id", envvar="PM_CLIENT_ID", help="OAuth client id")
-]
-ClientSecretOption = Annotated[
-    str | None,
-    typer.Option(
-        "--client-secret", envvar="PM_CLIENT_SECRET", help="OAuth client secret (redacted)"
-    ),
-]
-UserAgentOption = Annotated[
-    str | None,
-    typer.Option("--user-agent", envvar="PM_USER_AGENT", help="User-Agent: vendor (email)"),
-]
+# as a list of names (the connection options are the shared ones of toolkit/_options.py).
 AllowWritesOption = Annotated[
     bool, typer.Option("--allow-writes", help="Also run the write checks (creates records)")
 ]
@@ -288,10 +268,10 @@ SchemaExamplesOption = Annotated[
 
 
 def check_command(
-    base_url: BaseUrlOption = None,
-    client_id: ClientIdOption = None,
-    client_secret: ClientSecretOption = None,
-    user_agent: UserAgentOption = None,
+    base_url: BaseUrl = None,
+    client_id: ClientId = None,
+    client_secret: ClientSecret = None,
+    user_agent: UserAgent = None,
     allow_writes: AllowWritesOption = False,
     probe_rate_limit: ProbeRateLimitOption = False,
     token_probe_seconds: TokenProbeOption = 0,

@@ -34,6 +34,13 @@ ClientSecret = Annotated[
     ),
 ]
 
+UserAgent = Annotated[
+    str | None,
+    typer.Option(
+        "--user-agent", envvar="PM_USER_AGENT", help="User-Agent: '<vendor name> (<vendor email>)'."
+    ),
+]
+
 
 def connection_settings(
     base_url: str | None, client_id: str | None, client_secret: str | None

@@ -54,55 +54,53 @@ EXIT_WRITE_FAILED = 4
 EXIT_INTERRUPTED = 130
 
 
+Out = Annotated[Path, typer.Option("--out", "-o", help="Store directory (created when missing).")]
+Resources = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--resource",
+        "-r",
+        help="Resource type to sync; repeat for several. Default: every listed resource.",
+    ),
+]
+Full = Annotated[
+    bool, typer.Option("--full", help="Re-fetch everything instead of only what changed.")
+]
+Errors = Annotated[
+    str,
+    typer.Option(
+        "--errors",
+        help="On a schema failure: 'raise' (store nothing for that resource) or 'warn'.",
+    ),
+]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bars and no summary table.")
+]
+Verify = Annotated[
+    bool,
+    typer.Option(
+        "--verify",
+        help="Check every stored file against its recorded sha256 instead of syncing "
+        "(exit 3 and the damaged files listed when any fails).",
+    ),
+]
+
+
 def sync_command(
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Store directory (created when missing).")
-    ] = Path("pmtk-store"),
-    resource: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--resource",
-            "-r",
-            help="Resource type to sync; repeat for several. Default: every listed resource.",
-        ),
-    ] = None,
-    full: Annotated[
-        bool, typer.Option("--full", help="Re-fetch everything instead of only what changed.")
-    ] = False,
+    out: Out = Path("pmtk-store"),
+    resource: Resources = None,
+    full: Full = False,
     base_url: BaseUrl = None,
     client_id: ClientId = None,
     client_secret: ClientSecret = None,
-    errors: Annotated[
-        str,
-        typer.Option(
-            "--errors",
-            help="On a schema failure: 'raise' (store nothing for that resource) or 'warn'.",
-        ),
-    ] = "raise",
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No progress bars and no summary table.")
-    ] = False,
-    verify: Annotated[
-        bool,
-        typer.Option(
-            "--verify",
-            help="Check every stored file against its recorded sha256 instead of syncing "
-            "(exit 3 and the damaged files listed when any fails).",
-        ),
-    ] = False,
+    errors: Errors = "raise",
+    quiet: Quiet = False,
+    verify: Verify = False,
 ) -> None:
     """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
     from rich.console import Console
 
-    from toolkit.errors import ConfigurationError, PmtkError
-    from toolkit.store import (
-        ManifestDamaged,
-        NotAStore,
-        StoreWriteError,
-        SyncFailed,
-        SyncProgress,
-        sync,
-    )
+    from toolkit.store import SyncProgress
 
     # Every argument problem is a usage error (exit 2), found before any request.
     if errors not in ("raise", "warn"):
@@ -116,9 +114,30 @@ def sync_command(
     _check_target(err, out)  # before connecting: a refusal writes nothing and costs nothing
     client = _connect(err, base_url, client_id, client_secret)
     display = SyncProgress("off" if quiet else "bars" if err.is_terminal else "lines", console=err)
+    summary = _run(err, display, client, out, wanted, full=full, errors=errors, quiet=quiet)
+    _print_repaired(err, summary)
+    if not quiet:
+        Console(soft_wrap=True).print(summary.table())
+
+
+def _run(
+    err: Any,
+    display: Any,
+    client: Any,
+    out: Path,
+    wanted: list[str],
+    *,
+    full: bool,
+    errors: str,
+    quiet: bool,
+) -> Any:
+    """The sync itself; each way it can fail becomes its message and exit code."""
+    from toolkit.errors import ConfigurationError, PmtkError
+    from toolkit.store import ManifestDamaged, NotAStore, StoreWriteError, SyncFailed, sync
+
     try:
         with client:
-            summary = sync(
+            return sync(
                 client,
                 out,
                 resources=wanted or None,
@@ -141,9 +160,6 @@ def sync_command(
         staged = failed.staged_pages if failed is not None else 0
         advice = _advice(exc, staged, client)
         raise _fail(err, "sync failed", _where(display), exc, EXIT_FAILED, advice) from None
-    _print_repaired(err, summary)
-    if not quiet:
-        Console(soft_wrap=True).print(summary.table())
 
 
 def _check_target(err: Any, out: Path) -> None:

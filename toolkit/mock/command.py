@@ -24,41 +24,48 @@ class ScaleChoice(StrEnum):
     large = "large"
 
 
+Port = Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")]
+Seed = Annotated[int, typer.Option(help="Seed of the synthetic data.")]
+Scale = Annotated[
+    ScaleChoice, typer.Option(help="small ~2k, medium ~50k, large ~500k appointments.")
+]
+RateLimit = Annotated[int, typer.Option(help="Requests per 60 s sliding window per client.")]
+TokenLifetime = Annotated[int, typer.Option(help="Real access-token lifetime in seconds.")]
+ExpiresIn = Annotated[int, typer.Option(help="expires_in reported by the token endpoint.")]
+TestControls = Annotated[
+    bool, typer.Option("--test-controls", help="Enable /main/_test/* (test use only).")
+]
+FaultName = Annotated[str | None, typer.Option(help="Start with this fault profile active.")]
+ShapesOption = Annotated[
+    ShapesChoice,
+    typer.Option(help="live: the forms seen on the live service; spec: the spec's forms."),
+]
+Webhook = Annotated[
+    str | None,
+    typer.Option(help="Announce writes to this loopback URL, as the live service does."),
+]
+WebhookHeader = Annotated[
+    str | None,
+    typer.Option(
+        envvar="PM_WEBHOOK_AUTH_HEADER",
+        help="NAME:VALUE sent with every webhook (prefer the environment variable).",
+        show_default=False,
+    ),
+]
+
+
 def mock_command(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")] = 8000,
-    seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
-    scale: Annotated[
-        ScaleChoice, typer.Option(help="small ~2k, medium ~50k, large ~500k appointments.")
-    ] = ScaleChoice.small,
-    rate_limit: Annotated[
-        int, typer.Option(help="Requests per 60 s sliding window per client.")
-    ] = catalogue.RATE_LIMIT_PER_MINUTE,
-    token_lifetime: Annotated[
-        int, typer.Option(help="Real access-token lifetime in seconds.")
-    ] = catalogue.TOKEN_LIFETIME_STATED,
-    expires_in: Annotated[
-        int, typer.Option(help="expires_in reported by the token endpoint.")
-    ] = catalogue.EXPIRES_IN_STATED,
-    test_controls: Annotated[
-        bool, typer.Option("--test-controls", help="Enable /main/_test/* (test use only).")
-    ] = False,
-    fault: Annotated[str | None, typer.Option(help="Start with this fault profile active.")] = None,
-    shapes: Annotated[
-        ShapesChoice,
-        typer.Option(help="live: the forms seen on the live service; spec: the spec's forms."),
-    ] = ShapesChoice.live,
-    webhook: Annotated[
-        str | None,
-        typer.Option(help="Announce writes to this loopback URL, as the live service does."),
-    ] = None,
-    webhook_header: Annotated[
-        str | None,
-        typer.Option(
-            envvar="PM_WEBHOOK_AUTH_HEADER",
-            help="NAME:VALUE sent with every webhook (prefer the environment variable).",
-            show_default=False,
-        ),
-    ] = None,
+    port: Port = 8000,
+    seed: Seed = 0,
+    scale: Scale = ScaleChoice.small,
+    rate_limit: RateLimit = catalogue.RATE_LIMIT_PER_MINUTE,
+    token_lifetime: TokenLifetime = catalogue.TOKEN_LIFETIME_STATED,
+    expires_in: ExpiresIn = catalogue.EXPIRES_IN_STATED,
+    test_controls: TestControls = False,
+    fault: FaultName = None,
+    shapes: ShapesOption = ShapesChoice.live,
+    webhook: Webhook = None,
+    webhook_header: WebhookHeader = None,
 ) -> None:
     """Serve a mock practice-management deployment on 127.0.0.1 until Ctrl-C."""
     from toolkit.errors import ConfigurationError

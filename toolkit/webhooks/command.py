@@ -124,29 +124,34 @@ def _receiver_config(listener: Listener, port: int, log_level: str) -> Any:
     )
 
 
+StoreOption = Annotated[
+    Path, typer.Option("--store", "-s", help="Store directory to keep current.")
+]
+Port = Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")]
+AuthHeaderOption = Annotated[
+    str | None,
+    typer.Option(
+        "--auth-header",
+        envvar="PM_WEBHOOK_AUTH_HEADER",
+        help="NAME:VALUE every webhook must carry (prefer the environment variable).",
+        show_default=False,
+    ),
+]
+CatchUp = Annotated[
+    bool, typer.Option("--catch-up/--no-catch-up", help="Run an incremental sync first.")
+]
+MaxBodyBytes = Annotated[int, typer.Option(help="Largest webhook body accepted (413 beyond).")]
+
+
 def listen_command(
-    store: Annotated[
-        Path, typer.Option("--store", "-s", help="Store directory to keep current.")
-    ] = Path("pmtk-store"),
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")] = 8090,
-    auth_header: Annotated[
-        str | None,
-        typer.Option(
-            "--auth-header",
-            envvar="PM_WEBHOOK_AUTH_HEADER",
-            help="NAME:VALUE every webhook must carry (prefer the environment variable).",
-            show_default=False,
-        ),
-    ] = None,
-    catch_up: Annotated[
-        bool, typer.Option("--catch-up/--no-catch-up", help="Run an incremental sync first.")
-    ] = True,
+    store: StoreOption = Path("pmtk-store"),
+    port: Port = 8090,
+    auth_header: AuthHeaderOption = None,
+    catch_up: CatchUp = True,
     base_url: BaseUrl = None,
     client_id: ClientId = None,
     client_secret: ClientSecret = None,
-    max_body_bytes: Annotated[
-        int, typer.Option(help="Largest webhook body accepted (413 beyond).")
-    ] = DEFAULT_MAX_BODY_BYTES,
+    max_body_bytes: MaxBodyBytes = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Receive webhooks on 127.0.0.1 and keep a Parquet store current until Ctrl-C."""
     from toolkit.errors import ConfigurationError, PmtkError
@@ -169,12 +174,7 @@ def listen_command(
                 max_body_bytes=max_body_bytes,
             ) as listener,
         ):
-            typer.echo(f"webhook URL: {listener.url}")
-            typer.echo(f"store:       {store}")
-            typer.echo(
-                "auth header: "
-                + (f"{header.name} (value hidden)" if header else "none (any caller accepted)")
-            )
+            _banner(listener.url, store, header)
             until_interrupted("listening")
     except ConfigurationError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -182,3 +182,11 @@ def listen_command(
     except PmtkError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _banner(url: str, store: Path, header: AuthHeader | None) -> None:
+    """Where the receiver listens, the store it keeps and its authentication (never the value)."""
+    typer.echo(f"webhook URL: {url}")
+    typer.echo(f"store:       {store}")
+    shown = f"{header.name} (value hidden)" if header else "none (any caller accepted)"
+    typer.echo(f"auth header: {shown}")
