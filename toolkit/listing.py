@@ -301,13 +301,17 @@ class ListWalk:
         return self._walk.summary
 
     def __iter__(self) -> Iterator[Page]:
-        return walked(self._walk, self._pipeline, progress=self._progress)
+        try:
+            yield from walked(self._walk, self._pipeline, progress=self._progress)
+        finally:
+            self._walk.close()
 
 
 def newest_records(walk: Walk, pages: Iterable[Page]) -> Iterator[dict[str, Any]]:
     """Every record of ``walk``'s pages once, in its newest version, after the walk has ended."""
     records = [page.records for page in pages]
     keep = walk.winners()
+    walk.close()
     for i, page_records in enumerate(records):
         positions = keep.get(i, set())
         yield from (r for pos, r in enumerate(page_records) if pos in positions)

@@ -55,6 +55,7 @@ from toolkit.errors import (
     PageLimitExceeded,
     PagingLoop,
 )
+from toolkit.seen import Seen
 
 __all__ = [
     "CLOCK_MARGIN",
@@ -151,6 +152,15 @@ def _instant(value: Any) -> datetime | None:
 def _stamp(record: dict[str, Any]) -> datetime | None:
     meta = record.get("meta")
     return _instant(meta.get("lastUpdated")) if isinstance(meta, dict) else None
+
+
+def _micros(when: datetime | None) -> int | None:
+    """``when`` as whole microseconds since the epoch (exact, unlike a float timestamp)."""
+    return None if when is None else (when - _EPOCH) // _MICROSECOND
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def _bound(when: datetime) -> str:
@@ -317,22 +327,16 @@ def _server_time(response: httpx.Response, data: dict[str, Any]) -> datetime | N
 
 
 @dataclass(slots=True)
-class _Version:
-    stamp: datetime | None
-    page: int
-    pos: int
-
-
-@dataclass(slots=True)
 class _Pass:
     """The bookkeeping of one pass (the walk, or one recovery query)."""
 
     phase: str
+    number: int
+    """Passes are numbered from 1; the index notes the last pass that read each id."""
     pages: int = 0
     total: int | None = None
     first_len: int | None = None
     start: datetime | None = None
-    ids: set[str] = field(default_factory=set)
     unexplained: int = 0
     keys: set[str] = field(default_factory=set)
 
@@ -407,7 +411,8 @@ class Walk:
         self._resolve = resolve
         self._now = now or (lambda: datetime.now(UTC))
         self._include = any(k in ("_include", "_revinclude") for k, _ in self.query)
-        self._best: dict[str, _Version] = {}
+        self._seen = Seen()
+        self._passes = 0
         self._index = 0  # pages yielded so far
         self._repeats = 0  # the same version of a record read again
         self._moved = 0  # a newer version of a record read again
@@ -432,33 +437,11 @@ class Walk:
                 p.start = self._now() - CLOCK_MARGIN
         if p.first_len is None and page.next is not None:
             p.first_len = len(page.records)
-        fresh = 0
-        for pos, record in enumerate(page.records):
-            rid = record.get("id")
-            stamp = _stamp(record)
-            if not self.track_ids:
-                p.unexplained += 1
-                continue
-            if not isinstance(rid, str) or not rid:
-                msg = (
-                    f"{self.resource_type}: {page.url}: record {pos} has no id, so the "
-                    "walk cannot tell repeats from new records"
-                )
-                raise MalformedPage(msg, url=page.url)
-            if rid not in p.ids:
-                p.ids.add(rid)
-                if stamp is None or p.start is None or stamp < p.start:
-                    p.unexplained += 1
-            prev = self._best.get(rid)
-            if prev is None:
-                fresh += 1
-            elif prev.stamp is None or stamp is None or stamp == prev.stamp:
-                self._repeats += 1
-            else:
-                self._moved += 1
-                fresh += 1
-            if prev is None or prev.stamp is None or stamp is None or stamp >= prev.stamp:
-                self._best[rid] = _Version(stamp, self._index, pos)
+        if not self.track_ids:
+            p.unexplained += len(page.records)
+            fresh = len(page.records)
+        else:
+            fresh = self._note_versions(p, page)
         if p.total is not None and p.unexplained > p.total:
             msg = (
                 f"{self.resource_type}: {page.url}: {p.unexplained} records read but the "
@@ -471,10 +454,46 @@ class Walk:
                 f"{self.resource_type}: page {p.pages} ({page.url}) repeats records already "
                 "read, in the same versions: the next links loop"
             )
-            raise PagingLoop(msg, expected=p.total, received=len(self._best))
+            raise PagingLoop(msg, expected=p.total, received=len(self._seen))
+
+    def _note_versions(self, p: _Pass, page: Page) -> int:
+        """Note each record's version in the index; return how many were fresh."""
+        ids: list[str] = []
+        for pos, record in enumerate(page.records):
+            rid = record.get("id")
+            if not isinstance(rid, str) or not rid:
+                msg = (
+                    f"{self.resource_type}: {page.url}: record {pos} has no id, so the "
+                    "walk cannot tell repeats from new records"
+                )
+                raise MalformedPage(msg, url=page.url)
+            ids.append(rid)
+        start = _micros(p.start)
+        known = self._seen.lookup(ids)
+        fresh = 0
+        for pos, (rid, record) in enumerate(zip(ids, page.records, strict=True)):
+            stamp = _micros(_stamp(record))
+            prev = known.get(rid)
+            first_in_pass = prev is None or prev[3] != p.number
+            if first_in_pass and (stamp is None or start is None or stamp < start):
+                p.unexplained += 1
+            if prev is None:
+                fresh += 1
+            elif prev[0] is None or stamp is None or stamp == prev[0]:
+                self._repeats += 1
+            else:
+                self._moved += 1
+                fresh += 1
+            if prev is None or prev[0] is None or stamp is None or stamp >= prev[0]:
+                known[rid] = (stamp, self._index, pos, p.number)
+            else:
+                known[rid] = (prev[0], prev[1], prev[2], p.number)
+        self._seen.write({rid: known[rid] for rid in ids})
+        return fresh
 
     def _pass(self, query: Query, phase: str) -> Iterator[Page]:
-        p = _Pass(phase)
+        self._passes += 1
+        p = _Pass(phase, self._passes)
         url: str | None = self.url
         params: Query | None = query
         while url is not None:
@@ -505,7 +524,7 @@ class Walk:
                 if p.start is not None:
                     self.summary.started_at = _bound(p.start)
             self.summary.pages += 1
-            self.summary.records = len(self._best) if self.track_ids else p.unexplained
+            self.summary.records = len(self._seen) if self.track_ids else p.unexplained
             yield page
             self._index += 1
             if page.next is None:
@@ -559,7 +578,7 @@ class Walk:
             )
         t0 = self.started_at or (self._now() - CLOCK_MARGIN)
         bound = _bound(t0)
-        floor = _instant(bound)
+        floor = _micros(_instant(bound))
         assert floor is not None
         self.summary.recovered = True
         missing = 0
@@ -567,7 +586,7 @@ class Walk:
             changed = [*self._base_query(), ("_lastUpdated", f"ge{bound}")]
             yield from self._pass(changed, "changed")
             unchanged = self._count_unchanged(bound)
-            have = sum(1 for v in self._best.values() if v.stamp is None or v.stamp < floor)
+            have = self._seen.count_before(floor)
             if unchanged is None:
                 if rnd > 0:
                     break
@@ -580,11 +599,11 @@ class Walk:
                     f"{self.resource_type}: records changed during the walk and recovery "
                     f"(_lastUpdated=ge/lt{bound}) still lacks {missing} unchanged record(s)"
                 )
-                raise IncompleteResult(msg, expected=total, received=len(self._best))
+                raise IncompleteResult(msg, expected=total, received=len(self._seen))
             yield from self._pass(
                 [*self._base_query(), ("_lastUpdated", f"lt{bound}")], "unchanged"
             )
-        self.summary.records = len(self._best)
+        self.summary.records = len(self._seen)
         self.summary.complete = True
 
     def _short(self, why: str, total: int | None, records: int) -> IncompleteResult:
@@ -596,11 +615,15 @@ class Walk:
 
     # ------------------------------------------------------------------ dedupe
 
+    def close(self) -> None:
+        """Drop the index of ids read (a spilled one's temporary file goes with it)."""
+        self._seen.close()
+
     def winners(self) -> dict[int, set[int]]:
         """Per page index, the positions of the records that are the newest version."""
         out: dict[int, set[int]] = {}
-        for v in self._best.values():
-            out.setdefault(v.page, set()).add(v.pos)
+        for page, pos in self._seen.versions():
+            out.setdefault(page, set()).add(pos)
         return out
 
     def clean(self, pages: Sequence[bytes]) -> list[bytes]:
@@ -609,8 +632,10 @@ class Walk:
         Pages with nothing superseded are returned as they are (no re-encoding).
         """
         if not self.track_ids or (not self.summary.recovered and not self._repeats):
+            self.close()
             return list(pages)
         keep = self.winners()
+        self.close()
         out: list[bytes] = []
         for i, raw in enumerate(pages):
             bundle = orjson.loads(raw)

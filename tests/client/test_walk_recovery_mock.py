@@ -8,7 +8,9 @@ the record that slid into the page already read.
 from __future__ import annotations
 
 import orjson
+import pytest
 
+from toolkit import seen
 from toolkit.client import Client
 from toolkit.mock import serve
 from toolkit.store import load, sync
@@ -21,7 +23,21 @@ def _ids_in_order(client: Client) -> list[str]:
     return [e["resource"]["id"] for page in raw for e in orjson.loads(page).get("entry", [])]
 
 
-def test_a_walk_with_records_touched_mid_walk_returns_each_once_in_its_new_version() -> None:
+@pytest.mark.parametrize("spill_at", [None, 100], ids=["in-memory", "spilled"])
+def test_a_walk_with_records_touched_mid_walk_returns_each_once_in_its_new_version(
+    spill_at: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With spill_at=100 the walk's index of ids moves to its SQLite file after two pages.
+    spills: list[bool] = []
+    if spill_at is not None:
+        monkeypatch.setattr(seen, "SPILL_AT", spill_at)
+        close = seen.Seen.close
+
+        def noting_close(self: seen.Seen) -> None:
+            spills.append(self.spilled)
+            close(self)
+
+        monkeypatch.setattr(seen.Seen, "close", noting_close)
     with (
         serve(seed=0, scale="small", test_controls=True) as dep,
         Client(dep.base_url, dep.client_id, dep.client_secret, user_agent=UA) as client,
@@ -39,6 +55,8 @@ def test_a_walk_with_records_touched_mid_walk_returns_each_once_in_its_new_versi
         touched = frame.filter(frame["id"].is_in([order[3], order[130]]))
         latest = frame["last_updated"].max()
         assert touched["last_updated"].to_list() == [latest, latest]
+    if spill_at is not None:
+        assert spills and all(spills), "the walk's index never spilled to disk"
 
 
 def test_a_store_sync_during_changes_stores_each_record_once(tmp_path) -> None:
