@@ -153,12 +153,17 @@ def _write_parquet(df: pl.DataFrame, path: Path) -> None:
         raise
 
 
+ROW_GROUP_ROWS = 32_768
+"""Rows per Parquet row group of a merged table: what a sink buffers and a batched read
+holds at once, so a sync's memory does not grow with the size of the practice."""
+
+
 def _sink_parquet(frame: pl.LazyFrame, target: Path, step: str, *, durable: bool = True) -> None:
     """Stream ``frame`` into ``target`` through a temporary file (fsynced when ``durable``)."""
     tmp = target.with_name(f".{target.name}.tmp")
     try:
         with _writing(tmp, step):
-            frame.sink_parquet(tmp)
+            frame.sink_parquet(tmp, row_group_size=ROW_GROUP_ROWS)
             if durable:
                 _fsync_file(tmp)
         _replace(tmp, target, step, durable=durable)

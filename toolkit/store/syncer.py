@@ -19,6 +19,7 @@ from toolkit.store.layout import (
     _DATA_FILE_NAME,
     _data_name,
     _empty_tables,
+    _fsync_file,
     _later,
     _load_manifest_for_write,
     _manifest_path,
@@ -372,22 +373,35 @@ class _ResourceSyncer:
             )
         return pl.scan_parquet(files)
 
-    def _latest(self) -> pl.LazyFrame:
-        """``(id, _part)`` of the newest staged version of every staged record."""
-        return self._scan_parts(self.rt).group_by("id").agg(pl.col(PART_COLUMN).max())
+    def _repeated(self) -> pl.DataFrame:
+        """``(id, _part)`` of the newest staged version of each record staged more than once.
 
-    def _dedupe(self, table: str) -> pl.LazyFrame:
+        Usually empty (records changed during the walk, or a resume read its last
+        page again): then every staged row is kept as it is, streaming, and
+        memory does not grow with the number of records.
+        """
+        return (
+            self._scan_parts(self.rt)
+            .group_by("id")
+            .agg(pl.len().alias("_n"), pl.col(PART_COLUMN).max())
+            .filter(pl.col("_n") > 1)
+            .select("id", PART_COLUMN)
+            .collect(engine="streaming")
+        )
+
+    def _dedupe(self, table: str, repeated: pl.DataFrame) -> pl.LazyFrame:
         """The staged rows of ``table`` that belong to the newest version of each record."""
-        latest = self._latest()
         scanned = self._scan_parts(table)
+        if repeated.height == 0:
+            return scanned.drop(PART_COLUMN)
+        key = "id" if table == self.rt else self.key
+        once = scanned.filter(~pl.col(key).is_in(repeated["id"].implode()))
+        newest = scanned.join(
+            repeated.lazy().rename({"id": key}), on=[key, PART_COLUMN], how="semi"
+        )
         if table == self.rt:
-            rows = scanned.join(latest, on=["id", PART_COLUMN], how="semi")
-            rows = rows.unique(subset=["id"], keep="any")
-        else:
-            rows = scanned.join(
-                latest.rename({"id": self.key}), on=[self.key, PART_COLUMN], how="semi"
-            )
-        return rows.drop(PART_COLUMN)
+            newest = newest.unique(subset=["id"], keep="any")
+        return pl.concat([once, newest]).drop(PART_COLUMN)
 
     def _new_file(self, table: str) -> Path:
         return self.stage / "new" / f"{table}.parquet"
@@ -395,9 +409,10 @@ class _ResourceSyncer:
     def _write_new(self) -> None:
         """Sink the deduplicated staged rows of every table to one file each (streaming)."""
         _mkdir(self.stage / "new", f"merging the staged pages of {self.rt}")
+        repeated = self._repeated()
         for table, empty in self.empty.items():
             _sink_parquet(
-                self._dedupe(table).select(empty.columns).cast(empty.schema),
+                self._dedupe(table, repeated).select(empty.columns).cast(empty.schema),
                 self._new_file(table),
                 f"merging the staged pages of {table}",
                 durable=False,  # an intermediate: the merge and its checkpoint come after
@@ -451,17 +466,21 @@ class _ResourceSyncer:
         ids = self._new_rows(self.rt).select("id")
         tables: dict[str, dict[str, Any]] = {}
         for table, empty in self.empty.items():
-            new = self._new_rows(table)
+            target = self._merged(table)
             if cp.mode == "incremental":
                 key = "id" if table == self.rt else self.key
                 old = pl.scan_parquet(self._final(table)).join(
                     ids.rename({"id": key}), on=key, how="anti"
                 )
+                new = self._new_rows(table)
                 frame = pl.concat([old.select(empty.columns), new.select(empty.columns)])
+                _sink_parquet(frame.cast(empty.schema), target, f"writing the merged {table} table")
             else:
-                frame = new
-            target = self._merged(table)
-            _sink_parquet(frame.cast(empty.schema), target, f"writing the merged {table} table")
+                # a full sync's new rows are the whole table, already in its columns and
+                # dtypes: the file is moved, not written again (and never read whole)
+                new_file = self._new_file(table)
+                _fsync_file(new_file)
+                _replace(new_file, target, f"writing the merged {table} table")
             digest = _sha256(target)
             tables[table] = {
                 "path": f"{table}/{_data_name(digest)}",
