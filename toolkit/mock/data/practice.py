@@ -8,6 +8,8 @@ record after it. ``tests/mock/test_data_pinned.py`` pins the result.
 from __future__ import annotations
 
 import functools
+import importlib
+import pkgutil
 import random
 from dataclasses import dataclass
 
@@ -17,7 +19,7 @@ from toolkit.mock.data.appointments import (
     Appointments,
     sample_appointments,
 )
-from toolkit.mock.data.base import ANCHOR, SCALES, Scale, codes
+from toolkit.mock.data.base import ANCHOR, FAMILIES, SCALES, Drawing, Scale, codes
 from toolkit.mock.data.billing import (
     INVOICE_BASE,
     LINE_BASE,
@@ -178,6 +180,7 @@ def generate(seed: int = 0, scale: str = "small", shapes: Shapes = "live") -> Pr
     store = Store()
     d = _directory(store, rng, sc)
     grid = _visits(store, rng, seed, sc.appointments, d)
+    _draw_families(store, seed, sc)
     if shapes == "live":
         _live_forms(store)
     return PracticeData(
@@ -195,6 +198,16 @@ def generate(seed: int = 0, scale: str = "small", shapes: Shapes = "live") -> Pr
             "EP-": EXTERNAL_BASE + len(d.prs.externals),
         },
     )
+
+
+def _draw_families(store: Store, seed: int, sc: Scale) -> None:
+    """Every registered family (:func:`~toolkit.mock.data.base.family`), in name order."""
+    import toolkit.mock.data as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+    for name in sorted(FAMILIES):
+        FAMILIES[name](Drawing(store, random.Random(f"{seed}:{name}"), sc))
 
 
 def _live_forms(store: Store) -> None:
