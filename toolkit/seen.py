@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 __all__ = ["SPILL_AT", "Seen", "Version"]
 
-SPILL_AT = 100_000
+SPILL_AT = 20_000
 """Ids held in memory before the index moves to a temporary SQLite file."""
 
 CACHE_KIB = 4096

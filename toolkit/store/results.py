@@ -39,7 +39,7 @@ PAGE_SIZE = catalogue.MAX_PAGE_SIZE
 """``_count`` of every list request: the largest page the API serves."""
 
 
-VALIDATION_BATCH_ROWS = 32_768
+VALIDATION_BATCH_ROWS = 16_384
 """Staged rows validated at once: bounds the memory validation needs."""
 
 

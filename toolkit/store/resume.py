@@ -119,6 +119,9 @@ class _Checkpoint:
     next_url: str | None = None
     max_last_updated: str | None = None
     entry: dict[str, Any] | None = None
+    unique: bool = False
+    """The staged records are known to be one per id: one walk into an empty stage that
+    read no id twice (no resume, no recovery), so the merge need not look for repeats."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -138,6 +141,7 @@ class _Checkpoint:
             "next_url": self.next_url,
             "max_last_updated": self.max_last_updated,
             "entry": self.entry,
+            "unique": self.unique,
         }
 
     @classmethod
@@ -161,6 +165,7 @@ class _Checkpoint:
             next_url=data["next_url"],
             max_last_updated=data["max_last_updated"],
             entry=data["entry"],
+            unique=data.get("unique") is True,
         )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from toolkit.errors import PmtkError
-from toolkit.paging import Page
+from toolkit.paging import FetchSummary, Page
 from toolkit.store.layout import (
     _DATA_FILE_NAME,
     _data_name,
@@ -89,6 +89,8 @@ class _ResourceSyncer:
         self.cp: _Checkpoint | None = None
         """The checkpoint of the run under way (for reporting a failure)."""
         self.sent_before: int | None = None
+        self.walk_summary: FetchSummary | None = None
+        """The summary of this run's walk, once it has begun."""
         """The client's request count when the run began (for reporting a failure)."""
 
     @property
@@ -268,6 +270,7 @@ class _ResourceSyncer:
         # them from falling into the gap.
         first_page = max(cp.pages_done, 1)
         self._drop_unrecorded_parts(cp)
+        staged_before = cp.parts
         requested = 0
         with _Prefetch(self._pages(cp, first_page), PREFETCH_PAGES) as prefetch:
             for batch in prefetch.batches(PREFETCH_PAGES):
@@ -282,6 +285,9 @@ class _ResourceSyncer:
                         total=cp.total,
                     )
                 )
+        summary = self.walk_summary
+        # one walk, from the first page, into an empty stage, that read no id twice
+        cp.unique = staged_before == 0 and summary is not None and not summary.recovered
         cp.phase = "merge"
         cp.next_url = None
         # The staged parts were written without fsync; the "merge" checkpoint is
@@ -306,6 +312,7 @@ class _ResourceSyncer:
         walk = self.client.walk(
             self.rt, params=self._search(cp, first_page), skipped=skipped, progress=False
         )
+        self.walk_summary = walk.summary
         for page in walk:
             if cp.server_time is None and first_page == 1:
                 cp.server_time = walk.summary.started_at
@@ -406,10 +413,10 @@ class _ResourceSyncer:
     def _new_file(self, table: str) -> Path:
         return self.stage / "new" / f"{table}.parquet"
 
-    def _write_new(self) -> None:
+    def _write_new(self, cp: _Checkpoint) -> None:
         """Sink the deduplicated staged rows of every table to one file each (streaming)."""
         _mkdir(self.stage / "new", f"merging the staged pages of {self.rt}")
-        repeated = self._repeated()
+        repeated = self._repeated() if not cp.unique else pl.DataFrame({"id": []})
         for table, empty in self.empty.items():
             _sink_parquet(
                 self._dedupe(table, repeated).select(empty.columns).cast(empty.schema),
@@ -513,7 +520,7 @@ class _ResourceSyncer:
     def _finish(
         self, cp: _Checkpoint, previous: dict[str, Any] | None, result: ResourceSync
     ) -> None:
-        self._write_new()
+        self._write_new(cp)
         if self._unchanged(cp) and previous is not None:
             result.status = "unchanged"
             entry = self._entry(cp, previous, previous["tables"])
