@@ -110,3 +110,30 @@ def test_get_operations_conform_to_openapi(
         # Recorded, not raised: hypothesis would replay the failing example (more requests);
         # the plugin fails this check once every example has run.
         check.fail(f"{label}: {session.redact(str(exc)).strip()[:3000]}", ex)
+
+
+@pytest.mark.pm_check("schema.capability", "schema")
+def test_the_capability_statement_matches_the_catalogue(pm: Run, check: Recorder) -> None:
+    """``GET /main/metadata`` (facts, not the spec): differences are observations only."""
+    ex = pm.session.get(
+        cat.METADATA_PATH.removeprefix(cat.API_PREFIX), operation=f"GET {cat.METADATA_PATH}"
+    )
+    check.attach(ex)
+    if ex.status != 200 or not isinstance(ex.json, dict):
+        check.observe(
+            "metadata",
+            f"GET {cat.METADATA_PATH} answered {ex.status}: the deployment publishes no "
+            "CapabilityStatement, so nothing is compared with it; the other checks go on",
+            rule="capability",
+            source="facts",
+        )
+        pm.observations["capability_statement"] = {"served": False, "status": ex.status}
+        return
+    differences = cat.capability_differences(ex.json)
+    for difference in differences:  # "<Type>: <what differs>", one observation each
+        check.observe(f"metadata {difference}", difference, rule="capability", source="facts")
+    pm.observations["capability_statement"] = {
+        "served": True,
+        "differences": len(differences),
+        "first_differences": differences[:20],
+    }

@@ -34,7 +34,7 @@ import httpx
 from toolkit import catalogue, listing, writes
 from toolkit.auth import ClientCredentialsAuth
 from toolkit.config import region_for_country, resolve_settings
-from toolkit.errors import ApiError
+from toolkit.errors import ApiError, NotFound
 from toolkit.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
@@ -160,6 +160,7 @@ class Client:
         self.user_agent = settings.user_agent
         self.max_pages = max_pages
         self.progress = progress
+        self._declared: dict[str, set[str]] | None = None  # see declared_search()
         self.last_summary: FetchSummary | None = None
 
     def __repr__(self) -> str:
@@ -633,6 +634,36 @@ class Client:
             description=description,
         )
         return self._send(write)
+
+    def declared_search(self) -> dict[str, set[str]] | None:
+        """The search parameters the deployment declares per resource type, or ``None``.
+
+        Read once from its CapabilityStatement (``GET /main/metadata``, a live
+        endpoint the spec does not list); ``None`` when it publishes none (404).
+        """
+        if self._declared is None:
+            try:
+                answer = self.request("GET", catalogue.METADATA_PATH)
+            except NotFound:
+                self._declared = {}
+            else:
+                self._declared = catalogue.declared_search(answer.json()) or {}
+        return self._declared or None
+
+    def undeclared_search(self, resource_type: str, /, **search: Any) -> list[str]:
+        """The API parameters of ``search`` that the deployment does not declare it supports.
+
+        Keywords map as in :meth:`frame` (``last_updated`` -> ``_lastUpdated``);
+        paging and result parameters (``_count``, ``page``, ``_sort``...) are not
+        search parameters and never listed. Empty when the deployment publishes
+        no CapabilityStatement: nothing can be checked then.
+        """
+        declared = self.declared_search()
+        if declared is None:
+            return []
+        allowed = declared.get(resource_type, set()) | catalogue.RESULT_PARAMETERS
+        names = listing.search_params(search)
+        return [name for name in names if name.split(":")[0] not in allowed]
 
     def find(
         self,

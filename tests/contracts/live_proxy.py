@@ -45,6 +45,8 @@ class Proxy:
     secret: str
     token_text: str
     foreign_next: dict[str, str] = field(default_factory=dict)
+    metadata: bool = True
+    """Pass ``/main/metadata`` through; ``False`` answers 404 like a deployment without one."""
     tokens: dict[str, str] = field(default_factory=dict)
     origin: str = ""
     ref_forms: Iterator[int] = field(default_factory=lambda: itertools.cycle(range(3)))
@@ -118,6 +120,8 @@ class Proxy:
 
     async def handle(self, request: Request) -> Response:
         path = request.url.path
+        if path == "/main/metadata" and not self.metadata:
+            path = "/main/NoMetadata"  # the upstream's 404 OperationOutcome, headers and all
         body = await request.body()
         headers = {
             k: v
@@ -182,9 +186,10 @@ def live_proxy(
     secret: str,
     token_text: str,
     foreign_next: dict[str, str] | None = None,
+    metadata: bool = True,
 ) -> Iterator[str]:
     """Serve the proxy; yield its base URL (with ``/main``)."""
-    proxy = Proxy(upstream, secret, token_text, dict(foreign_next or {}))
+    proxy = Proxy(upstream, secret, token_text, dict(foreign_next or {}), metadata)
     methods = ["GET", "POST", "PATCH", "PUT", "DELETE"]
     app = Starlette(routes=[Route("/{path:path}", proxy.handle, methods=methods)])
     with run_app(app) as origin:

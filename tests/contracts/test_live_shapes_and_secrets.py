@@ -55,7 +55,7 @@ def test_live_shaped_deployment_with_a_hostile_secret_is_conformant_and_leaks_no
 ) -> None:
     with (
         serve(test_controls=True, shapes="spec") as dep,
-        live_proxy(dep, secret=SECRET, token_text=TOKEN) as url,
+        live_proxy(dep, secret=SECRET, token_text=TOKEN, metadata=False) as url,
     ):
         code, report, output = _check(url, tmp_path)
     failed = [
@@ -63,6 +63,10 @@ def test_live_shaped_deployment_with_a_hostile_secret_is_conformant_and_leaks_no
     ]
     assert code == 0, failed or output
     assert report["summary"]["failed"] == 0
+    # This deployment has no /main/metadata: said once, as an observation, and the run went on.
+    assert report["observations"]["capability_statement"] == {"served": False, "status": 404}
+    capability = [o for c in report["checks"] for o in c["observed"] if o["rule"] == "capability"]
+    assert len(capability) == 1 and "publishes no CapabilityStatement" in capability[0]["example"]
 
     # Reference forms other than the spec's: one observed finding per field, with a count.
     observed = [o for c in report["checks"] for o in c["observed"]]

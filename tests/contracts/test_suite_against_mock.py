@@ -54,6 +54,11 @@ def test_clean_mock_with_every_opt_in_is_conformant_within_90_seconds(tmp_path: 
     assert report["summary"]["failed"] == 0
     assert report["observations"]["rate_limit_probe"]["first_429_at"] == 501
     assert report["observations"]["token_lifetime"]["honours"].startswith("documented")
+    assert report["observations"]["capability_statement"] == {
+        "served": True,
+        "differences": 0,
+        "first_differences": [],
+    }
     assert "total time" in output
     assert elapsed < 90
 

@@ -27,6 +27,13 @@ JSON shapes chosen where the spec names a field but not its encoding:
 
 from __future__ import annotations
 
+from toolkit.catalogue.capability import (
+    METADATA_PATH,
+    RESULT_PARAMETERS,
+    capability_differences,
+    capability_statement,
+    declared_search,
+)
 from toolkit.catalogue.constants import (
     API_PREFIX,
     ATTACHMENT_CONTENT_TYPES,
@@ -140,6 +147,7 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "MERGE_PATCH_JSON",
     "META",
+    "METADATA_PATH",
     "MONEY",
     "NAME_ARRAYS",
     "ORGANIZATION",
@@ -161,6 +169,7 @@ __all__ = [
     "REFERRAL",
     "REGIONS",
     "RESOURCES",
+    "RESULT_PARAMETERS",
     "RETRY_AFTER_HEADER",
     "ROLE_ANY",
     "SEARCH_ALIASES",
@@ -179,8 +188,11 @@ __all__ = [
     "Resource",
     "Source",
     "Target",
+    "capability_differences",
+    "capability_statement",
     "country_codes",
     "currency_codes",
+    "declared_search",
     "field_at",
     "format_pattern",
     "resource",

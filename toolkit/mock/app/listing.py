@@ -160,6 +160,13 @@ class ListingRoom(MockCore):
         coll, index = self.lookup(rtype, request.path_params["rid"])
         return self.respond(request, self.raw(rtype, coll, index))
 
+    async def metadata(self, request: Request, ctx: Ctx) -> Response:
+        """``GET /main/metadata``: the CapabilityStatement generated from the catalogue."""
+        return self.respond(request, _CAPABILITY)
+
+
+_CAPABILITY = orjson.dumps(catalogue.capability_statement())
+
 
 def _name_filter(
     coll: Collection, rtype: str, part: str, modifier: str, value: str

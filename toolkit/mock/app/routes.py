@@ -30,7 +30,7 @@ def route_key(path: str) -> str:
     else folds into a handful of keys, so that any number of distinct paths costs
     a bounded number of counters.
     """
-    if path == "/main/oauth/token" or path in OPERATIONS:
+    if path in ("/main/oauth/token", catalogue.METADATA_PATH) or path in OPERATIONS:
         return path
     parts = path.split("/")
     if len(parts) < 3 or parts[0] != "" or parts[1] != "main":
@@ -106,6 +106,7 @@ def create_app(state: MockState) -> ASGIApp:
         Route("/main/_test/{action:path}", mock.control, methods=ALL_METHODS),
         Route("/main/Appointment/$find", by_method({"GET": mock.find}), methods=ALL_METHODS),
         Route("/main/Appointment/$book", by_method({"POST": mock.book}), methods=ALL_METHODS),
+        Route(catalogue.METADATA_PATH, by_method({"GET": mock.metadata}), methods=ALL_METHODS),
         Route(
             "/main/{rtype}",
             by_method({"GET": mock.list_, "POST": mock.create}, is_list=True),

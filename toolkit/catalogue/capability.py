@@ -1,0 +1,157 @@
+"""The CapabilityStatement (``GET /main/metadata``) of a deployment, from the catalogue.
+
+The live service serves one (facts, "endpoints outside the spec"); the spec does
+not. The mock serves :func:`capability_statement`; ``pmtk check`` reads a
+deployment's and reports, as observations, what :func:`capability_differences`
+finds between it and the catalogue; the client reads the search parameters a
+server declares with :func:`declared_search`.
+
+>>> statement = capability_statement()
+>>> [r["type"] for r in statement["rest"][0]["resource"]][:2]
+['Referral', 'Appointment']
+>>> capability_differences(statement)
+[]
+>>> sorted(declared_search(statement)["Appointment"])[:3]
+['_id', '_lastUpdated', 'date']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from toolkit.catalogue.endpoints import (
+    COMMON_SEARCH_PARAMETERS,
+    DATE_SEARCH,
+    ENDPOINTS,
+    OWNER_SEARCH,
+    SEARCH_PARAMETERS,
+)
+
+__all__ = [
+    "METADATA_PATH",
+    "RESULT_PARAMETERS",
+    "capability_differences",
+    "capability_statement",
+    "declared_search",
+]
+
+METADATA_PATH = "/main/metadata"
+"""Where a deployment serves its CapabilityStatement (facts; not in the spec)."""
+
+FHIR_VERSION = "4.0.1"
+
+_INTERACTIONS = {"list": "search-type", "read": "read", "create": "create", "update": "patch"}
+"""Catalogue endpoint kind -> FHIR interaction code (the API's update is a PATCH)."""
+
+RESULT_PARAMETERS = frozenset({"_count", "page", "_sort", "_total", "_summary", "_include"})
+"""Common parameters that shape the result rather than select records (not declared)."""
+
+COMMON_DECLARED = tuple(p for p in COMMON_SEARCH_PARAMETERS if p not in RESULT_PARAMETERS)
+"""The common search parameters a statement declares for every resource."""
+
+
+def _param_type(resource: str, name: str) -> str:
+    if name == "_id":
+        return "token"
+    if name == "_lastUpdated" or name in DATE_SEARCH.get(resource, ((), ""))[0]:
+        return "date"
+    if OWNER_SEARCH.get(resource, ("", ""))[0] == name:
+        return "reference"
+    return "string"
+
+
+def capability_statement() -> dict[str, Any]:
+    """The statement a deployment that serves exactly the catalogue's API would publish."""
+    resources: dict[str, dict[str, Any]] = {}
+    for endpoint in ENDPOINTS:
+        if endpoint.kind == "token":
+            continue
+        entry = resources.setdefault(
+            endpoint.resource,
+            {"type": endpoint.resource, "interaction": [], "operation": [], "searchParam": []},
+        )
+        code = _INTERACTIONS.get(endpoint.kind)
+        if code is not None:
+            entry["interaction"].append({"code": code})
+        else:  # $book, $find
+            entry["operation"].append({"name": endpoint.kind, "definition": endpoint.path})
+    for name, entry in resources.items():
+        params = (*COMMON_DECLARED, *SEARCH_PARAMETERS.get(name, ()))
+        if any(i["code"] == "search-type" for i in entry["interaction"]):
+            entry["searchParam"] = [{"name": p, "type": _param_type(name, p)} for p in params]
+        for key in ("operation", "searchParam"):
+            if not entry[key]:
+                del entry[key]
+    return {
+        "resourceType": "CapabilityStatement",
+        "status": "active",
+        "kind": "instance",
+        "fhirVersion": FHIR_VERSION,
+        "format": ["json"],
+        "rest": [{"mode": "server", "resource": list(resources.values())}],
+    }
+
+
+def _declared(statement: Any) -> dict[str, dict[str, set[str]]] | None:
+    """Resource type -> {"interaction", "operation", "searchParam"} names, or None."""
+    if not isinstance(statement, Mapping) or statement.get("resourceType") != "CapabilityStatement":
+        return None
+    out: dict[str, dict[str, set[str]]] = {}
+    rests = statement.get("rest")
+    for rest in rests if isinstance(rests, list) else []:
+        if not isinstance(rest, Mapping) or rest.get("mode", "server") != "server":
+            continue
+        common = _names(rest.get("searchParam"), "name")
+        entries = rest.get("resource")
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("type"), str):
+                continue
+            found = out.setdefault(
+                entry["type"], {"interaction": set(), "operation": set(), "searchParam": set()}
+            )
+            found["interaction"] |= _names(entry.get("interaction"), "code")
+            found["operation"] |= {n.lstrip("$") for n in _names(entry.get("operation"), "name")}
+            found["searchParam"] |= _names(entry.get("searchParam"), "name") | common
+    return out
+
+
+def _names(items: Any, key: str) -> set[str]:
+    if not isinstance(items, list):
+        return set()
+    return {i[key] for i in items if isinstance(i, Mapping) and isinstance(i.get(key), str)}
+
+
+def declared_search(statement: Any) -> dict[str, set[str]]:
+    """Resource type -> the search parameters ``statement`` declares (empty if unreadable)."""
+    declared = _declared(statement) or {}
+    return {rtype: found["searchParam"] for rtype, found in declared.items()}
+
+
+def capability_differences(statement: Any) -> list[str]:
+    """How ``statement`` differs from the catalogue's API, one sentence per difference.
+
+    Resources, interactions, operations and search parameters, in both
+    directions; a statement that is not a CapabilityStatement is one difference.
+    """
+    declared = _declared(statement)
+    if declared is None:
+        return ["the answer is not a CapabilityStatement"]
+    expected = _declared(capability_statement())
+    assert expected is not None
+    problems: list[str] = []
+    for rtype in sorted(set(expected) - set(declared)):
+        problems.append(f"{rtype}: in the catalogue, not declared by the server")
+    for rtype in sorted(set(declared) - set(expected)):
+        problems.append(f"{rtype}: declared by the server, not in the catalogue")
+    for rtype in sorted(set(expected) & set(declared)):
+        for kind in ("interaction", "operation", "searchParam"):
+            want, have = expected[rtype][kind], declared[rtype][kind]
+            if want - have:
+                problems.append(f"{rtype}: {kind} {', '.join(sorted(want - have))} not declared")
+            if have - want:
+                problems.append(
+                    f"{rtype}: {kind} {', '.join(sorted(have - want))} declared, "
+                    "not in the catalogue"
+                )
+    return problems
