@@ -456,6 +456,19 @@ class Walk:
             )
             raise PagingLoop(msg, expected=p.total, received=len(self._seen))
 
+    def _past_limit(self, p: _Pass, limit: int, url: str) -> PageLimitExceeded:
+        """The error for a pass whose next links go on past ``limit`` pages."""
+        basis = (
+            f"Bundle.total {p.total} at {p.first_len} a page allows {limit} (+{PAGE_MARGIN})"
+            if p.total is not None and p.first_len and self.max_pages is None
+            else f"max_pages={limit}"
+        )
+        msg = (
+            f"{self.resource_type}: the next links go on past {p.pages} pages; "
+            f"{basis}. Pass max_pages= to allow more"
+        )
+        return PageLimitExceeded(msg, url=url, limit=limit)
+
     def _note_versions(self, p: _Pass, page: Page) -> int:
         """Note each record's version in the index; return how many were fresh."""
         ids: list[str] = []
@@ -499,17 +512,7 @@ class Walk:
         while url is not None:
             limit = self._limit(p)
             if limit is not None and p.pages >= limit:
-                basis = (
-                    f"Bundle.total {p.total} at {p.first_len} a page allows {limit} "
-                    f"(+{PAGE_MARGIN})"
-                    if p.total is not None and p.first_len and self.max_pages is None
-                    else f"max_pages={limit}"
-                )
-                msg = (
-                    f"{self.resource_type}: the next links go on past {p.pages} pages; "
-                    f"{basis}. Pass max_pages= to allow more"
-                )
-                raise PageLimitExceeded(msg, url=url, limit=limit)
+                raise self._past_limit(p, limit, url)
             response, data = self._fetch(url, params)
             params = None
             page = Page.parse(
