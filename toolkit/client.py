@@ -34,7 +34,7 @@ import httpx
 from toolkit import catalogue, listing, writes
 from toolkit.auth import ClientCredentialsAuth
 from toolkit.config import region_for_country, resolve_settings
-from toolkit.errors import ApiError, NotFound
+from toolkit.errors import ApiError, MethodNotAllowed, NotFound
 from toolkit.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
@@ -544,6 +544,22 @@ class Client:
         self._check_type(resource_type)
         reply = self._call("GET", f"{resource_type}/{safe_id(resource_type, record_id)}")
         return _record_of(resource_type, reply)
+
+    def export_ids(self, resource_type: str = "Patient") -> set[str] | None:
+        """Every id the deployment holds of ``resource_type``, in one request, or ``None``.
+
+        ``GET /main/Patient/$export-ids`` (facts; the only type it exists for):
+        what the store uses to drop deleted records. ``None`` when the type has
+        no such operation or the deployment answers 404/405.
+        """
+        path = catalogue.EXPORT_IDS.get(resource_type)
+        if path is None:
+            return None
+        try:
+            reply = self._call("GET", path)
+        except (NotFound, MethodNotAllowed):
+            return None
+        return listing.exported_ids(resource_type, str(reply.response.url), reply.data)
 
     def _send(self, write: writes.Write) -> dict[str, Any]:
         """Send a checked write once (retried only when ``write.retry``); the server's answer."""

@@ -23,7 +23,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from toolkit import catalogue
-from toolkit.errors import ConfigurationError, unknown_name
+from toolkit.errors import ConfigurationError, MalformedPage, unknown_name
 from toolkit.paging import FetchSummary, Page, Walk, local_now
 
 if TYPE_CHECKING:
@@ -305,6 +305,33 @@ class ListWalk:
             yield from walked(self._walk, self._pipeline, progress=self._progress)
         finally:
             self._walk.close()
+
+
+def exported_ids(resource_type: str, url: str, data: Any) -> set[str]:
+    """The ids of an ``$export-ids`` answer: a Parameters resource, one id per parameter.
+
+    The facts name the answer's type, not its parameters, so each parameter's
+    ``valueId``, ``valueString`` or ``valueReference`` (its last path segment)
+    is read. Anything else is refused: a partial list would make the store drop
+    records that still exist.
+    """
+    params = data.get("parameter") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("resourceType") != "Parameters":
+        msg = f"{resource_type}: {url} did not answer a Parameters resource"
+        raise MalformedPage(msg, url=url)
+    ids: set[str] = set()
+    for i, param in enumerate(params if isinstance(params, list) else []):
+        ref = param.get("valueReference") if isinstance(param, dict) else None
+        value = (
+            param.get("valueId") or param.get("valueString") or (ref or {}).get("reference")
+            if isinstance(param, dict)
+            else None
+        )
+        if not isinstance(value, str) or not value.strip("/"):
+            msg = f"{resource_type}: {url}: parameter[{i}] holds no id"
+            raise MalformedPage(msg, url=url)
+        ids.add(value.rstrip("/").rsplit("/", 1)[-1])
+    return ids
 
 
 def newest_records(walk: Walk, pages: Iterable[Page]) -> Iterator[dict[str, Any]]:

@@ -76,6 +76,14 @@ Errors = Annotated[
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bars and no summary table.")
 ]
+Reconcile = Annotated[
+    bool,
+    typer.Option(
+        "--reconcile",
+        help="Also walk each resource's whole list and drop stored records the deployment "
+        "no longer has (one request per 100 records; Patient deletions need no walk).",
+    ),
+]
 Verify = Annotated[
     bool,
     typer.Option(
@@ -96,6 +104,7 @@ def sync_command(
     errors: Errors = "raise",
     quiet: Quiet = False,
     verify: Verify = False,
+    reconcile: Reconcile = False,
 ) -> None:
     """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
     from rich.console import Console
@@ -114,7 +123,8 @@ def sync_command(
     _check_target(err, out)  # before connecting: a refusal writes nothing and costs nothing
     client = _connect(err, base_url, client_id, client_secret)
     display = SyncProgress("off" if quiet else "bars" if err.is_terminal else "lines", console=err)
-    summary = _run(err, display, client, out, wanted, full=full, errors=errors, quiet=quiet)
+    options = {"full": full, "errors": errors, "reconcile": reconcile}
+    summary = _run(err, display, client, out, wanted, options, quiet=quiet)
     _print_repaired(err, summary)
     if not quiet:
         Console(soft_wrap=True).print(summary.table())
@@ -126,9 +136,8 @@ def _run(
     client: Any,
     out: Path,
     wanted: list[str],
+    options: dict[str, Any],
     *,
-    full: bool,
-    errors: str,
     quiet: bool,
 ) -> Any:
     """The sync itself; each way it can fail becomes its message and exit code."""
@@ -137,14 +146,7 @@ def _run(
 
     try:
         with client:
-            return sync(
-                client,
-                out,
-                resources=wanted or None,
-                full=full,
-                progress=display,
-                errors=errors,  # type: ignore[arg-type]
-            )
+            return sync(client, out, resources=wanted or None, progress=display, **options)
     except KeyboardInterrupt:
         raise _interrupted(err, display, out) from None
     except SyncFailed as exc:

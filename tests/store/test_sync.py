@@ -101,7 +101,7 @@ def test_load_returns_the_declared_dtypes_of_every_table(synced: Any) -> None:
 # --------------------------------------------------------------------------- incremental
 
 
-def test_resync_with_nothing_changed_costs_one_list_request_per_resource(
+def test_resync_with_nothing_changed_costs_one_list_request_per_resource_and_one_export(
     synced: Any, new_client: Any
 ) -> None:
     dep = synced.dep
@@ -124,7 +124,10 @@ def test_resync_with_nothing_changed_costs_one_list_request_per_resource(
         "/main/oauth/token", 0
     )
     assert token <= 1
-    assert end["requests"] - start["requests"] == len(catalogue.LISTED_RESOURCES) + token
+    # ... plus one $export-ids per type that has it (Patient), to drop deleted records
+    exports = sum(by_path.get(path, 0) for path in catalogue.EXPORT_IDS.values())
+    assert exports == len(catalogue.EXPORT_IDS) == 1
+    assert end["requests"] - start["requests"] == len(catalogue.LISTED_RESOURCES) + exports + token
     after = {p.name: p.stat().st_mtime_ns for p in synced.path.glob("*/data-*.parquet")}
     assert after == before, "an unchanged resource must not be rewritten"
 

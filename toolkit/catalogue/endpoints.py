@@ -18,6 +18,10 @@ SEARCH_PARAMETERS: dict[str, tuple[str, ...]] = {
 }
 """Per-resource search parameters (facts); all lists also take the common ones."""
 
+EXPORT_IDS: dict[str, str] = {"Patient": "/main/Patient/$export-ids"}
+"""Resource type -> the operation answering a Parameters resource of every id it holds
+(facts: a live endpoint outside the spec). One request tells which records were deleted."""
+
 COMMON_SEARCH_PARAMETERS = ("_id", "_lastUpdated", "_sort", "_count", "page", "_total")
 
 SEARCH_ALIASES: dict[str, str] = {

@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from toolkit import catalogue
+from toolkit.errors import PmtkError
 from toolkit.store.layout import (
     _claim,
     _init_manifest,
@@ -21,9 +22,11 @@ from toolkit.store.layout import (
     declared_schemas,
     read_manifest,
 )
+from toolkit.store.merge import drop_missing
 from toolkit.store.progress import SyncProgress
 from toolkit.store.results import (
     DEFAULT_STORE,
+    PAGE_SIZE,
     ErrorsMode,
     FileProblem,
     PageSource,
@@ -47,14 +50,14 @@ def sync(
     progress: bool | ProgressCallback | SyncProgress | None = None,
     *,
     errors: ErrorsMode = "raise",
+    reconcile: bool = False,
 ) -> SyncSummary:
     """Bring the Parquet store at ``out`` up to date with the deployment.
 
     Parameters
     ----------
     client
-        Anything with ``pages(resource_type, params=...)`` yielding raw Bundle
-        bytes, normally a :class:`toolkit.Client`. ``None`` uses
+        A :class:`PageSource`, normally a :class:`toolkit.Client`. ``None`` uses
         :func:`toolkit.connect` (``PM_*`` settings, or the embedded mock).
     out
         The store directory: missing, empty, or a pmtk store. A stored file
@@ -76,6 +79,13 @@ def sync(
     errors
         Validation mode passed to :func:`toolkit.schemas.validate`: ``"raise"``
         stores nothing of a resource that fails, ``"warn"`` stores the data anyway.
+    reconcile
+        After an incremental sync of a resource, also walk its whole list and
+        drop the stored records the deployment no longer has (an incremental
+        sync by ``_lastUpdated`` never sees a deletion). It costs one list
+        request per 100 records of the resource. Patient needs no walk: every
+        incremental sync asks ``$export-ids`` for its ids (one request) and
+        drops deleted patients, with or without ``reconcile``.
 
     Returns
     -------
@@ -157,6 +167,8 @@ def sync(
                     on_page=callback or display,
                 )
                 failure = _sync_one(syncer, display, summary)
+                if failure is None:
+                    failure = _drop_deleted(root, client, summary.resources[-1], reconcile)
                 if failure is not None:
                     failures[rt] = failure
     finally:
@@ -169,6 +181,35 @@ def sync(
         only = next(iter(failures.values())) if len(failures) == 1 else None
         raise SyncFailed(summary, failures) from only
     return summary
+
+
+def _drop_deleted(
+    root: Path, client: PageSource, result: ResourceSync, reconcile: bool
+) -> PmtkError | None:
+    """Drop the records the deployment no longer has, after an incremental sync.
+
+    The ids come from ``$export-ids`` where the type has it (one request), else,
+    with ``reconcile``, from a walk of the whole list. A failure here is the
+    resource's failure (its data stays synced); nothing is dropped then.
+    """
+    if result.mode != "incremental":
+        return None  # a full sync stored exactly what the deployment has
+    rt = result.resource
+    sent = client.requests_sent
+    try:
+        present = client.export_ids(rt) if rt in catalogue.EXPORT_IDS else None
+        if present is None and reconcile:
+            present = set()
+            for page in client.walk(rt, params={"_count": PAGE_SIZE}, progress=False):
+                present.update(str(r.get("id")) for r in page.records)
+    except PmtkError as exc:
+        result.error = f"finding deleted records: {one_line(exc)}"
+        return exc
+    finally:
+        result.requests += client.requests_sent - sent
+    if present is not None:
+        result.deleted = len(drop_missing(root, rt, present))
+    return None
 
 
 def _listed(resources: Sequence[str] | None) -> list[str]:

@@ -169,6 +169,9 @@ class _NoPages:
         msg = f"finishing a commit of {resource_type} fetches nothing"
         raise StoreError(msg)
 
+    def export_ids(self, resource_type: str) -> set[str] | None:
+        return None
+
 
 def apply_changes(
     resource_type: str,
@@ -241,39 +244,73 @@ def apply_changes(
     """
     root = Path(store)
     empty = _empty_tables(resource_type)  # raises ConfigurationError for a type without a view
-    version = schema_version(resource_type)
     wanted = _newest_per_id(upserts)
     removed = {rid for rid in deletes if isinstance(rid, str) and rid}
     for rid in removed:
         wanted.pop(rid, None)
     # Flatten and validate before taking the lock: a bad record changes nothing.
     new_tables = _checked_tables(resource_type, wanted, empty, errors)
-    result = ChangeResult(resource=resource_type)
     _claim(root)
     with _locked_waiting(root, lock_timeout):
         _claim(root)
-        _init_manifest(root)
-        _pending_commit(root, resource_type)
-        entry = _load_manifest_for_write(root)["resources"].get(resource_type)
-        stored = _stored_tables(root, resource_type, entry, version, empty)
-        versions = _stored_versions(stored[resource_type], [*wanted, *removed]) if stored else {}
-        for rid, record in wanted.items():
-            if rid in versions and _is_newer(versions[rid], _stamp(record)):
-                result.stale.append(rid)
-            else:
-                result.upserted.append(rid)
-        result.deleted = sorted(r for r in removed if r in versions)
-        changed = [*result.upserted, *result.deleted]
-        tables_info: dict[str, Any] = dict(entry["tables"]) if stored and entry else {}
-        if changed:
-            tables_info.update(
-                _write_changed(root, resource_type, empty, new_tables, stored, result, changed)
-            )
-            result.written = True
-        _record_changes(root, resource_type, entry, version, tables_info, result, event, changed)
-        if result.written:
-            _drop_replaced_files(root, tables_info)
+        return _apply_locked(root, resource_type, wanted, removed, new_tables, event)
+
+
+def _apply_locked(
+    root: Path,
+    resource_type: str,
+    wanted: Mapping[str, Mapping[str, Any]],
+    removed: set[str],
+    new_tables: dict[str, pl.DataFrame],
+    event: Mapping[str, Any] | None,
+) -> ChangeResult:
+    """:func:`apply_changes` once the store's lock is held (a sync holds it already)."""
+    empty = _empty_tables(resource_type)
+    version = schema_version(resource_type)
+    result = ChangeResult(resource=resource_type)
+    _init_manifest(root)
+    _pending_commit(root, resource_type)
+    entry = _load_manifest_for_write(root)["resources"].get(resource_type)
+    stored = _stored_tables(root, resource_type, entry, version, empty)
+    versions = _stored_versions(stored[resource_type], [*wanted, *removed]) if stored else {}
+    for rid, record in wanted.items():
+        if rid in versions and _is_newer(versions[rid], _stamp(record)):
+            result.stale.append(rid)
+        else:
+            result.upserted.append(rid)
+    result.deleted = sorted(r for r in removed if r in versions)
+    changed = [*result.upserted, *result.deleted]
+    tables_info: dict[str, Any] = dict(entry["tables"]) if stored and entry else {}
+    if changed:
+        tables_info.update(
+            _write_changed(root, resource_type, empty, new_tables, stored, result, changed)
+        )
+        result.written = True
+    _record_changes(root, resource_type, entry, version, tables_info, result, event, changed)
+    if result.written:
+        _drop_replaced_files(root, tables_info)
     return result
+
+
+def drop_missing(root: Path, resource_type: str, present: set[str]) -> list[str]:
+    """Delete the stored records of ``resource_type`` whose ids are not in ``present``.
+
+    For a sync that holds the store's lock: the deployment's full list of ids
+    (``$export-ids`` or a reconciling walk) against what the store keeps.
+    Returns the ids removed (with their child-table rows).
+    """
+    entry = _load_manifest_for_write(root)["resources"].get(resource_type)
+    tables = entry.get("tables") if isinstance(entry, dict) else None
+    info = tables.get(resource_type) if isinstance(tables, dict) else None
+    if not isinstance(info, dict) or "path" not in info:
+        return []
+    stored = pl.scan_parquet(root / str(info["path"])).select("id").collect()["id"]
+    missing = {rid for rid in stored.to_list() if rid not in present}
+    if not missing:
+        return []
+    empty = _empty_tables(resource_type)
+    result = _apply_locked(root, resource_type, {}, missing, empty, None)
+    return result.deleted
 
 
 def _checked_tables(

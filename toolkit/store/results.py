@@ -250,6 +250,11 @@ class PageSource(Protocol):
         """A list walk (see :meth:`toolkit.Client.walk`); ``skipped`` marks a resumed one."""
         ...
 
+    def export_ids(self, resource_type: str) -> set[str] | None:
+        """Every id the deployment holds of the type in one request, or ``None`` (no such
+        operation); see :meth:`toolkit.Client.export_ids`."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class PageProgress:
@@ -315,6 +320,10 @@ class ResourceSync:
     staged_pages
         For a failed resource: list pages staged and kept for the next run
         (0 when a rerun starts the resource from its first page).
+    deleted
+        Stored records dropped because the deployment no longer has them (an
+        incremental sync: Patient through ``$export-ids``, every type with
+        ``reconcile=True``).
     """
 
     resource: str
@@ -330,6 +339,7 @@ class ResourceSync:
     repaired: list[str] = field(default_factory=list)
     error: str | None = None
     staged_pages: int = 0
+    deleted: int = 0
 
 
 @dataclass(slots=True)
@@ -386,7 +396,9 @@ class SyncSummary:
         t.add_column("resource", no_wrap=True)
         t.add_column("mode", no_wrap=True)
         t.add_column("status", no_wrap=True)
-        for name in ("fetched", "rows", "child rows", "pages", "requests", "elapsed"):
+        deleted = any(r.deleted for r in self.resources)
+        names = ("fetched", "rows", "child rows", *(("deleted",) if deleted else ()))
+        for name in (*names, "pages", "requests", "elapsed"):
             t.add_column(name, justify="right")
         failed = self.failed
         if failed:
@@ -404,6 +416,7 @@ class SyncSummary:
                 Text(f"{r.fetched:,}"),
                 Text(f"{main:,}" if r.rows else "-"),
                 Text(f"{children:,}" if r.rows else "-"),
+                *((Text(f"{r.deleted:,}"),) if deleted else ()),
                 Text(str(r.pages)),
                 Text(str(r.requests)),
                 Text(f"{r.elapsed:.1f} s"),

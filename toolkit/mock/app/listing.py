@@ -160,6 +160,18 @@ class ListingRoom(MockCore):
         coll, index = self.lookup(rtype, request.path_params["rid"])
         return self.respond(request, self.raw(rtype, coll, index))
 
+    async def export_ids(self, request: Request, ctx: Ctx) -> Response:
+        """``GET /main/<Type>/$export-ids``: a Parameters resource of every id of the type.
+
+        One ``{"name": "id", "valueId": ...}`` parameter per record in list order
+        (the facts name the operation and its Parameters answer, not the parameter
+        names: pmtk's reading).
+        """
+        coll = self.store[request.url.path.split("/")[2]]  # a route of catalogue.EXPORT_IDS
+        params = [{"name": "id", "valueId": coll.ids[i]} for i in coll.order()]
+        body = orjson.dumps({"resourceType": "Parameters", "parameter": params})
+        return self.respond(request, body)
+
     async def metadata(self, request: Request, ctx: Ctx) -> Response:
         """``GET /main/metadata``: the CapabilityStatement generated from the catalogue."""
         return self.respond(request, _CAPABILITY)

@@ -20,7 +20,9 @@ from toolkit.mock.state import MockState
 KNOWN_TYPES = frozenset(catalogue.RESOURCES)
 
 
-OPERATIONS = frozenset({"/main/Appointment/$find", "/main/Appointment/$book"})
+OPERATIONS = frozenset(
+    {"/main/Appointment/$find", "/main/Appointment/$book", *catalogue.EXPORT_IDS.values()}
+)
 
 
 def route_key(path: str) -> str:
@@ -107,6 +109,10 @@ def create_app(state: MockState) -> ASGIApp:
         Route("/main/Appointment/$find", by_method({"GET": mock.find}), methods=ALL_METHODS),
         Route("/main/Appointment/$book", by_method({"POST": mock.book}), methods=ALL_METHODS),
         Route(catalogue.METADATA_PATH, by_method({"GET": mock.metadata}), methods=ALL_METHODS),
+        *(
+            Route(path, by_method({"GET": mock.export_ids}), methods=ALL_METHODS)
+            for path in catalogue.EXPORT_IDS.values()
+        ),
         Route(
             "/main/{rtype}",
             by_method({"GET": mock.list_, "POST": mock.create}, is_list=True),
