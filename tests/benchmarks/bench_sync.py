@@ -18,7 +18,7 @@ Prints, beside their floors and baselines:
    deployment just before (and never less than ``N * t``, when the mock is
    slower than the limit). Nothing can finish sooner, whatever the client does.
 2. A re-sync with nothing changed: requests per resource (target: one list
-   request each, plus at most one token).
+   request each, one ``$export-ids`` for Patient's deletions, at most one token).
 3. Peak memory (``VmHWM`` of a fresh child process) of a full sync at SMALL,
    at MEDIUM (``--scale``) and at LARGE scale (about 500k Appointments; unthrottled,
    since pacing does not change what a sync holds; ``--no-large`` skips it), beside
@@ -268,12 +268,17 @@ def main() -> None:
     print(f"   {'429 answers':<28}{too_many:>12}{0:>16}")
 
     resync = big["resync_server"]
-    lists = {p: n for p, n in resync["by_path"].items() if p != "/main/oauth/token"}
+    exports = set(catalogue.EXPORT_IDS.values())
+    lists = {
+        p: n for p, n in resync["by_path"].items() if p != "/main/oauth/token" and p not in exports
+    }
+    export_requests = sum(resync["by_path"].get(p, 0) for p in exports)
     tokens = resync["by_path"].get("/main/oauth/token", 0)
     print()
     print("2. Re-sync with nothing changed")
     print(f"   {'':<28}{'measured':>12}{'target':>16}")
     print(f"   {'list requests':<28}{sum(lists.values()):>12}{n_resources:>16}")
+    print(f"   {'$export-ids requests':<28}{export_requests:>12}{len(exports):>16}")
     print(f"   {'token requests':<28}{tokens:>12}{'<= 1':>16}")
     print(f"   {'max per resource':<28}{max(lists.values(), default=0):>12}{1:>16}")
     print(f"   {'elapsed':<28}{big['resync']['elapsed']:>11.2f}s{'':>16}")
