@@ -184,7 +184,12 @@ class Resource:
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One operation of spec section 4 (plus the token endpoint of section 5)."""
+    """One operation of spec section 4 (plus the token endpoint of section 5).
+
+    ``source`` says where it is known from: an endpoint the spec does not list
+    (``facts``: one the live service serves; ``pmtk``) is served by the mock and
+    read by the client, but a deployment without it is never failed for that.
+    """
 
     method: Literal["GET", "POST", "PATCH"]
     path: str
@@ -192,3 +197,4 @@ class Endpoint:
     resource: str
     kind: Literal["list", "read", "create", "update", "book", "find", "token"]
     success: int = 200
+    source: Source = "spec"

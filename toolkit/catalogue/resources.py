@@ -31,9 +31,12 @@ _USUAL: dict[str, tuple[str, str, int]] = {
 }
 
 
-def _endpoints(name: str, *operations: tuple[str, str] | Endpoint) -> tuple[Endpoint, ...]:
+def _endpoints(
+    name: str, *operations: tuple[str, str] | Endpoint, source: Source = "spec"
+) -> tuple[Endpoint, ...]:
     """The operations of ``name`` in spec order: ``(kind, title)`` at its usual path, or an
-    :class:`Endpoint` written out (``$book``, ``$find``, Coverage's trailing slash)."""
+    :class:`Endpoint` written out (``$book``, ``$find``, Coverage's trailing slash).
+    ``source`` marks the ``(kind, title)`` ones (an endpoint outside the spec: ``facts``)."""
     out: list[Endpoint] = []
     for op in operations:
         if isinstance(op, Endpoint):
@@ -41,7 +44,8 @@ def _endpoints(name: str, *operations: tuple[str, str] | Endpoint) -> tuple[Endp
             continue
         kind, title = op
         method, path, success = _USUAL[kind]
-        out.append(Endpoint(method, path.format(name=name), title, name, kind, success))  # type: ignore[arg-type]
+        endpoint = Endpoint(method, path.format(name=name), title, name, kind, success, source)  # type: ignore[arg-type]
+        out.append(endpoint)
     return tuple(out)
 
 
