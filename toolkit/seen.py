@@ -20,8 +20,11 @@ costs the same memory as walking fifty thousand.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
+
+from toolkit.errors import PmtkError
 
 __all__ = ["SPILL_AT", "Seen", "Version"]
 
@@ -43,6 +46,7 @@ class Seen:
 
     def __init__(self, *, spill_at: int | None = None) -> None:
         self._spill_at = SPILL_AT if spill_at is None else spill_at
+        self._can_spill = True
         self._memory: dict[str, Version] = {}
         self._db: sqlite3.Connection | None = None
         self._count = 0
@@ -62,39 +66,48 @@ class Seen:
             return {rid: memory[rid] for rid in ids if rid in memory}
         found: dict[str, Version] = {}
         unique = list(dict.fromkeys(ids))
-        for start in range(0, len(unique), _CHUNK):
-            chunk = unique[start : start + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            query = f"SELECT id, stamp, page, pos, pass FROM seen WHERE id IN ({marks})"
-            for rid, stamp, page, pos, number in self._db.execute(query, chunk):
-                found[rid] = (stamp, page, pos, number)
+        with _on_disk():
+            for start in range(0, len(unique), _CHUNK):
+                chunk = unique[start : start + _CHUNK]
+                marks = ",".join("?" * len(chunk))
+                query = f"SELECT id, stamp, page, pos, pass FROM seen WHERE id IN ({marks})"
+                for rid, stamp, page, pos, number in self._db.execute(query, chunk):
+                    found[rid] = (stamp, page, pos, number)
         return found
 
     def write(self, rows: Mapping[str, Version]) -> None:
         """Set the versions of ``rows`` (new ids are added)."""
         if self._db is None:
             self._memory.update(rows)
-            if len(self._memory) > self._spill_at:
-                self._spill()
+            if self._can_spill and len(self._memory) > self._spill_at:
+                try:
+                    self._spill()
+                except sqlite3.Error:
+                    self._can_spill = False  # no temporary file: stay in memory (only larger)
             return
+        with _on_disk():
+            self._write_db(self._db, rows)
+
+    def _write_db(self, db: sqlite3.Connection, rows: Mapping[str, Version]) -> None:
         known = self.lookup(list(rows))
         self._count += sum(1 for rid in rows if rid not in known)
-        self._db.execute("BEGIN")
-        self._db.executemany(
+        db.execute("BEGIN")
+        db.executemany(
             "INSERT INTO seen (id, stamp, page, pos, pass) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET stamp = excluded.stamp, page = excluded.page, "
             "pos = excluded.pos, pass = excluded.pass",
             ((rid, *version) for rid, version in rows.items()),
         )
-        self._db.execute("COMMIT")
+        db.execute("COMMIT")
 
     def count_before(self, floor: int) -> int:
         """Records whose newest version has no time or one before ``floor`` (microseconds)."""
         if self._db is None:
             return sum(1 for v in self._memory.values() if v[0] is None or v[0] < floor)
-        row = self._db.execute(
-            "SELECT count(*) FROM seen WHERE stamp IS NULL OR stamp < ?", (floor,)
-        ).fetchone()
+        with _on_disk():
+            row = self._db.execute(
+                "SELECT count(*) FROM seen WHERE stamp IS NULL OR stamp < ?", (floor,)
+            ).fetchone()
         return int(row[0])
 
     def versions(self) -> Iterator[tuple[int, int]]:
@@ -103,7 +116,9 @@ class Seen:
             for stamp_page_pos in self._memory.values():
                 yield stamp_page_pos[1], stamp_page_pos[2]
             return
-        yield from self._db.execute("SELECT page, pos FROM seen")
+        with _on_disk():
+            rows = self._db.execute("SELECT page, pos FROM seen").fetchall()
+        yield from rows
 
     def close(self) -> None:
         """Drop the index (a spilled one's temporary file is deleted)."""
@@ -115,6 +130,16 @@ class Seen:
     def _spill(self) -> None:
         # "" opens a private temporary database on disk, deleted when it is closed.
         db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
+        try:
+            self._fill(db)
+        except sqlite3.Error:
+            db.close()
+            raise
+        self._count = len(self._memory)
+        self._memory = {}
+        self._db = db
+
+    def _fill(self, db: sqlite3.Connection) -> None:
         db.execute("PRAGMA journal_mode = OFF")
         db.execute("PRAGMA synchronous = OFF")
         db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
@@ -128,6 +153,13 @@ class Seen:
             ((rid, *version) for rid, version in self._memory.items()),
         )
         db.execute("COMMIT")
-        self._count = len(self._memory)
-        self._memory = {}
-        self._db = db
+
+
+@contextlib.contextmanager
+def _on_disk() -> Iterator[None]:
+    """A failure of the temporary database (a full or vanished disk) as a :class:`PmtkError`."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        msg = f"the walk's index of ids read could not be kept on disk: {exc}"
+        raise PmtkError(msg) from exc
