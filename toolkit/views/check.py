@@ -60,9 +60,10 @@ def _msgspec_type(dtype: _AnyDtype, name: str) -> Any:
     return _MSGSPEC_LEAVES[dtype if isinstance(dtype, type) else type(dtype)]
 
 
-def _unread_attrs(unread: frozenset[str]) -> tuple[str, ...]:
-    """The attribute names :func:`_strict_decoder` gives the fields in ``unread``."""
-    return tuple(f"u{i}" for i in range(len(unread)))
+_SkippedArray = msgspec.defstruct(
+    "SkippedArray", [], array_like=True, forbid_unknown_fields=False, gc=False
+)
+"""Any JSON array, its elements skipped: decodes to an empty struct, encodes as ``[]``."""
 
 
 def _strict_decoder(
@@ -99,11 +100,11 @@ def _strict_decoder(
     ]
     fields += [
         (
-            attr,
-            list[msgspec.Raw] | None if name in unread_arrays else msgspec.Raw,
+            f"u{i}",
+            _SkippedArray | None if name in unread_arrays else msgspec.Raw,
             msgspec.field(default=None, name=name),
         )
-        for attr, name in zip(_unread_attrs(unread), sorted(unread), strict=True)
+        for i, name in enumerate(sorted(unread))
     ]
     res = msgspec.defstruct(
         "Resource", fields, forbid_unknown_fields=True, omit_defaults=True, gc=False
@@ -128,26 +129,32 @@ _ENCODER = msgspec.json.Encoder()
 _BUNDLE = msgspec.Raw(b'"Bundle"')
 
 
-def _drop_unread(entries: list[Any], attrs: tuple[str, ...]) -> None:
-    """Clear the unread top-level fields of decoded entries: the re-encoding omits them."""
-    for entry in entries:
-        res = entry.resource
-        if res is not None:
-            for attr in attrs:
-                setattr(res, attr, None)
+def _is_utf8(raw: bytes) -> bool:
+    """Whether ``raw`` is valid UTF-8 throughout (an ASCII page is, at once)."""
+    if raw.isascii():
+        return True
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
-def _reencoded(page: Any, unread_attrs: tuple[str, ...]) -> bytes | None:
+def _reencoded(page: Any, raw: bytes) -> bytes | None:
     """A page that passed the exact check, written back as just what the read keeps of it.
 
     Every field the read schema has, at every depth, with its value as decoded
     (a string as the same string, a number as the same number, an absent field
-    or a null omitted, which Polars reads as null alike); nothing else: not the
-    page's other keys, the entries' ``fullUrl``, nor the resource fields this
-    read does not use (``unread_attrs``), which Polars would otherwise parse and
-    skip (for Appointment's main table, three quarters of the bytes). ``None``
-    for a page whose ``resourceType`` is not ``"Bundle"``: it is read as sent,
-    for the reader to refuse it with what it says.
+    or a null omitted, which Polars reads as null alike); the resource's other
+    known fields as sent, its arrays among them as ``[]``; nothing else: not
+    the page's other keys nor the entries' ``fullUrl``. Polars would otherwise
+    parse all that only to skip it (for Appointment's main table, three
+    quarters of the bytes).
+
+    ``None`` (read ``raw`` as sent) for a page whose ``resourceType`` is not
+    ``"Bundle"``, for the reader to refuse it with what it says, and for a page
+    that is not UTF-8 throughout, which Polars refuses as a whole: msgspec
+    validates only the strings it decodes.
 
     Exact because the check decoded every value it keeps with the read's own
     type: strings (escapes resolved) and integers are written back as the same
@@ -156,21 +163,11 @@ def _reencoded(page: Any, unread_attrs: tuple[str, ...]) -> bytes | None:
     which JSON leaves undefined, keeps its last value, as in the repair path
     (Polars reading a page as sent keeps the first).
     """
-    if page.resourceType != _BUNDLE:
+    if page.resourceType != _BUNDLE or not _is_utf8(raw):
         return None
-    entries = page.entry
-    if entries is None:
+    if page.entry is None:
         return b'{"resourceType":"Bundle","entry":null}'
-    if unread_attrs:
-        _drop_unread(entries, unread_attrs)
-    return b'{"resourceType":"Bundle","entry":' + _ENCODER.encode(entries) + b"}"
-
-
-def _reencoded_entry(entry: Any, unread_attrs: tuple[str, ...]) -> bytes:
-    """One entry that passed the exact check, written back as :func:`_reencoded` does."""
-    if unread_attrs:
-        _drop_unread([entry], unread_attrs)
-    return _ENCODER.encode(entry)
+    return b'{"resourceType":"Bundle","entry":' + _ENCODER.encode(page.entry) + b"}"
 
 
 def _column_key(path: str, prefix: str = "") -> str:

@@ -20,13 +20,13 @@ import polars as pl
 from toolkit import catalogue
 from toolkit.errors import DataValidationError
 from toolkit.views.check import (
+    _ENCODER,
     _ENVELOPE,
     _column_keys,
+    _is_utf8,
     _reencoded,
-    _reencoded_entry,
     _strict_decoder,
     _top_fields,
-    _unread_attrs,
 )
 from toolkit.views.conform import (
     _SKELETON,
@@ -46,7 +46,6 @@ class _Compiled:
     resource_dtype: pl.Struct  # entry[].resource as read: every field, or one table's
     unread: frozenset[str]  # known top-level fields this read skips (one table's read)
     unread_arrays: frozenset[str]  # those of them that are arrays (still checked to be one)
-    unread_attrs: tuple[str, ...]  # their attributes on what `strict` decodes
     strict: msgspec.json.Decoder[Any]  # see _strict_decoder
     strict_entry: msgspec.json.Decoder[Any]  # the same check of one entry (see _repair)
     views: tuple[View, ...]
@@ -77,7 +76,6 @@ def _compiled(resource_type: str) -> _Compiled:
         resource_dtype=resource_dtype,
         unread=frozenset(),
         unread_arrays=frozenset(),
-        unread_attrs=(),
         strict=strict,
         strict_entry=strict_entry,
         views=views,
@@ -112,7 +110,6 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
         resource_dtype=slim,
         unread=unread,
         unread_arrays=arrays,
-        unread_attrs=_unread_attrs(unread),
         strict=strict,
         strict_entry=strict_entry,
         views=(view_,),
@@ -180,16 +177,16 @@ def _repair(comp: _Compiled, raw: bytes) -> tuple[bytes, _Fix] | None:
         return None
     parts: list[bytes] = []
     fix = _Fix([], [])
+    # Written back as the check decoded them when the read skips some fields
+    # (see _reencoded), else as sent.
+    reencode = bool(comp.unread) and _is_utf8(raw)
     for entry_raw in page.entry or ():
         try:
             checked = comp.strict_entry.decode(entry_raw)
         except (msgspec.DecodeError, UnicodeDecodeError):
             pass
         else:
-            # Written back without the fields it skips when the read skips some.
-            parts.append(
-                _reencoded_entry(checked, comp.unread_attrs) if comp.unread else bytes(entry_raw)
-            )
+            parts.append(_ENCODER.encode(checked) if reencode else bytes(entry_raw))
             fix.extra.append(None)
             fix.invalid.append(None)
             continue
@@ -252,7 +249,7 @@ def _prepare(comp: _Compiled, batch: list[bytes]) -> tuple[list[bytes], list[_Fi
         else:
             # Written back without the fields it skips when the read skips some:
             # re-encoding every field costs more than Polars saves on the rest.
-            slim = _reencoded(checked, comp.unread_attrs) if comp.unread else None
+            slim = _reencoded(checked, raw) if comp.unread else None
             pages.append(slim or raw)
         fixes.append(None)
     return pages, fixes
@@ -385,6 +382,16 @@ def _read_batch(comp: _Compiled, batch: list[bytes]) -> pl.DataFrame | None:
     return df
 
 
+def _sent_error(sent: bytes, schema: dict[str, Any], exc: Exception) -> Exception:
+    """Polars' error for the page as sent: the one it gives for a page re-encoded
+    (:func:`_reencoded`) would point into text that the server never sent."""
+    try:
+        pl.read_json(sent, schema=schema)
+    except (pl.exceptions.PolarsError, OSError, ValueError) as sent_exc:
+        return sent_exc
+    return exc  # pragma: no cover - what fails re-encoded fails as sent
+
+
 def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
     """Read consecutive pages; stop at the first that cannot be read as one Bundle object.
 
@@ -407,11 +414,11 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
             is_page += [True, False] * (len(batch) - 1) + [True]
             fixes += batch_fixes
             continue
-        for i, (raw, fix) in enumerate(zip(batch, batch_fixes, strict=True), first):
+        for i, (raw, fix, as_sent) in enumerate(zip(batch, batch_fixes, sent, strict=True), first):
             try:
                 df = pl.read_json(raw, schema=schema)
             except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-                failure = (i, exc)
+                failure = (i, _sent_error(as_sent, schema, exc) if fix is None else exc)
                 break
             if df.height != 1:  # a JSON array, not one Bundle object
                 failure = (i, ValueError(f"a JSON array of {df.height} values, not one object"))
