@@ -335,6 +335,38 @@ def _batches(raws: list[bytes], start: int) -> Iterator[tuple[int, list[bytes]]]
         yield first, batch
 
 
+def _prepared_batches(
+    comp: _Compiled, raws: list[bytes], start: int
+) -> Iterator[tuple[int, list[bytes], list[bytes], list[_Fix | None]]]:
+    """Consecutive pages checked and repaired (:func:`_prepare`), in batches to read together.
+
+    ``(first page's index, pages as sent, pages to read, fixes)``. Pages read
+    as sent are batched by their size (:func:`_batches`); re-encoded ones
+    (one table's read, :func:`_reencoded`) by what is read of them, a quarter
+    of the page or less, so that each read still has about :data:`_BATCH_BYTES`.
+    """
+    if not comp.unread:
+        for first, as_sent in _batches(raws, start):
+            yield first, as_sent, *_prepare(comp, as_sent)
+        return
+    sent: list[bytes] = []
+    batch: list[bytes] = []
+    fixes: list[_Fix | None] = []
+    size = 0
+    first = start
+    for i, raw in enumerate(raws, start):
+        (page,), (fix,) = _prepare(comp, [raw])
+        if batch and size + len(page) > _BATCH_BYTES:
+            yield first, sent, batch, fixes
+            sent, batch, fixes, size, first = [], [], [], 0, i
+        sent.append(raw)
+        batch.append(page)
+        fixes.append(fix)
+        size += len(page)
+    if batch:
+        yield first, sent, batch, fixes
+
+
 _SENTINEL = "_pmtk_batch_sentinel"
 
 
@@ -396,7 +428,7 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
     """Read consecutive pages; stop at the first that cannot be read as one Bundle object.
 
     Each batch is first checked exactly, and the pages that fail the check are
-    repaired (:func:`_prepare`). The block's entries are gathered and exploded
+    repaired (:func:`_prepared_batches`). The block's entries are gathered and exploded
     here, on the reader thread, so that the caller only joins a few long Series.
     """
     schema = comp.bundle_schema
@@ -405,8 +437,7 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
     is_page: list[bool] = []  # False for the rows of batch sentinels
     fixes: list[_Fix | None] = []
     failure: tuple[int, Exception] | None = None
-    for first, sent in _batches(raws, start):
-        batch, batch_fixes = _prepare(comp, sent)
+    for first, sent, batch, batch_fixes in _prepared_batches(comp, raws, start):
         together = _read_batch(comp, batch)
         if together is not None:
             kinds.append(together.get_column("resourceType"))
