@@ -52,10 +52,18 @@ def _msgspec_type(dtype: _AnyDtype, name: str) -> Any:
             )
             for i, f in enumerate(dtype.fields)
         ]
-        return msgspec.defstruct(name, fields, forbid_unknown_fields=True, gc=False)
+        return msgspec.defstruct(
+            name, fields, forbid_unknown_fields=True, omit_defaults=True, gc=False
+        )
     if isinstance(dtype, pl.List):
         return list[_msgspec_type(dtype.inner, name) | None]  # type: ignore[misc]
     return _MSGSPEC_LEAVES[dtype if isinstance(dtype, type) else type(dtype)]
+
+
+_SkippedArray = msgspec.defstruct(
+    "SkippedArray", [], array_like=True, forbid_unknown_fields=False, gc=False
+)
+"""Any JSON array, its elements skipped: decodes to an empty struct, encodes as ``[]``."""
 
 
 def _strict_decoder(
@@ -72,11 +80,15 @@ def _strict_decoder(
     depth, or a value of another JSON type than the schema's (which Polars
     would refuse, or silently coerce: a number read into a String column, 1.5
     truncated into an Int64 one). Everything outside ``entry[].resource`` is
-    skipped, and so are the values of the known top-level fields in ``unread``
-    (one table's read does not use them; those in ``unread_arrays`` must still
-    be arrays, whose elements are skipped). Such a page, or one not shaped as a
-    Bundle, goes to :func:`_repair`, which runs the second decoder, the same
-    check of one entry, to find the entries that need it.
+    skipped (the page's ``resourceType`` is kept as raw JSON), and so are the
+    values of the known top-level fields in ``unread`` (one table's read does
+    not use them; those in ``unread_arrays`` must still be arrays, whose
+    elements are skipped). Such a page, or one not shaped as a Bundle, goes to
+    :func:`_repair`, which runs the second decoder, the same check of one
+    entry, to find the entries that need it.
+
+    What a page that passes decodes to is exactly what the read keeps of it, so
+    :func:`_reencoded` writes it back for Polars to read instead of the page.
     """
     fields = [
         (
@@ -89,15 +101,73 @@ def _strict_decoder(
     fields += [
         (
             f"u{i}",
-            list[msgspec.Raw] | None if name in unread_arrays else msgspec.Raw,
+            _SkippedArray | None if name in unread_arrays else msgspec.Raw,
             msgspec.field(default=None, name=name),
         )
         for i, name in enumerate(sorted(unread))
     ]
-    res = msgspec.defstruct("Resource", fields, forbid_unknown_fields=True, gc=False)
-    entry = msgspec.defstruct("Entry", [("resource", res | None, None)], gc=False)
-    page = msgspec.defstruct("Page", [("entry", list[entry] | None, None)], gc=False)  # type: ignore[valid-type]
+    res = msgspec.defstruct(
+        "Resource", fields, forbid_unknown_fields=True, omit_defaults=True, gc=False
+    )
+    entry = msgspec.defstruct(
+        "Entry", [("resource", res | None, None)], omit_defaults=True, gc=False
+    )
+    page = msgspec.defstruct(
+        "Page",
+        [
+            ("resourceType", msgspec.Raw, None),
+            ("entry", list[entry] | None, None),  # type: ignore[valid-type]
+        ],
+        gc=False,
+    )
     return msgspec.json.Decoder(page), msgspec.json.Decoder(entry)
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+_BUNDLE = msgspec.Raw(b'"Bundle"')
+
+
+def _is_utf8(raw: bytes) -> bool:
+    """Whether ``raw`` is valid UTF-8 throughout (an ASCII page is, at once)."""
+    if raw.isascii():
+        return True
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _reencoded(page: Any, raw: bytes) -> bytes | None:
+    """A page that passed the exact check, written back as just what the read keeps of it.
+
+    Every field the read schema has, at every depth, with its value as decoded
+    (a string as the same string, a number as the same number, an absent field
+    or a null omitted, which Polars reads as null alike); the resource's other
+    known fields as sent, its arrays among them as ``[]``; nothing else: not
+    the page's other keys nor the entries' ``fullUrl``. Polars would otherwise
+    parse all that only to skip it (for Appointment's main table, three
+    quarters of the bytes).
+
+    ``None`` (read ``raw`` as sent) for a page whose ``resourceType`` is not
+    ``"Bundle"``, for the reader to refuse it with what it says, and for a page
+    that is not UTF-8 throughout, which Polars refuses as a whole: msgspec
+    validates only the strings it decodes.
+
+    Exact because the check decoded every value it keeps with the read's own
+    type: strings (escapes resolved) and integers are written back as the same
+    values, floats in their shortest exact form (msgspec refuses one out of
+    range), booleans and nulls as they were. A key given twice in one object,
+    which JSON leaves undefined, keeps its last value, as in the repair path
+    (Polars reading a page as sent keeps the first).
+    """
+    if page.resourceType != _BUNDLE or not _is_utf8(raw):
+        return None
+    if page.entry is None:
+        return b'{"resourceType":"Bundle","entry":null}'
+    return b'{"resourceType":"Bundle","entry":' + _ENCODER.encode(page.entry) + b"}"
 
 
 def _column_key(path: str, prefix: str = "") -> str:
