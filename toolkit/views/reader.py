@@ -48,6 +48,7 @@ class _Compiled:
     unread_arrays: frozenset[str]  # those of them that are arrays (still checked to be one)
     strict: msgspec.json.Decoder[Any]  # see _strict_decoder
     strict_entry: msgspec.json.Decoder[Any]  # the same check of one entry (see _repair)
+    strict_entries: msgspec.json.Decoder[Any]  # ... of an array of entries
     views: tuple[View, ...]
     columns: tuple[tuple[str, str | None, str, str], ...]  # see _column_keys
 
@@ -78,6 +79,7 @@ def _compiled(resource_type: str) -> _Compiled:
         unread_arrays=frozenset(),
         strict=strict,
         strict_entry=strict_entry,
+        strict_entries=msgspec.json.Decoder(list[strict_entry.type]),  # type: ignore[name-defined]
         views=views,
         columns=_column_keys(views),
     )
@@ -112,6 +114,7 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
         unread_arrays=arrays,
         strict=strict,
         strict_entry=strict_entry,
+        strict_entries=msgspec.json.Decoder(list[strict_entry.type]),  # type: ignore[name-defined]
         views=(view_,),
     )
 
@@ -155,13 +158,27 @@ def _locate(comp: _Compiled, path: str, key: str) -> tuple[str, int | None, str 
     return table, at, None
 
 
-def _repair(comp: _Compiled, raw: bytes) -> tuple[bytes, _Fix] | None:
+_ENTRY_AT = re.compile(r" - at `\$\.entry\[(\d+)\][^`]*`\Z")
+"""Where msgspec's error ends by naming the entry it stopped at:
+``... - at `$.entry[37].resource.minutesDuration```. Only the end counts: an
+unknown key named earlier in the message is the page's text."""
+
+
+def _failed_entry(exc: Exception) -> int:
+    """The index of the entry where the page's check stopped; 0 when it names none."""
+    found = _ENTRY_AT.search(str(exc))
+    return int(found.group(1)) if found else 0
+
+
+def _repair(comp: _Compiled, raw: bytes, failed_at: int = 0) -> tuple[bytes, _Fix] | None:
     """One page brought to the read schema, and what that took, per entry.
 
     Only the entries that fail the exact check (``comp.strict_entry``) are
     parsed and rebuilt; the others are written back from what the check
     decoded, as a page that passes it is (:func:`_reencoded`), so a page with
-    one odd record costs about one record's repair, not a page's. Alternative forms
+    one odd record costs about one record's repair, not a page's. The entries
+    before ``failed_at``, where the page's check stopped, passed it: they are
+    decoded together. Alternative forms
     become the canonical one, values of a wrong JSON type become null
     (recorded with their path, table, column and raw value), keys the schema
     does not know, at any depth, go to ``extra`` by path, and entries of other
@@ -175,20 +192,26 @@ def _repair(comp: _Compiled, raw: bytes) -> tuple[bytes, _Fix] | None:
         return None
     if page.resourceType != "Bundle":
         return None
-    parts: list[bytes] = []
-    fix = _Fix([], [])
+    entries = page.entry or []
+    fix = _Fix([None] * len(entries), [None] * len(entries))
     # Written back as the check decoded them when the read skips some fields
-    # (see _reencoded), else as sent.
+    # (see _reencoded), else as sent (a Raw encodes as its text).
     reencode = bool(comp.unread) and _is_utf8(raw)
-    for entry_raw in page.entry or ():
+    failed_at = min(failed_at, len(entries))
+    items: list[Any] = list(entries[:failed_at])
+    if reencode and items:
+        try:
+            items = comp.strict_entries.decode(b"[" + b",".join(items) + b"]")
+        except (msgspec.DecodeError, UnicodeDecodeError):  # pragma: no cover - they passed
+            failed_at, items = 0, []
+    for k in range(failed_at, len(entries)):
+        entry_raw = entries[k]
         try:
             checked = comp.strict_entry.decode(entry_raw)
         except (msgspec.DecodeError, UnicodeDecodeError):
             pass
         else:
-            parts.append(_ENCODER.encode(checked) if reencode else bytes(entry_raw))
-            fix.extra.append(None)
-            fix.invalid.append(None)
+            items.append(checked if reencode else entry_raw)
             continue
         try:
             entry = orjson.loads(bytes(entry_raw))
@@ -197,10 +220,9 @@ def _repair(comp: _Compiled, raw: bytes) -> tuple[bytes, _Fix] | None:
         repaired = _repair_entry(comp, entry)
         if repaired is None:
             return None
-        parts.append(repaired[0])
-        fix.extra.append(repaired[1])
-        fix.invalid.append(repaired[2])
-    return b'{"resourceType":"Bundle","entry":[' + b",".join(parts) + b"]}", fix
+        items.append(msgspec.Raw(repaired[0]))
+        fix.extra[k], fix.invalid[k] = repaired[1], repaired[2]
+    return b'{"resourceType":"Bundle","entry":' + _ENCODER.encode(items) + b"}", fix
 
 
 def _repair_entry(comp: _Compiled, entry: Any) -> tuple[bytes, str | None, str | None] | None:
@@ -239,8 +261,8 @@ def _prepare(comp: _Compiled, batch: list[bytes]) -> tuple[list[bytes], list[_Fi
     for raw in batch:
         try:
             checked = comp.strict.decode(raw)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            repaired = _repair(comp, raw)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            repaired = _repair(comp, raw, _failed_entry(exc))
             if repaired is not None:
                 pages.append(repaired[0])
                 fixes.append(repaired[1])
