@@ -158,27 +158,45 @@ def _locate(comp: _Compiled, path: str, key: str) -> tuple[str, int | None, str 
     return table, at, None
 
 
-_ENTRY_AT = re.compile(r" - at `\$\.entry\[(\d+)\][^`]*`\Z")
-"""Where msgspec's error ends by naming the entry it stopped at:
-``... - at `$.entry[37].resource.minutesDuration```. Only the end counts: an
-unknown key named earlier in the message is the page's text."""
+_ENTRY_AT = re.compile(r" - at `\$(?:\.entry)?\[(\d+)\][^`]*`\Z")
+"""Where msgspec's error ends by naming the entry it stopped at, in a page
+(``... - at `$.entry[37].resource.minutesDuration```) or in an array of
+entries (``$[37]``). Only the end counts: an unknown key named earlier in the
+message is the page's text."""
 
 
-def _failed_entry(exc: Exception) -> int:
-    """The index of the entry where the page's check stopped; 0 when it names none."""
+def _failed_entry(exc: Exception) -> int | None:
+    """The index of the entry where a check stopped; ``None`` when it names none."""
     found = _ENTRY_AT.search(str(exc))
-    return int(found.group(1)) if found else 0
+    return int(found.group(1)) if found else None
 
 
-def _repair(comp: _Compiled, raw: bytes, failed_at: int = 0) -> tuple[bytes, _Fix] | None:
+def _check_run(comp: _Compiled, run: list[msgspec.Raw]) -> tuple[list[Any] | None, int]:
+    """Check consecutive entries in one call: ``(decoded, len(run))`` when all pass,
+    ``(None, index of the first that fails)`` otherwise."""
+    try:
+        return comp.strict_entries.decode(b"[" + b",".join(run) + b"]"), len(run)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        at = _failed_entry(exc)
+    if at is not None and at < len(run):
+        return None, at
+    for at, entry_raw in enumerate(run):  # no entry named: one at a time
+        try:
+            comp.strict_entry.decode(entry_raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return None, at
+    return None, len(run)  # pragma: no cover - each passes when all do
+
+
+def _repair(comp: _Compiled, raw: bytes, failed_at: int | None = None) -> tuple[bytes, _Fix] | None:
     """One page brought to the read schema, and what that took, per entry.
 
     Only the entries that fail the exact check (``comp.strict_entry``) are
     parsed and rebuilt; the others are written back from what the check
     decoded, as a page that passes it is (:func:`_reencoded`), so a page with
     one odd record costs about one record's repair, not a page's. The entries
-    before ``failed_at``, where the page's check stopped, passed it: they are
-    decoded together. Alternative forms
+    between two that fail are checked in one call (msgspec names where it
+    stopped; ``failed_at``: where the page's check did). Alternative forms
     become the canonical one, values of a wrong JSON type become null
     (recorded with their path, table, column and raw value), keys the schema
     does not know, at any depth, go to ``extra`` by path, and entries of other
@@ -197,21 +215,28 @@ def _repair(comp: _Compiled, raw: bytes, failed_at: int = 0) -> tuple[bytes, _Fi
     # Written back as the check decoded them when the read skips some fields
     # (see _reencoded), else as sent (a Raw encodes as its text).
     reencode = bool(comp.unread) and _is_utf8(raw)
-    failed_at = min(failed_at, len(entries))
-    items: list[Any] = list(entries[:failed_at])
-    if reencode and items:
-        try:
-            items = comp.strict_entries.decode(b"[" + b",".join(items) + b"]")
-        except (msgspec.DecodeError, UnicodeDecodeError):  # pragma: no cover - they passed
-            failed_at, items = 0, []
-    for k in range(failed_at, len(entries)):
-        entry_raw = entries[k]
-        try:
+    items: list[Any] = []
+    pos = 0
+    while pos < len(entries):
+        if pos == 0 and failed_at is not None and failed_at < len(entries):
+            decoded, bad = None, failed_at
+        else:
+            decoded, bad = _check_run(comp, entries[pos:])
+        good = entries[pos : pos + bad]
+        if reencode and decoded is None and good:
+            decoded = comp.strict_entries.decode(b"[" + b",".join(good) + b"]")
+        items += decoded if reencode and decoded is not None else good
+        pos += bad
+        if pos == len(entries):
+            break
+        entry_raw = entries[pos]
+        try:  # the page's check stopped here, so this fails too; made sure of
             checked = comp.strict_entry.decode(entry_raw)
         except (msgspec.DecodeError, UnicodeDecodeError):
             pass
-        else:
+        else:  # pragma: no cover
             items.append(checked if reencode else entry_raw)
+            pos += 1
             continue
         try:
             entry = orjson.loads(bytes(entry_raw))
@@ -221,7 +246,8 @@ def _repair(comp: _Compiled, raw: bytes, failed_at: int = 0) -> tuple[bytes, _Fi
         if repaired is None:
             return None
         items.append(msgspec.Raw(repaired[0]))
-        fix.extra[k], fix.invalid[k] = repaired[1], repaired[2]
+        fix.extra[pos], fix.invalid[pos] = repaired[1], repaired[2]
+        pos += 1
     return b'{"resourceType":"Bundle","entry":' + _ENCODER.encode(items) + b"}", fix
 
 
