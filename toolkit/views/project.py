@@ -71,26 +71,31 @@ def _per_row(view: View, frame: pl.DataFrame) -> list[pl.Series]:
     have either.
     """
     owns = _row_owner(view)
-    positions = frame.get_column("index").to_list() if view.for_each else None
     out: list[pl.Series] = []
     for name in ("extra", "invalid"):
         column = frame.get_column(name)
         if column.null_count() == frame.height:
             continue
+        rows = column.is_not_null().arg_true()
+        positions = (
+            frame.get_column("index").gather(rows).to_list()
+            if view.for_each
+            else [None] * len(rows)
+        )
         values: list[str | None] = []
-        for row, text in enumerate(column.to_list()):
-            at = positions[row] if positions is not None else None
-            mine: Any = None
-            if text is not None and name == "extra":
+        for text, at in zip(column.gather(rows).to_list(), positions, strict=True):
+            mine: Any
+            if name == "extra":
                 mine = {k: v for k, v in orjson.loads(text).items() if owns(k, at)}
-            elif text is not None:
+            else:
                 mine = [
                     {"path": p["path"], "column": p["column"], "value": p["value"]}
                     for p in orjson.loads(text)
                     if p["table"] == view.name and p["index"] == at
                 ]
             values.append(orjson.dumps(mine).decode() if mine else None)
-        out.append(pl.Series(name, values, dtype=pl.String))
+        per_row = pl.repeat(None, frame.height, dtype=pl.String, eager=True).alias(name)
+        out.append(per_row.scatter(rows, pl.Series(values, dtype=pl.String)))
     return out
 
 
