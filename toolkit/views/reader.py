@@ -64,6 +64,11 @@ class _Compiled:
         return {**self.bundle_schema, _SENTINEL: pl.String()}
 
 
+def _array_of(entry: msgspec.json.Decoder[Any]) -> msgspec.json.Decoder[Any]:
+    """The decoder of a JSON array of what ``entry`` decodes (the same check)."""
+    return msgspec.json.Decoder(list.__class_getitem__(entry.type))
+
+
 @cache
 def _compiled(resource_type: str) -> _Compiled:
     views = _resource_views(resource_type)
@@ -79,7 +84,7 @@ def _compiled(resource_type: str) -> _Compiled:
         unread_arrays=frozenset(),
         strict=strict,
         strict_entry=strict_entry,
-        strict_entries=msgspec.json.Decoder(list[strict_entry.type]),  # type: ignore[name-defined]
+        strict_entries=_array_of(strict_entry),
         views=views,
         columns=_column_keys(views),
     )
@@ -114,7 +119,7 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
         unread_arrays=arrays,
         strict=strict,
         strict_entry=strict_entry,
-        strict_entries=msgspec.json.Decoder(list[strict_entry.type]),  # type: ignore[name-defined]
+        strict_entries=_array_of(strict_entry),
         views=(view_,),
     )
 
