@@ -483,6 +483,7 @@ class Walk:
             ids.append(rid)
         start = _micros(p.start)
         known = self._seen.lookup(ids)
+        held = frozenset(known)  # before the loop below adds this page's new ids
         fresh = 0
         for pos, (rid, record) in enumerate(zip(ids, page.records, strict=True)):
             stamp = _micros(_stamp(record))
@@ -501,7 +502,7 @@ class Walk:
                 known[rid] = (stamp, self._index, pos, p.number)
             else:
                 known[rid] = (prev[0], prev[1], prev[2], p.number)
-        self._seen.write({rid: known[rid] for rid in ids})
+        self._seen.write({rid: known[rid] for rid in ids}, known=held)
         return fresh
 
     def _pass(self, query: Query, phase: str) -> Iterator[Page]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from toolkit.errors import PmtkError
 
@@ -75,8 +75,12 @@ class Seen:
                     found[rid] = (stamp, page, pos, number)
         return found
 
-    def write(self, rows: Mapping[str, Version]) -> None:
-        """Set the versions of ``rows`` (new ids are added)."""
+    def write(self, rows: Mapping[str, Version], *, known: Collection[str] | None = None) -> None:
+        """Set the versions of ``rows`` (new ids are added).
+
+        ``known``: the ids of ``rows`` the index already holds, when the caller has
+        just looked them up (saves a spilled index a second lookup).
+        """
         if self._db is None:
             self._memory.update(rows)
             if self._can_spill and len(self._memory) > self._spill_at:
@@ -86,10 +90,11 @@ class Seen:
                     self._can_spill = False  # no temporary file: stay in memory (only larger)
             return
         with _on_disk():
-            self._write_db(self._db, rows)
+            self._write_db(self._db, rows, self.lookup(list(rows)) if known is None else known)
 
-    def _write_db(self, db: sqlite3.Connection, rows: Mapping[str, Version]) -> None:
-        known = self.lookup(list(rows))
+    def _write_db(
+        self, db: sqlite3.Connection, rows: Mapping[str, Version], known: Collection[str]
+    ) -> None:
         self._count += sum(1 for rid in rows if rid not in known)
         db.execute("BEGIN")
         db.executemany(
