@@ -261,6 +261,10 @@ def _recorder(item: pytest.Item) -> Recorder:
     rec = item.stash.get(RECORDER_KEY, None)
     if rec is None:
         rec = Recorder(*_marker(item))
+        callspec = getattr(item, "callspec", None)
+        resource = callspec.params.get("resource") if callspec is not None else None
+        if isinstance(resource, str):
+            rec.outside_spec(resource)
         item.stash[RECORDER_KEY] = rec
     return rec
 

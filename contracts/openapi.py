@@ -14,6 +14,9 @@ their last path segment, coded values in any of three keys, absolute and
 and Reference alternates), so that schemathesis never fails a deployment over a
 fact or pmtk's own reading; the contract suite reports those as observations.
 Request schemas (create bodies) hold every catalogue rule: what pmtk sends.
+Only the spec's operations are paths: an endpoint known from the facts or from pmtk
+(PractitionerRole, Invoice...) is walked by the data checks, which report what
+they find, and its absence, as observations.
 """
 
 from __future__ import annotations
@@ -452,6 +455,8 @@ def build_openapi() -> JsonSchema:
     """The whole OpenAPI 3.1 document, as a plain dict."""
     paths: dict[str, dict[str, Any]] = {}
     for endpoint in cat.ENDPOINTS:
+        if endpoint.source != "spec":  # reported by the data checks, as observations
+            continue
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
     return {
         "openapi": "3.1.0",

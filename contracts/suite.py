@@ -192,6 +192,14 @@ class Recorder:
         self.notes: list[str] = []
         self.observed: dict[tuple[str, str], dict[str, Any]] = {}
         self._seen: set[int] = set()
+        self._outside: tuple[str, cat.Source] | None = None
+
+    def outside_spec(self, resource: str) -> None:
+        """Check ``resource``: when the spec does not list it (its list endpoint comes
+        from the facts or from pmtk), every finding is an observation, never a failure."""
+        source = cat.endpoint_source(resource, "list")
+        if source is not None and source != "spec":
+            self._outside = (resource, source)
 
     def attach(self, *exchanges: Exchange | None) -> None:
         for ex in exchanges:
@@ -201,7 +209,15 @@ class Recorder:
             self.evidence.append(ex.evidence())
 
     def fail(self, message: str, *exchanges: Exchange | None) -> None:
-        """Record a finding; the check fails at its end, after every problem is collected."""
+        """Record a finding; the check fails at its end, after every problem is collected.
+
+        For a resource outside the spec (:meth:`outside_spec`) the finding is an
+        observation of the rule ``outside-spec`` instead.
+        """
+        if self._outside is not None:
+            resource, source = self._outside
+            self.observe(resource, message, rule="outside-spec", source=source)
+            return
         self.problems.append(message)
         self.attach(*exchanges)
 

@@ -304,7 +304,7 @@ def test_findings_exit_1_and_each_failed_check_shows_its_reason(tmp_path: Path) 
             "--report-dir",
             str(tmp_path),
             "--request-budget",
-            "40",
+            "90",
             "--schema-examples",
             "1",
         )

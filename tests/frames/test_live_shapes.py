@@ -38,6 +38,12 @@ ODD_VALUES = {
     ("InvoiceLine", "InvoiceLine", "L-502odd", "quantity", '"1"', True),
     ("InvoiceLine", "invoice_line_price_component", "L-502odd", "amount_value", '"95.00"', True),
     ("Patient", "Patient", "124odd", "birth_date", "19800101", False),  # Patient: facts
+    # The referenced resources are outside the spec: every odd value is an observation.
+    ("Invoice", "Invoice", "4403odd", "total_net_value", '"110.00"', False),
+    ("HealthcareService", "HealthcareService", "8002odd", "name", '["Telehealth review"]', False),
+    ("PractitionerRole", "PractitionerRole", "EP-77odd", "active", '"yes"', False),
+    ("ReferralDefinition", "ReferralDefinition", "504odd", "limit_quantity", '"20"', False),
+    ("ChargeItemDefinition", "ChargeItemDefinition", "9007odd", "code", "9007", False),
 }
 
 

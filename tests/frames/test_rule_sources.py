@@ -39,6 +39,22 @@ NON_SPEC_RULES = [
     ("patient_address", "type", "enum", "facts"),
     ("patient_address", "country", "country_code", "facts"),
     ("patient_general_practitioner", "general_practitioner_id", "reference_id", "facts"),
+    # The referenced resources (spec 2.7, fields "not shown"): every rule is the facts' or pmtk's.
+    ("Invoice", "status", "enum", "facts"),
+    ("Invoice", "subject_id", "reference_id", "pmtk"),
+    ("Invoice", "recipient_id", "reference_id", "pmtk"),
+    ("Invoice", "recipient_type", "reference_type", "pmtk"),
+    ("Invoice", "total_net_currency", "currency_code", "facts"),
+    ("Invoice", "total_gross_currency", "currency_code", "facts"),
+    ("Invoice", "total_balance_currency", "currency_code", "facts"),
+    ("Invoice", "total_paid_currency", "currency_code", "facts"),
+    ("HealthcareService", "provided_by_id", "reference_id", "pmtk"),
+    ("PractitionerRole", "practitioner_id", "reference_id", "pmtk"),
+    ("PractitionerRole", "organization_id", "reference_id", "pmtk"),
+    ("practitioner_role_healthcare_service", "healthcare_service_id", "reference_id", "pmtk"),
+    ("ReferralDefinition", "funder_id", "reference_id", "pmtk"),
+    ("ReferralDefinition", "limit_money_currency", "currency_code", "pmtk"),
+    ("ChargeItemDefinition", "price_currency", "currency_code", "pmtk"),
 ]
 
 

@@ -55,6 +55,7 @@ NON_SPEC = [
     ("Invoice", "*", "all", "facts"),
     ("HealthcareService", "*", "all", "pmtk"),
     ("PractitionerRole", "*", "all", "pmtk"),
+    ("ReferralDefinition", "*", "all", "pmtk"),
     ("ChargeItemDefinition", "*", "all", "pmtk"),
     ("Slot", "*", "all", "pmtk"),
 ]

@@ -68,6 +68,7 @@ from toolkit.catalogue.endpoints import (
     PATCHABLE,
     SEARCH_ALIASES,
     SEARCH_PARAMETERS,
+    endpoint_source,
 )
 from toolkit.catalogue.lookup import (
     country_codes,
@@ -114,6 +115,7 @@ from toolkit.catalogue.resources import (
     PRACTITIONER_ANY,
     PRACTITIONER_ROLE,
     REFERRAL,
+    REFERRAL_DEFINITION,
     RESOURCES,
     ROLE_ANY,
     SLOT,
@@ -169,6 +171,7 @@ __all__ = [
     "RATE_LIMIT_PER_MINUTE",
     "RATE_LIMIT_WINDOW_SECONDS",
     "REFERRAL",
+    "REFERRAL_DEFINITION",
     "REGIONS",
     "RESOURCES",
     "RESULT_PARAMETERS",
@@ -195,6 +198,7 @@ __all__ = [
     "country_codes",
     "currency_codes",
     "declared_search",
+    "endpoint_source",
     "field_at",
     "format_pattern",
     "resource",

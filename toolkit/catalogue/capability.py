@@ -27,6 +27,7 @@ from toolkit.catalogue.endpoints import (
     OWNER_SEARCH,
     SEARCH_PARAMETERS,
 )
+from toolkit.catalogue.resources import RESOURCES
 
 __all__ = [
     "METADATA_PATH",
@@ -57,6 +58,9 @@ def _param_type(resource: str, name: str) -> str:
     if name == "_lastUpdated" or name in DATE_SEARCH.get(resource, ((), ""))[0]:
         return "date"
     if OWNER_SEARCH.get(resource, ("", ""))[0] == name:
+        return "reference"
+    fields = RESOURCES[resource].fields
+    if any(f.name == name and f.type == "reference" for f in fields):
         return "reference"
     return "string"
 

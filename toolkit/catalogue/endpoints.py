@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.catalogue.model import Endpoint
+from toolkit.catalogue.model import Endpoint, Source
 from toolkit.catalogue.resources import RESOURCES
 
 TOKEN_ENDPOINT = Endpoint("POST", "/main/oauth/token", "Get Token", "Token", "token")
@@ -37,6 +37,20 @@ SEARCH_ALIASES: dict[str, str] = {
 }
 """Python keyword -> API parameter for the common searches whose names are not valid or
 idiomatic Python (pmtk); other keywords map ``_`` to ``-`` (``practitioner_role``)."""
+
+
+def endpoint_source(resource: str, kind: str) -> Source | None:
+    """Where ``resource``'s ``kind`` operation (``list``, ``read``...) is known from, or
+    None when the catalogue has no such operation.
+
+    >>> endpoint_source("Referral", "list"), endpoint_source("PractitionerRole", "list")
+    ('spec', 'facts')
+    """
+    for e in ENDPOINTS:
+        if e.resource == resource and e.kind == kind:
+            return e.source
+    return None
+
 
 LISTED_RESOURCES: tuple[str, ...] = tuple(e.resource for e in ENDPOINTS if e.kind == "list")
 """Resources with a list endpoint, in spec order."""

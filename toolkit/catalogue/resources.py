@@ -506,22 +506,43 @@ PATIENT = Resource(
         ),
     ),
     source="facts",
-    endpoints=_endpoints("Patient", ("list", "List patients")),
+    endpoints=(
+        *_endpoints("Patient", ("list", "List patients")),
+        *_endpoints("Patient", ("read", "Get Patient"), source="pmtk"),
+    ),
     search=("name", "family", "given"),
 )
+
+# The referenced resources of spec section 2.7 (fields "not shown"): their fields are
+# the FHIR R4 base resource's, or the facts' where they name them; their endpoints are
+# the ones public clients use live (facts) or pmtk's own (pmtk). A deployment without
+# them is reported as an observation, never failed.
 
 INVOICE = Resource(
     "Invoice",
     _common(
         Field("status", "code", enum=("active", "issued", "write-off")),
         _reference_field("subject", _ref("Patient"), source="pmtk"),
-        Field("date", "date-time", format="date-time", source="pmtk"),
+        _reference_field(
+            "recipient",
+            _ref("Patient", ("Organization", ("FD-", "OG-"))),
+            source="pmtk",
+            doc="Who is billed: the funder of its lines, else the patient (FHIR R4).",
+        ),
+        Field("date", "date", format="date", doc="A plain date on the live service (facts)."),
         *(
             Field(name, "object", fields=MONEY)
             for name in ("totalNet", "totalGross", "totalBalance", "totalPaid")
         ),
     ),
     source="facts",
+    doc="An invoice; its totals are the sums of its InvoiceLines.",
+    endpoints=(
+        *_endpoints("Invoice", ("list", "List Invoices"), source="facts"),
+        *_endpoints("Invoice", ("read", "Get Invoice"), source="pmtk"),
+    ),
+    search=("created", "recipient"),
+    date_search=(("created",), "date"),
 )
 
 HEALTHCARE_SERVICE = Resource(
@@ -532,6 +553,11 @@ HEALTHCARE_SERVICE = Resource(
         _reference_field("providedBy", _ref(("Organization", ("CL-", "PG-")))),
     ),
     source="pmtk",
+    doc="A service a clinic offers; what an Appointment's supportingInformation names.",
+    endpoints=(
+        *_endpoints("HealthcareService", ("list", "List HealthcareServices"), source="facts"),
+        *_endpoints("HealthcareService", ("read", "Get HealthcareService"), source="pmtk"),
+    ),
 )
 
 PRACTITIONER_ROLE = Resource(
@@ -540,9 +566,49 @@ PRACTITIONER_ROLE = Resource(
         Field("active", "boolean"),
         _reference_field("practitioner", _ref(PRACTITIONER_ANY)),
         _reference_field("organization", _ref(("Organization", ("CL-", "SP-", "PG-")))),
+        _reference_field(
+            "healthcareService",
+            _ref("HealthcareService"),
+            many=True,
+            doc="The services the role provides (its clinic's).",
+        ),
     ),
     id_prefixes=("PR-", "EP-"),
     source="pmtk",
+    doc="A practitioner at a clinic: what an Appointment's practitioner participant names.",
+    endpoints=_endpoints(
+        "PractitionerRole",
+        ("list", "List PractitionerRoles"),
+        ("read", "Get PractitionerRole"),
+        source="facts",
+    ),
+)
+
+REFERRAL_DEFINITION = Resource(
+    "ReferralDefinition",
+    _common(
+        Field("name", "string", doc="The referral type, as a Referral's referralDefinition."),
+        Field("active", "boolean"),
+        _reference_field("funder", _ref(("Organization", ("FD-",)))),
+        Field(
+            "limitQuantity",
+            "object",
+            fields=(Field("quantity", "integer"),),
+            doc="The appointments a referral of this type allows by default.",
+        ),
+        Field(
+            "limitMoney",
+            "object",
+            fields=(Field("amount", "object", fields=MONEY),),
+            doc="The money a referral of this type allows by default.",
+        ),
+    ),
+    source="pmtk",
+    doc="A referral type (Halaxy's own resource; the facts name only its read).",
+    endpoints=(
+        *_endpoints("ReferralDefinition", ("list", "List ReferralDefinitions"), source="pmtk"),
+        *_endpoints("ReferralDefinition", ("read", "Get ReferralDefinition"), source="facts"),
+    ),
 )
 
 CHARGE_ITEM_DEFINITION = Resource(
@@ -553,6 +619,13 @@ CHARGE_ITEM_DEFINITION = Resource(
         Field("price", "object", fields=MONEY),
     ),
     source="pmtk",
+    doc="A fee: what an InvoiceLine's definition names.",
+    endpoints=_endpoints(
+        "ChargeItemDefinition",
+        ("list", "List ChargeItemDefinitions"),
+        ("read", "Get ChargeItemDefinition"),
+        source="pmtk",
+    ),
 )
 
 SLOT = Resource(
@@ -581,6 +654,7 @@ RESOURCES: dict[str, Resource] = {
         INVOICE,
         HEALTHCARE_SERVICE,
         PRACTITIONER_ROLE,
+        REFERRAL_DEFINITION,
         CHARGE_ITEM_DEFINITION,
         SLOT,
     )

@@ -96,6 +96,23 @@ async def _read_body(request: Any, limit: int) -> Any:
     return bytes(body)
 
 
+def _tables_of(store: Path, known: frozenset[str]) -> frozenset[str]:
+    """The types whose events the listener applies: those the store holds, or, for a
+    store that holds none yet, every type with a view (the catch-up syncs them).
+
+    An event of a type the store was never synced with is not applied: a table made
+    of webhook deliveries alone would look complete and hold a handful of records.
+    """
+    from toolkit.errors import PmtkError
+    from toolkit.store import read_manifest
+
+    try:
+        held = frozenset(read_manifest(store).get("resources") or {})
+    except PmtkError:
+        return known
+    return (held & known) or known
+
+
 def _storable(listener: Listener, events: list[Event]) -> list[Event]:
     """The events of types the store holds; the others are counted and logged."""
     kept: list[Event] = []
@@ -166,7 +183,7 @@ class Listener:
         self.max_body_bytes = max_body_bytes
         self.catch_up = catch_up
         self.errors = errors
-        self.storable = frozenset(views.VIEWS)
+        self.storable = _tables_of(store, frozenset(views.VIEWS))
         self.queue = EventQueue(store)
         self.stats = ListenerStats()
         self.wake = threading.Event()

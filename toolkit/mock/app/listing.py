@@ -52,7 +52,7 @@ class ListingRoom(MockCore):
                 sort_spec = value
             elif name not in allowed:
                 continue  # FHIR servers ignore search parameters they do not support
-            elif name == "date":
+            elif name in DATE_SORT.get(rtype, ()):
                 test = _date_predicate(name, value)
                 filters.append(lambda i, t=test: t(coll.date[i]))  # type: ignore[misc]
             elif name == OWNER_PARAM.get(rtype):
@@ -60,6 +60,8 @@ class ListingRoom(MockCore):
                 filters.append(lambda i, o=owners: coll.owner[i] in o)  # type: ignore[misc]
             elif name in ("name", "family", "given"):
                 filters.append(_name_filter(coll, rtype, name, modifier, value))
+            else:
+                filters.append(_reference_filter(coll, rtype, name, value))
         if filters:
             indices = [i for i in indices if all(f(i) for f in filters)]
         if sort_spec:
@@ -178,6 +180,42 @@ class ListingRoom(MockCore):
 
 
 _CAPABILITY = orjson.dumps(catalogue.capability_statement())
+
+
+def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Callable[[int], bool]:
+    """A search on a reference field (``recipient=Patient/123``; comma-separated: any of).
+
+    A field that may point at more than one type takes ``Type/id`` only: a bare id
+    is refused with 422 (facts, "Shapes seen on the live service").
+    """
+    field = catalogue.field_at(rtype, name)
+    if field.ref is None:
+        raise Problem4xx(400, "not-supported", f"{rtype} cannot be searched by {name!r}")
+    wanted: set[tuple[str, str]] = set()
+    for item in (v.strip() for v in value.split(",")):
+        if not item:
+            continue
+        kind, _, rid = item.rpartition("/")
+        kind = kind.rsplit("/", 1)[-1]
+        if not kind and len(field.ref.types) > 1:
+            types = " or ".join(field.ref.types)
+            raise Problem4xx(
+                422,
+                "invalid",
+                f"{name}={item!r}: {rtype}.{name} may be a {types}; give Type/id, "
+                f"for example {field.ref.types[0]}/{item}",
+            )
+        wanted.add((kind or field.ref.types[0], rid))
+
+    def match(i: int) -> bool:
+        target = coll.record(i).get(name)
+        text = target.get("reference") if isinstance(target, dict) else None
+        if not isinstance(text, str):
+            return False
+        parts = text.rstrip("/").rsplit("/", 2)
+        return len(parts) >= 2 and (parts[-2], parts[-1]) in wanted
+
+    return match
 
 
 def _name_filter(

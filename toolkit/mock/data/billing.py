@@ -11,6 +11,7 @@ privately. Like appointments, both are columns until read.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from toolkit import catalogue
@@ -46,6 +47,8 @@ CONTEXT = link("InvoiceLine", "context")
 PERFORMER = link("InvoiceLine", "performer")
 INVOICE = link("InvoiceLine", "invoice")
 INVOICE_SUBJECT = link("Invoice", "subject")
+TO_PATIENT = link("Invoice", "recipient", "Patient")
+TO_FUNDER = link("Invoice", "recipient", "Organization")
 CONSULT, PRODUCT_0, PRODUCT_1, NOSHOW_LINE = range(4)
 """Kinds of invoice line."""
 
@@ -84,6 +87,12 @@ class Billing:
             return [(BASE, price), (TAX, round(price * 0.1, 2))]
         return [(BASE, NOSHOW_FEE[2])]
 
+    def invoice_day(self, k: int) -> int:
+        """Midnight (UTC) of the day invoice ``k`` is dated: its appointment's end."""
+        i = self.invoice_appt[k]
+        end = self.appts.start[i] + self.appts.minutes[i] * 60
+        return end - end % 86_400
+
     def entered(self, li: int) -> int:
         """When line ``li`` was entered: five minutes after its appointment ended."""
         i = self.line_appt[li]
@@ -120,10 +129,16 @@ def bill(rng: random.Random, seed: int, appts: Appointments) -> Billing:
 
 @dataclass(frozen=True, slots=True)
 class InvoiceBuilder:
-    """Builds invoice ``k``'s record (the collection's lazy builder)."""
+    """Builds invoice ``k``'s record (the collection's lazy builder).
+
+    Its totals are the sums of its lines' price components; its recipient is the
+    funder of its first line, else the patient (who pays privately).
+    """
 
     billing: Billing
     patient_ids: list[str]
+    funder_of: Callable[[int], str | None]
+    """The funder of invoice line ``li`` (:meth:`LineBuilder.funder`)."""
 
     def __call__(self, k: int) -> Record:
         b = self.billing
@@ -133,13 +148,16 @@ class InvoiceBuilder:
         h = mix(b.seed, k, 2) % 100
         status = ISSUED if h < 85 else ACTIVE if h < 97 else WRITTEN_OFF
         paid = total if status == ISSUED and h < 75 else 0.0
+        patient = self.patient_ids[b.appts.patient[i]]
+        funder = self.funder_of(lines[0]) if lines else None
         return {
             "resourceType": "Invoice",
             "id": str(INVOICE_BASE + k),
             "meta": meta(b.appts.updated(i)),
             "status": status,
-            "subject": INVOICE_SUBJECT(self.patient_ids[b.appts.patient[i]]),
-            "date": iso(b.appts.start[i] + b.appts.minutes[i] * 60),
+            "subject": INVOICE_SUBJECT(patient),
+            "recipient": TO_FUNDER(funder) if funder else TO_PATIENT(patient),
+            "date": iso(b.invoice_day(k))[:10],
             "totalNet": {"value": total, "currency": CURRENCY},
             "totalGross": {"value": total, "currency": CURRENCY},
             "totalBalance": {"value": round(total - paid, 2), "currency": CURRENCY},

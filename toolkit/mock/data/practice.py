@@ -32,7 +32,12 @@ from toolkit.mock.data.coverage import COVERAGE_BASE
 from toolkit.mock.data.grid import DayGrid
 from toolkit.mock.data.organizations import EXTERNAL_PRACTICE_BASE, Organizations, add_organizations
 from toolkit.mock.data.patients import Patients, add_patients
-from toolkit.mock.data.practitioners import EXTERNAL_BASE, Practitioners, add_practitioners
+from toolkit.mock.data.practitioners import (
+    EXTERNAL_BASE,
+    Practitioners,
+    add_practitioners,
+    link_role_services,
+)
 from toolkit.mock.data.referrals import (
     REFERRAL_BASE,
     Referrals,
@@ -97,7 +102,7 @@ def _add_lazy(
             str(INVOICE_BASE + k),
             None,
             updated=appts.updated(i),
-            date=float(appts.start[i]),
+            date=float(billing.invoice_day(k)),
             owner=patient_ids[appts.patient[i]],
         )
     lines = store.collection("InvoiceLine", line_builder)
@@ -145,6 +150,7 @@ def _directory(store: Store, rng: random.Random, sc: Scale) -> _Directory:
     )
     clinic_index = {cid: c for c, cid in enumerate(orgs.clinics)}
     role_services = [service_ids[clinic_index[c]] for c in prs.role_clinic]
+    link_role_services(store, prs.roles, role_services)
     return _Directory(orgs, prs, patients, refs, role_patients, role_services)
 
 
@@ -155,14 +161,15 @@ def _visits(store: Store, rng: random.Random, seed: int, count: int, d: _Directo
     billing = bill(rng, seed, appts)
     referral_of = record_usage(store, d.refs, appts, billing)
     ids, roles = d.patients.ids, d.prs.roles
+    lines = LineBuilder(
+        billing, ids, roles, referral_of, d.refs.records, d.patients.cover, d.orgs.funders
+    )
     builders = (
         AppointmentBuilder(
             seed, appts, billing.invoice_of, ids, roles, d.role_services, INVOICE_BASE
         ),
-        InvoiceBuilder(billing, ids),
-        LineBuilder(
-            billing, ids, roles, referral_of, d.refs.records, d.patients.cover, d.orgs.funders
-        ),
+        InvoiceBuilder(billing, ids, lines.funder),
+        lines,
     )
     _add_lazy(store, appts, billing, builders, ids)
     return grid

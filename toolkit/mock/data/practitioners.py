@@ -27,7 +27,13 @@ from toolkit.mock.data.base import (
 )
 from toolkit.mock.store import Collection, Record, Store
 
-__all__ = ["EXTERNAL_BASE", "PROFESSIONS", "Practitioners", "add_practitioners"]
+__all__ = [
+    "EXTERNAL_BASE",
+    "PROFESSIONS",
+    "Practitioners",
+    "add_practitioners",
+    "link_role_services",
+]
 
 PROFESSIONS = (
     ("psychologist", "Psychologist"),
@@ -42,6 +48,7 @@ EXTERNAL = id_prefix("External practitioner from the professional contacts list"
 (OFFICIAL,) = codes("Practitioner", "name.use", "official")
 PRACTITIONER = link("PractitionerRole", "practitioner")
 ORGANIZATION = link("PractitionerRole", "organization")
+SERVICE = link("PractitionerRole", "healthcareService")
 EXTERNAL_BASE = 7001
 """Number of the first external practitioner (``EP-7001``); created ones continue the count."""
 
@@ -161,3 +168,12 @@ def add_practitioners(
     role_ids, role_clinic = _add_practice(prs, roles, rng, sc.practitioners, clinics)
     externals = _add_externals(prs, roles, rng, sc.externals, practices)
     return Practitioners(role_ids, role_clinic, externals)
+
+
+def link_role_services(store: Store, roles: list[str], role_services: list[list[str]]) -> None:
+    """Name on each of the group's roles the HealthcareServices of its clinic (drawn later)."""
+    coll = store.collection("PractitionerRole")
+    for rid, services in zip(roles, role_services, strict=True):
+        index = coll.pos[rid]
+        record = coll.record(index)
+        coll.set_built(index, {**record, "healthcareService": [SERVICE(s) for s in services]})
