@@ -34,6 +34,17 @@ from toolkit.mock import Deployment
 CANONICAL = "https://terminology.halaxy.com/StructureDefinition/"
 STATUS_SYSTEM = "https://au-api.halaxy.com/presets/CodeSystem/appointment-participant-status"
 LIVE_BASE = "https://au-api.halaxy.com"
+LIVE_LACKS = (
+    "/main/Patient/{id}",
+    "/main/Invoice/{id}",
+    "/main/HealthcareService/{id}",
+    "/main/ReferralDefinition",
+    "/main/ChargeItemDefinition",
+    "/main/ChargeItemDefinition/{id}",
+)
+"""The endpoints outside the spec that no public client is seen using live: the facts
+name PractitionerRole (list, read), HealthcareService and Invoice (list),
+ReferralDefinition (read), metadata and Patient $export-ids, and nothing else."""
 _KEPT = ("content-type", "x-ratelimit-limit", "x-ratelimit-remaining", "retry-after")
 
 
@@ -47,6 +58,9 @@ class Proxy:
     foreign_next: dict[str, str] = field(default_factory=dict)
     metadata: bool = True
     """Pass ``/main/metadata`` through; ``False`` answers 404 like a deployment without one."""
+    missing: tuple[str, ...] = ()
+    """Paths the deployment does not serve (404), ``{id}`` standing for one id segment:
+    ``("/main/ChargeItemDefinition", "/main/Patient/{id}")``."""
     tokens: dict[str, str] = field(default_factory=dict)
     origin: str = ""
     ref_forms: Iterator[int] = field(default_factory=lambda: itertools.cycle(range(3)))
@@ -116,12 +130,23 @@ class Proxy:
                 if link.get("relation") == "next" and resource in self.foreign_next:
                     link["url"] = self.foreign_next[resource]
 
+    def lacks(self, path: str) -> bool:
+        for pattern in self.missing:
+            head, _, tail = pattern.partition("{id}")
+            if path == pattern:
+                return True
+            if tail == "" and head and path.startswith(head):
+                rest = path[len(head) :]
+                if rest and "/" not in rest and not rest.startswith("$"):
+                    return True
+        return False
+
     # ------------------------------------------------------------------ ASGI
 
     async def handle(self, request: Request) -> Response:
         path = request.url.path
-        if path == "/main/metadata" and not self.metadata:
-            path = "/main/NoMetadata"  # the upstream's 404 OperationOutcome, headers and all
+        if (path == "/main/metadata" and not self.metadata) or self.lacks(path):
+            path = "/main/NoSuchPath"  # the upstream's 404 OperationOutcome, headers and all
         body = await request.body()
         headers = {
             k: v
@@ -187,9 +212,10 @@ def live_proxy(
     token_text: str,
     foreign_next: dict[str, str] | None = None,
     metadata: bool = True,
+    missing: tuple[str, ...] = (),
 ) -> Iterator[str]:
     """Serve the proxy; yield its base URL (with ``/main``)."""
-    proxy = Proxy(upstream, secret, token_text, dict(foreign_next or {}), metadata)
+    proxy = Proxy(upstream, secret, token_text, dict(foreign_next or {}), metadata, missing)
     methods = ["GET", "POST", "PATCH", "PUT", "DELETE"]
     app = Starlette(routes=[Route("/{path:path}", proxy.handle, methods=methods)])
     with run_app(app) as origin:

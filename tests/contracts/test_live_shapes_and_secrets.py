@@ -16,7 +16,7 @@ from urllib.parse import quote, quote_plus
 
 from typer.testing import CliRunner
 
-from tests.contracts.live_proxy import live_proxy, recording_server
+from tests.contracts.live_proxy import LIVE_LACKS, live_proxy, recording_server
 from toolkit.cli import app
 from toolkit.mock import serve
 
@@ -55,7 +55,7 @@ def test_live_shaped_deployment_with_a_hostile_secret_is_conformant_and_leaks_no
 ) -> None:
     with (
         serve(test_controls=True, shapes="spec") as dep,
-        live_proxy(dep, secret=SECRET, token_text=TOKEN, metadata=False) as url,
+        live_proxy(dep, secret=SECRET, token_text=TOKEN, metadata=False, missing=LIVE_LACKS) as url,
     ):
         code, report, output = _check(url, tmp_path)
     failed = [
@@ -63,6 +63,21 @@ def test_live_shaped_deployment_with_a_hostile_secret_is_conformant_and_leaks_no
     ]
     assert code == 0, failed or output
     assert report["summary"]["failed"] == 0
+    # The endpoints outside the spec that it lacks: observations, never failures.
+    outside = {
+        (o["field"], o["example"].split(" answered ")[0])
+        for c in report["checks"]
+        for o in c["observed"]
+        if o["rule"] == "outside-spec"
+    }
+    assert {
+        ("ReferralDefinition", "GET /main/ReferralDefinition?_count=100"),
+        ("ChargeItemDefinition", "GET /main/ChargeItemDefinition?_count=100"),
+        ("Patient", "reading a listed Patient"),
+        ("Invoice", "reading a listed Invoice"),
+        ("HealthcareService", "reading a listed HealthcareService"),
+    } <= outside, outside
+    assert not {f for f, _ in outside} & {"PractitionerRole", "Referral", "Appointment"}
     # This deployment has no /main/metadata: said once, as an observation, and the run went on.
     assert report["observations"]["capability_statement"] == {"served": False, "status": 404}
     capability = [o for c in report["checks"] for o in c["observed"] if o["rule"] == "capability"]

@@ -12,13 +12,14 @@ from typing import Any
 import polars as pl
 
 from toolkit import catalogue
-from toolkit.errors import PmtkError
+from toolkit.errors import MethodNotAllowed, NotFound, PmtkError
 from toolkit.store.layout import (
     _claim,
     _init_manifest,
     _locked,
     _scoped_to_resource,
     _snake,
+    _update_manifest,
     declared_schemas,
     read_manifest,
 )
@@ -26,6 +27,7 @@ from toolkit.store.merge import drop_missing
 from toolkit.store.progress import SyncProgress
 from toolkit.store.results import (
     DEFAULT_STORE,
+    NOT_SERVED,
     PAGE_SIZE,
     ErrorsMode,
     FileProblem,
@@ -166,7 +168,9 @@ def sync(
                     errors=errors,
                     on_page=callback or display,
                 )
-                failure = _sync_one(syncer, display, summary)
+                failure = _sync_one(syncer, display, summary, optional=resources is None)
+                if failure is None and summary.resources[-1].status == NOT_SERVED:
+                    continue
                 if failure is None:
                     failure = _drop_deleted(root, client, summary.resources[-1], reconcile)
                 if failure is not None:
@@ -236,15 +240,28 @@ def _display_for(progress: Any) -> tuple[SyncProgress, ProgressCallback | None]:
 
 
 def _sync_one(
-    syncer: _ResourceSyncer, display: SyncProgress, summary: SyncSummary
+    syncer: _ResourceSyncer, display: SyncProgress, summary: SyncSummary, *, optional: bool
 ) -> BaseException | None:
-    """Sync one resource; its own failure is returned (and summarised), others raise."""
+    """Sync one resource; its own failure is returned (and summarised), others raise.
+
+    With ``optional`` (the default set of types, not a list the user named), a type
+    whose list the spec does not have and that the deployment does not serve (404 or
+    405 on its first page) is ``not served``: summarised, its stored data kept as it
+    was, and not a failure.
+    """
     display.start(syncer.rt)
     began = time.monotonic()
     try:
         result = syncer.run()
     except (Exception, KeyboardInterrupt) as exc:
         failure = _failure(syncer, exc, time.monotonic() - began)
+        if optional and _not_served(syncer, exc):
+            # The manifest keeps what it said before: a type never stored stays absent.
+            _update_manifest(syncer.root, syncer.rt, syncer.entry_before_failure)
+            failure.status = NOT_SERVED
+            display.done(failure)
+            summary.resources.append(failure)
+            return None
         display.failed(failure)
         if isinstance(exc, KeyboardInterrupt) or not _scoped_to_resource(exc):
             raise
@@ -253,6 +270,13 @@ def _sync_one(
     display.done(result)
     summary.resources.append(result)
     return None
+
+
+def _not_served(syncer: _ResourceSyncer, exc: BaseException) -> bool:
+    """Whether ``exc`` says the deployment lacks the list of a type outside the spec."""
+    if not isinstance(exc, NotFound | MethodNotAllowed) or syncer.staged_pages:
+        return False
+    return catalogue.endpoint_source(syncer.rt, "list") != "spec"
 
 
 def _failure(syncer: _ResourceSyncer, exc: BaseException, elapsed: float) -> ResourceSync:

@@ -429,11 +429,15 @@ def _load_manifest_for_write(root: Path) -> dict[str, Any]:
     return read_manifest(root)
 
 
-def _update_manifest(root: Path, resource_type: str, entry: dict[str, Any]) -> None:
+def _update_manifest(root: Path, resource_type: str, entry: dict[str, Any] | None) -> None:
+    """Write ``resource_type``'s manifest entry (``None``: remove it)."""
     manifest = _load_manifest_for_write(root)
     manifest["kind"] = STORE_KIND
     manifest["format"] = STORE_FORMAT
-    manifest["resources"][resource_type] = entry
+    if entry is None:
+        manifest["resources"].pop(resource_type, None)
+    else:
+        manifest["resources"][resource_type] = entry
     _write_json(_manifest_path(root), manifest)
 
 

@@ -284,6 +284,10 @@ class PageProgress:
 ProgressCallback = Callable[[PageProgress], None]
 
 
+NOT_SERVED = "not served"
+"""The status of a type outside the spec that the deployment does not serve."""
+
+
 @dataclass(slots=True)
 class ResourceSync:
     """What one resource's sync did.
@@ -295,8 +299,11 @@ class ResourceSync:
     mode
         ``"full"`` or ``"incremental"``.
     status
-        ``"updated"`` (the datasets were replaced), ``"unchanged"``, or
-        ``"failed"`` (nothing of this run was stored; ``error`` says why).
+        ``"updated"`` (the datasets were replaced), ``"unchanged"``,
+        ``"not served"`` (a type outside the spec whose list the deployment does
+        not have; its stored data, if any, is kept; ``error`` says what it
+        answered), or ``"failed"`` (nothing of this run was stored; ``error``
+        says why).
     resumed
         Whether the run continued an interrupted one.
     fetched
@@ -401,7 +408,8 @@ class SyncSummary:
         for name in (*names, "pages", "requests", "elapsed"):
             t.add_column(name, justify="right")
         failed = self.failed
-        if failed:
+        problems = any(r.error for r in self.resources)
+        if problems:
             t.add_column("problem", no_wrap=True, overflow="ellipsis", max_width=90)
         for r in self.resources:
             main = r.rows.get(r.resource, 0)
@@ -409,6 +417,8 @@ class SyncSummary:
             status = Text(r.status + (" (repaired)" if r.repaired else ""))
             if r.status == "failed":
                 status.stylize("bold red")
+            elif r.status == NOT_SERVED:
+                status.stylize("yellow")
             cells = [
                 Text(r.resource),
                 Text(r.mode + (" (resumed)" if r.resumed else "")),
@@ -421,12 +431,15 @@ class SyncSummary:
                 Text(str(r.requests)),
                 Text(f"{r.elapsed:.1f} s"),
             ]
-            if failed:
+            if problems:
                 cells.append(Text(r.error or ""))
             t.add_row(*cells)
         caption = f"{self.requests} requests ({self.pages} pages) in {self.elapsed:.1f} s"
         if failed:
             caption += f"; {len(failed)} of {len(self.resources)} resources failed"
+        absent = [r.resource for r in self.resources if r.status == NOT_SERVED]
+        if absent:
+            caption += f"; not served by this deployment (outside the spec): {', '.join(absent)}"
         t.caption = Text(caption)
         return t
 

@@ -88,6 +88,9 @@ class _ResourceSyncer:
         """The committed file of each table, when an incremental sync builds on it."""
         self.cp: _Checkpoint | None = None
         """The checkpoint of the run under way (for reporting a failure)."""
+        self.entry_before_failure: dict[str, Any] | None = None
+        """The manifest entry the resource had when its run failed (restored for a type
+        the deployment does not serve)."""
         self.sent_before: int | None = None
         self.walk_summary: FetchSummary | None = None
         """The summary of this run's walk, once it has begun."""
@@ -244,6 +247,7 @@ class _ResourceSyncer:
         return result
 
     def _record_failure(self, previous: dict[str, Any] | None, exc: BaseException) -> None:
+        self.entry_before_failure = previous
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         entry = dict(previous or {"tables": {}, "high_water_mark": None})
         entry.update(

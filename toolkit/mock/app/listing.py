@@ -199,11 +199,15 @@ def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Ca
         kind = kind.rsplit("/", 1)[-1]
         if not kind and len(field.ref.types) > 1:
             types = " or ".join(field.ref.types)
+            guess = next(
+                (t.type for t in field.ref.targets if t.prefixes and item.startswith(t.prefixes)),
+                field.ref.types[0],
+            )
             raise Problem4xx(
                 422,
                 "invalid",
                 f"{name}={item!r}: {rtype}.{name} may be a {types}; give Type/id, "
-                f"for example {field.ref.types[0]}/{item}",
+                f"for example {guess}/{item}",
             )
         wanted.add((kind or field.ref.types[0], rid))
 
