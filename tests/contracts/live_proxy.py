@@ -41,6 +41,8 @@ LIVE_LACKS = (
     "/main/ReferralDefinition",
     "/main/ChargeItemDefinition",
     "/main/ChargeItemDefinition/{id}",
+    "/main/Slot",
+    "/main/Slot/{id}",
 )
 """The endpoints outside the spec that no public client is seen using live: the facts
 name PractitionerRole (list, read), HealthcareService and Invoice (list),

@@ -73,6 +73,7 @@ def test_live_shaped_deployment_with_a_hostile_secret_is_conformant_and_leaks_no
     assert {
         ("ReferralDefinition", "GET /main/ReferralDefinition?_count=100"),
         ("ChargeItemDefinition", "GET /main/ChargeItemDefinition?_count=100"),
+        ("Slot", "GET /main/Slot?_count=100"),
         ("Patient", "reading a listed Patient"),
         ("Invoice", "reading a listed Invoice"),
         ("HealthcareService", "reading a listed HealthcareService"),

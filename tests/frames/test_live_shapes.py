@@ -44,6 +44,9 @@ ODD_VALUES = {
     ("PractitionerRole", "PractitionerRole", "EP-77odd", "active", '"yes"', False),
     ("ReferralDefinition", "ReferralDefinition", "504odd", "limit_quantity", '"20"', False),
     ("ChargeItemDefinition", "ChargeItemDefinition", "9007odd", "code", "9007", False),
+    # A required end sent as a number: the raw value, and the null it reads as.
+    ("Slot", "Slot", "slot-9odd", "end", "1793615400", False),
+    ("Slot", "Slot", "slot-9odd", "end", None, False),
 }
 
 

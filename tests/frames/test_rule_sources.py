@@ -55,6 +55,11 @@ NON_SPEC_RULES = [
     ("ReferralDefinition", "funder_id", "reference_id", "pmtk"),
     ("ReferralDefinition", "limit_money_currency", "currency_code", "pmtk"),
     ("ChargeItemDefinition", "price_currency", "currency_code", "pmtk"),
+    ("Slot", "start", "not_nullable", "pmtk"),
+    ("Slot", "end", "not_nullable", "pmtk"),
+    ("Slot", "status", "enum", "pmtk"),
+    ("Slot", "practitioner_role_id", "reference_id", "pmtk"),
+    ("Slot", "healthcare_service_id", "reference_id", "pmtk"),
 ]
 
 

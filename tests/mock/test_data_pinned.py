@@ -38,8 +38,9 @@ PINNED: dict[tuple[str, str], dict[str, str]] = {
         "Appointment": "3b5efbd3e5912ecc1f26a04e3b5bf87e0576cc72f98411b7c0504a28d53569b9",
         "Invoice": "4f4a80486d40b97f782b66c6cd7c577f66998063e06244e65c3ca1af109fce54",
         "InvoiceLine": "0b720fa2e03c55de85442b52022e47e9f792c2de25c4701c00dfad2e9ec47f66",
+        "Slot": "0dfd4f374c2ba252025b8558ec1ddb2764199ac86c04e310ff5b7b0df1420674",
         "ReferralDefinition": "211b537235a702059bf33f52582842c17d49fde1a6f0d592f4d7f42567a89f0d",
-        "(lookups)": "fbd17920d2b58538a0823868320c6bfb9fe0f226e29d3f10ef31b694f9e77d97",
+        "(lookups)": "93e508f5df4b9083c8d4dd68f768acd57cd6fb0148c590d46ad3582ba72b6655",
     },
     ("small", "spec"): {
         "Organization": "36f0d94efeb5d9d7c2d1b1c0714055017d319dc619475de9b90d32d1622f7999",
@@ -53,8 +54,9 @@ PINNED: dict[tuple[str, str], dict[str, str]] = {
         "Appointment": "9e27e9864b6f2bb8493aebd968e33aa3399a34d2605bc7470407d657ac2cf657",
         "Invoice": "4f4a80486d40b97f782b66c6cd7c577f66998063e06244e65c3ca1af109fce54",
         "InvoiceLine": "d9f127457f40517c91df9f82c0062df3923eb20b4db657ddf354ac5950108d3d",
+        "Slot": "0dfd4f374c2ba252025b8558ec1ddb2764199ac86c04e310ff5b7b0df1420674",
         "ReferralDefinition": "211b537235a702059bf33f52582842c17d49fde1a6f0d592f4d7f42567a89f0d",
-        "(lookups)": "fbd17920d2b58538a0823868320c6bfb9fe0f226e29d3f10ef31b694f9e77d97",
+        "(lookups)": "93e508f5df4b9083c8d4dd68f768acd57cd6fb0148c590d46ad3582ba72b6655",
     },
     ("medium", "live"): {
         "Organization": "978d454b64006de3c8d894ca2fa7870328dca101daba93dd770f24330213658b",
@@ -68,8 +70,9 @@ PINNED: dict[tuple[str, str], dict[str, str]] = {
         "Appointment": "df34008d0006845b3e601aeafe7bb1677cfac40ee857a1127a950cdf6f75090f",
         "Invoice": "0279ccaeb6f62b71eb779c7db253f7c1b5de13ed848bda5c7b88aaaac9e8c4e2",
         "InvoiceLine": "bfcdcb3d094632ec12d92142379af8f0353bb8669a451f42de65a744023412e6",
+        "Slot": "c94b4d83772de7512e9e46e6d5c8a6d0ab673c65b4defed680c133577c91b1fa",
         "ReferralDefinition": "211b537235a702059bf33f52582842c17d49fde1a6f0d592f4d7f42567a89f0d",
-        "(lookups)": "6c758bbba9bac05d20d20f062c6037135de353e9024385daa80c8ae13e0d464e",
+        "(lookups)": "48109b8cf368ef61f8a3af4d150274695ee297333bfa2dc6608cf56c2962aa78",
     },
     ("medium", "spec"): {
         "Organization": "978d454b64006de3c8d894ca2fa7870328dca101daba93dd770f24330213658b",
@@ -83,8 +86,9 @@ PINNED: dict[tuple[str, str], dict[str, str]] = {
         "Appointment": "179e8fcdd7a0f3aacba3457be6a01e124e52222966932fa9d43b4bc07c802ee3",
         "Invoice": "0279ccaeb6f62b71eb779c7db253f7c1b5de13ed848bda5c7b88aaaac9e8c4e2",
         "InvoiceLine": "ba2706eaa13c17abbfdae15d4dfa36be30ee6ca59e3c9acee856865b26314116",
+        "Slot": "c94b4d83772de7512e9e46e6d5c8a6d0ab673c65b4defed680c133577c91b1fa",
         "ReferralDefinition": "211b537235a702059bf33f52582842c17d49fde1a6f0d592f4d7f42567a89f0d",
-        "(lookups)": "6c758bbba9bac05d20d20f062c6037135de353e9024385daa80c8ae13e0d464e",
+        "(lookups)": "48109b8cf368ef61f8a3af4d150274695ee297333bfa2dc6608cf56c2962aa78",
     },
 }
 

@@ -34,7 +34,7 @@ def test_a_default_sync_skips_the_types_the_deployment_does_not_serve(tmp_path: 
         summary = sync(client, store, progress=False)
         status = {r.resource: r.status for r in summary.resources}
         assert list(status) == list(catalogue.LISTED_RESOURCES)
-        absent = {"ReferralDefinition", "ChargeItemDefinition"}
+        absent = {"ReferralDefinition", "ChargeItemDefinition", "Slot"}
         assert {t for t, s in status.items() if s == "not served"} == absent
         assert all(s == "updated" for t, s in status.items() if t not in absent)
         for result in summary.resources:

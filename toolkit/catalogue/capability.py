@@ -59,10 +59,10 @@ def _param_type(resource: str, name: str) -> str:
         return "date"
     if OWNER_SEARCH.get(resource, ("", ""))[0] == name:
         return "reference"
-    fields = RESOURCES[resource].fields
-    if any(f.name == name and f.type == "reference" for f in fields):
+    kinds = {f.type for f in RESOURCES[resource].fields if f.name == name}
+    if "reference" in kinds:
         return "reference"
-    return "string"
+    return "token" if "code" in kinds else "string"
 
 
 def capability_statement() -> dict[str, Any]:

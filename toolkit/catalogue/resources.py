@@ -633,12 +633,20 @@ SLOT = Resource(
     _common(
         Field("start", "date-time", required=True, format="date-time"),
         Field("end", "date-time", required=True, format="date-time"),
-        Field("status", "code", enum=("free", "busy")),
+        Field(
+            "status",
+            "code",
+            enum=("busy", "free", "busy-unavailable", "busy-tentative", "entered-in-error"),
+            doc="FHIR R4's values; the mock serves free and busy.",
+        ),
         _reference_field("practitionerRole", _ref(ROLE_ANY)),
         _reference_field("healthcareService", _ref("HealthcareService")),
     ),
     source="pmtk",
-    doc="Internal to the mock; exposed only through $find's proposed Appointments.",
+    doc="A 30-minute unit of a role's bookable time, free or busy; what $find draws from.",
+    endpoints=_endpoints("Slot", ("list", "List Slots"), ("read", "Get Slot"), source="pmtk"),
+    search=("status", "start"),
+    date_search=(("start",), "start"),
 )
 
 RESOURCES: dict[str, Resource] = {

@@ -102,6 +102,14 @@ class Collection:
         self._bytes.pop(index, None)
         return index
 
+    def rebuild(self, index: int, *, updated: float) -> None:
+        """A lazily built record changed at ``updated``: build it again when next read,
+        and move it last in list order (it was just written)."""
+        self._records.pop(index, None)
+        self._bytes.pop(index, None)
+        self.updated[index] = updated
+        self.move_to_end(index)
+
     def records_built(self) -> list[tuple[int, Record]]:
         """The records held as dicts so far (eager ones, lazily built ones once read)."""
         return list(self._records.items())

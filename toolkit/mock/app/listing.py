@@ -60,8 +60,10 @@ class ListingRoom(MockCore):
                 filters.append(lambda i, o=owners: coll.owner[i] in o)  # type: ignore[misc]
             elif name in ("name", "family", "given"):
                 filters.append(_name_filter(coll, rtype, name, modifier, value))
-            else:
+            elif catalogue.field_at(rtype, name).type == "reference":
                 filters.append(_reference_filter(coll, rtype, name, value))
+            else:
+                filters.append(_token_filter(coll, name, value))
         if filters:
             indices = [i for i in indices if all(f(i) for f in filters)]
         if sort_spec:
@@ -180,6 +182,12 @@ class ListingRoom(MockCore):
 
 
 _CAPABILITY = orjson.dumps(catalogue.capability_statement())
+
+
+def _token_filter(coll: Collection, name: str, value: str) -> Callable[[int], bool]:
+    """A search on a coded field (``status=free``; comma-separated: any of)."""
+    wanted = {v.strip() for v in value.split(",") if v.strip()}
+    return lambda i: coll.record(i).get(name) in wanted
 
 
 def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Callable[[int], bool]:

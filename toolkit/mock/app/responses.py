@@ -24,7 +24,7 @@ CREATABLE = {  # type -> the id prefix the mock gives a created record
     for rtype in catalogue.CREATE_PATHS
 }
 LISTED = frozenset(catalogue.LISTED_RESOURCES)
-READABLE = frozenset(name for name in catalogue.RESOURCES if name != "Slot")
+READABLE = frozenset(catalogue.RESOURCES)
 EMPTY_405 = catalogue.PATCH_ANSWERS_EMPTY_405
 DATE_SORT = {rtype: names for rtype, (names, _field) in catalogue.DATE_SEARCH.items()}
 OWNER_PARAM = {rtype: param for rtype, (param, _field) in catalogue.OWNER_SEARCH.items()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from toolkit.mock.data.base import (
@@ -33,6 +34,10 @@ class DayGrid:
     and moving one of the two away again must leave the unit taken.
     """
 
+    on_change: Callable[[int, int], None] | None = None
+    """Called with (role index, unit start epoch) when a unit turns taken or free again
+    (the Slot collection's records follow the grid)."""
+
     def units(self, start: int, minutes: int) -> list[int]:
         """The grid units [start, start + minutes) touches, aligned to the grid.
 
@@ -50,14 +55,18 @@ class DayGrid:
     def take(self, role: int, start: int, minutes: int) -> None:
         for u in self.units(start, minutes):
             self.taken[(role, u)] += 1
+            if self.taken[(role, u)] == 1 and self.on_change is not None:
+                self.on_change(role, u)
 
     def release(self, role: int, start: int, minutes: int) -> None:
         for u in self.units(start, minutes):
-            left = self.taken[(role, u)] - 1
-            if left > 0:
-                self.taken[(role, u)] = left
-            else:
-                del self.taken[(role, u)]
+            held = self.taken[(role, u)]
+            if held > 1:
+                self.taken[(role, u)] = held - 1
+                continue
+            del self.taken[(role, u)]
+            if held == 1 and self.on_change is not None:
+                self.on_change(role, u)
 
     @staticmethod
     def on_grid(start: int, minutes: int) -> bool:

@@ -46,6 +46,7 @@ from toolkit.mock.data.referrals import (
     record_usage,
 )
 from toolkit.mock.data.services import add_charge_items, add_services
+from toolkit.mock.data.slots import SlotIndex, add_slots
 from toolkit.mock.shapes import Shapes, to_stored
 from toolkit.mock.store import Record, Store
 
@@ -67,6 +68,8 @@ class PracticeData:
     role_service: list[str]
     """The HealthcareService id a proposed appointment of each role is for."""
     next_ids: dict[str, int]
+    slots: SlotIndex
+    """Where each grid unit's Slot sits in the Slot collection."""
 
 
 def _check(scale: str, shapes: str) -> None:
@@ -187,6 +190,8 @@ def generate(seed: int = 0, scale: str = "small", shapes: Shapes = "live") -> Pr
     store = Store()
     d = _directory(store, rng, sc)
     grid = _visits(store, rng, seed, sc.appointments, d)
+    role_service = [services[1] for services in d.role_services]
+    slots = add_slots(store, grid, d.prs.roles, role_service)
     _draw_families(store, seed, sc)
     if shapes == "live":
         _live_forms(store)
@@ -196,7 +201,8 @@ def generate(seed: int = 0, scale: str = "small", shapes: Shapes = "live") -> Pr
         grid=grid,
         roles=d.prs.roles,
         role_clinic=d.prs.role_clinic,
-        role_service=[services[1] for services in d.role_services],
+        role_service=role_service,
+        slots=slots,
         next_ids={
             "Appointment": APPOINTMENT_BASE + len(store["Appointment"]),
             "Referral": REFERRAL_BASE + len(store["Referral"]),

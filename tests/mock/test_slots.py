@@ -1,0 +1,106 @@
+"""Slots: the grid $find draws from, as records that follow every booking and cancel."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import httpx
+
+from tests.mock.test_booking import book_body
+from tests.mock.test_shapes import LIVE_HOST
+
+WINDOW = {"start": "2026-11-23T00:00:00Z", "end": "2026-11-28T00:00:00Z"}
+MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+def _all(api: httpx.Client, path: str, **params: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    url: str | None = path
+    query: dict[str, str] | None = {"_count": "100", **params}
+    while url is not None:
+        bundle = api.get(url, params=query).json()
+        assert bundle["resourceType"] == "Bundle", bundle
+        out += [e["resource"] for e in bundle.get("entry", [])]
+        url = next((ln["url"] for ln in bundle["link"] if ln["relation"] == "next"), None)
+        query = None
+    return out
+
+
+def _key(resource: dict[str, Any], actor: dict[str, Any]) -> tuple[str, str]:
+    start = dt.datetime.fromisoformat(resource["start"]).astimezone(dt.UTC)
+    return actor["reference"].rsplit("/", 1)[-1], start.isoformat()
+
+
+def test_every_weekday_unit_of_every_group_role_is_a_slot(mock_api: httpx.Client) -> None:
+    roles = [r["id"] for r in _all(mock_api, "PractitionerRole") if r["id"].startswith("PR-")]
+    first = mock_api.get("Slot", params={"_count": 1, "_sort": "start"}).json()
+    weekdays = sum(
+        1 for d in range(61) if (dt.date(2026, 11, 1) + dt.timedelta(days=d)).weekday() < 5
+    )
+    assert first["total"] == weekdays * 16 * len(roles)
+    slot = first["entry"][0]["resource"]
+    assert slot["start"] == "2026-11-02T09:00:00Z" and slot["end"] == "2026-11-02T09:30:00Z"
+    assert mock_api.get(f"Slot/{slot['id']}").json() == slot
+
+
+def test_the_free_slots_are_exactly_what_find_proposes(mock_api: httpx.Client) -> None:
+    window = {**WINDOW, "duration": "30"}
+    proposals = _all(mock_api, "Appointment/$find", **window)
+    proposed = {_key(p, p["participant"][0]["actor"]) for p in proposals}
+    slots = _all(mock_api, "Slot", status="free", start=f"ge{WINDOW['start']}")
+    free = {_key(s, s["practitionerRole"]) for s in slots if s["start"] < WINDOW["end"]}
+    assert proposed and free == proposed
+    busy = _all(mock_api, "Slot", status="busy", start=f"ge{WINDOW['start']}")
+    assert busy and not {_key(s, s["practitionerRole"]) for s in busy} & proposed
+
+
+def test_booking_turns_its_slots_busy_and_cancelling_frees_them_as_new_writes(
+    fresh_api: httpx.Client,
+) -> None:
+    role = "PR-6001"
+    find = {**WINDOW, "duration": "60", "practitioner-role": role}
+    first = fresh_api.get("Appointment/$find", params=find).json()["entry"][0]["resource"]
+    before = time.time() - 1
+    since = {"_lastUpdated": f"ge{dt.datetime.fromtimestamp(before, dt.UTC).isoformat()}"}
+    assert _all(fresh_api, "Slot", **since) == []
+
+    booked = fresh_api.post("Appointment/$book", json=book_body(role, first["start"], first["end"]))
+    assert booked.status_code == 201, booked.text
+    changed = _all(fresh_api, "Slot", **since)
+    start = int(dt.datetime.fromisoformat(first["start"]).timestamp())
+    assert [s["id"] for s in changed] == [f"{role}-{start}", f"{role}-{start + 1800}"]
+    assert all(s["status"] == "busy" for s in changed)
+    page = fresh_api.get("Slot", params={"_count": 100}).json()
+    assert page["total"] == len(_all(fresh_api, "Slot", **{"_total": "accurate"}))
+
+    patch = {
+        "participant": [
+            {
+                "actor": {"reference": f"{LIVE_HOST}/Patient/100001", "type": "Patient"},
+                "modifierExtension": [
+                    {"url": "appointment-participant-status", "valueCode": "cancelled"}
+                ],
+            }
+        ]
+    }
+    appt = booked.json()["id"]
+    response = fresh_api.patch(f"Appointment/{appt}", json=patch, headers=MERGE)
+    assert response.status_code == 200, response.text
+    again = _all(fresh_api, "Slot", **since)
+    assert [s["id"] for s in again] == [s["id"] for s in changed]
+    assert all(s["status"] == "free" for s in again)
+    assert all(
+        s["meta"]["lastUpdated"] >= c["meta"]["lastUpdated"]
+        for s, c in zip(again, changed, strict=True)
+    )
+
+
+def test_slots_search_by_status_and_sort_by_start(mock_api: httpx.Client) -> None:
+    page = mock_api.get("Slot", params={"status": "busy", "_sort": "-start", "_count": 50}).json()
+    starts = [e["resource"]["start"] for e in page["entry"]]
+    assert starts == sorted(starts, reverse=True)
+    assert {e["resource"]["status"] for e in page["entry"]} == {"busy"}
+    both = mock_api.get("Slot", params={"status": "busy,free", "_count": 1}).json()["total"]
+    assert both == mock_api.get("Slot", params={"_count": 1}).json()["total"]
