@@ -8,6 +8,7 @@
     ├── DataValidationError (ValueError)     a frame failed its pandera schema (.failure_cases)
     ├── TimeZoneError (ValueError)           no time zone follows from an address, or an unknown one
     ├── MixedCurrencyError (ValueError)      one total was asked of amounts in several currencies
+    ├── MissingColumnError (ValueError)      a frame given to an analysis function lacks a column
     ├── IncompleteResult                     a list walk ended short of Bundle.total, or looped
     │   └── PagingLoop                       a next link pointed back to a page already read
     ├── MalformedPage                        a page contradicts the request (type, total)
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidId",
     "MalformedPage",
     "MethodNotAllowed",
+    "MissingColumnError",
     "MixedCurrencyError",
     "NotFound",
     "OutcomeUnknown",
@@ -150,6 +152,22 @@ class MixedCurrencyError(PmtkError, ValueError):
 
     def __init__(self, message: str, currencies: list[str]) -> None:
         self.currencies = currencies
+        super().__init__(message)
+
+
+class MissingColumnError(PmtkError, ValueError):
+    """A frame handed to an analysis function lacks a column the function needs.
+
+    ``frame`` names the argument (``"roles"``, ``"invoice_lines"``), ``missing`` lists
+    the absent columns and ``function`` the analysis function that refused the frame.
+    Raised before any join runs, instead of a Polars ``ColumnNotFoundError`` from deep
+    inside a query plan.
+    """
+
+    def __init__(self, message: str, *, frame: str, missing: list[str], function: str) -> None:
+        self.frame = frame
+        self.missing = missing
+        self.function = function
         super().__init__(message)
 
 

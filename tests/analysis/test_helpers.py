@@ -25,7 +25,7 @@ def test_data_as_of_never_runs_ahead_of_now_and_falls_back_to_now() -> None:
     assert analysis.data_as_of(pl.DataFrame({"x": [1]}), now=now) == now
 
 
-def test_practitioner_names_join_prefix_given_family_and_fall_back_to_id() -> None:
+def test_practitioner_display_names_join_prefix_given_family_and_leave_no_name_null() -> None:
     df = pl.DataFrame(
         {
             "id": ["PR-1", "PR-2"],
@@ -35,7 +35,10 @@ def test_practitioner_names_join_prefix_given_family_and_fall_back_to_id() -> No
         },
         schema_overrides={"name_prefix": pl.List(pl.String), "name_given": pl.List(pl.String)},
     )
-    assert analysis.practitioner_names(df).rows() == [("PR-1", "Dr Zoë Nguyễn"), ("PR-2", "PR-2")]
+    assert analysis.practitioner_display_names(df).rows() == [
+        ("PR-1", "Dr Zoë Nguyễn"),
+        ("PR-2", None),
+    ]
 
 
 def test_role_organizations_reads_reference_keys() -> None:

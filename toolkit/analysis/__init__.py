@@ -14,6 +14,11 @@ The questions answered, by notebook:
   :func:`attendance_rates`, :func:`lead_time_summary`, :func:`slot_utilisation`.
 * Revenue -- :data:`PRICE_COMPONENT_SIGNS`, :func:`line_values`, :func:`revenue_by`,
   :func:`appointments_without_invoice_line`.
+* Names for ids and invoice totals -- :func:`practitioner_names`,
+  :func:`practitioner_display_names`, :func:`appointment_practitioners`,
+  :func:`service_names`, :func:`appointments_per_practitioner_week`,
+  :func:`referral_types`, :func:`fee_names`, :func:`invoice_reconciliation`
+  (each checks its input columns first: :class:`~toolkit.errors.MissingColumnError`).
 * Conformance -- :func:`report_checks`, :func:`report_summary`,
   :func:`report_observations`, :func:`compare_reports`.
 
@@ -104,6 +109,33 @@ from toolkit.analysis.clock import (
 from toolkit.analysis.clock import (
     zone_label as zone_label,
 )
+from toolkit.analysis.joins import (
+    appointment_practitioners as appointment_practitioners,
+)
+from toolkit.analysis.joins import (
+    appointments_per_practitioner_week as appointments_per_practitioner_week,
+)
+from toolkit.analysis.joins import (
+    fee_names as fee_names,
+)
+from toolkit.analysis.joins import (
+    invoice_reconciliation as invoice_reconciliation,
+)
+from toolkit.analysis.joins import (
+    practitioner_display_names as practitioner_display_names,
+)
+from toolkit.analysis.joins import (
+    practitioner_names as practitioner_names,
+)
+from toolkit.analysis.joins import (
+    referral_types as referral_types,
+)
+from toolkit.analysis.joins import (
+    require_columns as require_columns,
+)
+from toolkit.analysis.joins import (
+    service_names as service_names,
+)
 from toolkit.analysis.money import (
     currencies as currencies,
 )
@@ -192,9 +224,6 @@ from toolkit.analysis.tables import (
     data_as_of as data_as_of,
 )
 from toolkit.analysis.tables import (
-    practitioner_names as practitioner_names,
-)
-from toolkit.analysis.tables import (
     read_roles as read_roles,
 )
 from toolkit.analysis.tables import (
@@ -219,15 +248,19 @@ __all__ = [
     "PRICE_COMPONENT_SIGNS",
     "PracticeClock",
     "RecordReader",
+    "appointment_practitioners",
     "appointment_visits",
+    "appointments_per_practitioner_week",
     "appointments_without_invoice_line",
     "attendance_rates",
     "check_zone",
     "compare_reports",
     "currencies",
     "data_as_of",
+    "fee_names",
     "financial_year",
     "financial_year_start",
+    "invoice_reconciliation",
     "lead_time_summary",
     "line_values",
     "local_times",
@@ -237,23 +270,27 @@ __all__ = [
     "practice_clock",
     "practice_country",
     "practice_zone",
+    "practitioner_display_names",
     "practitioner_names",
     "quantity_share",
     "read_roles",
     "reference_id",
     "referral_funder",
     "referral_recount",
+    "referral_types",
     "referral_utilisation",
     "referrals_needing_attention",
     "referring_practice",
     "report_checks",
     "report_observations",
     "report_summary",
+    "require_columns",
     "revenue_by",
     "revenue_total",
     "role_organizations",
     "role_zones",
     "row_counts",
+    "service_names",
     "single_currency",
     "slot_utilisation",
     "top_n",

@@ -1,4 +1,4 @@
-"""Small building blocks over the frames: reference ids, counts, freshness, names and top-n."""
+"""Small building blocks over the frames: reference ids, counts, freshness, roles and top-n."""
 
 from __future__ import annotations
 
@@ -174,38 +174,6 @@ def data_as_of(
             if isinstance(latest, dt.datetime):
                 seen.append(_utc(latest))
     return min([moment, max(seen)]) if seen else moment
-
-
-def practitioner_names(practitioner: pl.DataFrame) -> pl.DataFrame:
-    """A readable name per practitioner: ``"<prefix> <given> <family>"``.
-
-    Parameters
-    ----------
-    practitioner
-        The practitioner frame (``id``, ``name_prefix``, ``name_given``, ``name_family``).
-
-    Returns
-    -------
-    pl.DataFrame
-        ``practitioner_id`` and ``practitioner`` (the id when there is no name).
-
-    Examples
-    --------
-    >>> df = pl.DataFrame({"id": ["PR-1"], "name_prefix": [["Dr"]],
-    ...                    "name_given": [["Ana", "Li"]], "name_family": ["Kim"]})
-    >>> practitioner_names(df).row(0)
-    ('PR-1', 'Dr Ana Li Kim')
-    """
-    parts = [
-        pl.col(c).list.join(" ") if isinstance(practitioner.schema[c], pl.List) else pl.col(c)
-        for c in ("name_prefix", "name_given", "name_family")
-        if c in practitioner.columns
-    ]
-    name = pl.concat_str(parts, separator=" ", ignore_nulls=True).str.strip_chars()
-    return practitioner.select(
-        pl.col("id").alias("practitioner_id"),
-        pl.when(name.str.len_chars() > 0).then(name).otherwise(pl.col("id")).alias("practitioner"),
-    )
 
 
 def role_organizations(roles: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
