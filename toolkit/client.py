@@ -43,6 +43,7 @@ from toolkit.http import (
     Reply,
     safe_id,
 )
+from toolkit.include import Statement, included_frames, split_include
 from toolkit.listing import search_params
 from toolkit.paging import FetchSummary, Page, Walk
 from toolkit.throttle import RetryPolicy, Throttle
@@ -160,7 +161,7 @@ class Client:
         self.user_agent = settings.user_agent
         self.max_pages = max_pages
         self.progress = progress
-        self._declared: dict[str, set[str]] | None = None  # see declared_search()
+        self._statement = Statement(lambda: self.request("GET", catalogue.METADATA_PATH))
         self.last_summary: FetchSummary | None = None
 
     def __repr__(self) -> str:
@@ -302,7 +303,7 @@ class Client:
         self,
         resource_type: str,
         path: str,
-        query: Mapping[str, str],
+        query: Mapping[str, str] | Sequence[tuple[str, str]],
         *,
         max_pages: int | None = None,
         recover: bool = True,
@@ -337,13 +338,18 @@ class Client:
         recover: bool = True,
         skipped: int = 0,
     ) -> Walk:
-        """A list walk of ``resource_type``: type, keywords and page size checked first."""
+        """A list walk of ``resource_type``: type, keywords, includes and page size checked
+        first; each ``include=`` name is sent as its own ``_include`` parameter."""
         self._check_type(resource_type)
+        search, wanted = split_include(resource_type, search)
         query = self._list_query(resource_type, search, params)
+        if wanted:
+            self._statement.check_includes(resource_type, wanted)
+        pairs = [*query.items(), *(("_include", i.name) for i in wanted)]
         return self._new_walk(
             resource_type,
             resource_type,
-            query,
+            pairs,
             max_pages=max_pages,
             recover=recover,
             skipped=skipped,
@@ -458,7 +464,7 @@ class Client:
     ) -> list[bytes]:
         """Every page of a walk, superseded versions removed (each record once)."""
         walk = self._list_walk(resource_type, params, max_pages, search)
-        return walk.clean([page.raw for page in self._walk(walk)])
+        return walk.clean([page.main_raw() for page in self._walk(walk)])
 
     def records(
         self,
@@ -516,6 +522,7 @@ class Client:
         errors: Literal["raise", "warn"] = "raise",
         params: Mapping[str, Any] | None = None,
         max_pages: int | None = None,
+        include: str | Sequence[str] | None = None,
         **search: Any,
     ) -> dict[str, pl.DataFrame]:
         """The main table and every child table of a list walk, each validated.
@@ -523,10 +530,15 @@ class Client:
         Keys are the resource name for the main table and ``<resource>_<child>``
         (snake case) for child tables, as in :func:`toolkit.views.flatten_tables`.
         Each record (and its child rows) appears once, in its newest version.
+        ``include=["Appointment:patient", ...]`` (``catalogue.INCLUDES``) adds, from
+        the same walk, the tables of every type included (:mod:`toolkit.include`).
         """
         listing.check_errors(errors)
-        pages = self._clean_pages(resource_type, params, max_pages, search)
-        return listing.validated_frames(resource_type, pages, errors=errors)
+        search = {**search, "include": include}
+        walk = self._list_walk(resource_type, params, max_pages, search)
+        wanted = split_include(resource_type, search)[1]
+        pages = self._walk(walk)
+        return included_frames(resource_type, pages, wanted, clean=walk.clean, errors=errors)
 
     # ------------------------------------------------------------------ single records
 
@@ -657,14 +669,12 @@ class Client:
         Read once from its CapabilityStatement (``GET /main/metadata``, a live
         endpoint the spec does not list); ``None`` when it publishes none (404).
         """
-        if self._declared is None:
-            try:
-                answer = self.request("GET", catalogue.METADATA_PATH)
-            except NotFound:
-                self._declared = {}
-            else:
-                self._declared = catalogue.declared_search(answer.json()) or {}
-        return self._declared or None
+        return self._statement.search()
+
+    def declared_includes(self) -> dict[str, set[str]] | None:
+        """The ``_include`` names the deployment declares per type (``searchInclude``), or
+        ``None``; an ``include=`` it does not declare raises ``UndeclaredInclude``."""
+        return self._statement.includes()
 
     def undeclared_search(self, resource_type: str, /, **search: Any) -> list[str]:
         """The API parameters of ``search`` that the deployment does not declare it supports.

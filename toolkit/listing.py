@@ -187,7 +187,7 @@ def open_walk(
     pipeline: Pipeline,
     resource_type: str,
     path: str,
-    query: Mapping[str, str],
+    query: Mapping[str, str] | Iterable[tuple[str, str]],
     *,
     summary: FetchSummary,
     max_pages: int | None,
@@ -199,7 +199,7 @@ def open_walk(
     return Walk(
         resource_type,
         pipeline.url(path),
-        list(query.items()),
+        list(query.items() if isinstance(query, Mapping) else query),
         fetch=pipeline.fetch_page,
         resolve=pipeline.resolve_link,
         summary=summary,
