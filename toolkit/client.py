@@ -331,7 +331,7 @@ class Client:
     def _list_walk(
         self,
         resource_type: str,
-        params: Mapping[str, Any] | None,
+        params: listing.Params | None,
         max_pages: int | None,
         search: Mapping[str, Any],
         *,
@@ -345,7 +345,7 @@ class Client:
         query = self._list_query(resource_type, search, params)
         if wanted:
             self._statement.check_includes(resource_type, wanted)
-        pairs = [*query.items(), *(("_include", i.name) for i in wanted)]
+        pairs = [*query, *(("_include", i.name) for i in wanted)]
         return self._new_walk(
             resource_type,
             resource_type,
@@ -356,8 +356,8 @@ class Client:
         )
 
     def _list_query(
-        self, resource_type: str, search: Mapping[str, Any], params: Mapping[str, Any] | None
-    ) -> dict[str, str]:
+        self, resource_type: str, search: Mapping[str, Any], params: listing.Params | None
+    ) -> list[tuple[str, str]]:
         return listing.list_query(resource_type, search, params)
 
     @staticmethod
@@ -369,7 +369,7 @@ class Client:
         resource_type: str,
         /,
         *,
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
         recover: bool = True,
         **search: Any,
@@ -381,7 +381,8 @@ class Client:
         resource_type
             ``"Referral"``, ``"Appointment"``, ...
         params
-            Raw query parameters, passed unchanged.
+            Raw query parameters, passed unchanged: a mapping, or ``(name, value)``
+            pairs when a name repeats (``[("date", "ge..."), ("date", "lt...")]``).
         max_pages
             Pages one pass may take (default: the client's ``max_pages``, else
             what ``Bundle.total`` allows, else 10,000).
@@ -425,7 +426,7 @@ class Client:
         resource_type: str,
         /,
         *,
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
         skipped: int = 0,
         progress: bool | None = None,
@@ -458,7 +459,7 @@ class Client:
     def _clean_pages(
         self,
         resource_type: str,
-        params: Mapping[str, Any] | None,
+        params: listing.Params | None,
         max_pages: int | None,
         search: Mapping[str, Any],
     ) -> list[bytes]:
@@ -471,7 +472,7 @@ class Client:
         resource_type: str,
         /,
         *,
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
         **search: Any,
     ) -> Iterator[dict[str, Any]]:
@@ -491,7 +492,7 @@ class Client:
         table: str | None = None,
         view: str | None = None,
         errors: Literal["raise", "warn"] = "raise",
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
         **search: Any,
     ) -> pl.DataFrame:
@@ -520,7 +521,7 @@ class Client:
         /,
         *,
         errors: Literal["raise", "warn"] = "raise",
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
         include: str | Sequence[str] | None = None,
         **search: Any,
