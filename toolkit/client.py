@@ -43,6 +43,7 @@ from toolkit.http import (
     Reply,
     safe_id,
 )
+from toolkit.include import Statement, included_frames, split_include
 from toolkit.listing import search_params
 from toolkit.paging import FetchSummary, Page, Walk
 from toolkit.throttle import RetryPolicy, Throttle
@@ -160,7 +161,7 @@ class Client:
         self.user_agent = settings.user_agent
         self.max_pages = max_pages
         self.progress = progress
-        self._declared: dict[str, set[str]] | None = None  # see declared_search()
+        self._statement = Statement(lambda: self.request("GET", catalogue.METADATA_PATH))
         self.last_summary: FetchSummary | None = None
 
     def __repr__(self) -> str:
@@ -302,7 +303,7 @@ class Client:
         self,
         resource_type: str,
         path: str,
-        query: Mapping[str, str],
+        query: Mapping[str, str] | Sequence[tuple[str, str]],
         *,
         max_pages: int | None = None,
         recover: bool = True,
@@ -330,28 +331,33 @@ class Client:
     def _list_walk(
         self,
         resource_type: str,
-        params: Mapping[str, Any] | None,
+        params: listing.Params | None,
         max_pages: int | None,
         search: Mapping[str, Any],
         *,
         recover: bool = True,
         skipped: int = 0,
     ) -> Walk:
-        """A list walk of ``resource_type``: type, keywords and page size checked first."""
+        """A list walk of ``resource_type``: type, keywords, includes and page size checked
+        first; each ``include=`` name is sent as its own ``_include`` parameter."""
         self._check_type(resource_type)
+        search, wanted = split_include(resource_type, search)
         query = self._list_query(resource_type, search, params)
+        if wanted:
+            self._statement.check_includes(resource_type, wanted)
+        pairs = [*query, *(("_include", i.name) for i in wanted)]
         return self._new_walk(
             resource_type,
             resource_type,
-            query,
+            pairs,
             max_pages=max_pages,
             recover=recover,
             skipped=skipped,
         )
 
     def _list_query(
-        self, resource_type: str, search: Mapping[str, Any], params: Mapping[str, Any] | None
-    ) -> dict[str, str]:
+        self, resource_type: str, search: Mapping[str, Any], params: listing.Params | None
+    ) -> list[tuple[str, str]]:
         return listing.list_query(resource_type, search, params)
 
     @staticmethod
@@ -363,7 +369,7 @@ class Client:
         resource_type: str,
         /,
         *,
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
         recover: bool = True,
         **search: Any,
@@ -375,7 +381,8 @@ class Client:
         resource_type
             ``"Referral"``, ``"Appointment"``, ...
         params
-            Raw query parameters, passed unchanged.
+            Raw query parameters, passed unchanged: a mapping, or ``(name, value)``
+            pairs when a name repeats (``[("date", "ge..."), ("date", "lt...")]``).
         max_pages
             Pages one pass may take (default: the client's ``max_pages``, else
             what ``Bundle.total`` allows, else 10,000).
@@ -419,7 +426,7 @@ class Client:
         resource_type: str,
         /,
         *,
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
         skipped: int = 0,
         progress: bool | None = None,
@@ -452,20 +459,20 @@ class Client:
     def _clean_pages(
         self,
         resource_type: str,
-        params: Mapping[str, Any] | None,
+        params: listing.Params | None,
         max_pages: int | None,
         search: Mapping[str, Any],
     ) -> list[bytes]:
         """Every page of a walk, superseded versions removed (each record once)."""
         walk = self._list_walk(resource_type, params, max_pages, search)
-        return walk.clean([page.raw for page in self._walk(walk)])
+        return walk.clean([page.main_raw() for page in self._walk(walk)])
 
     def records(
         self,
         resource_type: str,
         /,
         *,
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
         **search: Any,
     ) -> Iterator[dict[str, Any]]:
@@ -485,7 +492,7 @@ class Client:
         table: str | None = None,
         view: str | None = None,
         errors: Literal["raise", "warn"] = "raise",
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
         **search: Any,
     ) -> pl.DataFrame:
@@ -514,8 +521,9 @@ class Client:
         /,
         *,
         errors: Literal["raise", "warn"] = "raise",
-        params: Mapping[str, Any] | None = None,
+        params: listing.Params | None = None,
         max_pages: int | None = None,
+        include: str | Sequence[str] | None = None,
         **search: Any,
     ) -> dict[str, pl.DataFrame]:
         """The main table and every child table of a list walk, each validated.
@@ -523,10 +531,15 @@ class Client:
         Keys are the resource name for the main table and ``<resource>_<child>``
         (snake case) for child tables, as in :func:`toolkit.views.flatten_tables`.
         Each record (and its child rows) appears once, in its newest version.
+        ``include=["Appointment:patient", ...]`` (``catalogue.INCLUDES``) adds, from
+        the same walk, the tables of every type included (:mod:`toolkit.include`).
         """
         listing.check_errors(errors)
-        pages = self._clean_pages(resource_type, params, max_pages, search)
-        return listing.validated_frames(resource_type, pages, errors=errors)
+        search = {**search, "include": include}
+        walk = self._list_walk(resource_type, params, max_pages, search)
+        wanted = split_include(resource_type, search)[1]
+        pages = self._walk(walk)
+        return included_frames(resource_type, pages, wanted, clean=walk.clean, errors=errors)
 
     # ------------------------------------------------------------------ single records
 
@@ -657,14 +670,12 @@ class Client:
         Read once from its CapabilityStatement (``GET /main/metadata``, a live
         endpoint the spec does not list); ``None`` when it publishes none (404).
         """
-        if self._declared is None:
-            try:
-                answer = self.request("GET", catalogue.METADATA_PATH)
-            except NotFound:
-                self._declared = {}
-            else:
-                self._declared = catalogue.declared_search(answer.json()) or {}
-        return self._declared or None
+        return self._statement.search()
+
+    def declared_includes(self) -> dict[str, set[str]] | None:
+        """The ``_include`` names the deployment declares per type (``searchInclude``), or
+        ``None``; an ``include=`` it does not declare raises ``UndeclaredInclude``."""
+        return self._statement.includes()
 
     def undeclared_search(self, resource_type: str, /, **search: Any) -> list[str]:
         """The API parameters of ``search`` that the deployment does not declare it supports.

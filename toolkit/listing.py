@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,10 @@ __all__ = [
 log = logging.getLogger("toolkit.client")
 
 _SEARCH_ALIASES = catalogue.SEARCH_ALIASES
+
+Params = Mapping[str, Any] | Sequence[tuple[str, Any]]
+"""Raw query parameters: a mapping, or ``(name, value)`` pairs when a name repeats
+(``[("date", "ge2026-11-01"), ("date", "lt2026-11-15")]``: both bounds, ANDed)."""
 
 
 # ---------------------------------------------------------------------- queries
@@ -102,9 +106,12 @@ def search_params(
 
 
 def list_query(
-    resource_type: str, search: Mapping[str, Any], params: Mapping[str, Any] | None
-) -> dict[str, str]:
+    resource_type: str, search: Mapping[str, Any], params: Params | None
+) -> list[tuple[str, str]]:
     """The query of a list walk: search keywords checked, ``_count`` defaulted and bounded.
+
+    ``params`` as ``(name, value)`` pairs may repeat a name; a name it gives replaces
+    the keyword of that name.
 
     Raises
     ------
@@ -119,16 +126,21 @@ def list_query(
     for key in search:
         if key not in known:
             raise unknown_name("search keyword", key, known, f" for {resource_type}")
-    query = search_params(search, params)
-    query.setdefault("_count", str(catalogue.MAX_PAGE_SIZE))
-    try:
-        count = int(query["_count"])
-    except ValueError:
-        count = 0
-    if not 1 <= count <= catalogue.MAX_PAGE_SIZE:
-        msg = f"count/_count must be 1..{catalogue.MAX_PAGE_SIZE}, got {query['_count']!r}"
-        raise ConfigurationError(msg)
-    return query
+    if params is None or isinstance(params, Mapping):
+        pairs = list(search_params(search, params).items())
+    else:
+        raw = [(str(k), param_value(v)) for k, v in params if v is not None]
+        named = {k for k, _ in raw}
+        pairs = [(k, v) for k, v in search_params(search).items() if k not in named] + raw
+    counts = [v for k, v in pairs if k == "_count"] or [str(catalogue.MAX_PAGE_SIZE)]
+    if not any(k == "_count" for k, _ in pairs):
+        pairs.append(("_count", counts[0]))
+    for value in counts:
+        count = int(value) if value.isdigit() else 0
+        if not 1 <= count <= catalogue.MAX_PAGE_SIZE:
+            msg = f"count/_count must be 1..{catalogue.MAX_PAGE_SIZE}, got {value!r}"
+            raise ConfigurationError(msg)
+    return pairs
 
 
 # ---------------------------------------------------------------------- option checks
@@ -187,7 +199,7 @@ def open_walk(
     pipeline: Pipeline,
     resource_type: str,
     path: str,
-    query: Mapping[str, str],
+    query: Mapping[str, str] | Iterable[tuple[str, str]],
     *,
     summary: FetchSummary,
     max_pages: int | None,
@@ -199,7 +211,7 @@ def open_walk(
     return Walk(
         resource_type,
         pipeline.url(path),
-        list(query.items()),
+        list(query.items() if isinstance(query, Mapping) else query),
         fetch=pipeline.fetch_page,
         resolve=pipeline.resolve_link,
         summary=summary,

@@ -4,7 +4,9 @@ A walk follows ``next`` links (checked against the origin by the caller's
 ``resolve``), and refuses what would make a quiet wrong frame:
 
 * an entry of another ``resourceType`` (unless ``_include``/``_revinclude`` was
-  asked and the entry says ``search.mode: include``; those are not counted);
+  asked: then an entry marked ``search.mode: include``, or of another type
+  without a mark, as some servers send them, is an included record, kept apart
+  in :attr:`Page.included` and not counted);
 * more records than ``Bundle.total`` that the walk's own time cannot explain,
   or more pages than ``total`` and the page size allow (+ :data:`PAGE_MARGIN`);
   without a ``total``, more than ``max_pages`` pages (:data:`DEFAULT_MAX_PAGES`);
@@ -192,6 +194,8 @@ class Page:
         The parsed Bundle.
     records
         Entry resources of the type asked for (``search.mode: include`` left out).
+    included
+        With ``_include`` asked, the included entries' resources (not counted).
     total
         ``Bundle.total``, if any.
     next
@@ -210,6 +214,17 @@ class Page:
     next: str | None
     server_time: datetime | None
     phase: str = "walk"
+    included: list[dict[str, Any]] = field(default_factory=list)
+
+    def main_raw(self) -> bytes:
+        """The page with its included entries left out: what a flattener of the walked type
+        reads (``raw`` itself when nothing was included)."""
+        if not self.included:
+            return self.raw
+        matches = {id(r) for r in self.records}
+        entries = self.bundle.get("entry") or []
+        kept = [e for e in entries if isinstance(e, dict) and id(e.get("resource")) in matches]
+        return orjson.dumps({**self.bundle, "entry": kept})
 
     @classmethod
     def parse(
@@ -225,7 +240,7 @@ class Page:
         url = str(response.url)
         if not isinstance(data, dict) or data.get("resourceType") != "Bundle":
             raise _not_a_bundle(response, data, url)
-        records = _page_records(data, resource_type, url, include=include)
+        records, included = _page_records(data, resource_type, url, include=include)
         total = data.get("total")
         if total is not None and (
             not isinstance(total, int) or isinstance(total, bool) or total < 0
@@ -241,6 +256,7 @@ class Page:
             next=next_link(data),
             server_time=_server_time(response, data),
             phase=phase,
+            included=included,
         )
 
 
@@ -284,13 +300,16 @@ def _not_a_bundle(response: httpx.Response, data: Any, url: str) -> ApiError:
 
 def _page_records(
     data: dict[str, Any], resource_type: str, url: str, *, include: bool
-) -> list[dict[str, Any]]:
-    """The page's records of ``resource_type``; an entry of another kind is refused."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The page's records of ``resource_type`` and, with ``_include`` asked, its included
+    resources: marked ``search.mode: include``, or of another type (an OperationOutcome
+    aside) when the server marks nothing. Without ``_include``, another kind is refused."""
     raw_entries = data.get("entry") or []
     if not isinstance(raw_entries, list):
         msg = f"{resource_type}: {url}: Bundle.entry is not a list"
         raise MalformedPage(msg, url=url)
     records: list[dict[str, Any]] = []
+    included: list[dict[str, Any]] = []
     for i, entry in enumerate(raw_entries):
         resource = entry.get("resource") if isinstance(entry, dict) else None
         if not isinstance(resource, dict):
@@ -299,8 +318,11 @@ def _page_records(
         search = entry.get("search")
         mode = search.get("mode") if isinstance(search, dict) else None
         kind = resource.get("resourceType")
-        if mode == "include" and include:
-            continue  # asked for with _include: not a record of the walk
+        if include and (
+            mode == "include" or (kind != resource_type and kind != "OperationOutcome")
+        ):
+            included.append(resource)  # asked for with _include: not a record of the walk
+            continue
         if kind == "OperationOutcome" and mode == "outcome":
             continue  # FHIR's informational entry about the search itself
         if kind != resource_type:
@@ -311,7 +333,7 @@ def _page_records(
             )
             raise MalformedPage(msg, url=url)
         records.append(resource)
-    return records
+    return records, included
 
 
 def _server_time(response: httpx.Response, data: dict[str, Any]) -> datetime | None:
@@ -650,10 +672,15 @@ class Walk:
             dropped = False
             for entry in entries:
                 resource = entry.get("resource") if isinstance(entry, dict) else None
+                search = entry.get("search") if isinstance(entry, dict) else None
                 is_record = (
                     isinstance(resource, dict)
                     and resource.get("resourceType") == self.resource_type
-                    and not (self._include and (entry.get("search") or {}).get("mode") == "include")
+                    and not (
+                        self._include
+                        and isinstance(search, dict)
+                        and search.get("mode") == "include"
+                    )
                 )
                 if is_record:
                     if pos in positions:

@@ -51,3 +51,78 @@ def test_differences_name_what_is_missing_and_what_is_extra() -> None:
     assert cat.capability_differences("not json at all") == [
         "the answer is not a CapabilityStatement"
     ]
+
+
+def test_every_listed_type_declares_its_includes() -> None:
+    statement = cat.capability_statement()
+    declared = cat.declared_includes(statement)
+    assert {t: set(n) for t, n in cat.INCLUDES.items() if n} == {
+        t: n for t, n in declared.items() if n
+    }
+    appointment = declared["Appointment"]
+    assert {
+        "Appointment:patient",
+        "Appointment:actor",
+        "Appointment:actor:PractitionerRole",
+        "Appointment:supporting-info",
+    } <= appointment
+    assert {"InvoiceLine:subject", "InvoiceLine:invoice", "InvoiceLine:performer"} <= declared[
+        "InvoiceLine"
+    ]
+    assert {"Referral:subject", "Referral:coverage"} <= declared["Referral"]
+    assert {"Coverage:beneficiary", "Coverage:payor"} <= declared["Coverage"]
+    assert {"Invoice:subject", "Invoice:recipient"} <= declared["Invoice"]
+    assert {"PractitionerRole:practitioner", "PractitionerRole:organization"} <= declared[
+        "PractitionerRole"
+    ]
+    # a type without reference fields (or only to itself) declares none
+    assert declared["Practitioner"] == set() and declared["Organization"] == set()
+
+
+def test_include_targets_follow_the_reference_fields() -> None:
+    inc = cat.INCLUDES["Appointment"]
+    assert inc["Appointment:actor"].targets == ("PractitionerRole", "Patient")
+    assert inc["Appointment:actor:PractitionerRole"].targets == ("PractitionerRole",)
+    assert inc["Appointment:patient"].path == ("participant", "actor")
+    assert inc["Appointment:patient"].targets == ("Patient",)
+    assert inc["Appointment:supporting-info"].targets == ("HealthcareService",)
+    for rtype, names in cat.INCLUDES.items():
+        for name, include in names.items():
+            assert name.split(":")[0] == rtype
+            field = cat.field_at(rtype, ".".join(include.path))
+            assert field.ref is not None and set(include.targets) <= set(field.ref.types)
+            assert rtype not in include.targets
+
+
+def test_references_are_read_in_every_form() -> None:
+    inc = cat.INCLUDES["Appointment"]["Appointment:actor"]
+    record = {
+        "participant": [
+            {"actor": {"reference": "https://au-api.halaxy.com/main/PractitionerRole/PR-1"}},
+            {"actor": {"reference": "/main/Patient/7"}},
+            {"actor": {"reference": "Patient/8"}},
+            {"actor": {"reference": "9", "type": "Patient"}},
+            {"actor": {"reference": "http://127.0.0.1:8000/main/Invoice/1"}},
+            {"actor": {"display": "nobody"}},
+            "not an object",
+        ]
+    }
+    assert inc.references(record) == [
+        ("PractitionerRole", "PR-1"),
+        ("Patient", "7"),
+        ("Patient", "8"),
+        ("Patient", "9"),
+    ]
+    assert inc.references({"participant": "garbled"}) == []
+
+
+def test_differences_name_missing_and_extra_includes() -> None:
+    changed = copy.deepcopy(cat.capability_statement())
+    appointment = next(r for r in changed["rest"][0]["resource"] if r["type"] == "Appointment")
+    appointment["searchInclude"] = [
+        i for i in appointment["searchInclude"] if i != "Appointment:patient"
+    ] + ["Appointment:practitioner", 7]
+    assert cat.capability_differences(changed) == [
+        "Appointment: searchInclude Appointment:patient not declared",
+        "Appointment: searchInclude Appointment:practitioner declared, not in the catalogue",
+    ]

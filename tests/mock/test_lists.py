@@ -179,5 +179,5 @@ def test_total_none_leaves_total_out(mock_api: httpx.Client) -> None:
 
 def test_unknown_search_parameters_are_ignored(mock_api: httpx.Client) -> None:
     plain = mock_api.get("Referral").json()
-    odd = mock_api.get("Referral", params={"colour": "blue", "_include": "x"}).json()
+    odd = mock_api.get("Referral", params={"colour": "blue", "_revinclude": "x"}).json()
     assert _ids(plain) == _ids(odd)

@@ -32,6 +32,7 @@ from toolkit.catalogue.capability import (
     RESULT_PARAMETERS,
     capability_differences,
     capability_statement,
+    declared_includes,
     declared_search,
 )
 from toolkit.catalogue.constants import (
@@ -61,6 +62,8 @@ from toolkit.catalogue.endpoints import (
     DATE_SEARCH,
     ENDPOINTS,
     EXPORT_IDS,
+    INCLUDE_PARAMETER_NAMES,
+    INCLUDES,
     LISTED_RESOURCES,
     NAME_ARRAYS,
     OWNER_SEARCH,
@@ -69,6 +72,7 @@ from toolkit.catalogue.endpoints import (
     SEARCH_ALIASES,
     SEARCH_PARAMETERS,
     endpoint_source,
+    includes_of,
 )
 from toolkit.catalogue.lookup import (
     country_codes,
@@ -87,10 +91,12 @@ from toolkit.catalogue.model import (
     Field,
     FieldType,
     Format,
+    Include,
     Ref,
     Resource,
     Source,
     Target,
+    reference_pair,
     weakest,
 )
 from toolkit.catalogue.resources import (
@@ -143,6 +149,8 @@ __all__ = [
     "FHIR_JSON",
     "HEALTHCARE_SERVICE",
     "ID_PREFIX_MEANINGS",
+    "INCLUDES",
+    "INCLUDE_PARAMETER_NAMES",
     "INVOICE",
     "INVOICE_LINE",
     "LISTED_RESOURCES",
@@ -189,6 +197,7 @@ __all__ = [
     "Field",
     "FieldType",
     "Format",
+    "Include",
     "Ref",
     "Resource",
     "Source",
@@ -197,10 +206,13 @@ __all__ = [
     "capability_statement",
     "country_codes",
     "currency_codes",
+    "declared_includes",
     "declared_search",
     "endpoint_source",
     "field_at",
     "format_pattern",
+    "includes_of",
+    "reference_pair",
     "resource",
     "search_keywords",
     "walk_fields",

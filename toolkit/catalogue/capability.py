@@ -13,6 +13,8 @@ server declares with :func:`declared_search`.
 []
 >>> sorted(declared_search(statement)["Appointment"])[:3]
 ['_id', '_lastUpdated', 'date']
+>>> sorted(declared_includes(statement)["Appointment"])[:2]
+['Appointment:actor', 'Appointment:actor:Patient']
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from toolkit.catalogue.endpoints import (
     COMMON_SEARCH_PARAMETERS,
     DATE_SEARCH,
     ENDPOINTS,
+    INCLUDES,
     OWNER_SEARCH,
     SEARCH_PARAMETERS,
 )
@@ -34,6 +37,7 @@ __all__ = [
     "RESULT_PARAMETERS",
     "capability_differences",
     "capability_statement",
+    "declared_includes",
     "declared_search",
 ]
 
@@ -41,6 +45,9 @@ METADATA_PATH = "/main/metadata"
 """Where a deployment serves its CapabilityStatement (facts; not in the spec)."""
 
 FHIR_VERSION = "4.0.1"
+
+_KINDS = ("interaction", "operation", "searchParam", "searchInclude")
+"""What a statement declares per resource, and what :func:`capability_differences` compares."""
 
 _INTERACTIONS = {"list": "search-type", "read": "read", "create": "create", "update": "patch"}
 """Catalogue endpoint kind -> FHIR interaction code (the API's update is a PATCH)."""
@@ -73,7 +80,13 @@ def capability_statement() -> dict[str, Any]:
             continue
         entry = resources.setdefault(
             endpoint.resource,
-            {"type": endpoint.resource, "interaction": [], "operation": [], "searchParam": []},
+            {
+                "type": endpoint.resource,
+                "interaction": [],
+                "operation": [],
+                "searchParam": [],
+                "searchInclude": [],
+            },
         )
         code = _INTERACTIONS.get(endpoint.kind)
         if code is not None:
@@ -84,7 +97,8 @@ def capability_statement() -> dict[str, Any]:
         params = (*COMMON_DECLARED, *SEARCH_PARAMETERS.get(name, ()))
         if any(i["code"] == "search-type" for i in entry["interaction"]):
             entry["searchParam"] = [{"name": p, "type": _param_type(name, p)} for p in params]
-        for key in ("operation", "searchParam"):
+            entry["searchInclude"] = list(INCLUDES.get(name, {}))
+        for key in ("operation", "searchParam", "searchInclude"):
             if not entry[key]:
                 del entry[key]
     return {
@@ -98,7 +112,7 @@ def capability_statement() -> dict[str, Any]:
 
 
 def _declared(statement: Any) -> dict[str, dict[str, set[str]]] | None:
-    """Resource type -> {"interaction", "operation", "searchParam"} names, or None."""
+    """Resource type -> {"interaction", "operation", "searchParam", "searchInclude"}, or None."""
     if not isinstance(statement, Mapping) or statement.get("resourceType") != "CapabilityStatement":
         return None
     out: dict[str, dict[str, set[str]]] = {}
@@ -111,12 +125,14 @@ def _declared(statement: Any) -> dict[str, dict[str, set[str]]] | None:
         for entry in entries if isinstance(entries, list) else []:
             if not isinstance(entry, Mapping) or not isinstance(entry.get("type"), str):
                 continue
-            found = out.setdefault(
-                entry["type"], {"interaction": set(), "operation": set(), "searchParam": set()}
-            )
+            found = out.setdefault(entry["type"], {kind: set() for kind in _KINDS})
             found["interaction"] |= _names(entry.get("interaction"), "code")
             found["operation"] |= {n.lstrip("$") for n in _names(entry.get("operation"), "name")}
             found["searchParam"] |= _names(entry.get("searchParam"), "name") | common
+            includes = entry.get("searchInclude")
+            found["searchInclude"] |= {
+                i for i in (includes if isinstance(includes, list) else []) if isinstance(i, str)
+            }
     return out
 
 
@@ -132,10 +148,16 @@ def declared_search(statement: Any) -> dict[str, set[str]]:
     return {rtype: found["searchParam"] for rtype, found in declared.items()}
 
 
+def declared_includes(statement: Any) -> dict[str, set[str]]:
+    """Resource type -> the ``_include`` names ``statement`` declares (``searchInclude``)."""
+    declared = _declared(statement) or {}
+    return {rtype: found["searchInclude"] for rtype, found in declared.items()}
+
+
 def capability_differences(statement: Any) -> list[str]:
     """How ``statement`` differs from the catalogue's API, one sentence per difference.
 
-    Resources, interactions, operations and search parameters, in both
+    Resources, interactions, operations, search parameters and includes, in both
     directions; a statement that is not a CapabilityStatement is one difference.
     """
     declared = _declared(statement)
@@ -149,7 +171,7 @@ def capability_differences(statement: Any) -> list[str]:
     for rtype in sorted(set(declared) - set(expected)):
         problems.append(f"{rtype}: declared by the server, not in the catalogue")
     for rtype in sorted(set(expected) & set(declared)):
-        for kind in ("interaction", "operation", "searchParam"):
+        for kind in _KINDS:
             want, have = expected[rtype][kind], declared[rtype][kind]
             if want - have:
                 problems.append(f"{rtype}: {kind} {', '.join(sorted(want - have))} not declared")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from toolkit.catalogue.model import Endpoint, Source
+import re
+
+from toolkit.catalogue.model import Endpoint, Field, Include, Resource, Source
 from toolkit.catalogue.resources import RESOURCES
 
 TOKEN_ENDPOINT = Endpoint("POST", "/main/oauth/token", "Get Token", "Token", "token")
@@ -78,6 +80,86 @@ DATE_SEARCH: dict[str, tuple[tuple[str, ...], str]] = {
 }
 """Resource type -> (the names a date search or ``_sort`` accepts, the field they select
 on). pmtk's reading of the facts' ``date`` parameter and ``_sort``."""
+
+INCLUDE_PARAMETER_NAMES: dict[str, str] = {
+    "Appointment.supportingInformation": "supporting-info",
+    "HealthcareService.providedBy": "organization",
+    "PractitionerRole.healthcareService": "service",
+}
+"""FHIR R4's own search parameter names where they differ from the kebab-case rule of
+:func:`includes_of` (a server speaking FHIR answers to these)."""
+
+
+def _kebab(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).lower()
+
+
+def _reference_paths(
+    fields: tuple[Field, ...], prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], Field]]:
+    """Every plain reference field below ``fields`` (objects walked, extensions not)."""
+    out: list[tuple[tuple[str, ...], Field]] = []
+    for f in fields:
+        if f.extension is not None or f.write_only:
+            continue
+        path = (*prefix, f.name)
+        if f.type == "reference" and f.ref is not None:
+            out.append((path, f))
+        elif f.fields:
+            out.extend(_reference_paths(f.fields, path))
+    return out
+
+
+def includes_of(resource: Resource) -> tuple[Include, ...]:
+    """The ``_include`` names a list of ``resource`` takes, derived from its reference fields.
+
+    The naming rule (FHIR's ``Source:param[:Target]``):
+
+    * each plain reference field, at any depth of its objects, gives
+      ``Source:<param>``, where ``<param>`` is the field's JSON name in kebab case
+      (``generalPractitioner`` -> ``general-practitioner``; a nested field by its
+      own name: ``participant.actor`` -> ``actor``), or FHIR R4's name where it
+      differs (:data:`INCLUDE_PARAMETER_NAMES`: ``supporting-info``, ``service``,
+      ``organization``);
+    * a field that may point at several types also gives ``Source:<param>:<Type>``
+      per type (``Appointment:actor:PractitionerRole``);
+    * the patient search of :attr:`~toolkit.catalogue.model.Resource.owner_search`,
+      when its name is not already a field's, gives ``Source:<search>`` for the
+      Patient of its field (``Appointment:patient``: the actor that is a Patient).
+
+    Left out: extension-encoded references (no search parameter names them) and
+    references to the resource's own type (``Organization.partOf``: included rows
+    could not be told from the matches of the same type).
+
+    >>> [i.name for i in includes_of(RESOURCES["Appointment"])]  # doctest: +NORMALIZE_WHITESPACE
+    ['Appointment:supporting-info', 'Appointment:actor', 'Appointment:actor:PractitionerRole',
+     'Appointment:actor:Patient', 'Appointment:patient']
+    """
+    out: list[Include] = []
+    by_path: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for path, f in _reference_paths(resource.fields):
+        assert f.ref is not None
+        targets = tuple(t for t in dict.fromkeys(f.ref.types) if t != resource.name)
+        if not targets:
+            continue
+        key = f"{resource.name}.{'.'.join(path)}"
+        param = INCLUDE_PARAMETER_NAMES.get(key, _kebab(path[-1]))
+        by_path[path] = targets
+        out.append(Include(resource.name, param, path, targets))
+        if len(targets) > 1:
+            out.extend(Include(resource.name, param, path, (t,), narrowed=True) for t in targets)
+    if resource.owner_search is not None:
+        param, dotted = resource.owner_search
+        path = tuple(dotted.split("."))
+        if "Patient" in by_path.get(path, ()) and all(i.param != param for i in out):
+            out.append(Include(resource.name, param, path, ("Patient",)))
+    return tuple(out)
+
+
+INCLUDES: dict[str, dict[str, Include]] = {
+    r.name: {i.name: i for i in includes_of(r)} for r in RESOURCES.values() if r.listed
+}
+"""Per listed resource type, its ``_include`` names (see :func:`includes_of`)."""
 
 NAME_ARRAYS: frozenset[str] = frozenset({"Practitioner.name"})
 """Catalogue paths the live service sends as an array of names although the spec shows

@@ -6,7 +6,7 @@ Plain frozen dataclasses, so that every consumer can read the catalogue as data.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from toolkit.catalogue.constants import API_PREFIX
 
@@ -198,3 +198,77 @@ class Endpoint:
     kind: Literal["list", "read", "create", "update", "book", "find", "token"]
     success: int = 200
     source: Source = "spec"
+
+
+@dataclass(frozen=True, slots=True)
+class Include:
+    """One ``_include`` a list of ``source`` takes: ``Source:param[:Target]`` (FHIR syntax).
+
+    ``path`` is the reference field it follows (``("participant", "actor")``),
+    ``targets`` the types it brings in (narrowed by ``:Target``, or by the patient
+    search of :attr:`Resource.owner_search`). Derived from the catalogue's reference
+    fields by :func:`toolkit.catalogue.endpoints.includes_of`.
+    """
+
+    source: str
+    param: str
+    path: tuple[str, ...]
+    targets: tuple[str, ...]
+    narrowed: bool = False
+    """``True`` for the ``Source:param:Target`` form (``targets`` is that one type)."""
+
+    @property
+    def name(self) -> str:
+        """``Appointment:actor``, ``Appointment:actor:PractitionerRole``."""
+        base = f"{self.source}:{self.param}"
+        return f"{base}:{self.targets[0]}" if self.narrowed else base
+
+    def references(self, record: Any) -> list[tuple[str, str]]:
+        """The ``(type, id)`` pairs ``record`` refers to along :attr:`path`, of the targets.
+
+        A reference is read by the last two path segments of its ``reference``
+        (absolute ``https://host/main/Patient/1``, ``/main/Patient/1`` and
+        ``Patient/1`` alike; facts, "Shapes seen on the live service"); a bare id
+        takes its type from the reference's ``type``. In record order, repeats kept.
+
+        >>> inc = Include("Appointment", "patient", ("participant", "actor"), ("Patient",))
+        >>> inc.references({"participant": [
+        ...     {"actor": {"reference": "https://h/main/PractitionerRole/PR-1"}},
+        ...     {"actor": {"reference": "/main/Patient/7"}}]})
+        [('Patient', '7')]
+        """
+        level: list[Any] = [record]
+        for key in self.path:
+            nxt: list[Any] = []
+            for item in level:
+                value = item.get(key) if isinstance(item, dict) else None
+                nxt.extend(value if isinstance(value, list) else [value])
+            level = nxt
+        out: list[tuple[str, str]] = []
+        for ref in level:
+            pair = reference_pair(ref)
+            if pair is not None and pair[0] in self.targets:
+                out.append(pair)
+        return out
+
+
+def reference_pair(ref: Any) -> tuple[str, str] | None:
+    """``(type, id)`` of a Reference object by the last two segments of its ``reference``.
+
+    >>> reference_pair({"reference": "http://127.0.0.1:8000/main/Patient/12?x=1"})
+    ('Patient', '12')
+    >>> reference_pair({"reference": "12", "type": "Patient"})
+    ('Patient', '12')
+    >>> reference_pair({"display": "no reference"}) is None
+    True
+    """
+    text = ref.get("reference") if isinstance(ref, dict) else None
+    if not isinstance(text, str):
+        return None
+    parts = [p for p in text.split("?", 1)[0].split("#", 1)[0].split("/") if p]
+    if len(parts) >= 2:
+        return parts[-2], parts[-1]
+    kind = ref.get("type")
+    if len(parts) == 1 and isinstance(kind, str) and kind:
+        return kind, parts[0]
+    return None

@@ -116,7 +116,11 @@ class ListingRoom(MockCore):
         count: int,
         page: int,
         total_mode: str,
+        included: Sequence[bytes] | None = None,
     ) -> bytes:
+        """One searchset page. With ``included`` (``_include`` was asked, even if it
+        found nothing), each match says ``search.mode: match`` and the included
+        records follow as ``search.mode: include``; without, the bytes are as ever."""
         fault = self.state.fault
         path = request.url.path
         base = origin(request)
@@ -138,7 +142,11 @@ class ListingRoom(MockCore):
         head = b'{"resourceType":"Bundle","type":"searchset"'
         if total_mode != "none":
             head += b',"total":%d' % shown_total
-        parts = [b'{"resource":' + e + b"}" for e in entries]
+        if included is None:
+            parts = [b'{"resource":' + e + b"}" for e in entries]
+        else:
+            parts = [b'{"resource":' + e + b',"search":{"mode":"match"}}' for e in entries]
+            parts += [b'{"resource":' + e + b',"search":{"mode":"include"}}' for e in included]
         return head + b',"link":' + orjson.dumps(links) + b',"entry":[' + b",".join(parts) + b"]}"
 
     async def list_(self, request: Request, ctx: Ctx) -> Response:
@@ -148,15 +156,39 @@ class ListingRoom(MockCore):
         coll = self.collection(rtype)
         params = request.query_params.multi_items()
         count, page, total_mode = self.page_params(params)
+        includes = _includes(rtype, params)
         summary_count = ("_summary", "count") in params
         indices = self.select(rtype, coll, params)
         start = (page - 1) * count
         chosen = [] if summary_count else indices[start : start + count]
         entries = [self.raw(rtype, coll, i) for i in chosen]
-        content = self.bundle(request, params, len(indices), entries, count, page, total_mode)
+        included = self.included(coll, chosen, includes) if includes else None
+        content = self.bundle(
+            request, params, len(indices), entries, count, page, total_mode, included
+        )
         # armed touches fire after this page was built: the next page sees them
         self.state.list_served(rtype)
         return self.respond(request, content)
+
+    def included(
+        self, coll: Collection, chosen: Sequence[int], includes: Sequence[catalogue.Include]
+    ) -> list[bytes]:
+        """The records the page's matches refer to along ``includes``: each once, those
+        that exist (a reference to a deleted record brings nothing), in reference order."""
+        out: list[bytes] = []
+        seen: set[tuple[str, str]] = set()
+        for i in chosen:
+            record = coll.record(i)
+            for inc in includes:
+                for kind, rid in inc.references(record):
+                    if (kind, rid) in seen:
+                        continue
+                    seen.add((kind, rid))
+                    target = self.store.collections.get(kind)
+                    index = None if target is None else target.pos.get(rid)
+                    if target is not None and index is not None:
+                        out.append(self.raw(kind, target, index))
+        return out
 
     # ------------------------------------------------------------------ read, create, patch
     async def read(self, request: Request, ctx: Ctx) -> Response:
@@ -188,6 +220,29 @@ def _token_filter(coll: Collection, name: str, value: str) -> Callable[[int], bo
     """A search on a coded field (``status=free``; comma-separated: any of)."""
     wanted = {v.strip() for v in value.split(",") if v.strip()}
     return lambda i: coll.record(i).get(name) in wanted
+
+
+def _includes(rtype: str, params: list[tuple[str, str]]) -> list[catalogue.Include]:
+    """The ``_include`` values of a list query (repeatable, or comma-separated), checked.
+
+    An unknown name is a 400 naming the valid ones; so is ``_include:iterate`` (not served).
+    """
+    known = catalogue.INCLUDES.get(rtype, {})
+    out: list[catalogue.Include] = []
+    for key, value in params:
+        if key.partition(":")[0] != "_include":
+            continue
+        for name in (v.strip() for v in value.split(",")):
+            inc = known.get(name) if key == "_include" else None
+            if inc is None:
+                valid = ", ".join(known) or "none"
+                what = f"{key}={name!r}" if key == "_include" else f"{key} (a modifier)"
+                raise Problem4xx(
+                    400, "not-supported", f"{rtype} does not support {what}; valid: {valid}"
+                )
+            if inc not in out:
+                out.append(inc)
+    return out
 
 
 def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Callable[[int], bool]:
