@@ -91,3 +91,44 @@ def test_mock_appointments_are_read_on_their_own_clinic_clock(mock_client: Clien
     # the mock books 09:00-17:00 UTC: in Perth that is 17:00-01:00, never before 17:00
     perth = visits.filter(pl.col("time_zone") == "Australia/Perth")["hour"]
     assert perth.min() == 0 and set(perth.unique()) <= {17, 18, 19, 20, 21, 22, 23, 0}
+
+
+class _ReadsOnly:
+    """Only ``read``: what read_roles falls back to without a list."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def read(self, resource_type: str, record_id: str) -> dict[str, Any]:
+        return self.client.read(resource_type, record_id)
+
+
+def test_roles_come_from_one_list_walk_and_equal_the_reads_one_by_one(
+    mock_client: Client,
+) -> None:
+    ids = ["PR-6003", "PR-6001", "EP-7002", "PR-6001", "PR-9999"]
+    before = mock_client.requests_sent
+    listed = analysis.read_roles(mock_client, ids)
+    assert mock_client.requests_sent - before == 1  # 30 roles: one page
+    before = mock_client.requests_sent
+    read = analysis.read_roles(_ReadsOnly(mock_client), ids)
+    assert mock_client.requests_sent - before == 4  # one read per distinct id
+    assert listed["id"].to_list() == ["EP-7002", "PR-6001", "PR-6003"]  # PR-9999: absent
+    assert listed.equals(read)
+
+
+def test_roles_are_read_one_by_one_where_the_list_is_not_served() -> None:
+    from tests.contracts.live_proxy import live_proxy
+    from toolkit.mock import serve
+
+    with (
+        serve(test_controls=True) as dep,
+        live_proxy(
+            dep, secret="s3cret-x", token_text="t", missing=("/main/PractitionerRole",)
+        ) as url,
+        Client(url, "pmtk-demo", "s3cret-x") as client,
+    ):
+        roles = analysis.read_roles(client, ["PR-6002", "PR-6001"])
+        assert client.requests_sent == 3  # the refused list, then two reads
+    assert roles["id"].to_list() == ["PR-6001", "PR-6002"]
+    assert roles["organization_id"].null_count() == 0

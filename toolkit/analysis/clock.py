@@ -451,9 +451,9 @@ def practice_clock(
 ) -> PracticeClock:
     """Each clinic's zone, the practice's default zone and its financial year, in one call.
 
-    Reads the PractitionerRoles ``role_ids`` (:func:`read_roles`: one request each,
-    so pass only the roles that appear in the data) to learn which clinic each
-    practitioner works at.
+    Looks up the PractitionerRoles ``role_ids`` (:func:`read_roles`: one list walk,
+    or one read each where the deployment lists no roles, so pass only the roles
+    that appear in the data) to learn which clinic each practitioner works at.
 
     Parameters
     ----------

@@ -179,8 +179,10 @@ def data_as_of(
 def role_organizations(roles: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
     """PractitionerRole records (as read one by one) as a frame of role -> organization.
 
-    The API lists no PractitionerRole, so roles are read by id; this turns those
-    JSON records into a frame :func:`referring_practice` and clinic look-ups can join.
+    Where a deployment lists no PractitionerRole (the spec names no endpoint for
+    them), roles are read by id; this turns those JSON records into the frame
+    :func:`referring_practice` and clinic look-ups join, as :func:`read_roles` gives
+    from the list.
 
     Parameters
     ----------
@@ -227,12 +229,15 @@ class RecordReader(Protocol):
 
 
 def read_roles(client: RecordReader, ids: Iterable[str], *, limit: int = 500) -> pl.DataFrame:
-    """Read PractitionerRoles by id and return :func:`role_organizations` of them.
+    """The PractitionerRoles ``ids`` as :func:`role_organizations` gives them.
 
-    The spec lists no PractitionerRole endpoint, so a deployment may refuse these
-    reads. A missing role (404) is skipped; any other refusal stops the look-ups
-    (the deployment does not serve roles at all), and the frame holds what was
-    read so far -- callers then fall back to grouping by the role id.
+    With a :class:`toolkit.Client`, one walk of ``GET /main/PractitionerRole`` (the
+    list public clients use live; one request per 100 roles). When the deployment
+    does not serve that list (404 or 405; the spec does not name it), or ``client``
+    only reads, the roles are read by id instead, one request each: a missing role
+    (404) is skipped, and any other refusal stops the look-ups (the deployment does
+    not serve roles at all); the frame then holds what was read so far, and callers
+    fall back to grouping by the role id.
 
     Parameters
     ----------
@@ -241,17 +246,29 @@ def read_roles(client: RecordReader, ids: Iterable[str], *, limit: int = 500) ->
     ids
         Role ids (``EP-...``, ``PR-...``); duplicates and nulls are ignored.
     limit
-        At most this many roles are read (each read is one request).
+        At most this many roles are read one by one.
 
     Returns
     -------
     pl.DataFrame
-        ``id``, ``practitioner_id``, ``organization_id``.
+        ``id``, ``practitioner_id``, ``organization_id``, one row per role found,
+        sorted by id.
     """
-    from toolkit.errors import ApiError, NotFound
+    from toolkit.errors import ApiError, MethodNotAllowed, NotFound
 
+    wanted = sorted({i for i in ids if i})
+    frame = getattr(client, "frame", None)
+    if callable(frame):
+        try:
+            listed = frame("PractitionerRole")
+        except (NotFound, MethodNotAllowed):
+            pass  # not served: read them one by one
+        else:
+            columns = ["id", "practitioner_id", "organization_id"]
+            found = listed.select(columns).filter(pl.col("id").is_in(wanted))
+            return found.unique("id", keep="first").sort("id")
     records: list[Mapping[str, Any]] = []
-    for rid in sorted({i for i in ids if i})[:limit]:
+    for rid in wanted[:limit]:
         try:
             records.append(client.read("PractitionerRole", rid))
         except NotFound:
