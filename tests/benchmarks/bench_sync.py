@@ -47,6 +47,8 @@ from typing import Any
 
 from toolkit import catalogue
 
+USER_AGENT = "pmtk-bench (bench@example.invalid)"
+
 
 def _peak_mb() -> float:
     """This process's peak RSS in MB.
@@ -76,6 +78,7 @@ def _child(args: argparse.Namespace) -> None:
         client_id=args.client_id,
         client_secret=args.client_secret,
         requests_per_minute=args.rate,
+        user_agent=USER_AGENT,
         progress=False,
     ) as client:
         if args.child == "sync":
@@ -161,6 +164,7 @@ def _page_time(dep: Any, samples: int = 40) -> float:
         client_id=dep.client_id,
         client_secret=dep.client_secret,
         requests_per_minute=None,
+        user_agent=USER_AGENT,
         progress=False,
     ) as client:
         client.request("GET", "Appointment", params={"_count": 100})  # token, warm-up
