@@ -83,7 +83,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     with serve(scale=args.scale, rate_limit=1_000_000) as dep:
-        kw: dict[str, Any] = {"requests_per_minute": None, "progress": False}
+        kw: dict[str, Any] = {
+            "requests_per_minute": None,
+            "progress": False,
+            "user_agent": "pmtk-bench (bench@example.invalid)",
+        }
         with (
             Client(dep.base_url, dep.client_id, dep.client_secret, **kw) as a,
             Client(dep.base_url, dep.client_id, dep.client_secret, **kw) as b,
