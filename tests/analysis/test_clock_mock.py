@@ -10,7 +10,6 @@ Brisbane UTC+10 all year; Sydney UTC+11 until 2026-04-04T16:00Z and again from
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from typing import Any
 
 import polars as pl
@@ -31,19 +30,6 @@ def _offset_hours(zone: str, instant: dt.datetime) -> int:
         return 10
     assert zone == "Australia/Sydney", zone
     return 10 if SYDNEY_WINTER[0] <= instant < SYDNEY_WINTER[1] else 11
-
-
-@pytest.fixture(scope="module")
-def mock_client(mock_deployment: Any) -> Iterator[Client]:
-    mock_deployment.reset_rate_limit()
-    with Client(
-        base_url=mock_deployment.base_url,
-        client_id=mock_deployment.client_id,
-        client_secret=mock_deployment.client_secret,
-        requests_per_minute=None,
-        progress=False,
-    ) as client:
-        yield client
 
 
 @pytest.fixture(autouse=True)

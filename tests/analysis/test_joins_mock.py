@@ -10,27 +10,11 @@ and no invoice with a gap.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from typing import Any
 
 import polars as pl
 import pytest
 
 from toolkit import Client, analysis
-
-
-@pytest.fixture(scope="module")
-def mock_client(mock_deployment: Any) -> Iterator[Client]:
-    mock_deployment.reset_rate_limit()
-    with Client(
-        base_url=mock_deployment.base_url,
-        client_id=mock_deployment.client_id,
-        client_secret=mock_deployment.client_secret,
-        requests_per_minute=None,
-        progress=False,
-    ) as client:
-        assert client.base_url.startswith("http://127.0.0.1:")
-        yield client
 
 
 @pytest.fixture(scope="module")

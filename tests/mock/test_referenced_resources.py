@@ -27,10 +27,10 @@ NEW_TYPES = (
 )
 
 
-def _all(api: httpx.Client, rtype: str, **params: str) -> list[dict[str, Any]]:
-    """Every record of a list, following ``next`` links by hand."""
+def every_record(api: httpx.Client, path: str, **params: str) -> list[dict[str, Any]]:
+    """Every record of a list (or of ``$find``), following ``next`` links by hand."""
     out: list[dict[str, Any]] = []
-    url: str | None = rtype
+    url: str | None = path
     query: dict[str, str] | None = {"_count": "100", **params}
     while url is not None:
         bundle = api.get(url, params=query).json()
@@ -52,7 +52,7 @@ def raw(mock_deployment: Deployment) -> Iterator[dict[str, list[dict[str, Any]]]
 
     with api_client(mock_deployment) as api:
         types = (*NEW_TYPES, "Practitioner", "Organization", "Appointment", "InvoiceLine")
-        yield {t: _all(api, t) for t in (*types, "Referral")}
+        yield {t: every_record(api, t) for t in (*types, "Referral")}
 
 
 @pytest.fixture(scope="module")
@@ -139,18 +139,18 @@ def test_invoices_search_by_created_date_and_by_recipient(
 ) -> None:
     invoices = raw["Invoice"]
     day = sorted(i["date"] for i in invoices)[len(invoices) // 2]
-    found = {i["id"] for i in _all(mock_api, "Invoice", created=f"ge{day}")}
+    found = {i["id"] for i in every_record(mock_api, "Invoice", created=f"ge{day}")}
     assert found == {i["id"] for i in invoices if i["date"] >= day}
-    found = {i["id"] for i in _all(mock_api, "Invoice", created=f"lt{day}")}
+    found = {i["id"] for i in every_record(mock_api, "Invoice", created=f"lt{day}")}
     assert found == {i["id"] for i in invoices if i["date"] < day}
 
     counts = Counter(i["recipient"]["reference"].split("/main/")[-1] for i in invoices)
     funder = next(r for r in counts if r.startswith("Organization/"))
     patient = next(r for r in counts if r.startswith("Patient/"))
     for recipient in (funder, patient):
-        found = {i["id"] for i in _all(mock_api, "Invoice", recipient=recipient)}
+        found = {i["id"] for i in every_record(mock_api, "Invoice", recipient=recipient)}
         assert len(found) == counts[recipient]
-    both = _all(mock_api, "Invoice", recipient=f"{funder},{patient}")
+    both = every_record(mock_api, "Invoice", recipient=f"{funder},{patient}")
     assert len(both) == counts[funder] + counts[patient]
 
 

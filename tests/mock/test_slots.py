@@ -9,23 +9,11 @@ from typing import Any
 import httpx
 
 from tests.mock.test_booking import book_body
+from tests.mock.test_referenced_resources import every_record as _all
 from tests.mock.test_shapes import LIVE_HOST
 
 WINDOW = {"start": "2026-11-23T00:00:00Z", "end": "2026-11-28T00:00:00Z"}
 MERGE = {"Content-Type": "application/merge-patch+json"}
-
-
-def _all(api: httpx.Client, path: str, **params: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    url: str | None = path
-    query: dict[str, str] | None = {"_count": "100", **params}
-    while url is not None:
-        bundle = api.get(url, params=query).json()
-        assert bundle["resourceType"] == "Bundle", bundle
-        out += [e["resource"] for e in bundle.get("entry", [])]
-        url = next((ln["url"] for ln in bundle["link"] if ln["relation"] == "next"), None)
-        query = None
-    return out
 
 
 def _key(resource: dict[str, Any], actor: dict[str, Any]) -> tuple[str, str]:
