@@ -220,3 +220,34 @@ def test_the_role_services_child_table_is_exact(
     ]
     got = services.select("practitioner_role_id", "index", "healthcare_service_id").rows()
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "status", "says"),
+    [
+        ("Foo/1", 400, "cannot point at Foo"),
+        ("/", 400, "neither an id nor Type/id"),
+        ("Patient/", 400, "neither an id nor Type/id"),
+        ("100251", 422, "give Type/id"),
+    ],
+)
+def test_a_malformed_recipient_search_is_refused_naming_what_is_wrong(
+    mock_api: httpx.Client, value: str, status: int, says: str
+) -> None:
+    response = mock_api.get("Invoice", params={"recipient": value})
+    assert response.status_code == status
+    assert says in response.json()["issue"][0]["diagnostics"]
+
+
+def test_an_empty_search_value_is_ignored_and_an_absolute_reference_matches(
+    mock_api: httpx.Client, raw: dict[str, list[dict[str, Any]]]
+) -> None:
+    total = len(raw["Invoice"])
+    assert mock_api.get("Invoice", params={"recipient": ""}).json()["total"] == total
+    slots = mock_api.get("Slot", params={"_count": 1}).json()["total"]
+    assert mock_api.get("Slot", params={"status": ""}).json()["total"] == slots
+    patient = raw["Invoice"][0]["subject"]["reference"].rsplit("/", 1)[-1]
+    absolute = f"https://au-api.halaxy.com/main/Patient/{patient}"
+    found = mock_api.get("Invoice", params={"recipient": absolute, "_count": 100}).json()
+    expected = [i for i in raw["Invoice"] if i["recipient"]["reference"].endswith(f"/{patient}")]
+    assert found["total"] == len(expected) > 0

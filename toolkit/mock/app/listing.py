@@ -50,8 +50,8 @@ class ListingRoom(MockCore):
                 filters.append(lambda i, t=test: t(coll.updated[i]))  # type: ignore[misc]
             elif name == "_sort":
                 sort_spec = value
-            elif name not in allowed:
-                continue  # FHIR servers ignore search parameters they do not support
+            elif name not in allowed or not value.strip(", "):
+                continue  # FHIR servers ignore unsupported parameters and empty values
             elif name in DATE_SORT.get(rtype, ()):
                 test = _date_predicate(name, value)
                 filters.append(lambda i, t=test: t(coll.date[i]))  # type: ignore[misc]
@@ -260,6 +260,13 @@ def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Ca
             continue
         kind, _, rid = item.rpartition("/")
         kind = kind.rsplit("/", 1)[-1]
+        if not rid:
+            raise Problem4xx(400, "invalid", f"{name}={item!r} is neither an id nor Type/id")
+        if kind and kind not in field.ref.types:
+            types = ", ".join(field.ref.types)
+            raise Problem4xx(
+                400, "invalid", f"{name}={item!r}: {rtype}.{name} cannot point at {kind} ({types})"
+            )
         if not kind and len(field.ref.types) > 1:
             types = " or ".join(field.ref.types)
             guess = next(
