@@ -24,6 +24,7 @@ NEW_TYPES = (
     "Invoice",
     "ReferralDefinition",
     "ChargeItemDefinition",
+    "Slot",
 )
 
 
@@ -187,6 +188,14 @@ def _expected(rtype: str, record: dict[str, Any]) -> dict[str, Any]:
             "name": record["name"],
             "funder_id": _id(record["funder"]),
             "limit_quantity": record["limitQuantity"]["quantity"],
+        }
+    if rtype == "Slot":
+        return {
+            "start": dt.datetime.fromisoformat(record["start"]),
+            "end": dt.datetime.fromisoformat(record["end"]),
+            "status": record["status"],
+            "practitioner_role_id": _id(record["practitionerRole"]),
+            "healthcare_service_id": _id(record["healthcareService"]),
         }
     return {
         "title": record["title"],
