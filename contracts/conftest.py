@@ -239,12 +239,17 @@ def _rank(item: pytest.Item) -> int:
     return RUN_ORDER.index(category) if category in RUN_ORDER else len(RUN_ORDER)
 
 
-def _outside_spec(item: pytest.Item) -> bool:
-    """Whether the check is parametrised with a resource whose list the spec lacks."""
+def _resource_of(item: pytest.Item) -> str | None:
+    """The resource a check is parametrised with (``[Referral]``), if any."""
     callspec = getattr(item, "callspec", None)
     resource = callspec.params.get("resource") if callspec is not None else None
-    source = cat.endpoint_source(resource, "list") if isinstance(resource, str) else None
-    return source is not None and source != "spec"
+    return resource if isinstance(resource, str) else None
+
+
+def _outside_spec(item: pytest.Item) -> bool:
+    """Whether the check is parametrised with a resource whose list the spec lacks."""
+    resource = _resource_of(item)
+    return resource is not None and cat.endpoint_source(resource, "list") not in (None, "spec")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -272,9 +277,8 @@ def _recorder(item: pytest.Item) -> Recorder:
     rec = item.stash.get(RECORDER_KEY, None)
     if rec is None:
         rec = Recorder(*_marker(item))
-        callspec = getattr(item, "callspec", None)
-        resource = callspec.params.get("resource") if callspec is not None else None
-        if isinstance(resource, str):
+        resource = _resource_of(item)
+        if resource is not None:
             rec.outside_spec(resource)
         item.stash[RECORDER_KEY] = rec
     return rec

@@ -118,3 +118,21 @@ def test_roles_are_read_one_by_one_where_the_list_is_not_served() -> None:
         assert client.requests_sent == 3  # the refused list, then two reads
     assert roles["id"].to_list() == ["PR-6001", "PR-6002"]
     assert roles["organization_id"].null_count() == 0
+
+
+def test_a_clock_given_the_listed_roles_sends_no_role_request(mock_client: Client) -> None:
+    orgs = mock_client.frames("Organization")
+    roles = mock_client.frame("PractitionerRole")
+    ids = ["PR-6001", "PR-6002", "EP-7001"]
+    address = orgs["organization_address"]
+    before = mock_client.requests_sent
+    held = analysis.practice_clock(mock_client, orgs["Organization"], address, ids, roles=roles)
+    assert mock_client.requests_sent == before
+    walked = analysis.practice_clock(mock_client, orgs["Organization"], address, ids)
+    assert mock_client.requests_sent == before + 1  # read_roles: one list walk
+    assert held.roles.equals(walked.roles)
+    # An empty table (a deployment that lists no roles) still looks the roles up.
+    empty = analysis.practice_clock(
+        mock_client, orgs["Organization"], address, ids, roles=roles.clear()
+    )
+    assert empty.roles.equals(walked.roles)

@@ -233,6 +233,9 @@ from toolkit.analysis.tables import (
     role_organizations as role_organizations,
 )
 from toolkit.analysis.tables import (
+    roles_among as roles_among,
+)
+from toolkit.analysis.tables import (
     row_counts as row_counts,
 )
 from toolkit.analysis.tables import (
@@ -289,6 +292,7 @@ __all__ = [
     "revenue_total",
     "role_organizations",
     "role_zones",
+    "roles_among",
     "row_counts",
     "service_names",
     "single_currency",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from toolkit.analysis.tables import RecordReader, _as_utc, read_roles, reference_id
+from toolkit.analysis.tables import RecordReader, _as_utc, read_roles, reference_id, roles_among
 
 PM_TIMEZONE = "PM_TIMEZONE"
 """Environment variable naming one IANA zone that overrides every clinic's own zone."""
@@ -446,14 +446,16 @@ def practice_clock(
     address: pl.DataFrame,
     role_ids: Iterable[str] = (),
     *,
+    roles: pl.DataFrame | None = None,
     tz: str | None = None,
     country: str | None = None,
 ) -> PracticeClock:
     """Each clinic's zone, the practice's default zone and its financial year, in one call.
 
-    Looks up the PractitionerRoles ``role_ids`` (:func:`read_roles`: one list walk,
-    or one read each where the deployment lists no roles, so pass only the roles
-    that appear in the data) to learn which clinic each practitioner works at.
+    Looks up the PractitionerRoles ``role_ids`` to learn which clinic each
+    practitioner works at: in ``roles`` when given with rows (no request), else with
+    :func:`read_roles` (one list walk, or one read each where the deployment lists
+    no roles, so pass only the roles that appear in the data).
 
     Parameters
     ----------
@@ -464,6 +466,8 @@ def practice_clock(
         ``organization_address``.
     role_ids
         PractitionerRole ids (``PR-...``) named by appointments.
+    roles
+        The ``PractitionerRole`` table, when it was already listed.
     tz
         One zone for everything (else ``PM_TIMEZONE``, else the addresses).
     country
@@ -475,9 +479,13 @@ def practice_clock(
     """
     zones = organization_zones(organization, address, tz=tz)
     default = practice_zone(zones)
-    roles = role_zones(read_roles(client, role_ids), zones, default=default)
+    if roles is not None and roles.height:
+        found = roles_among(roles, role_ids)
+    else:
+        found = read_roles(client, role_ids)
     where = country or practice_country(organization, address)
-    return PracticeClock(zones, roles, default, where, financial_year_start(where))
+    zoned = role_zones(found, zones, default=default)
+    return PracticeClock(zones, zoned, default, where, financial_year_start(where))
 
 
 def local_times(

@@ -191,18 +191,9 @@ def practitioner_names(
     [('PR-1', 'PR-1', 'Dr Ana Kim', 'CL-1'), ('EP-9', 'EP-9', None, 'SP-2')]
     """
     function = "practitioner_names"
-    require_columns(
-        roles, ["id", "practitioner_id", "organization_id"], frame_name="roles", function=function
-    )
     names = practitioner_display_names(practitioners)
     out = (
-        roles.select(
-            pl.col("id").alias("role_id"),
-            reference_id("practitioner_id").alias("practitioner_id"),
-            reference_id("organization_id").alias("organization_id"),
-        )
-        .filter(pl.col("role_id").is_not_null())
-        .unique("role_id", keep="first", maintain_order=True)
+        _role_rows(roles, function)
         .join(names, on="practitioner_id", how="left", maintain_order="left")
         .select("role_id", "practitioner_id", "practitioner_name", "organization_id")
     )
@@ -214,6 +205,22 @@ def practitioner_names(
             maintain_order="left",
         )
     return out
+
+
+def _role_rows(roles: pl.DataFrame, function: str) -> pl.DataFrame:
+    """``role_id``, ``practitioner_id``, ``organization_id``: one row per role id."""
+    require_columns(
+        roles, ["id", "practitioner_id", "organization_id"], frame_name="roles", function=function
+    )
+    return (
+        roles.select(
+            pl.col("id").alias("role_id"),
+            reference_id("practitioner_id").alias("practitioner_id"),
+            reference_id("organization_id").alias("organization_id"),
+        )
+        .filter(pl.col("role_id").is_not_null())
+        .unique("role_id", keep="first", maintain_order=True)
+    )
 
 
 def appointment_practitioners(
@@ -259,7 +266,7 @@ def appointment_practitioners(
         frame_name="participants",
         function=function,
     )
-    people = practitioner_names(roles, practitioners, organizations)
+    by_role = _role_rows(roles, function)
     kind = pl.col("actor_type").fill_null("")
     order = [pl.col("index")] if "index" in participants.columns else []
     first = (
@@ -279,7 +286,6 @@ def appointment_practitioners(
             .alias("_direct"),
         )
     )
-    by_role = people.drop("practitioner_name", *_org_name(people))
     out = (
         appointments.select(pl.col("id").alias("appointment_id"))
         .unique("appointment_id", keep="first", maintain_order=True)
@@ -300,10 +306,6 @@ def appointment_practitioners(
         )
         columns.append("organization_name")
     return out.select(columns)
-
-
-def _org_name(frame: pl.DataFrame) -> list[str]:
-    return ["organization_name"] if "organization_name" in frame.columns else []
 
 
 def service_names(

@@ -228,6 +228,22 @@ class RecordReader(Protocol):
         ...
 
 
+def roles_among(roles: pl.DataFrame, ids: Iterable[str]) -> pl.DataFrame:
+    """The rows of a ``PractitionerRole`` table whose id is one of ``ids``, as
+    :func:`read_roles` returns them (``id``, ``practitioner_id``, ``organization_id``,
+    one row per id, sorted by id).
+
+    >>> roles = pl.DataFrame({"id": ["PR-2", "PR-1"], "practitioner_id": ["PR-2", "PR-1"],
+    ...                       "organization_id": ["CL-1", "CL-2"]})
+    >>> roles_among(roles, ["PR-1", "EP-9"]).rows()
+    [('PR-1', 'PR-1', 'CL-2')]
+    """
+    wanted = sorted({i for i in ids if i})
+    columns = ["id", "practitioner_id", "organization_id"]
+    found = roles.select(columns).filter(pl.col("id").is_in(wanted))
+    return found.unique("id", keep="first").sort("id")
+
+
 def read_roles(client: RecordReader, ids: Iterable[str], *, limit: int = 500) -> pl.DataFrame:
     """The PractitionerRoles ``ids`` as :func:`role_organizations` gives them.
 
@@ -264,9 +280,7 @@ def read_roles(client: RecordReader, ids: Iterable[str], *, limit: int = 500) ->
         except (NotFound, MethodNotAllowed):
             pass  # not served: read them one by one
         else:
-            columns = ["id", "practitioner_id", "organization_id"]
-            found = listed.select(columns).filter(pl.col("id").is_in(wanted))
-            return found.unique("id", keep="first").sort("id")
+            return roles_among(listed, wanted)
     records: list[Mapping[str, Any]] = []
     for rid in wanted[:limit]:
         try:

@@ -17,8 +17,8 @@ from typing import Any
 import jwt
 
 from toolkit import catalogue
-from toolkit.mock.data import PracticeData, generate
-from toolkit.mock.data.slots import iso, slot_changed
+from toolkit.mock.data import PracticeData, generate, iso
+from toolkit.mock.data.slots import slot_changed
 from toolkit.mock.faults import Fault, make_fault
 from toolkit.mock.shapes import SHAPES, Shapes
 from toolkit.mock.store import Collection
@@ -149,7 +149,7 @@ class MockState:
 
     def _slot_changed(self, role: int, unit: int) -> None:
         """A booking, PATCH, cancel or delete turned a grid unit taken or free: its Slot
-        was written now (and announced, like any other write)."""
+        was written now (stamped and moved last in list order)."""
         slot_changed(self.store["Slot"], self.data.slots, role, unit, self.now())
 
     # ------------------------------------------------------------------ clock

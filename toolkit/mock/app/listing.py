@@ -281,15 +281,7 @@ def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Ca
             )
         wanted.add((kind or field.ref.types[0], rid))
 
-    def match(i: int) -> bool:
-        target = coll.record(i).get(name)
-        text = target.get("reference") if isinstance(target, dict) else None
-        if not isinstance(text, str):
-            return False
-        parts = text.rstrip("/").rsplit("/", 2)
-        return len(parts) >= 2 and (parts[-2], parts[-1]) in wanted
-
-    return match
+    return lambda i: catalogue.reference_pair(coll.record(i).get(name)) in wanted
 
 
 def _name_filter(

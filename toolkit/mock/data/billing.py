@@ -16,7 +16,18 @@ from dataclasses import dataclass, field
 
 from toolkit import catalogue
 from toolkit.mock.data.appointments import APPOINTMENT_BASE, ATTENDED, NOSHOW, Appointments
-from toolkit.mock.data.base import ANCHOR, CURRENCY, codes, extension, iso, link, meta, mix
+from toolkit.mock.data.base import (
+    ANCHOR,
+    CURRENCY,
+    DAY,
+    codes,
+    extension,
+    iso,
+    iso_date,
+    link,
+    meta,
+    mix,
+)
 from toolkit.mock.data.coverage import Cover
 from toolkit.mock.data.services import CHARGE_ITEM_BASE, NOSHOW_FEE, PRODUCTS, SERVICES
 from toolkit.mock.store import Record
@@ -91,7 +102,7 @@ class Billing:
         """Midnight (UTC) of the day invoice ``k`` is dated: its appointment's end."""
         i = self.invoice_appt[k]
         end = self.appts.start[i] + self.appts.minutes[i] * 60
-        return end - end % 86_400
+        return end - end % DAY
 
     def entered(self, li: int) -> int:
         """When line ``li`` was entered: five minutes after its appointment ended."""
@@ -157,7 +168,7 @@ class InvoiceBuilder:
             "status": status,
             "subject": INVOICE_SUBJECT(patient),
             "recipient": TO_FUNDER(funder) if funder else TO_PATIENT(patient),
-            "date": iso(b.invoice_day(k))[:10],
+            "date": iso_date(b.invoice_day(k)),
             "totalNet": {"value": total, "currency": CURRENCY},
             "totalGross": {"value": total, "currency": CURRENCY},
             "totalBalance": {"value": round(total - paid, 2), "currency": CURRENCY},
