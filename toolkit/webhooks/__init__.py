@@ -30,90 +30,36 @@ announced resources, so changes made while the receiver was down are covered.
 
 from __future__ import annotations
 
-from toolkit.webhooks.command import (
-    listen as listen,
-)
-from toolkit.webhooks.command import (
-    listen_command as listen_command,
-)
-from toolkit.webhooks.events import (
-    _ID as _ID,
-)
-from toolkit.webhooks.events import (
-    _MEDIA as _MEDIA,
-)
-from toolkit.webhooks.events import (
-    _TYPE as _TYPE,
-)
-from toolkit.webhooks.events import (
-    ANNOUNCED as ANNOUNCED,
-)
-from toolkit.webhooks.events import (
-    APPLIED_MARKS as APPLIED_MARKS,
-)
-from toolkit.webhooks.events import (
-    DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES,
-)
-from toolkit.webhooks.events import (
-    MAX_BATCH_FILES as MAX_BATCH_FILES,
-)
-from toolkit.webhooks.events import (
-    MAX_QUEUE_FILES as MAX_QUEUE_FILES,
-)
-from toolkit.webhooks.events import (
-    WEBHOOK_DIR as WEBHOOK_DIR,
-)
-from toolkit.webhooks.events import (
-    Event as Event,
-)
-from toolkit.webhooks.events import (
-    NotificationError as NotificationError,
-)
-from toolkit.webhooks.events import (
-    _action_in as _action_in,
-)
-from toolkit.webhooks.events import (
-    _split_reference as _split_reference,
-)
-from toolkit.webhooks.events import (
-    log as log,
-)
-from toolkit.webhooks.events import (
-    parse_notification as parse_notification,
-)
-from toolkit.webhooks.listener import (
-    Listener as Listener,
-)
-from toolkit.webhooks.listener import (
-    _make_app as _make_app,
-)
-from toolkit.webhooks.queue import (
-    AuthHeader as AuthHeader,
-)
-from toolkit.webhooks.queue import (
-    EventQueue as EventQueue,
-)
-from toolkit.webhooks.queue import (
-    ListenerStats as ListenerStats,
-)
-from toolkit.webhooks.queue import (
-    _fsync_dir as _fsync_dir,
-)
-from toolkit.webhooks.queue import (
-    _outcome as _outcome,
-)
-from toolkit.webhooks.queue import (
-    _Retry as _Retry,
-)
+from toolkit.webhooks.command import listen as listen
+from toolkit.webhooks.command import listen_command as listen_command
+from toolkit.webhooks.events import ANNOUNCED as ANNOUNCED
+from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES
+from toolkit.webhooks.events import DEFAULT_MAX_QUEUE_BYTES as DEFAULT_MAX_QUEUE_BYTES
+from toolkit.webhooks.events import MEDIA_TYPES as MEDIA_TYPES
+from toolkit.webhooks.events import WEBHOOK_DIR as WEBHOOK_DIR
+from toolkit.webhooks.events import Event as Event
+from toolkit.webhooks.events import NotificationError as NotificationError
+from toolkit.webhooks.events import parse_notification as parse_notification
+from toolkit.webhooks.listener import Listener as Listener
+from toolkit.webhooks.listener import disk_status as disk_status
+from toolkit.webhooks.queue import AuthHeader as AuthHeader
+from toolkit.webhooks.queue import Change as Change
+from toolkit.webhooks.queue import EventQueue as EventQueue
+from toolkit.webhooks.queue import ListenerStats as ListenerStats
 
 __all__ = [
     "ANNOUNCED",
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_QUEUE_BYTES",
+    "MEDIA_TYPES",
     "AuthHeader",
+    "Change",
     "Event",
     "EventQueue",
     "Listener",
+    "ListenerStats",
     "NotificationError",
+    "disk_status",
     "listen",
     "listen_command",
     "parse_notification",
