@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -51,6 +52,8 @@ def listen(
     max_connections: int | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     max_age: float = DEFAULT_MAX_AGE,
+    header_timeout: float = HEADER_TIMEOUT,
+    body_timeout: float = BODY_TIMEOUT,
     errors: Literal["raise", "warn"] = "raise",
     log_level: str = "warning",
 ) -> Iterator[Listener]:
@@ -87,6 +90,8 @@ def listen(
     max_attempts, max_age
         A change whose read keeps failing goes to the dead letters after this
         many attempts or this many seconds.
+    header_timeout, body_timeout
+        Seconds a caller has to send a request head, then its body (408 beyond).
     errors
         ``"raise"``: a record that fails its schema goes to the dead letters
         (the others are applied); ``"warn"``: it is stored anyway and a
@@ -126,7 +131,15 @@ def listen(
         max_attempts=max_attempts,
         max_age=max_age,
     )
-    config = _receiver_config(listener, host, port, log_level, max_connections)
+    limits = Limits(
+        max_header_bytes=MAX_HEADER_BYTES,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        clock=time.time,
+        max_body_bytes=max_body_bytes,
+        max_connections=connection_cap(max_connections),
+    )
+    config = _receiver_config(listener, host, port, log_level, limits)
     running = None
     try:
         running = start(config, name="pmtk-listen", what="the webhook receiver", timeout=30)
@@ -202,21 +215,11 @@ def _prepare_store(root: Path) -> None:
 
 
 def _receiver_config(
-    listener: Listener, host: str, port: int, log_level: str, max_connections: int | None
+    listener: Listener, host: str, port: int, log_level: str, limits: Limits
 ) -> Any:
     """The uvicorn configuration of the receiver: the shared hardened protocol, no lifespan."""
-    import time
-
     import uvicorn
 
-    limits = Limits(
-        max_header_bytes=MAX_HEADER_BYTES,
-        header_timeout=HEADER_TIMEOUT,
-        body_timeout=BODY_TIMEOUT,
-        clock=time.time,
-        max_body_bytes=listener.max_body_bytes,
-        max_connections=connection_cap(max_connections),
-    )
     return uvicorn.Config(
         _make_app(listener),
         host=host,
@@ -428,11 +431,12 @@ def format_status(report: dict[str, Any]) -> list[str]:
         )
     )
     error = report.get("last_error")
-    lines.append(
-        "last error:   -"
-        if not error
-        else f"last error:   {error.get('age_s', 0):.0f} s ago: {error.get('text')}"
-    )
+    if not error:
+        lines.append("last error:   -")
+    else:
+        age_s = error.get("age_s")
+        when = "" if age_s is None else f"{age_s:.0f} s ago: "
+        lines.append(f"last error:   {when}{error.get('text')}")
     return lines
 
 
