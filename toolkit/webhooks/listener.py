@@ -327,7 +327,26 @@ class Listener:
         else:
             worker = "running"
         busy = self.unavailable()
-        report = disk_status(self.store, self.queue)
+        try:
+            report = disk_status(self.store, self.queue)
+        except OSError as exc:
+            # the folder cannot be read now (EMFILE, a vanished disk): the counts kept in
+            # memory still say what is known
+            report = {
+                "store": str(self.store.resolve()),
+                "queue": {
+                    "events": self.queue.count(),
+                    "bytes": self.queue.bytes(),
+                    "max_bytes": self.queue.max_bytes,
+                    "oldest_unapplied_age_s": None,
+                    "next_retry_in_s": None,
+                    "waiting_for_sync": {},
+                },
+                "dead_letters": None,
+                "dead_letter_folder": str(self.queue.dead_dir),
+                "last_error": None,
+                "disk_unreadable": describe(exc),
+            }
         report.update(
             {
                 "worker": worker,
