@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +53,9 @@ RESTART_FIRST = 0.5
 """Seconds before a failed worker is started again; doubled each time up to :data:`RESTART_MAX`."""
 
 RESTART_MAX = 60.0
+
+READERS = 8
+"""Record reads of one batch sent side by side."""
 
 STORE_RETRY_MAX = 30.0
 """Longest pause between attempts at a store that cannot be written (a sync holds it)."""
@@ -262,6 +266,7 @@ class Listener:
         self._started = False
         self.url = ""
         self.port = 0
+        self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="pmtk-listen-read")
         self._worker = threading.Thread(
             target=self._supervise, name="pmtk-listen-worker", daemon=True
         )
@@ -280,6 +285,7 @@ class Listener:
         self.wake.set()
         if self._started:
             self._worker.join(timeout=60)
+        self._readers.shutdown(wait=False, cancel_futures=True)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until the catch-up sync is done and no change is queued; true if it got there.
@@ -471,7 +477,6 @@ class Listener:
             TransportError,
         )
 
-        self.stats.requests += 1
         try:
             record = self.client.read(event.resource_type, event.id)
         except NotFound:
@@ -501,32 +506,33 @@ class Listener:
         Raises :class:`_Retry` when the store cannot be written; then nothing of the
         batch has been moved (the queue files stay, and are taken again).
         """
-        from toolkit.errors import PmtkError
-
         synced = synced_types(self.store)
         by_type: dict[str, tuple[list[dict[str, Any]], list[str], list[Change]]] = {}
         retry: list[Change] = []
         dead: list[tuple[Change, str]] = []
         hold: list[Change] = []
+        to_read: list[Change] = []
         for change in _latest(batch).values():
-            event = change.event
-            if event.resource_type not in synced:
+            if change.event.resource_type in synced:
+                to_read.append(change)
+            else:
                 hold.append(change)
+        # The reads of a batch run side by side (the client paces them if it must):
+        # at tens of changes a second, one at a time would be the bottleneck.
+        for change, (kind, value) in zip(
+            to_read, self._readers.map(self._read, to_read), strict=True
+        ):
+            self.stats.requests += 1
+            event = change.event
+            if kind == "retry":
+                self._failed(change, value, retry, dead)
                 continue
-            try:
-                record = self._fetch(event)
-            except _Retry as exc:
-                self._failed(change, str(exc), retry, dead)
-                continue
-            except PmtkError as exc:  # refused for good (400, 403, an id the API rejects)
+            if kind == "dead":
                 change.attempts += 1
-                dead.append((change, f"reading it failed: {describe(exc)}"))
-                continue
-            except Exception as exc:  # unexpected: retried, and dead after the bound
-                self._failed(change, describe(exc), retry, dead)
+                dead.append((change, value))
                 continue
             ups, dels, done = by_type.setdefault(event.resource_type, ([], [], []))
-            if record is None:
+            if value is None:
                 dels.append(event.id)
             else:
                 if event.action == "delete":
@@ -537,7 +543,7 @@ class Listener:
                         event.resource_type,
                         event.id,
                     )
-                ups.append(record)
+                ups.append(value)
             done.append(change)
         for rtype, (ups, dels, done) in by_type.items():
             dead.extend(self._commit(rtype, ups, dels, done))
@@ -555,6 +561,19 @@ class Listener:
             self.stats.retried += 1
         self.queue.done([path for path, _changes in batch])
         self.stats.batches += 1
+
+    def _read(self, change: Change) -> tuple[str, Any]:
+        """``("ok", record or None)``, ``("retry", reason)`` or ``("dead", reason)``."""
+        from toolkit.errors import PmtkError
+
+        try:
+            return "ok", self._fetch(change.event)
+        except _Retry as exc:
+            return "retry", str(exc)
+        except PmtkError as exc:  # refused for good (400, 403, an id the API rejects)
+            return "dead", f"reading it failed: {describe(exc)}"
+        except Exception as exc:  # unexpected: retried, and dead after the bound
+            return "retry", describe(exc)
 
     def _failed(
         self, change: Change, reason: str, retry: list[Change], dead: list[tuple[Change, str]]
