@@ -100,16 +100,24 @@ def _pct(values: list[float], q: float) -> float:
 
 
 class Tracker(threading.Thread):
-    """Notes each new application time of each record (``stats.applied_at``)."""
+    """Notes each new application time of each record (``stats.applied_at``), and the
+    deepest backlog seen at each stage: the mock's undelivered announcements, the
+    receiver's queue."""
 
-    def __init__(self, marks: dict[str, float]) -> None:
+    def __init__(self, marks: dict[str, float], dep: Any, receiver: Any) -> None:
         super().__init__(daemon=True)
         self.marks = marks
+        self.dep = dep
+        self.receiver = receiver
         self.applied: dict[str, list[float]] = {}
+        self.undelivered = 0
+        self.queued = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(0.01):
+            self.undelivered = max(self.undelivered, self.dep.webhook_stats()["pending"])
+            self.queued = max(self.queued, self.receiver.queue.count())
             for mark, at in list(self.marks.items()):
                 times = self.applied.setdefault(mark.split("/", 1)[1], [])
                 if not times or times[-1] != at:
@@ -135,7 +143,7 @@ def scenario(
     ):
         client.read("Appointment", ids[0])  # the token, outside the figures
         before = client.requests_sent
-        tracker = Tracker(receiver.stats.applied_at)
+        tracker = Tracker(receiver.stats.applied_at, dep, receiver)
         tracker.start()
         written: list[tuple[str, str, float]] = []
         started = time.perf_counter()
@@ -183,6 +191,9 @@ def scenario(
         "requests": requests,
         "broken": broken,
         "retried": status["retried"],
+        "undelivered": tracker.undelivered,
+        "queued": tracker.queued,
+        "batches": receiver.stats.batches,
     }
 
 
@@ -262,7 +273,9 @@ def main() -> None:
         print(
             f"{run['name']}: {run['broken']} reads broken by the relay, {run['retried']} "
             f"changes retried, {run['unseen']} writes without a later commit, "
-            f"{run['late']} writes sent late by the pacer, settled={run['settled']}"
+            f"{run['late']} writes sent late by the pacer, settled={run['settled']}; "
+            f"deepest backlog: {run['undelivered']} announcements not yet delivered by the "
+            f"mock, {run['queued']} changes queued in the receiver; {run['batches']} batches"
         )
     print("ideal requests per change: 1.00 clean, 1.11 with a tenth of reads failing")
     print("targets: 0 lost, freshness p99 < 2 s, requests per change near the ideal")

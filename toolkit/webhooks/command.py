@@ -369,6 +369,9 @@ def _inspect(store: Path, port: int, host: str, *, status: bool, retry_dead: boo
     """``--retry-dead`` then ``--status``: from the running receiver if it answers, else disk."""
     from toolkit.store import NotAStore, _claim
 
+    if not store.is_dir():
+        typer.echo(f"error: there is no store at {store}", err=True)
+        raise typer.Exit(2)
     try:
         _claim(store)  # a user's folder is not read as a store
     except NotAStore as exc:

@@ -37,8 +37,9 @@ MAX_BATCH_EVENTS = 500
 """Changes read and applied in one store commit: what bounds the worker's memory."""
 
 
-FILE_EVENTS = 100
-"""Changes per queue file: a large notification is split, so a batch never holds more."""
+FILE_EVENTS = 500
+"""Changes per queue file: a large notification is split, so a batch holds at most
+about twice :data:`MAX_BATCH_EVENTS` (each file costs two fsyncs before the 202)."""
 
 
 APPLIED_MARKS = 10_000
