@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,38 +59,46 @@ def test_big_notifications_stay_within_the_byte_cap_and_memory_does_not_follow(
     }
     options = ["--store", str(store), "--port", "0", "--no-catch-up", "--base-url", dep.base_url]
     options += ["--max-queue-bytes", str(CAP)]
-    with (store / ".lock").open("a+") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # a long sync: nothing is applied meanwhile
-        with subprocess.Popen(
-            [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *options],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            text=True,
-            encoding="utf-8",
-        ) as proc:
-            try:
-                assert proc.stdout is not None
-                banner = "".join(proc.stdout.readline() for _ in range(3))
-                url = banner.splitlines()[0].split(": ", 1)[1].strip()
-                assert httpx.get(url.replace("/webhook", "/status")).status_code == 200
-                before = _memory(proc.pid, "VmRSS")
-                codes = []
-                posted = 0
-                for n in range(30):
-                    body = _big_body(n * 10_000)
-                    posted += len(body)
-                    answer = httpx.post(url, content=body, headers=HEADERS, timeout=60)
-                    codes.append(answer.status_code)
-                    if answer.status_code == 503:
-                        assert answer.headers["retry-after"].isdigit()
-                peak = _memory(proc.pid, "VmHWM")
-                queue = store / ".webhooks" / "queue"
-                on_disk = sum(p.stat().st_size for p in queue.glob("*.json"))
-            finally:
-                proc.send_signal(signal.SIGKILL)
-                proc.communicate(timeout=30)
-        fcntl.flock(held, fcntl.LOCK_UN)
+    with subprocess.Popen(
+        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+        encoding="utf-8",
+    ) as proc:
+        held = (store / ".lock").open("a+")
+        try:
+            assert proc.stdout is not None
+            banner = "".join(proc.stdout.readline() for _ in range(3))
+            assert banner.startswith("webhook URL: "), proc.stderr.read() if proc.stderr else ""
+            url = banner.splitlines()[0].split(": ", 1)[1].strip()
+            # one change applied first, so the worker has loaded what it needs (Polars...)
+            warm = notification(("Appointment", "10000001"))
+            assert httpx.post(url, content=warm, headers=HEADERS).status_code == 202
+            deadline = time.monotonic() + 60
+            while httpx.get(url.replace("/webhook", "/status")).json()["applied"] < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            fcntl.flock(held, fcntl.LOCK_EX)  # a long sync now: nothing is applied meanwhile
+            before = _memory(proc.pid, "VmRSS")
+            codes = []
+            posted = 0
+            for n in range(30):
+                body = _big_body(n * 10_000)
+                posted += len(body)
+                answer = httpx.post(url, content=body, headers=HEADERS, timeout=60)
+                codes.append(answer.status_code)
+                if answer.status_code == 503:
+                    assert answer.headers["retry-after"].isdigit()
+            peak = _memory(proc.pid, "VmHWM")
+            queue = store / ".webhooks" / "queue"
+            on_disk = sum(p.stat().st_size for p in queue.glob("*.json"))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=30)
+            fcntl.flock(held, fcntl.LOCK_UN)
+            held.close()
     assert 202 in codes and 503 in codes, codes
     assert 202 not in codes[codes.index(503) :]  # full stays full while nothing applies
     one = 2 * 1024 * 1024  # the last notification accepted below the cap, as queued
