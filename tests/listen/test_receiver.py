@@ -233,6 +233,24 @@ def test_a_type_without_a_view_is_accepted_and_logged_and_one_never_synced_waits
 
 def test_other_methods_and_media_types_are_refused(receiver: Listener) -> None:
     assert httpx.get(receiver.url, headers=HOOK_HEADERS).status_code == 405
+    preflight = httpx.options(
+        receiver.url,
+        headers={
+            "Origin": "http://127.0.0.1:9",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type",
+        },
+    )
+    assert preflight.status_code == 405
+    assert not [h for h in preflight.headers if h.lower().startswith("access-control-")]
+    for media in (None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+        headers: dict[str, str | bytes] = {NAME: RAW}
+        if media is not None:
+            headers["Content-Type"] = media
+        body = notification(("Appointment", "10000001"))
+        refused = httpx.post(receiver.url, content=body, headers=headers)
+        assert refused.status_code == 415, media
+        assert not [h for h in refused.headers if h.lower().startswith("access-control-")]
     response = httpx.post(
         receiver.url,
         content=notification(("Appointment", "10000001")),
