@@ -236,9 +236,6 @@ from toolkit.views.expressions import (
     _url_is as _url_is,
 )
 from toolkit.views.project import (
-    _check_parsed as _check_parsed,
-)
-from toolkit.views.project import (
     _per_row as _per_row,
 )
 from toolkit.views.project import (
@@ -246,6 +243,9 @@ from toolkit.views.project import (
 )
 from toolkit.views.project import (
     _row_owner as _row_owner,
+)
+from toolkit.views.project import (
+    _unparsed as _unparsed,
 )
 from toolkit.views.project import (
     flatten as flatten,
