@@ -169,7 +169,7 @@ def _value_type(key: str) -> str:
     return lower if lower in _PRIMITIVE_TYPES else name
 
 
-_TEXT_KEYS = ("code", "value", "reference", "url", "text", "display", "family", "id")
+_TEXT_KEYS = ("value", "code", "reference", "url", "text", "display", "family", "id")
 
 
 def _value_text(value: Any) -> str | None:
@@ -226,6 +226,7 @@ class _Conformer:
         self.problems: list[tuple[str, str, Any]] = []
         self.extra: _Leftovers = {}
         self.extensions: list[dict[str, Any]] = []
+        self.urls: dict[str, str] = {}  # path of a read extension element → its url
 
     def extension(
         self, element: Any, carrier: str, container: str, index: int, parent: str | None
@@ -270,7 +271,7 @@ class _Conformer:
         carrier = path.rsplit(".", 1)[0] if "." in path else ""
         if name in _EXTENSION_CONTAINERS and isinstance(value, list):
             for i, element in enumerate(value):
-                self.extension(element, carrier, name, i, None)
+                self.extension(element, carrier, name, i, self.urls.get(carrier))
             return _EMPTIED
         if isinstance(value, dict):
             out = {}
@@ -287,13 +288,19 @@ class _Conformer:
         return value
 
     def known(self, element: Any, inner: _AnyDtype, key: str) -> bool:
-        """Whether a column reads this extension element: a url it names, keys it reads."""
+        """Whether a column reads this extension element: a url it names, in a value form it reads.
+
+        A known url with a value form no column reads (``valueBoolean`` for a
+        coded one) is an extension the view does not read: a row, with its url.
+        Its other keys (nested extensions, ``id``) do not change that.
+        """
         if not isinstance(element, dict) or not isinstance(inner, pl.Struct):
             return False
         url = element.get("url")
         if not isinstance(url, str) or url.rsplit("/", 1)[-1] not in self.known_urls.get(key, ()):
             return False
-        return set(element) <= set(inner.to_schema())
+        reads = inner.to_schema()
+        return all(k in reads for k in element if k.startswith("value") and k[5:6].isupper())
 
     def value(
         self,
@@ -320,6 +327,7 @@ class _Conformer:
                 read = []
                 for i, v in enumerate(value):
                     if self.known(v, dtype.inner, key):
+                        self.urls[f"{path}[{i}]"] = v["url"]  # parent of nested ones
                         read.append(self.item(v, dtype.inner, f"{path}[{i}]", key))
                     else:
                         self.extension(v, carrier, container, i, None)
