@@ -152,13 +152,16 @@ def test_the_store_keeps_the_extension_table(tmp_path: Path) -> None:
     from toolkit.store import load, sync, upsert
 
     store = tmp_path / "store"
-    with serve(seed=0, scale="small", rate_limit=100_000) as dep, Client(
-        base_url=dep.base_url,
-        client_id=dep.client_id,
-        client_secret=dep.client_secret,
-        requests_per_minute=None,
-        progress=False,
-    ) as mock_client:
+    with (
+        serve(seed=0, scale="small", rate_limit=100_000) as dep,
+        Client(
+            base_url=dep.base_url,
+            client_id=dep.client_id,
+            client_secret=dep.client_secret,
+            requests_per_minute=None,
+            progress=False,
+        ) as mock_client,
+    ):
         sync(mock_client, store, resources=["Patient"], progress=False)
     before = load("Patient", store, table="patient_extension")
     assert isinstance(before, pl.DataFrame)
