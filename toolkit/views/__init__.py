@@ -20,7 +20,8 @@ Reading is done by Polars' native JSON reader with an explicit schema derived
 from the catalogue (:func:`read_schema`); nothing is inferred, so every declared
 column exists with its declared dtype even when no record carries it. Top-level
 keys the view does not know are kept, as JSON, in the ``extra`` column of the main
-table (see :func:`flatten_tables` for how that stays exact and cheap).
+table (see :func:`flatten_tables` for how that stays exact and cheap), and every
+extension no column reads is a row of the ``<resource>_extension`` table.
 """
 
 from __future__ import annotations

@@ -192,8 +192,9 @@ def flatten_tables(resource_type: str, pages: Any) -> dict[str, pl.DataFrame]:
     read page by page); columns are then projected with Polars expressions.
     Top-level keys outside the view are found exactly by a msgspec decode of
     each page that skips every value; only pages that have one are parsed a
-    second time (with orjson) to build the exact ``extra`` JSON of each record.
-    Unknown keys inside a known object are not kept.
+    second time (with orjson) to build the exact ``extra`` JSON of each record
+    (unknown keys at any depth, by path) and the rows of its extension table
+    (every extension no column reads, at any depth, with its url).
 
     Parameters
     ----------
@@ -206,16 +207,18 @@ def flatten_tables(resource_type: str, pages: Any) -> dict[str, pl.DataFrame]:
     -------
     dict of str to polars.DataFrame
         The main table under the resource name, child tables under
-        ``<resource>_<child>`` (see :data:`VIEWS`), each with every declared
-        column in its declared dtype.
+        ``<resource>_<child>`` (see :data:`VIEWS`) and the extension table
+        ``<resource>_extension``, each with every declared column in its
+        declared dtype.
 
     Raises
     ------
     ConfigurationError
         ``resource_type`` has no view.
     DataValidationError
-        A page is an OperationOutcome or not a Bundle, cannot be read with the
-        declared types, or holds a date or date-time that does not parse.
+        A page is an OperationOutcome or not a Bundle, or cannot be read with the
+        declared types. A date or date-time in no FHIR form is not an error
+        here: its cell is null and the text is kept in ``invalid``.
 
     Examples
     --------
