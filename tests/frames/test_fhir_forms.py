@@ -284,3 +284,56 @@ def test_a_date_that_is_no_fhir_form_is_kept_and_fails_only_in_validate(bad: str
         validate(df, "Appointment", errors="raise")
     with pytest.warns(PmtkDataWarning, match="format: created"):
         validate(df, "Appointment", errors="warn")
+
+
+def test_extension_rows_stay_with_their_record_across_pages_and_included_entries() -> None:
+    # Rows are keyed per entry: a clean record, an _include'd resource of another
+    # type (with extensions of its own) and batched pages must not shift them.
+    def pat(rid: str, *urls: str) -> dict[str, Any]:
+        return {
+            "resourceType": "Patient",
+            "id": rid,
+            "extension": [{"url": u, "valueString": rid} for u in urls],
+        }
+
+    included = {
+        "resourceType": "Organization",
+        "id": "CL-1",
+        "extension": [{"url": "http://example.org/fhir/org", "valueString": "x"}],
+    }
+    pages = [
+        orjson.dumps(forms.bundle(pat("A"), included, pat("B", "u:1", "u:2"))),
+        orjson.dumps(forms.bundle(pat("C"))),
+        orjson.dumps(forms.bundle(pat("D", "u:3"), pat("E"))),
+    ] * 3
+    ext = flatten_tables("Patient", pages)["patient_extension"]
+    assert set(ext.select("patient_id", "url", "value").rows()) == {
+        ("B", "u:1", "B"),
+        ("B", "u:2", "B"),
+        ("D", "u:3", "D"),
+    }
+    assert ext.height == 9
+    alone = flatten("Patient", pages, table="patient_extension")
+    assert alone.equals(ext)
+
+
+def test_a_main_table_read_alone_keeps_no_extension_in_extra() -> None:
+    # One table's read skips fields; the extensions it meets still do not land
+    # in extra, and a list of nulls beside them is kept as it is.
+    record = {
+        "resourceType": "Practitioner",
+        "id": "PR-1",
+        "extension": [{"url": "http://example.org/fhir/x", "valueCode": "y"}],
+        "photo": [None, None],
+        "_gender": {"id": "g1", "extension": [{"url": "u:g", "valueBoolean": True}]},
+    }
+    main = flatten("Practitioner", [forms.bundle(record)])
+    assert orjson.loads(main.get_column("extra")[0]) == {
+        "photo": [None, None],
+        "_gender": {"id": "g1"},
+    }
+    ext = flatten("Practitioner", [forms.bundle(record)], table="practitioner_extension")
+    assert ext.select("path", "url", "value").rows() == [
+        ("", "http://example.org/fhir/x", "y"),
+        ("gender", "u:g", "true"),
+    ]

@@ -282,7 +282,8 @@ class _Conformer:
             return out if out or not value else _EMPTIED
         if isinstance(value, list):
             items = [self.strip(v, f"{path}[{i}]", name) for i, v in enumerate(value)]
-            if value and all(v is _EMPTIED or v is None for v in items):
+            emptied = any(v is _EMPTIED for v in items)
+            if emptied and all(v is _EMPTIED or v is None for v in items):
                 return _EMPTIED  # ``_given``: [null, {"extension": [...]}]
             return [None if v is _EMPTIED else v for v in items]
         return value
