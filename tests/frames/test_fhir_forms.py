@@ -12,6 +12,8 @@ from typing import Any
 import orjson
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tests.frames.fhir_r4_forms as forms
 from toolkit.errors import DataValidationError
@@ -337,3 +339,50 @@ def test_a_main_table_read_alone_keeps_no_extension_in_extra() -> None:
         ("", "http://example.org/fhir/x", "y"),
         ("gender", "u:g", "true"),
     ]
+
+
+_EXT_VALUE = st.sampled_from(forms.VALUES).map(lambda v: {v[0]: v[1]})
+
+
+def _extension_tree(depth: int) -> st.SearchStrategy[dict[str, Any]]:
+    url = st.sampled_from(["u:a", "http://example.org/b", "https://x.org/c/patient-statusx"])
+    leaf = st.builds(lambda u, v: {"url": u, **v}, url, _EXT_VALUE)
+    if depth == 0:
+        return leaf
+    nested = st.builds(
+        lambda u, kids: {"url": u, "extension": kids},
+        url,
+        st.lists(_extension_tree(depth - 1), max_size=3),
+    )
+    return st.one_of(leaf, nested)
+
+
+def _count(extensions: list[dict[str, Any]]) -> int:
+    return sum(1 + _count(e.get("extension", [])) for e in extensions)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    top=st.lists(_extension_tree(2), max_size=4),
+    on_name=st.lists(_extension_tree(1), max_size=3),
+    status=st.sampled_from([None, "valueCode", "valueString", "valueBoolean"]),
+)
+def test_every_extension_element_is_a_row_or_a_column(
+    top: list[dict[str, Any]], on_name: list[dict[str, Any]], status: str | None
+) -> None:
+    extensions = list(top)
+    if status is not None:
+        value: Any = True if status == "valueBoolean" else "current"
+        extensions.insert(len(extensions) // 2, {"url": forms.PATIENT_STATUS, status: value})
+    record: dict[str, Any] = {"resourceType": "Patient", "id": "1", "extension": extensions}
+    if on_name:
+        record["name"] = [{"family": "F", "extension": on_name}]
+    tables = flatten_tables("Patient", [forms.bundle(record)])
+    read = status in ("valueCode", "valueString")
+    ext = tables["patient_extension"]
+    assert ext.height == _count(extensions) + _count(on_name) - read
+    assert tables["Patient"].get_column("status").to_list() == ["current" if read else None]
+    assert tables["Patient"].get_column("extra").to_list() == [None]
+    assert ext.get_column("url").null_count() == 0
+    keys = ext.select("patient_id", "path", "modifier", "index")
+    assert keys.is_unique().all()
