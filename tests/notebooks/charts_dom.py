@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from typing import Any
 
 from toolkit.notebooks import CHART_CLASS
@@ -51,3 +52,69 @@ def count_charts(dom: str) -> ChartCount:
         elif "vega-embed" in classes and "<svg" in body and 'class="mark-' in body:
             drawn += 1
     return ChartCount(len(matches), drawn, tuple(errors))
+
+
+@dataclass(frozen=True)
+class SvgText:
+    """One ``<text>`` Vega drew: its words, the Vega roles around it, and its axis."""
+
+    text: str
+    roles: tuple[str, ...]
+    axis: str
+
+
+@dataclass
+class DrawnCharts:
+    """What Chromium drew: every SVG text, and the width of every chart's SVG."""
+
+    texts: list[SvgText]
+    widths: list[float]
+
+
+class _SvgReader(HTMLParser):
+    """Walks a DOM dump keeping the Vega ``role-*`` classes and axis descriptions in scope."""
+
+    VOID = frozenset({"br", "img", "input", "meta", "link", "hr", "path", "rect", "line"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, tuple[str, ...], str]] = []
+        self.found = DrawnCharts([], [])
+        self._text: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.VOID:
+            return
+        named = {k: v or "" for k, v in attrs}
+        classes = named.get("class", "").split()
+        roles = tuple(c for c in classes if c.startswith("role-"))
+        axis = named.get("aria-label", "") if named.get("aria-roledescription") == "axis" else ""
+        if tag == "svg" and "marks" in classes:
+            self.found.widths.append(float(named.get("width", "0") or 0))
+        self.stack.append((tag, roles, axis))
+        if tag == "text":
+            self._text = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.VOID:
+            return
+        if tag == "text" and self._text is not None:
+            roles = tuple(r for _, rs, _ in self.stack for r in rs)
+            axis = next((a for _, _, a in reversed(self.stack) if a), "")
+            self.found.texts.append(SvgText("".join(self._text), roles, axis))
+            self._text = None
+        while self.stack:
+            opened, _, _ = self.stack.pop()
+            if opened == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if self._text is not None:
+            self._text.append(data)
+
+
+def drawn_charts(dom: str) -> DrawnCharts:
+    """Every text Vega drew in a page's DOM (with its roles and axis) and each chart's width."""
+    reader = _SvgReader()
+    reader.feed(dom)
+    return reader.found
