@@ -108,6 +108,9 @@ REPORTED = ("02", "03", "04")
 YEAR = re.compile(r"\b(?:19|20)\d{2}\b")
 DATE_AXIS = re.compile(r"time scale|\d{2} [A-Z][a-z]+ \d{4}")
 SUMMARY = '<section class="pmtk-summary"'
+INPUT_ELEMENT = re.compile(
+    r'class="[^"]*\b(?:jp-InputPrompt|jp-CodeMirrorEditor|jp-InputArea-editor|highlight)\b'
+)
 
 
 def _report(reports: list[RenderResult], prefix: str) -> str:
@@ -146,7 +149,8 @@ def test_reports_show_no_code(reports: list[RenderResult]) -> None:
     for result in reports:
         assert result.ok, result.error
         html = result.html.read_text(encoding="utf-8")
-        assert "jp-InputArea" not in html and "jp-InputPrompt" not in html, result.html.name
+        # (the page's CSS names these classes; no element may carry them)
+        assert not INPUT_ELEMENT.search(html), result.html.name
         source = json.loads(result.notebook.read_text(encoding="utf-8"))
         for cell in source["cells"]:
             if cell["cell_type"] != "code":
@@ -319,3 +323,10 @@ def test_the_command_writes_reports(tmp_path: Path) -> None:
     assert "answer 42" in html
     assert html.find("01 · Tiny") < html.find(SUMMARY) < html.find("What you will learn")
     assert _figure(html, "Answer") == "42"
+    assert not INPUT_ELEMENT.search(html)
+    # The control: without --report the same notebook's code is on the page.
+    plain = tmp_path / "plain"
+    result = CliRunner().invoke(app, ["--html", str(plain), "--source", str(source)])
+    assert result.exit_code == 0, result.output
+    page = (plain / "01_tiny.html").read_text(encoding="utf-8")
+    assert INPUT_ELEMENT.search(page) and "value_shown" in page
