@@ -82,6 +82,16 @@ CHART_CONFIG: dict[str, Any] = {
     # With labelLimit 0 an axis draws its title over long labels: 1000 px is "no limit".
     "axis": {"labelLimit": 1000, "titleLimit": 1000},
     "axisTemporal": {"format": "%d %b %Y", "labelOverlap": "greedy", "labelAngle": -35},
+    # Vega places a category axis's title by an estimate of its labels' width, which
+    # long names exceed: the title ("Funder") was drawn over them. Above the labels,
+    # horizontal, it cannot collide with them.
+    "axisYDiscrete": {
+        "titleAngle": 0,
+        "titleAlign": "right",
+        "titleBaseline": "bottom",
+        "titleX": -8,
+        "titleY": -4,
+    },
     "header": {"labelLimit": 0, "titleLimit": 0},
     "title": {"anchor": "start", "limit": 0, "subtitleColor": "#555"},
 }

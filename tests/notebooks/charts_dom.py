@@ -118,3 +118,65 @@ def drawn_charts(dom: str) -> DrawnCharts:
     reader = _SvgReader()
     reader.feed(dom)
     return reader.found
+
+
+# Injected into a copy of a page: once the charts are drawn, every pair of texts of one
+# chart that belong to different parts (an axis title and the labels of an axis, a legend
+# and an axis, a title and anything) and whose boxes overlap is written into the DOM.
+# Texts of one part (the rotated labels of one axis) are not compared: their boxes
+# overlap while the letters do not.
+_OVERLAP_SCRIPT = """
+<script>
+setTimeout(function () {
+  function part(t) {
+    var key = [], n = t.parentNode;
+    while (n && n.tagName && n.tagName.toLowerCase() !== 'svg') {
+      var cls = (n.getAttribute && n.getAttribute('class')) || '';
+      var role = cls.split(' ').filter(function (c) { return c.indexOf('role-') === 0; });
+      if (role.length) key.push(role.join(' '));
+      if (n.getAttribute && n.getAttribute('aria-roledescription') === 'axis') {
+        key.push(n.getAttribute('aria-label'));
+      }
+      n = n.parentNode;
+    }
+    return key.join(' < ');
+  }
+  var found = [];
+  document.querySelectorAll('.pmtk-chart svg.marks').forEach(function (svg, chart) {
+    var texts = Array.prototype.filter.call(svg.querySelectorAll('text'), function (t) {
+      return t.textContent.trim() && t.getAttribute('opacity') !== '0';
+    }).map(function (t) { return [t.textContent, t.getBoundingClientRect(), part(t)]; });
+    for (var i = 0; i < texts.length; i++) {
+      for (var j = i + 1; j < texts.length; j++) {
+        var a = texts[i], b = texts[j];
+        if (a[2] === b[2]) continue;
+        var w = Math.min(a[1].right, b[1].right) - Math.max(a[1].left, b[1].left);
+        var h = Math.min(a[1].bottom, b[1].bottom) - Math.max(a[1].top, b[1].top);
+        if (w > 2 && h > 2) found.push([chart, a[0], b[0]]);
+      }
+    }
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'pmtk-overlaps';
+  pre.textContent = JSON.stringify(found);
+  document.body.appendChild(pre);
+}, 4000);
+</script>
+"""
+_OVERLAPS = re.compile(r'<pre id="pmtk-overlaps">(.*?)</pre>', re.DOTALL)
+
+
+def with_overlap_probe(html: str) -> str:
+    """The page with a script that lists overlapping chart texts once the charts are drawn."""
+    head, body_end, tail = html.rpartition("</body>")
+    return head + _OVERLAP_SCRIPT + body_end + tail
+
+
+def overlapping_texts(dom: str) -> list[tuple[int, str, str]] | None:
+    """``(chart, text, text)`` for each overlap the probe found; ``None`` if it did not run."""
+    from html import unescape
+
+    found = _OVERLAPS.search(dom)
+    if found is None:
+        return None
+    return [tuple(x) for x in json.loads(unescape(found.group(1)))]

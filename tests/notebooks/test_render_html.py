@@ -20,7 +20,14 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tests.notebooks.charts_dom import NETWORK_SCRIPT, chart_specs, count_charts, drawn_charts
+from tests.notebooks.charts_dom import (
+    NETWORK_SCRIPT,
+    chart_specs,
+    count_charts,
+    drawn_charts,
+    overlapping_texts,
+    with_overlap_probe,
+)
 from tests.notebooks.conftest import CHARTED
 from toolkit import Client
 from toolkit.notebooks import MAX_CHART_WIDTH, RenderResult, notebooks_command
@@ -244,9 +251,13 @@ def test_every_report_chart_is_readable_at_1400_px(
             config = spec.get("config", {})
             assert config.get("legend", {}).get("labelLimit") == 0, spec.get("title")
             assert "%Y" in config.get("axisTemporal", {}).get("format", ""), spec.get("title")
-        dom = chromium(result.html)
+        probed = result.html.with_name(f"probed-{result.html.name}")
+        probed.write_text(with_overlap_probe(html), encoding="utf-8")
+        dom = chromium(probed)
         counted = count_charts(dom)
         assert (counted.containers, counted.drawn) == (len(specs), len(specs)), result.html.name
+        overlaps = overlapping_texts(dom)
+        assert overlaps == [], f"{result.html.name}: texts drawn over each other {overlaps}"
         drawn = drawn_charts(dom)
         assert len(drawn.widths) == len(specs)
         assert max(drawn.widths) <= MAX_CHART_WIDTH, (result.html.name, drawn.widths)
