@@ -38,8 +38,11 @@ from toolkit.notebook_data import NotebookData, notebook_data, notebook_store_di
 
 __all__ = [
     "CHART_CLASS",
+    "CHART_CONFIG",
     "CHART_RENDERER",
     "CHART_THEME",
+    "MAX_CHART_WIDTH",
+    "REPORT_HIDE_TAG",
     "REPORT_SUMMARY_TAG",
     "KeyFigures",
     "NotebookData",
@@ -55,6 +58,7 @@ __all__ = [
     "notebooks_command",
     "render_html",
     "render_notebooks",
+    "report_cells",
     "setup_charts",
     "vega_script",
 ]
