@@ -74,11 +74,26 @@ from toolkit.store.entry import (
 from toolkit.store.entry import (
     sync as sync,
 )
+from toolkit.store.identity import (
+    Deployment as Deployment,
+)
+from toolkit.store.identity import (
+    WrongDeployment as WrongDeployment,
+)
+from toolkit.store.identity import (
+    default_store as default_store,
+)
+from toolkit.store.identity import (
+    deployment_of as deployment_of,
+)
 from toolkit.store.layout import (
     _DATA_FILE_NAME as _DATA_FILE_NAME,
 )
 from toolkit.store.layout import (
     _OWN_LEFTOVERS as _OWN_LEFTOVERS,
+)
+from toolkit.store.layout import (
+    _bind as _bind,
 )
 from toolkit.store.layout import (
     _check_manifest as _check_manifest,
@@ -243,6 +258,9 @@ from toolkit.store.results import (
     MANIFEST as MANIFEST,
 )
 from toolkit.store.results import (
+    MOCK_STORE as MOCK_STORE,
+)
+from toolkit.store.results import (
     PAGE_SIZE as PAGE_SIZE,
 )
 from toolkit.store.results import (
@@ -353,10 +371,12 @@ from toolkit.store.syncer import (
 
 __all__ = [
     "DEFAULT_STORE",
+    "MOCK_STORE",
     "PAGE_SIZE",
     "STORE_FORMAT",
     "STORE_KIND",
     "ChangeResult",
+    "Deployment",
     "FileProblem",
     "ManifestDamaged",
     "NotAStore",
@@ -371,10 +391,13 @@ __all__ = [
     "SyncProgress",
     "SyncSummary",
     "VerifyReport",
+    "WrongDeployment",
     "apply_changes",
     "check_folder",
     "declared_schemas",
+    "default_store",
     "delete",
+    "deployment_of",
     "load",
     "one_line",
     "read_manifest",

@@ -422,6 +422,34 @@ def _init_manifest(root: Path) -> None:
         )
 
 
+def _bind(root: Path, current: Any, *, rebind: bool = False) -> None:
+    """Record ``current`` (a :class:`~toolkit.store.identity.Deployment`) as the store's
+    deployment, under the lock; refuse a store of another deployment unless ``rebind``.
+
+    With ``rebind``, the manifest is first replaced by one of the new deployment that
+    names no data, then the old files are deleted: at no point does the store claim
+    one deployment while holding another's records.
+    """
+    from toolkit.store.identity import DEPLOYMENT_KEY, check_deployment, discard_data
+
+    if current is None:
+        return
+    manifest = _load_manifest_for_write(root)
+    if not check_deployment(root, manifest, current, rebind=rebind):
+        return
+    old = dict(manifest)
+    recorded = manifest.get(DEPLOYMENT_KEY)
+    manifest[DEPLOYMENT_KEY] = current.to_json()
+    rebinding = recorded != manifest[DEPLOYMENT_KEY] and bool(manifest["resources"])
+    if rebinding:
+        manifest["resources"] = {}
+    manifest["kind"] = STORE_KIND
+    manifest["format"] = STORE_FORMAT
+    _write_json(_manifest_path(root), manifest, "recording the store's deployment")
+    if rebinding:
+        discard_data(root, old)
+
+
 def _load_manifest_for_write(root: Path) -> dict[str, Any]:
     if not _manifest_path(root).exists():
         return {"kind": STORE_KIND, "format": STORE_FORMAT, "resources": {}}

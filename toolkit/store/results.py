@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from toolkit.paging import FetchSummary, Page
 
 DEFAULT_STORE = "pmtk-store"
-"""Directory used when no ``out``/``store`` is given."""
+"""Directory used when no ``out``/``store`` is given and a deployment is configured."""
+
+
+MOCK_STORE = "pmtk-store-mock"
+"""Directory used when no ``out``/``store`` is given and the embedded mock is used:
+never the folder of a real deployment's store."""
 
 
 STORE_FORMAT = 2

@@ -64,16 +64,23 @@ def listen(
     ------
     toolkit.store.NotAStore
         ``store`` is not empty and not a pmtk store (nothing written).
+    toolkit.store.WrongDeployment
+        ``store`` holds the data of another deployment than the client's.
     """
 
     root = Path(store)
-    _prepare_store(root)
     header = AuthHeader.parse(auth_header) if isinstance(auth_header, str) else auth_header
     owned = None
     if client is None:
         import toolkit
 
         owned = client = toolkit.connect()
+    try:
+        _prepare_store(root, client)
+    except BaseException:
+        if owned is not None:
+            owned.close()
+        raise
     listener = Listener(
         root,
         client,
@@ -98,14 +105,20 @@ def listen(
             owned.close()
 
 
-def _prepare_store(root: Path) -> None:
-    """Claim the folder as a store (refusing a user's folder) and give it a manifest."""
-    from toolkit.store import _claim, _init_manifest, _locked
+def _prepare_store(root: Path, client: Any) -> None:
+    """Claim the folder as a store (refusing a user's folder or another deployment's
+    store) and give it a manifest naming the client's deployment."""
+    from toolkit.store import _bind, _claim, _init_manifest, _locked, deployment_of, read_manifest
+    from toolkit.store.identity import check_deployment
 
     _claim(root)
+    current = deployment_of(client)
+    if (root / "manifest.json").is_file():  # refused before the lock: nothing is touched
+        check_deployment(root, read_manifest(root), current)
     with _locked(root):
         _claim(root)
         _init_manifest(root)
+        _bind(root, current)
 
 
 def _receiver_config(listener: Listener, port: int, log_level: str) -> Any:
