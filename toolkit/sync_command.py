@@ -165,6 +165,7 @@ def _run(
     from toolkit.store import (
         ManifestDamaged,
         NotAStore,
+        StoreLinked,
         StoreWriteError,
         SyncFailed,
         WrongDeployment,
@@ -180,7 +181,7 @@ def _run(
         raise _some_failed(err, exc, client, quiet=quiet) from None
     except (NotAStore, ManifestDamaged) as exc:
         raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
-    except WrongDeployment as exc:  # its message begins with "refused:" already
+    except (WrongDeployment, StoreLinked) as exc:  # the message begins with "refused:" already
         err.print(_line("refused", None, str(exc).removeprefix("refused: ")))
         raise typer.Exit(EXIT_REFUSED) from None
     except StoreWriteError as exc:
@@ -205,8 +206,9 @@ def _check_target(err: Any, out: Path) -> None:
         raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
     except StoreWriteError as exc:
         raise _fail(err, "sync failed", None, exc, EXIT_WRITE_FAILED) from None
-    except PmtkError as exc:
-        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None  # a newer store format
+    except PmtkError as exc:  # a newer store format, a link inside the store
+        err.print(_line("refused", None, str(exc).removeprefix("refused: ")))
+        raise typer.Exit(EXIT_REFUSED) from None
 
 
 def _default_out(

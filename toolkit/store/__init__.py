@@ -321,6 +321,9 @@ from toolkit.store.results import (
     StoreError as StoreError,
 )
 from toolkit.store.results import (
+    StoreLinked as StoreLinked,
+)
+from toolkit.store.results import (
     StoreWriteError as StoreWriteError,
 )
 from toolkit.store.results import (
@@ -386,6 +389,7 @@ __all__ = [
     "ResourceSync",
     "StoreDamaged",
     "StoreError",
+    "StoreLinked",
     "StoreWriteError",
     "SyncFailed",
     "SyncProgress",

@@ -24,6 +24,7 @@ from toolkit.store.layout import (
     _bind,
     _claim,
     _init_manifest,
+    _linked_message,
     _locked,
     _manifest_path,
     _scoped_to_resource,
@@ -44,6 +45,7 @@ from toolkit.store.results import (
     ResourceSync,
     StoreDamaged,
     StoreError,
+    StoreLinked,
     SyncFailed,
     SyncSummary,
     _repair_command,
@@ -375,6 +377,8 @@ def load(
         ``pmtk sync --full --resource ...`` command that rebuilds it.
     WrongDeployment
         When ``deployment`` is given and the store was made from another one.
+    StoreLinked
+        When the manifest, the table's folder or its file is a symbolic link.
     StoreError
         When the store, the resource or the table is missing, the file is
         unreadable, or was written with another schema than the current view.
@@ -388,6 +392,9 @@ def load(
             raise WrongDeployment(msg)
     name, info = _stored_table(root, resource_type, table)
     path = root / str(info.get("path"))
+    for hop in (_manifest_path(root), path.parent, path):
+        if hop.is_symlink():  # the data would come from outside the store
+            raise StoreLinked(_linked_message(root, hop))
     if not path.is_file():
         missing = FileProblem(resource_type, name, str(info.get("path")), "missing")
         raise StoreDamaged(root, [missing])

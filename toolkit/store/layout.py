@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import hashlib
 import os
@@ -24,9 +25,90 @@ from toolkit.store.results import (
     ManifestDamaged,
     NotAStore,
     StoreError,
+    StoreLinked,
     StoreWriteError,
     _writing,
 )
+
+_ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("pmtk_store_root", default=None)
+"""The store whose lock this thread holds: every write below it is checked for links."""
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _linked_message(root: Path, link: Path) -> str:
+    try:
+        target = os.readlink(link)
+    except OSError:
+        target = "?"
+    try:
+        shown = link.relative_to(root)
+    except ValueError:
+        shown = link
+    return (
+        f"refused: {shown} inside the store {root} is a symbolic link (to {target}); pmtk "
+        "never writes or deletes through a link inside a store and wrote nothing. Replace "
+        "the link by a real folder or file (or remove it), or sync into a new folder "
+        "(--out NEW-FOLDER)"
+    )
+
+
+def _refuse_links(root: Path) -> None:
+    """Raise :class:`StoreLinked` when any entry inside ``root`` is a symbolic link.
+
+    The store folder itself may be a link (a user's choice of where it lives); what
+    is inside it is pmtk's, and a link there could make a sync write, or delete,
+    outside the store. ``os.walk`` does not descend into linked folders.
+    """
+    if not root.is_dir():
+        return
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in sorted([*dirs, *files]):
+            path = Path(folder) / name
+            if path.is_symlink():
+                raise StoreLinked(_linked_message(root, path))
+
+
+def _guard(path: Path) -> None:
+    """Refuse to write at ``path`` when a link sits between the held store and it.
+
+    Checked at every write (not only when a sync starts), so that a link put in
+    place while a sync runs is refused too. A path outside the held store, or a
+    thread holding no store, is not checked here.
+    """
+    root = _ROOT.get()
+    if root is None:
+        return
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        return
+    current = root
+    for part in rel.parts:
+        current = current / part
+        if current.is_symlink():
+            raise StoreLinked(_linked_message(root, current))
+
+
+def _create_new(path: Path) -> int:
+    """Open a new file at ``path`` for writing, never through a link (``O_NOFOLLOW``).
+
+    A leftover of the same name (a dead writer's temporary file) is unlinked first:
+    unlinking a link removes the link, never its target. ``O_EXCL`` then makes sure
+    the file opened is the one created here.
+    """
+    _guard(path)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a folder of the store (never through a link to a folder outside it)."""
+    import shutil
+
+    _guard(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _scoped_to_resource(exc: BaseException) -> bool:
@@ -93,6 +175,7 @@ def _fsync_dir(path: Path) -> None:
 
 def _mkdir(path: Path, step: str) -> None:
     """Create ``path`` (and parents); fsync each parent whose entries changed."""
+    _guard(path)
     if path.is_dir():
         return
     with _writing(path, step):
@@ -100,10 +183,13 @@ def _mkdir(path: Path, step: str) -> None:
         path.mkdir(parents=True, exist_ok=True)
         for created in reversed(missing):
             _fsync_dir(created.parent)
+    _guard(path)  # a link made while the folders were created
 
 
 def _replace(src: Path, dst: Path, step: str, *, durable: bool = True) -> None:
     """Rename ``src`` over ``dst`` and (when ``durable``) make the rename durable."""
+    _guard(src)
+    _guard(dst)
     with _writing(dst, step):
         os.replace(src, dst)
         if durable:
@@ -117,7 +203,7 @@ def _write_json(
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
     try:
-        with _writing(tmp, step), tmp.open("wb") as handle:
+        with _writing(tmp, step), os.fdopen(_create_new(tmp), "wb") as handle:
             handle.write(data)
             if durable:
                 handle.flush()
@@ -144,8 +230,8 @@ def _write_parquet(df: pl.DataFrame, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     step = f"staging {path.parent.name}/{path.name}"
     try:
-        with _writing(tmp, step):
-            df.write_parquet(tmp)
+        with _writing(tmp, step), os.fdopen(_create_new(tmp), "wb") as handle:
+            df.write_parquet(handle)
         _replace(tmp, path, step, durable=False)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -163,6 +249,8 @@ def _sink_parquet(frame: pl.LazyFrame, target: Path, step: str, *, durable: bool
     tmp = target.with_name(f".{target.name}.tmp")
     try:
         with _writing(tmp, step):
+            # created here, without following a link; Polars then writes into this file
+            os.close(_create_new(tmp))
             frame.sink_parquet(tmp, row_group_size=ROW_GROUP_ROWS)
             if durable:
                 _fsync_file(tmp)
@@ -388,7 +476,8 @@ def _claim(root: Path) -> None:
     if not root.is_dir():
         msg = f"{root} is a file, not a folder; choose another --out for the pmtk store"
         raise NotAStore(msg)
-    if _manifest_path(root).exists():
+    if os.path.lexists(_manifest_path(root)):
+        _refuse_links(root)  # before reading: the manifest itself may be the link
         read_manifest(root)
         return
     try:
@@ -411,6 +500,7 @@ def _init_manifest(root: Path) -> None:
     Called under the lock, so a temporary manifest left behind is a dead
     writer's (killed between writing and renaming it) and can go.
     """
+    _refuse_links(root)
     for leftover in root.glob(".manifest.json.*.tmp"):
         with contextlib.suppress(OSError):
             leftover.unlink()
@@ -478,15 +568,22 @@ def _locked(root: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - non-POSIX: no lock, single writer assumed
         yield
         return
-    with _writing(root / ".lock", "creating the store's lock file"):
-        handle = (root / ".lock").open("a+")
-    with handle:
+    lock = root / ".lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the lock file is a link: never opened through it
+            raise StoreLinked(_linked_message(root, lock)) from exc
+        raise StoreWriteError(lock, exc.errno, "creating the store's lock file", str(exc)) from exc
+    with os.fdopen(fd, "r+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             msg = f"another pmtk sync is writing to {root}; wait for it to finish"
             raise StoreError(msg) from exc
+        held = _ROOT.set(root)
         try:
             yield
         finally:
+            _ROOT.reset(held)
             fcntl.flock(handle, fcntl.LOCK_UN)
