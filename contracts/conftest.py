@@ -190,7 +190,12 @@ def pytest_collection(session: pytest.Session) -> None:
     if run is None:
         return
     try:
-        run.session.detect_test_controls()
+        # /_test/ is the mock's, never a deployment's: probed only on the embedded mock or
+        # when --test-controls says the target is a mock (a production service would log
+        # an unauthenticated probe of a path it does not have).
+        if run.options.embedded_mock or run.options.test_controls:
+            run.session.may_probe_test_controls = True
+            run.session.detect_test_controls()
         run.session.token()
     except Unreachable as exc:
         _stop(f"deployment unreachable: {exc}", run)

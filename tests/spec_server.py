@@ -46,6 +46,8 @@ class SpecDeployment:
     client_id: str = CLIENT_ID
     client_secret: str = SECRET
     page_size: int = 100
+    throttle_once: set[tuple[str, int]] = field(default_factory=set)
+    """``(type, page)`` list pages answered 429 (``retry-after: 1``) the first time asked."""
     seen: list[Seen] = field(default_factory=list)
     base_url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -59,6 +61,7 @@ class SpecDeployment:
     def answer(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes
     ) -> tuple[int, dict[str, Any]]:
+        """The status and JSON body of one request (429s come from :meth:`throttled`)."""
         with self.lock:
             self.seen.append(Seen(method, target, {k.lower(): v for k, v in headers.items()}))
         parts = urlsplit(target)
@@ -80,6 +83,20 @@ class SpecDeployment:
         if len(segments) != 2:
             return 404, _outcome("not-found", f"no route {parts.path}")
         return 200, self._page(rtype, parse_qs(parts.query))
+
+    def throttled(self, method: str, target: str) -> bool:
+        """Whether this request is a list page to answer 429 once (then it is served)."""
+        parts = urlsplit(target)
+        segments = [s for s in parts.path.split("/") if s]
+        if method != "GET" or len(segments) != 2:
+            return False
+        page = int(parse_qs(parts.query).get("page", ["1"])[0])
+        with self.lock:
+            key = (segments[1], page)
+            if key in self.throttle_once:
+                self.throttle_once.discard(key)
+                return True
+        return False
 
     def _token(self, body: bytes) -> tuple[int, dict[str, Any]]:
         try:
@@ -137,9 +154,18 @@ def serve_spec(deployment: SpecDeployment) -> Iterator[SpecDeployment]:
         def _reply(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
-            status, payload = deployment.answer(self.command, self.path, self.headers, body)
+            extra: dict[str, str] = {}
+            if deployment.throttled(self.command, self.path):
+                with deployment.lock:
+                    deployment.seen.append(Seen(self.command, self.path, dict(self.headers)))
+                status, payload = 429, _outcome("throttled", "rate limit exceeded")
+                extra["Retry-After"] = "1"
+            else:
+                status, payload = deployment.answer(self.command, self.path, self.headers, body)
             data = json.dumps(payload).encode()
             self.send_response(status)
+            for name, value in extra.items():
+                self.send_header(name, value)
             self.send_header("Content-Type", FHIR_JSON)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -161,6 +187,28 @@ def serve_spec(deployment: SpecDeployment) -> Iterator[SpecDeployment]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def invoice_line(rid: str, status: str = "unassigned") -> dict[str, Any]:
+    """An InvoiceLine with the spec's fields (section 2.6); ``status`` from its enum."""
+    return {
+        "resourceType": "InvoiceLine",
+        "id": rid,
+        "meta": {"lastUpdated": "2026-03-01T10:00:00Z"},
+        "status": status,
+        "subject": {"reference": "/main/Patient/900001", "type": "Patient"},
+    }
+
+
+def appointment(rid: str) -> dict[str, Any]:
+    """An Appointment with the spec's required ``start`` and ``end`` (section 2.2)."""
+    return {
+        "resourceType": "Appointment",
+        "id": rid,
+        "meta": {"lastUpdated": "2026-03-01T10:00:00Z"},
+        "start": "2026-03-02T09:00:00Z",
+        "end": "2026-03-02T09:30:00Z",
+    }
 
 
 def referral(rid: str, stamp: str = "2026-03-01T10:00:00Z") -> dict[str, Any]:

@@ -386,9 +386,13 @@ def load(
     root = Path(store if store is not None else default_store())
     if deployment is not None:
         current = deployment_of(deployment)
-        if current is not None and check_deployment(root, read_manifest(root), current):
-            # it records no deployment and holds no data: there is nothing to read either
-            msg = f"the store at {root} holds no data yet; run `pmtk sync --out {root}` first"
+        if current is not None and check_deployment(root, read_manifest(root), current) != "keep":
+            # no deployment recorded, but nothing another deployment's either: no sync
+            # of this one has run, so nothing vouches for the data
+            msg = (
+                f"the store at {root} is not bound to {current.describe()} yet (no sync "
+                f"of it has run); run `pmtk sync --out {root}` first"
+            )
             raise WrongDeployment(msg)
     name, info = _stored_table(root, resource_type, table)
     path = root / str(info.get("path"))

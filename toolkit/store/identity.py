@@ -14,7 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from toolkit.store.results import DEFAULT_STORE, MOCK_STORE, STAGING, StoreError
@@ -175,7 +175,7 @@ def _fix(root: Path, current: Deployment) -> str:
 
 def check_deployment(
     root: Path, manifest: dict[str, Any], current: Deployment | None, *, rebind: bool = False
-) -> bool:
+) -> Literal["keep", "bind", "rebind"]:
     """Raise unless ``current`` may use the store whose manifest is ``manifest``.
 
     Parameters
@@ -191,9 +191,11 @@ def check_deployment(
 
     Returns
     -------
-    bool
-        Whether the manifest must be (re)bound to ``current``: it records no
-        deployment, or (with ``rebind``) another one.
+    str
+        ``"keep"``: the store is ``current``'s already (or there is nothing to
+        check); ``"bind"``: record ``current``, keeping the data (there is none, or
+        only records written without a client by this pmtk); ``"rebind"``: record
+        ``current`` and discard the data (``rebind`` was asked for).
 
     Raises
     ------
@@ -201,15 +203,21 @@ def check_deployment(
         The store holds another deployment's data, or data of an unrecorded one.
     """
     if current is None:
-        return False
+        return "keep"
     recorded = recorded_deployment(manifest)
     if recorded is not None and recorded.same_as(current):
-        return False
+        return "keep"
+    if recorded is None and (
+        not _holds_data(manifest)
+        or (DEPLOYMENT_KEY in manifest and manifest[DEPLOYMENT_KEY] is None)
+    ):
+        # Nothing stored yet, or a store this pmtk created whose only records were
+        # written by upsert/apply_changes (no client, so no deployment to record):
+        # nothing of another deployment to mix; bound by this first client.
+        return "bind"
     if rebind:
-        return True
+        return "rebind"
     if recorded is None:
-        if not _holds_data(manifest):
-            return True  # nothing stored yet: nothing to mix, bound by this first writer
         msg = (
             f"refused: the store at {root} records no deployment (written by an earlier pmtk), "
             f"so pmtk cannot tell whether its data comes from {current.describe()}; nothing "

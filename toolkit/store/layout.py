@@ -507,7 +507,9 @@ def _init_manifest(root: Path) -> None:
     if not _manifest_path(root).exists():
         _write_json(
             _manifest_path(root),
-            {"kind": STORE_KIND, "format": STORE_FORMAT, "resources": {}},
+            # "deployment": null marks a store this pmtk created and no client has bound
+            # yet (records written by upsert/apply_changes alone); the first sync binds it
+            {"kind": STORE_KIND, "format": STORE_FORMAT, "deployment": None, "resources": {}},
             "creating the store's manifest",
         )
 
@@ -525,18 +527,18 @@ def _bind(root: Path, current: Any, *, rebind: bool = False) -> None:
     if current is None:
         return
     manifest = _load_manifest_for_write(root)
-    if not check_deployment(root, manifest, current, rebind=rebind):
+    action = check_deployment(root, manifest, current, rebind=rebind)
+    if action == "keep":
         return
     old = dict(manifest)
-    recorded = manifest.get(DEPLOYMENT_KEY)
     manifest[DEPLOYMENT_KEY] = current.to_json()
-    rebinding = recorded != manifest[DEPLOYMENT_KEY] and bool(manifest["resources"])
-    if rebinding:
+    if action == "rebind":
         manifest["resources"] = {}
+        manifest.pop("events", None)  # the old deployment's webhook events
     manifest["kind"] = STORE_KIND
     manifest["format"] = STORE_FORMAT
     _write_json(_manifest_path(root), manifest, "recording the store's deployment")
-    if rebinding:
+    if action == "rebind":
         discard_data(root, old)
 
 
