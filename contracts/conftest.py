@@ -76,6 +76,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--schema-examples", type=int, default=3, help="Generated requests per GET operation"
     )
+    group.addoption(
+        "--data", default="sample", help="What the data checks read: 'sample' or 'all' pages"
+    )
+    group.addoption(
+        "--test-controls", action="store_true", help="The target is a mock: use its /_test/"
+    )
     group.addoption("--pm-no-summary", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -117,6 +123,8 @@ def _options(config: pytest.Config) -> Options:
         baseline=Path(baseline) if baseline else None,
         request_budget=int(opt("--request-budget")),
         schema_examples=max(1, int(opt("--schema-examples"))),
+        data=str(opt("--data")),
+        test_controls=bool(opt("--test-controls")),
     )
 
 

@@ -36,6 +36,14 @@ How a resource is synced (:func:`sync`):
    still names the old files, which are intact. Every file, and every folder
    whose entries changed, is fsynced before the manifest points at it.
 
+A store belongs to one deployment: its manifest records the base URL and a
+one-way hash of the client id (:class:`Deployment`), and a sync, ``pmtk listen``
+or ``load(..., deployment=client)`` refuses a store of another one
+(:class:`WrongDeployment`; ``rebind=True`` discards its data and syncs in full).
+The embedded mock's default folder is ``pmtk-store-mock``, a configured
+deployment's ``pmtk-store`` (:func:`default_store`). A symbolic link inside a
+store is never written or deleted through (:class:`StoreLinked`).
+
 The store never takes over a folder it did not create: :func:`sync` writes only
 into a missing or empty folder, or into a folder whose ``manifest.json`` carries
 ``"kind": "pmtk-store"`` (:class:`NotAStore` otherwise, before writing
