@@ -229,3 +229,20 @@ def test_a_store_without_a_recorded_deployment_is_refused_unless_empty(
     with _client(second) as client:
         sync(client, empty, resources=["Referral"], progress=False)
     assert read_manifest(empty)["deployment"]["base_url"] == second.base_url
+
+
+def test_the_default_folder_follows_the_settings(
+    monkeypatch: pytest.MonkeyPatch, second: SpecDeployment, tmp_path: Path
+) -> None:
+    from toolkit.store import DEFAULT_STORE, default_store
+
+    monkeypatch.chdir(tmp_path)  # no .env of the project's
+    for name in ("PM_BASE_URL", "PM_REGION", "PM_CLIENT_ID", "PM_CLIENT_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    assert default_store() == MOCK_STORE
+    with _client(second) as client:
+        assert default_store(client) == DEFAULT_STORE
+    monkeypatch.setenv("PM_BASE_URL", second.base_url)
+    monkeypatch.setenv("PM_CLIENT_ID", second.client_id)
+    monkeypatch.setenv("PM_CLIENT_SECRET", second.client_secret)
+    assert default_store() == DEFAULT_STORE

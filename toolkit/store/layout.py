@@ -58,15 +58,20 @@ def _refuse_links(root: Path) -> None:
 
     The store folder itself may be a link (a user's choice of where it lives); what
     is inside it is pmtk's, and a link there could make a sync write, or delete,
-    outside the store. ``os.walk`` does not descend into linked folders.
+    outside the store.
     """
     if not root.is_dir():
         return
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        for name in sorted([*dirs, *files]):
-            path = Path(folder) / name
-            if path.is_symlink():
-                raise StoreLinked(_linked_message(root, path))
+    # scandir's d_type answers is_symlink without a stat per entry (a resumable sync's
+    # staging can hold thousands of part files); linked folders are never entered.
+    folders = [str(root)]
+    while folders:
+        with os.scandir(folders.pop()) as listing:
+            for entry in listing:
+                if entry.is_symlink():
+                    raise StoreLinked(_linked_message(root, Path(entry.path)))
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
 
 
 def _guard(path: Path) -> None:
