@@ -96,16 +96,22 @@ def _guard(path: Path) -> None:
 
 
 def _create_new(path: Path) -> int:
-    """Open a new file at ``path`` for writing, never through a link (``O_NOFOLLOW``).
+    """Open ``path`` for writing (created or truncated), never through a link.
 
-    A leftover of the same name (a dead writer's temporary file) is unlinked first:
-    unlinking a link removes the link, never its target. ``O_EXCL`` then makes sure
-    the file opened is the one created here.
+    ``O_NOFOLLOW`` makes the open fail (``ELOOP``) when the name is a symbolic link;
+    such a link (planted, or a leftover) is then unlinked, which removes the link and
+    never its target, and the file is created anew with ``O_EXCL``, so the file
+    written is the one created here.
     """
-    _guard(path)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+    _guard(path.parent)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    path.unlink()
+    return os.open(path, flags | os.O_EXCL, 0o644)
 
 
 def _rmtree(path: Path) -> None:
@@ -235,8 +241,10 @@ def _write_parquet(df: pl.DataFrame, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     step = f"staging {path.parent.name}/{path.name}"
     try:
-        with _writing(tmp, step), os.fdopen(_create_new(tmp), "wb") as handle:
-            df.write_parquet(handle)
+        with _writing(tmp, step):
+            # created here, without following a link; Polars then writes into this file
+            os.close(_create_new(tmp))
+            df.write_parquet(tmp)
         _replace(tmp, path, step, durable=False)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -577,7 +585,7 @@ def _locked(root: Path) -> Iterator[None]:
         return
     lock = root / ".lock"
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
+        fd = os.open(str(lock), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the lock file is a link: never opened through it
             raise StoreLinked(_linked_message(root, lock)) from exc
