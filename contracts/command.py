@@ -194,7 +194,7 @@ def run_suite(options: Options, *, progress: ConsoleProgress | None = None) -> i
     """
     import pytest
 
-    from contracts.suite import OUTCOME, Preset
+    from contracts.suite import OUTCOME, Preset, hypothesis_home
 
     OUTCOME.reset()
     plugins: list[object] = [Preset(options)]
@@ -215,19 +215,6 @@ def run_suite(options: Options, *, progress: ConsoleProgress | None = None) -> i
     if OUTCOME.reason is None:
         OUTCOME.reason = _internal_error(options, captured.getvalue(), status)
     return EXIT_NOT_CHECKED
-
-
-def hypothesis_home() -> Path:
-    """Where Hypothesis may keep its files during a run: pmtk's cache folder.
-
-    ``$XDG_CACHE_HOME/pmtk/hypothesis``, else ``~/.cache/pmtk/hypothesis``. Hypothesis
-    would otherwise create ``.hypothesis/`` in the user's working directory (its
-    example database is off; its character-table cache is not).
-    """
-    import os
-
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pmtk" / "hypothesis"
 
 
 @contextlib.contextmanager

@@ -43,11 +43,19 @@ from contracts.suite import (
     Recorder,
     Run,
     check_identity,
+    hypothesis_home,
     pop_run,
     push_run,
     validate_options,
 )
 from toolkit import catalogue as cat
+
+if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+    # `pytest contracts` too keeps Hypothesis' files out of the working directory
+    # (`pmtk check` sets the same folder around its run, see contracts.command).
+    from hypothesis import configuration as _hypothesis_configuration
+
+    _hypothesis_configuration.set_hypothesis_home_dir(hypothesis_home())
 
 RUN_KEY = pytest.StashKey[Run]()
 MOCK_KEY = pytest.StashKey[AbstractContextManager[Any]]()

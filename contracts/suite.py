@@ -467,6 +467,19 @@ class Run:
         return obs
 
 
+def hypothesis_home() -> Path:
+    """Where Hypothesis may keep its files during a run: pmtk's cache folder.
+
+    ``$XDG_CACHE_HOME/pmtk/hypothesis``, else ``~/.cache/pmtk/hypothesis``. Hypothesis
+    would otherwise create ``.hypothesis/`` in the user's working directory (its
+    example database is off; its character-table and constants caches are not).
+    """
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pmtk" / "hypothesis"
+
+
 def _retry_after(ex: Exchange) -> float:
     """Seconds a 429 asks to wait (``retry-after``), within one rate-limit window."""
     value = ex.header(cat.RETRY_AFTER_HEADER)
