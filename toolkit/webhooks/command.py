@@ -39,7 +39,7 @@ BODY_TIMEOUT = 10.0
 
 @contextlib.contextmanager
 def listen(
-    store: str | os.PathLike[str] = "pmtk-store",
+    store: str | os.PathLike[str] | None = None,
     *,
     client: Any = None,
     port: int = 0,
@@ -63,7 +63,8 @@ def listen(
     ----------
     store
         The store directory (missing, empty or a pmtk store). The event queue
-        lives in its ``.webhooks/`` folder.
+        lives in its ``.webhooks/`` folder. ``None``: ``pmtk-store``, or
+        ``pmtk-store-mock`` for the embedded mock (as ``pmtk sync``).
     client
         A :class:`toolkit.Client` used for the catch-up sync and one GET per
         changed record; ``None`` uses :func:`toolkit.connect`.
@@ -110,16 +111,25 @@ def listen(
         is not loopback (nothing is bound).
     toolkit.store.NotAStore
         ``store`` is not empty and not a pmtk store (nothing written).
+    toolkit.store.WrongDeployment
+        ``store`` holds the data of another deployment than the client's.
     """
     header = AuthHeader.parse(auth_header) if isinstance(auth_header, str) else auth_header
     check_auth(header, no_auth, host)
-    root = Path(store)
-    _prepare_store(root)
     owned = None
     if client is None:
         import toolkit
 
         owned = client = toolkit.connect()
+    try:
+        from toolkit.store.identity import default_store
+
+        root = Path(default_store(client) if store is None else store)
+        _prepare_store(root, client)
+    except BaseException:
+        if owned is not None:
+            owned.close()
+        raise
     listener = Listener(
         root,
         client,
@@ -204,14 +214,20 @@ def connection_cap(requested: int | None) -> int:
     return max(8, min(256, soft // 4))
 
 
-def _prepare_store(root: Path) -> None:
-    """Claim the folder as a store (refusing a user's folder) and give it a manifest."""
-    from toolkit.store import _claim, _init_manifest, _locked
+def _prepare_store(root: Path, client: Any) -> None:
+    """Claim the folder as a store (refusing a user's folder or another deployment's
+    store) and give it a manifest naming the client's deployment."""
+    from toolkit.store import _bind, _claim, _init_manifest, _locked, deployment_of, read_manifest
+    from toolkit.store.identity import check_deployment
 
     _claim(root)
+    current = deployment_of(client)
+    if (root / "manifest.json").is_file():  # refused before the lock: nothing is touched
+        check_deployment(root, read_manifest(root), current)
     with _locked(root):
         _claim(root)
         _init_manifest(root)
+        _bind(root, current)
 
 
 def _receiver_config(
@@ -237,7 +253,14 @@ def _receiver_config(
 
 
 StoreOption = Annotated[
-    Path, typer.Option("--store", "-s", help="Store directory to keep current.")
+    Path | None,
+    typer.Option(
+        "--store",
+        "-s",
+        help="Store directory to keep current (default pmtk-store, or pmtk-store-mock for "
+        "the embedded mock, as pmtk sync).",
+        show_default=False,
+    ),
 ]
 Port = Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")]
 Host = Annotated[
@@ -290,7 +313,7 @@ RetryDead = Annotated[
 
 
 def listen_command(
-    store: StoreOption = Path("pmtk-store"),
+    store: StoreOption = None,
     port: Port = 8090,
     host: Host = LOOPBACK,
     auth_header: AuthHeaderOption = None,
@@ -312,9 +335,13 @@ def listen_command(
     and --retry-dead look at the store's queue and exit.
     """
     from toolkit.errors import ConfigurationError, PmtkError
+    from toolkit.store import NotAStore, StoreLinked, WrongDeployment
 
     if status or retry_dead:
-        _inspect(store, port, host, status=status, retry_dead=retry_dead)
+        from toolkit.store.identity import default_store
+
+        folder = Path(default_store()) if store is None else store
+        _inspect(folder, port, host, status=status, retry_dead=retry_dead)
         return
     logging.basicConfig(level=logging.INFO, format="pmtk listen: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per GET is noise
@@ -347,9 +374,10 @@ def listen_command(
                 max_attempts=max_attempts,
             ) as listener,
         ):
-            _banner(listener.url, store, header)
+            _banner(listener.url, listener.store, header)
             until_interrupted("listening")
-    except ConfigurationError as exc:
+    except (ConfigurationError, NotAStore, StoreLinked, WrongDeployment) as exc:
+        # refused before serving: a usage error, exit 2 as pmtk sync
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     except PmtkError as exc:
