@@ -25,6 +25,7 @@ from tests.listen.flaky import every_nth, flaky_upstream
 from toolkit.client import Client
 from toolkit.errors import PmtkError
 from toolkit.store import load, read_manifest, sync, verify
+from toolkit.store.identity import normalise_base_url
 from toolkit.webhooks import listen
 
 NAME, VALUE = SECRET_HEADER
@@ -39,7 +40,14 @@ def api(dep: Any) -> Iterator[httpx.Client]:
         yield c
 
 
-def _relay_client(dep: Any, base_url: str) -> Client:
+def _relay_client(dep: Any, base_url: str, store: Path) -> Client:
+    """A client reaching ``dep`` through a relay at ``base_url``; ``store`` (synced from
+    ``dep`` directly) is marked as made through the relay, which is the same deployment
+    at another address, so that the store's deployment check lets the receiver use it."""
+    manifest = store / "manifest.json"
+    data = orjson.loads(manifest.read_bytes())
+    data["deployment"]["base_url"] = normalise_base_url(base_url)
+    manifest.write_bytes(orjson.dumps(data))
     return Client(
         base_url=base_url,
         client_id=dep.client_id,
@@ -71,7 +79,7 @@ def test_every_change_lands_when_a_tenth_of_the_reads_fail(
     _describe(api, rids, "flaky")
     with (
         flaky_upstream(dep.base_url, every_nth(10)) as flaky,
-        _relay_client(dep, flaky.base_url) as client,
+        _relay_client(dep, flaky.base_url, store) as client,
         listen(store, client=client, auth_header=HEADER_TEXT, catch_up=False) as receiver,
     ):
         for start in range(0, len(rids), 10):
@@ -116,7 +124,7 @@ def test_a_poison_change_goes_to_the_dead_letters_and_the_rest_of_its_batch_land
 
     with (
         flaky_upstream(dep.base_url, policy) as flaky,
-        _relay_client(dep, flaky.base_url) as client,
+        _relay_client(dep, flaky.base_url, store) as client,
         listen(
             store, client=client, auth_header=HEADER_TEXT, catch_up=False, max_attempts=3
         ) as receiver,

@@ -8,6 +8,7 @@ quietly walked every list again would be caught.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -51,19 +52,29 @@ def no_store_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(STORE_ENV, raising=False)
 
 
+@pytest.fixture(scope="module")
+def port() -> int:
+    """One address for the module's mock processes: a store is bound to the deployment
+    it was synced from (its address and key), and a mock started again on the same
+    address with the same seed is that deployment again."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @pytest.fixture
-def synced(tmp_path: Path) -> Iterator[Path]:
+def synced(tmp_path: Path, port: int) -> Iterator[Path]:
     """A store filled by a first notebook run against one mock process."""
     store = tmp_path / "store"
-    with serve(seed=0, scale="small") as dep, _client(dep) as client:
+    with serve(port=port, seed=0, scale="small") as dep, _client(dep) as client:
         data = notebook_data(client, USED, store=store, quiet=True)
     assert set(data.modes.values()) == {"full"}
     yield store
 
 
-def test_a_later_run_syncs_incrementally_with_a_few_requests(synced: Path) -> None:
-    # A new kernel starts a new mock: another port, the same data.
-    with serve(seed=0, scale="small", test_controls=True) as dep, _client(dep) as client:
+def test_a_later_run_syncs_incrementally_with_a_few_requests(synced: Path, port: int) -> None:
+    # A new kernel starts a new mock process: the same address, the same data.
+    with serve(port=port, seed=0, scale="small", test_controls=True) as dep, _client(dep) as client:
         dep.reset_stats()
         data = notebook_data(client, USED, store=synced, quiet=True)
         sent = _resource_requests(dep)
@@ -80,8 +91,8 @@ def test_a_later_run_syncs_incrementally_with_a_few_requests(synced: Path) -> No
         )
 
 
-def test_a_changed_record_reaches_the_notebook_on_the_next_run(synced: Path) -> None:
-    with serve(seed=0, scale="small", test_controls=True) as dep, _client(dep) as client:
+def test_a_changed_record_reaches_the_notebook_on_the_next_run(synced: Path, port: int) -> None:
+    with serve(port=port, seed=0, scale="small", test_controls=True) as dep, _client(dep) as client:
         first = notebook_data(client, ["Referral"], store=synced, quiet=True).frame("Referral")
         some = first["id"][0]
         dep.touch("Referral", [some])
@@ -116,7 +127,7 @@ def test_a_type_the_deployment_does_not_list_reads_as_the_default(tmp_path: Path
     assert data.frame("Practitioner").height > 0
 
 
-def test_two_notebooks_on_one_store_take_turns(synced: Path) -> None:
+def test_two_notebooks_on_one_store_take_turns(synced: Path, port: int) -> None:
     held = threading.Event()
     release = threading.Event()
 
@@ -129,7 +140,7 @@ def test_two_notebooks_on_one_store_take_turns(synced: Path) -> None:
     holder.start()
     try:
         assert held.wait(10)
-        with serve(seed=0, scale="small") as dep, _client(dep) as client:
+        with serve(port=port, seed=0, scale="small") as dep, _client(dep) as client:
             with pytest.raises(StoreError, match="another pmtk sync"):
                 notebook_data(client, ["Referral"], store=synced, wait=0.3, quiet=True)
             threading.Timer(1.0, release.set).start()

@@ -290,11 +290,18 @@ class Listener:
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until the catch-up sync is done and no change is queued; true if it got there.
 
-        Changes waiting for a full sync of their type and dead letters are not queued.
+        Changes waiting for a full sync of their type and dead letters are not queued;
+        waiting changes whose type a sync has since made a table for count as queued
+        (the worker releases them on its next round).
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.caught_up.is_set() and self._idle.is_set() and self.queue.count() == 0:
+            if (
+                self.caught_up.is_set()
+                and self._idle.is_set()
+                and self.queue.count() == 0
+                and not set(self.queue.waiting()) & synced_types(self.store)
+            ):
                 return True
             time.sleep(0.01)
         return False
