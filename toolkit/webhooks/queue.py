@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from toolkit.redaction import redact, redact_json, register
 from toolkit.webhooks.events import MAX_BATCH_FILES, WEBHOOK_DIR, Event, log
 
 
@@ -45,6 +46,7 @@ class AuthHeader:
             raise ConfigurationError(msg)
         self.name = name
         self._value = value.strip().encode()
+        register(value.strip())  # never in a log line or a queue file, even echoed
 
     @classmethod
     def parse(cls, text: str) -> AuthHeader:
@@ -104,7 +106,9 @@ class EventQueue:
         with self._lock:
             n = next(self._counter)
         name = f"{time.time_ns():020d}-{n:08d}-{uuid.uuid4().hex[:8]}.json"
-        data = orjson.dumps({"received_at": received_at, "events": [e.to_json() for e in events]})
+        data = orjson.dumps(
+            redact_json({"received_at": received_at, "events": [e.to_json() for e in events]})
+        )
         tmp = self.dir / f".{name}.tmp"
         try:
             with tmp.open("wb") as handle:
@@ -144,6 +148,7 @@ class EventQueue:
 
     def fail(self, path: Path, reason: str) -> None:
         """Move a file that can never be applied aside, with the reason beside it."""
+        reason = redact(reason)
         self.failed_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
             os.replace(path, self.failed_dir / path.name)
@@ -154,7 +159,7 @@ class EventQueue:
         """Record one event that cannot be applied (the rest of its file is applied)."""
         self.failed_dir.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns():020d}-{event.resource_type}-{event.id}.json"
-        payload = {"event": event.to_json(), "reason": reason}
+        payload = redact_json({"event": event.to_json(), "reason": reason})
         (self.failed_dir / name).write_bytes(orjson.dumps(payload))
         log.warning("%s/%s not applied: %s", event.resource_type, event.id, reason)
 
