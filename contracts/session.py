@@ -296,7 +296,9 @@ class Session:
             response = self._http.request(
                 method, url, params=params, content=content, headers=sent_headers
             )
-        except httpx.TransportError as exc:
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            # A body that will not decode (broken gzip, an encoding not asked for) is as
+            # unreadable as no answer: one line, not a library traceback in the report.
             msg = f"{method} {url}: {type(exc).__name__}: {exc}"
             raise Unreachable(self.redact(msg)) from exc
         elapsed = time.monotonic() - started

@@ -21,8 +21,9 @@ quote, a backslash or non-ASCII characters no longer matches once escaped).
 :class:`RedactingFilter` is installed on pmtk's loggers when this module is
 imported.
 
-Secrets shorter than :data:`MIN_LENGTH` characters are not registered: every
-message would otherwise lose each occurrence of a common word. Only the most
+Secrets shorter than :data:`MIN_LENGTH` (8) characters are not registered: no
+real client secret or token is that short, and a test's ``"secret"`` would
+otherwise blank that word in every later message of the process. Only the most
 recent :data:`MAX_TOKENS` issued tokens are kept (a token lives 15 minutes; that
 is days of a long-running listener), so that redaction stays fast.
 """
@@ -61,7 +62,7 @@ __all__ = [
 REDACTED = "<redacted>"
 """What a secret is replaced with."""
 
-MIN_LENGTH = 4
+MIN_LENGTH = 8
 """Shortest form that is redacted."""
 
 MAX_TOKENS = 256
