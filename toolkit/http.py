@@ -691,8 +691,13 @@ class Pipeline:
             # DecodingError (a broken gzip stream, an encoding not asked for) and the rest
             # of httpx's errors that are not transport errors: the answer is unreadable.
             msg = f"{call.method} {_display(call.url)}: the answer could not be read: {exc}"
+            if not call.idempotent:
+                msg += "; the request was sent, so check whether the write landed before resending"
+                raise OutcomeUnknown(msg) from exc
             raise ProtocolError(msg) from exc
         except OSError as exc:
+            if isinstance(exc, PmtkError):  # pmtk's own errors that are also OSErrors
+                raise
             msg = f"{call.method} {_display(call.url)} failed locally: {exc}"
             raise TransportError(msg) from exc
         except (DeadlineExceeded, ResponseTooLarge) as exc:

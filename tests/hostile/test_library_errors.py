@@ -20,7 +20,7 @@ from tests.hostile.conftest import SECRET
 from tests.hostile.rawhttp import Seen, http_answer, raw_server
 from toolkit.cli import app
 from toolkit.client import Client
-from toolkit.errors import PmtkError, ProtocolError
+from toolkit.errors import OutcomeUnknown, PmtkError, ProtocolError
 
 PATIENT = b'{"resourceType": "Patient", "id": "1"}'
 BUNDLE = b'{"resourceType": "Bundle", "type": "searchset", "total": 1, "entry": []}'
@@ -103,3 +103,15 @@ def test_pmtk_sync_prints_one_line_and_no_traceback(answer: str, tmp_path: Path)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, result.output
     assert lines[0].startswith("sync failed (Patient)")
+
+
+def test_an_unreadable_answer_to_a_write_is_an_unknown_outcome() -> None:
+    # The POST was sent and answered: it may have landed, so it must not look retryable.
+    with (
+        raw_server(_broken_gzip) as server,
+        _client(server.base_url) as client,
+        pytest.raises(OutcomeUnknown, match="could not be read") as info,
+    ):
+        client.request("POST", "Patient", json={"resourceType": "Patient"})
+    assert isinstance(info.value.__cause__, httpx.DecodingError)
+    assert [s.method for s in server.seen] == ["POST", "POST"]  # the token, then the write once
