@@ -81,8 +81,8 @@ def secret_forms(secret: str, *, client_id: str | None = None) -> list[str]:
 
     Examples
     --------
-    >>> forms = secret_forms('p"w/1', client_id="app")
-    >>> 'p\\\\"w/1' in forms, "p%22w%2F1" in forms, "YXBwOnAidy8x" in forms
+    >>> forms = secret_forms('p"w/1-long', client_id="app")
+    >>> 'p\\\\"w/1-long' in forms, "p%22w%2F1-long" in forms, "YXBwOnAidy8xLWxvbmc=" in forms
     (True, True, True)
     """
     forms = {
