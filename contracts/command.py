@@ -233,14 +233,11 @@ def _hypothesis_home(home: Path) -> Iterator[None]:
 
 def _internal_error(options: Options, text: str, status: int) -> str:
     """The one line for a run that broke without saying why; details go to a log file."""
-    from contracts.session import REDACTED, secret_forms
-    from contracts.suite import OUTCOME
+    from toolkit import redaction
 
-    if OUTCOME.redact is not None:
-        text = OUTCOME.redact(text)
-    # The run's own redaction knows the tokens too; the secret is removed in any case.
-    for form in secret_forms(options.client_secret or "", client_id=options.client_id):
-        text = text.replace(form, REDACTED)
+    # The run registered its tokens already; the secret is registered in any case.
+    redaction.register(options.client_secret or "", client_id=options.client_id)
+    text = redaction.redact(text)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     # pytest's usage errors come first ("ERROR: ..."), a traceback's exception last.
     errors = [ln for ln in lines if ln.startswith("ERROR") or " error: " in ln]
@@ -447,7 +444,9 @@ def _credentials_problem(options: Options) -> str | None:
 def _error(err: Console, message: str) -> None:
     from rich.text import Text
 
-    err.print(Text(f"pmtk check: {message}", style="red"))
+    from toolkit.redaction import redact
+
+    err.print(Text(f"pmtk check: {redact(message)}", style="red"))
 
 
 def _interrupted(err: Console, report_dir: Path) -> None:

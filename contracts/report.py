@@ -401,6 +401,10 @@ def write_reports(report: dict[str, Any], directory: Path) -> Path:
     ReportDirError
         When the folder cannot be created or a file cannot be written or moved.
     """
+    from toolkit.redaction import redact_json
+
+    # The one redaction boundary: whatever a server echoed, no registered secret is written.
+    report = redact_json(report)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".pmtk-staging-", dir=directory))

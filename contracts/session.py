@@ -10,19 +10,19 @@ own ``x-ratelimit-remaining`` runs low, so passive checks never cause a 429.
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 
 from toolkit import catalogue as cat
+from toolkit import redaction
+from toolkit.redaction import REDACTED, secret_forms
 
 __all__ = [
     "DEFAULT_USER_AGENT",
@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 DEFAULT_USER_AGENT = "pmtk-contracts/0.1 (pmtk@example.invalid)"
-REDACTED = "<redacted>"
 PACE_RESERVE = 10
 """Requests kept in hand: below this many remaining, the suite waits for the window."""
 BODY_EXCERPT = 1500
@@ -72,31 +71,6 @@ def origin_of(url: str) -> tuple[str, str, int | None]:
     except ValueError:
         port = -1
     return scheme, (parts.hostname or "").lower(), port
-
-
-def secret_forms(secret: str, *, client_id: str | None = None) -> list[str]:
-    """Every form in which ``secret`` can land in an output, longest first.
-
-    Raw, JSON-escaped (ASCII and not), ``repr``, URL-encoded (path and form), HTML- and
-    XML-escaped, base64 (alone and as HTTP Basic ``client_id:secret``).
-    """
-    forms = {
-        secret,
-        json.dumps(secret)[1:-1],
-        json.dumps(secret, ensure_ascii=False)[1:-1],
-        repr(secret)[1:-1],
-        quote(secret, safe=""),
-        quote(secret),
-        quote_plus(secret),
-        html.escape(secret),
-        html.escape(secret, quote=False),
-        base64.b64encode(secret.encode()).decode(),
-        base64.urlsafe_b64encode(secret.encode()).decode(),
-    }
-    forms |= {f.rstrip("=") for f in list(forms) if f.endswith("=")}
-    if client_id:
-        forms.add(base64.b64encode(f"{client_id}:{secret}".encode()).decode())
-    return sorted((f for f in forms if len(f) >= 4), key=len, reverse=True)
 
 
 @dataclass
@@ -189,8 +163,6 @@ class Session:
         self.epoch = 0
         self.waited = 0.0
         self._sleep = sleep
-        self._secrets: set[str] = set()
-        self._forms: list[str] = []
         self.add_secret(client_secret)
         self._token: Token | None = None
         self._http = httpx.Client(timeout=timeout, follow_redirects=False)
@@ -221,55 +193,34 @@ class Session:
             return urljoin(self.origin + "/", path.lstrip("/"))
         return self.base_url + "/" + path.lstrip("/")
 
+    # Redaction is pmtk's one redactor (toolkit.redaction): what the suite registers
+    # is removed from the client's messages too, and the reverse.
+
     def redact(self, text: str) -> str:
         """``text`` with every known secret, in every encoded form, replaced."""
-        for form in self._forms:
-            if form in text:
-                text = text.replace(form, REDACTED)
-        return text
+        return redaction.redact(text)
 
     def redact_data(self, data: Any) -> Any:
         """A copy of JSON-like ``data`` with secrets removed from every string (keys too).
 
         Used before anything is serialised, so an escaped secret never needs finding.
         """
-        if isinstance(data, str):
-            return self.redact(data)
-        if isinstance(data, Mapping):
-            return {self.redact(str(k)): self.redact_data(v) for k, v in data.items()}
-        if isinstance(data, (list, tuple)):
-            return [self.redact_data(v) for v in data]
-        return data
+        return redaction.redact_json(data)
 
     def redact_body(self, body: str) -> str:
         """A request or response body redacted by structure: JSON, then form, then text."""
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            parsed = None
-        else:
-            return json.dumps(self.redact_data(parsed), ensure_ascii=False)
-        if "=" in body and " " not in body.strip():
-            pairs = parse_qsl(body, keep_blank_values=True)
-            if pairs:
-                return self.redact(urlencode([(self.redact(k), self.redact(v)) for k, v in pairs]))
-        return self.redact(body)
+        return redaction.redact_body(body)
 
     def redact_url(self, url: str) -> str:
         """``url`` with secrets removed from its query values (decoded first) and elsewhere."""
-        parts = urlsplit(url)
-        if parts.query:
-            pairs = parse_qsl(parts.query, keep_blank_values=True)
-            query = urlencode([(self.redact(k), self.redact(v)) for k, v in pairs])
-            parts = parts._replace(query=query)
-        return self.redact(urlunsplit(parts))
+        return redaction.redact_url(url)
 
-    def add_secret(self, value: str) -> None:
-        if value and value not in self._secrets:
-            self._secrets.add(value)
-            forms = set(self._forms)
-            forms.update(secret_forms(value, client_id=self.client_id))
-            self._forms = sorted(forms, key=len, reverse=True)
+    def add_secret(self, value: str, *, token: bool = False) -> None:
+        """Register ``value`` (an issued token with ``token``) with pmtk's redactor."""
+        if token:
+            redaction.register_token(value)
+        else:
+            redaction.register(value, client_id=self.client_id)
 
     def check_origin(self, url: str) -> None:
         """Raise :class:`ForeignOrigin` unless ``url`` is on the configured origin."""
@@ -353,7 +304,9 @@ class Session:
             response = self._http.request(
                 method, url, params=params, content=content, headers=sent_headers
             )
-        except httpx.TransportError as exc:
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            # A body that will not decode (broken gzip, an encoding not asked for) is as
+            # unreadable as no answer: one line, not a library traceback in the report.
             msg = f"{method} {url}: {type(exc).__name__}: {exc}"
             raise Unreachable(self.redact(msg)) from exc
         elapsed = time.monotonic() - started
@@ -465,7 +418,7 @@ class Session:
         access = data.get("access_token")
         if ex.status != 200 or not isinstance(access, str) or not access:
             return ex, None
-        self.add_secret(access)
+        self.add_secret(access, token=True)
         # The token itself was recorded before it was known to be secret.
         ex.response_body = self.redact_body(ex.response_body)
         token = Token(

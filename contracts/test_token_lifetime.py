@@ -1,4 +1,10 @@
-"""token-lifetime: documented 900 s, the token's expires_in, and what the deployment honours."""
+"""token-lifetime: documented 900 s, the token's expires_in, and what the deployment honours.
+
+``token-lifetime.expires-in`` is an observation, never a failure: the spec's
+lifetime is unresolved (900 s stated, ``expires_in: 3600`` reported), so an
+``expires_in`` that is missing, not a number or under 60 s is reported with the
+lifetime pmtk's client gives such a token instead (:func:`toolkit.auth.token_lifetime`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import pytest
 
 from contracts.suite import Recorder, Run
 from toolkit import catalogue as cat
+from toolkit.auth import token_lifetime
 
 DOCUMENTED = cat.TOKEN_LIFETIME_STATED
 MARGIN = 10
@@ -25,6 +32,26 @@ def _expires_in(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return cat.EXPIRES_IN_STATED
+
+
+@pytest.mark.pm_check("token-lifetime.expires-in", "token-lifetime")
+def test_expires_in_is_a_usable_lifetime(pm: Run, check: Recorder) -> None:
+    ex, token = pm.session.request_token(remember=False)
+    check.attach(ex)
+    if token is None:
+        pytest.skip(f"no token ({ex.status}); auth.token-response says why")
+    seconds, clamped = token_lifetime(token.expires_in)
+    obs = _lifetimes(pm)
+    obs["expires_in_raw"] = token.expires_in
+    obs["client_lifetime"] = {"seconds": seconds, "clamped": clamped}
+    if clamped is not None:
+        check.observe(
+            "expires_in",
+            f"{clamped} by pmtk's client (a token per request otherwise)",
+            rule="token-lifetime",
+            source="spec section 5 (lifetime unresolved: 900 s stated, expires_in 3600)",
+        )
+    check.note(f"expires_in {token.expires_in!r}; pmtk's client keeps a token {seconds:g} s")
 
 
 @pytest.mark.pm_check("token-lifetime.jwt-claims", "token-lifetime")

@@ -7,12 +7,23 @@ wins over ``expires_in: 3600``), and on a 401 a new token is fetched once and
 the request replayed once. A 401 means the server did not act on the request,
 so replaying even a POST is safe.
 
+An ``expires_in`` that is unusable is never taken at its word (:func:`token_lifetime`):
+missing or not a finite number (``"NaN"``, ``"soon"``, ``null``, ``true``) means the
+documented 900 s; a number under :data:`MIN_TOKEN_LIFETIME` (60 s, including 0 and
+negatives) is raised to it. Overestimating costs one 401 and one replay when the
+token really ends; underestimating would cost a token request per API request.
+
+The secret is registered with :mod:`toolkit.redaction` when the auth is built, and
+each token as it is issued, so that neither reaches a message, log or file even
+when a server echoes it back.
+
 Refresh is guarded by a lock: when eight threads find the token stale at once,
 one of them fetches and the others reuse its token.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -21,14 +32,52 @@ from typing import Any
 import httpx
 import orjson
 
-from toolkit import catalogue
+from toolkit import catalogue, redaction
 from toolkit.config import Secret
-from toolkit.errors import AuthError, ConfigurationError, error_for_status
+from toolkit.errors import AuthError, ConfigurationError, RedirectRefused, error_for_status
 
-__all__ = ["EXPIRY_MARGIN", "ClientCredentialsAuth"]
+__all__ = ["EXPIRY_MARGIN", "MIN_TOKEN_LIFETIME", "ClientCredentialsAuth", "token_lifetime"]
 
 EXPIRY_MARGIN = 60.0
 """Seconds before the computed expiry at which a token is no longer used."""
+
+MIN_TOKEN_LIFETIME = 60.0
+"""The shortest lifetime a token is given, whatever its ``expires_in`` says."""
+
+
+def token_lifetime(expires_in: object) -> tuple[float, str | None]:
+    """The lifetime pmtk gives a token, and why it differs from ``expires_in`` (or ``None``).
+
+    Examples
+    --------
+    >>> token_lifetime(3600)
+    (900.0, None)
+    >>> token_lifetime(0)
+    (60.0, 'expires_in 0 is under 60 s; raised to 60 s')
+    >>> token_lifetime("NaN")
+    (900.0, "expires_in 'NaN' is not a finite number; the documented 900 s is used")
+    """
+    stated = float(catalogue.TOKEN_LIFETIME_STATED)
+    if expires_in is None:
+        return stated, f"expires_in is missing; the documented {stated:g} s is used"
+    value: float | None = None
+    if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
+        value = float(expires_in)
+    elif isinstance(expires_in, str):
+        try:
+            value = float(expires_in.strip())
+        except ValueError:
+            value = None
+    if value is None or not math.isfinite(value):
+        shown = repr(expires_in)[:40]
+        why = f"expires_in {shown} is not a finite number; the documented {stated:g} s is used"
+        return stated, why
+    if value < MIN_TOKEN_LIFETIME:
+        return MIN_TOKEN_LIFETIME, (
+            f"expires_in {value:g} is under {MIN_TOKEN_LIFETIME:g} s; "
+            f"raised to {MIN_TOKEN_LIFETIME:g} s"
+        )
+    return min(value, stated), None
 
 
 def outcome_details(
@@ -88,6 +137,7 @@ class ClientCredentialsAuth(httpx.Auth):
         self.token_url = token_url
         self.client_id = client_id
         self._secret = client_secret if isinstance(client_secret, Secret) else Secret(client_secret)
+        redaction.register(self._secret.reveal(), client_id=client_id)
         self.user_agent = user_agent
         self._clock = clock
         self._lock = threading.Lock()
@@ -95,6 +145,8 @@ class ClientCredentialsAuth(httpx.Auth):
         self._expires_at = 0.0
         self.token_requests = 0
         self.replays = 0
+        self.lifetime_note: str | None = None
+        """Why the last token's lifetime differs from its ``expires_in`` (``None``: it does not)."""
 
     def __repr__(self) -> str:
         state = "valid" if self._current() is not None else "none"
@@ -134,6 +186,21 @@ class ClientCredentialsAuth(httpx.Auth):
         )
 
     def _store(self, response: httpx.Response) -> Secret:
+        if 300 <= response.status_code < 400:
+            # The token POST carries the secret: it is never sent on to a Location.
+            location = response.headers.get("location")
+            raise RedirectRefused(
+                response.status_code,
+                method="POST",
+                url=self.token_url,
+                diagnostics=(
+                    f"the token endpoint redirects to {location[:300]!r}; a POST carrying the "
+                    "secret is not followed. Set PM_BASE_URL to the address the API answers at"
+                    if location
+                    else "the token endpoint answered a redirect without a Location"
+                ),
+                location=location,
+            )
         if response.status_code in (404, 405):
             # Nothing answers at {base}/oauth/token: the address is wrong, not the key.
             msg = (
@@ -159,13 +226,13 @@ class ClientCredentialsAuth(httpx.Auth):
         try:
             payload = orjson.loads(response.content)
             token = payload["access_token"]
-            expires_in = float(payload.get("expires_in", catalogue.TOKEN_LIFETIME_STATED))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            expires_in = payload.get("expires_in")
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
             raise AuthError(
                 response.status_code,
                 method="POST",
                 url=self.token_url,
-                diagnostics="the token response has no usable access_token/expires_in",
+                diagnostics="the token response has no usable access_token",
             ) from None
         if not isinstance(token, str) or not token:
             raise AuthError(
@@ -174,7 +241,8 @@ class ClientCredentialsAuth(httpx.Auth):
                 url=self.token_url,
                 diagnostics="the token response has an empty access_token",
             )
-        lifetime = min(expires_in, float(catalogue.TOKEN_LIFETIME_STATED))
+        redaction.register_token(token)
+        lifetime, self.lifetime_note = token_lifetime(expires_in)
         # A short-lived token keeps at least half its life rather than none.
         usable = lifetime - EXPIRY_MARGIN if lifetime > 2 * EXPIRY_MARGIN else lifetime / 2
         self._token = Secret(token)

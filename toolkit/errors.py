@@ -15,9 +15,12 @@
     │   └── PageLimitExceeded                more pages than total and page size allow, or max_pages
     ├── OutcomeUnknown                       POST or $book failed after sending; may have landed
     ├── TransportError                       the deployment could not be reached (after retries)
+    │   ├── ConnectionFailed                 the name did not resolve or the connection was refused
+    │   ├── ProtocolError                    the answer was not valid HTTP or could not be decoded
     │   ├── DeadlineExceeded                 a request took longer than its timeout, body included
     │   └── ResponseTooLarge                 a decoded response body passed the size cap
     └── ApiError                             the server answered an error (OperationOutcome)
+        ├── RedirectRefused                  a 3xx other than a same-origin GET redirect
         ├── AuthError                        401 / 403
         ├── NotFound (KeyError)              404
         ├── MethodNotAllowed                 405
@@ -27,12 +30,15 @@
         └── ServerError                      5xx that survived every retry
 
 Every message says what was wrong and where (method, path, field), and never
-carries the client secret or an access token.
+carries the client secret or an access token: :class:`PmtkError` passes its
+arguments through :func:`toolkit.redaction.redact`, whatever a server echoed.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from toolkit.redaction import redact, redact_json
 
 __all__ = [
     "ApiError",
@@ -40,6 +46,7 @@ __all__ = [
     "AuthError",
     "ConfigurationError",
     "Conflict",
+    "ConnectionFailed",
     "DataValidationError",
     "DeadlineExceeded",
     "ForeignLink",
@@ -54,7 +61,9 @@ __all__ = [
     "PageLimitExceeded",
     "PagingLoop",
     "PmtkError",
+    "ProtocolError",
     "RateLimited",
+    "RedirectRefused",
     "RequestValidationError",
     "ResponseTooLarge",
     "ServerError",
@@ -65,7 +74,19 @@ __all__ = [
 
 
 class PmtkError(Exception):
-    """Base of every error pmtk raises on purpose."""
+    """Base of every error pmtk raises on purpose.
+
+    Its text arguments (so its ``str`` and ``repr``) are redacted: the configured
+    secret and every issued token are replaced by ``<redacted>`` in each form a
+    server may echo them in (see :mod:`toolkit.redaction`).
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.args = tuple(redact(a) if isinstance(a, str) else a for a in args)
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
 
 
 class ConfigurationError(PmtkError, ValueError):
@@ -214,6 +235,28 @@ class TransportError(PmtkError):
     """The deployment could not be reached, even after the allowed retries."""
 
 
+class ConnectionFailed(TransportError):
+    """No connection could be made: the host name did not resolve, or the port refused.
+
+    Not retried (the answer would be the same a second later). ``host`` is the host
+    name, ``reason`` the operating system's words (``[Errno -2] Name or service not
+    known``, ``[Errno 111] Connection refused``).
+    """
+
+    def __init__(self, message: str, *, host: str, reason: str) -> None:
+        self.host = host
+        self.reason = reason
+        super().__init__(message)
+
+
+class ProtocolError(TransportError):
+    """The answer could not be read: not valid HTTP, or a body that would not decode.
+
+    For example a broken gzip stream, or a ``Content-Encoding`` pmtk did not ask
+    for (``br``). The library's exception is the ``__cause__``.
+    """
+
+
 class DeadlineExceeded(TransportError):
     """One request (connect, send, headers and the whole body) took longer than its deadline."""
 
@@ -247,16 +290,28 @@ class ApiError(PmtkError):
     ) -> None:
         self.status = status
         self.method = method
-        self.url = url
+        self.url = redact(url)
         self.code = code
-        self.diagnostics = diagnostics
-        self.outcome = outcome
+        self.diagnostics = redact(diagnostics) if diagnostics is not None else None
+        self.outcome = redact_json(outcome) if outcome is not None else None
         detail = f" [{code}]" if code else ""
         text = f": {diagnostics}" if diagnostics else ""
         super().__init__(f"{method} {url} answered {status}{detail}{text}")
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class RedirectRefused(ApiError):
+    """A 3xx pmtk does not follow: another origin, not a GET, too many hops, no ``Location``.
+
+    A redirect's body is never read as data. ``location`` is the ``Location``
+    header (``None`` when there was none), with any userinfo removed.
+    """
+
+    def __init__(self, *args: Any, location: str | None = None, **kwargs: Any) -> None:
+        self.location = redact(location) if location is not None else None
+        super().__init__(*args, **kwargs)
 
 
 class AuthError(ApiError):

@@ -10,8 +10,11 @@ A request travels through these layers, outermost first; each does one thing:
    bodies and 502/503/504 for idempotent requests, and only never-sent requests
    otherwise (a write that may have landed is
    :class:`~toolkit.errors.OutcomeUnknown`);
-3. **answers** (:meth:`Pipeline._answer`): an error status becomes its typed
-   :class:`~toolkit.errors.ApiError`, a 2xx body is decoded once;
+3. **answers** (:meth:`Pipeline._answer`): a redirect is followed only for a GET
+   to the same origin (at most :data:`MAX_REDIRECTS` hops, the body of a 3xx is
+   never data; any other 3xx is :class:`~toolkit.errors.RedirectRefused`), an
+   error status becomes its typed :class:`~toolkit.errors.ApiError`, a 2xx body is
+   decoded once;
 4. **pacing** (:meth:`Pipeline._paced`, :class:`toolkit.throttle.Throttle`): the
    client-side sliding window, the server's rate-limit headers, and 429 answers
    waited out (the server did not act on them);
@@ -25,12 +28,20 @@ A request travels through these layers, outermost first; each does one thing:
    phase, so a server dripping a byte a second never times out), and decodes
    ``gzip``/``deflate`` itself, in bounded steps, under a **size cap** on the
    *decoded* body, so a compression bomb costs at most the cap.
+
+Whatever fails below the pipeline leaves it as a :class:`~toolkit.errors.PmtkError`
+with the library's exception as its ``__cause__``: a name that does not resolve
+or a refused port is :class:`~toolkit.errors.ConnectionFailed` at once (not
+retried; the operating system's reason and the host in the message), an answer
+that is not valid HTTP or will not decode is :class:`~toolkit.errors.ProtocolError`,
+and a local ``OSError`` is a :class:`~toolkit.errors.TransportError`.
 """
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import re
+import socket
 import threading
 import time
 import zlib
@@ -42,18 +53,21 @@ import httpx
 import orjson
 import stamina
 
-from toolkit import catalogue, retries
+from toolkit import catalogue, redaction, retries
 from toolkit.auth import ClientCredentialsAuth, outcome_details
 from toolkit.config import Settings
 from toolkit.errors import (
     ApiError,
     ConfigurationError,
+    ConnectionFailed,
     DeadlineExceeded,
     ForeignLink,
     InvalidId,
     OutcomeUnknown,
     PmtkError,
+    ProtocolError,
     RateLimited,
+    RedirectRefused,
     ResponseTooLarge,
     ServerError,
     TransportError,
@@ -65,6 +79,7 @@ __all__ = [
     "ACCEPT_ENCODING",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_TIMEOUT",
+    "MAX_REDIRECTS",
     "Counters",
     "GuardedTransport",
     "Origin",
@@ -76,7 +91,7 @@ __all__ = [
 
 # The logger users configure for pmtk's requests; it kept its name when the pipeline
 # moved here out of toolkit.client.
-log = logging.getLogger("toolkit.client")
+log = redaction.logger("toolkit.client")
 retries.install()  # readable retry lines instead of bare "stamina.retry_scheduled"
 
 DEFAULT_TIMEOUT = 30.0
@@ -88,6 +103,10 @@ DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 ACCEPT_ENCODING = "gzip, deflate"
 """The encodings :class:`GuardedTransport` decodes (and so the only ones asked for)."""
 
+MAX_REDIRECTS = 5
+"""Same-origin redirects a GET follows before :class:`~toolkit.errors.RedirectRefused`."""
+
+_FOLLOWED = frozenset({301, 302, 303, 307, 308})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _ID = re.compile(r"[A-Za-z0-9\-.]{1,64}")
 _UNSAFE_LINK = re.compile(r"[\\\x00-\x20\x7f]")
@@ -421,13 +440,33 @@ class _CorruptBody(Exception):
     """A 2xx answer whose JSON body could not be read (for example cut off)."""
 
 
+def _no_connection(exc: BaseException) -> OSError | None:
+    """The OS error behind a connect failure that a retry would only repeat, if it is one.
+
+    A name that does not resolve (:class:`socket.gaierror`) or a port that refuses
+    (:class:`ConnectionRefusedError`): httpx chains them as httpcore's cause.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (socket.gaierror, ConnectionRefusedError)):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _retry_idempotent(exc: Exception) -> bool:
+    if isinstance(exc, httpx.ConnectError) and _no_connection(exc) is not None:
+        return False
     if isinstance(exc, (*_TRANSIENT, _CorruptBody)):
         return True
     return isinstance(exc, ServerError) and exc.status in RETRY_STATUSES
 
 
 def _retry_unsent(exc: Exception) -> bool:
+    if isinstance(exc, httpx.ConnectError) and _no_connection(exc) is not None:
+        return False
     return isinstance(exc, _UNSENT)
 
 
@@ -648,6 +687,19 @@ class Pipeline:
                     return self._answer(call)
         except httpx.TransportError as exc:
             raise _transport_failure(call, exc, attempts) from exc
+        except (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL) as exc:
+            # DecodingError (a broken gzip stream, an encoding not asked for) and the rest
+            # of httpx's errors that are not transport errors: the answer is unreadable.
+            msg = f"{call.method} {_display(call.url)}: the answer could not be read: {exc}"
+            if not call.idempotent:
+                msg += "; the request was sent, so check whether the write landed before resending"
+                raise OutcomeUnknown(msg) from exc
+            raise ProtocolError(msg) from exc
+        except OSError as exc:
+            if isinstance(exc, PmtkError):  # pmtk's own errors that are also OSErrors
+                raise
+            msg = f"{call.method} {_display(call.url)} failed locally: {exc}"
+            raise TransportError(msg) from exc
         except (DeadlineExceeded, ResponseTooLarge) as exc:
             # Not retried: a server that drips or floods would do it again.
             if not call.idempotent:
@@ -666,8 +718,14 @@ class Pipeline:
     # ------------------------------------------------------------------ 3. answers
 
     def _answer(self, call: _Call) -> Reply:
-        """One attempt: an error status raised as its typed error, a 2xx body decoded."""
+        """One attempt: redirects followed or refused, an error status raised, a 2xx decoded."""
         response = self._paced(call)
+        hops = 0
+        while 300 <= response.status_code < 400:
+            target = self._redirect(call, response, hops)
+            hops += 1
+            log.debug("%s %s -> %s %s", call.method, call.url, response.status_code, target)
+            response = self._paced(dataclasses.replace(call, url=target, params=None))
         method, url = call.method, call.url
         if response.status_code >= 400:
             error = api_error(response, method)
@@ -693,6 +751,45 @@ class Pipeline:
                 msg = f"{method} {url}: the response body is not valid JSON (cut off?)"
                 raise _CorruptBody(msg) from exc
         return Reply(response, data)
+
+    def _redirect(self, call: _Call, response: httpx.Response, hops: int) -> str:
+        """The URL a 3xx sends a GET to, or :class:`RedirectRefused`; its body is never read.
+
+        Followed: 301, 302, 303, 307 and 308 answering a GET, to the configured
+        origin, at most :data:`MAX_REDIRECTS` times. Refused: any other method (a
+        write is not repeated elsewhere), another origin (credentials go nowhere
+        else; nothing is sent there), too many hops, no ``Location``, other 3xx.
+        """
+        status = response.status_code
+        here = str(response.request.url)
+        location = response.headers.get("location")
+        problem = None
+        target = ""
+        if location is None or not location.strip():
+            problem = "it has no Location header"
+        elif call.method != "GET":
+            problem = f"only a GET is redirected; a {call.method} is not sent again elsewhere"
+            if not call.idempotent:
+                problem += " (the server may have applied it: check before sending it again)"
+        elif status not in _FOLLOWED:
+            problem = f"{status} is not a redirect pmtk follows (301, 302, 303, 307, 308)"
+        elif hops >= MAX_REDIRECTS:
+            problem = f"more than {MAX_REDIRECTS} redirects in a row"
+        else:
+            try:
+                target = self.origin.resolve(location.strip(), here, what="redirect to")
+            except ForeignLink:
+                problem = f"it leads off the configured origin {self.origin}; nothing sent there"
+        if problem is None:
+            return target
+        shown = _display(location) if location else None
+        raise RedirectRefused(
+            status,
+            method=call.method,
+            url=here,
+            diagnostics=f"redirect to {shown!r} refused: {problem}; its body is not data",
+            location=shown,
+        )
 
     # ------------------------------------------------------------------ 4. pacing
 
@@ -734,13 +831,34 @@ class Pipeline:
 
 
 def _transport_failure(call: _Call, exc: httpx.TransportError, attempts: int) -> PmtkError:
-    """What a transport error that outlived the retries means to the caller."""
+    """What a transport error that outlived the retries means to the caller.
+
+    The message keeps the library's (and so the operating system's) words.
+    """
+    reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if not call.idempotent and not isinstance(exc, _UNSENT):
         msg = (
             f"{call.method} {call.url} failed after the request was sent "
-            f"({type(exc).__name__}): the outcome is unknown; check whether the write "
+            f"({reason}): the outcome is unknown; check whether the write "
             "landed before sending it again"
         )
         return OutcomeUnknown(msg)
-    msg = f"{call.method} {call.url} failed after {attempts} attempt(s): {type(exc).__name__}"
+    os_error = _no_connection(exc) if isinstance(exc, httpx.ConnectError) else None
+    if os_error is not None:
+        try:
+            target = exc.request.url
+        except RuntimeError:  # no request attached
+            target = httpx.URL(call.url)
+        host = target.host
+        port = target.port or _DEFAULT_PORTS.get(target.scheme, 0)
+        what = (
+            f"the host name {host!r} did not resolve"
+            if isinstance(os_error, socket.gaierror)
+            else f"{host}:{port} refused the connection"
+        )
+        msg = f"{call.method} {_display(call.url)}: {what} ({os_error}); not retried"
+        return ConnectionFailed(msg, host=host, reason=str(os_error))
+    msg = f"{call.method} {call.url} failed after {attempts} attempt(s): {reason}"
+    if isinstance(exc, httpx.ProtocolError):
+        return ProtocolError(msg)
     return TransportError(msg)

@@ -22,16 +22,17 @@ imported, and is idempotent.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from stamina.instrumentation import RetryDetails, get_on_retry_hooks, set_on_retry_hooks
 
+from toolkit import redaction
+
 __all__ = ["RetryNotice", "install", "listen", "on_retry"]
 
-log = logging.getLogger("toolkit.retries")
+log = redaction.logger("toolkit.retries")
 
 RetryListener = Callable[["RetryNotice"], None]
 

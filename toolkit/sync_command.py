@@ -302,8 +302,10 @@ def _line(
     hint: str | None = None,
     style: str = "bold red",
 ) -> Any:
-    """One line of text, never read as markup: ``label (resource): message. hint``."""
+    """One line of text, never read as markup, redacted: ``label (resource): message. hint``."""
     from rich.text import Text
+
+    from toolkit.redaction import redact
 
     text = Text(label, style=style)
     if resource:
@@ -312,7 +314,7 @@ def _line(
     body = " ".join(message.split())
     if hint:
         body = f"{body.rstrip('. ')}. {hint}"
-    text.append(body)
+    text.append(redact(body))
     return text
 
 
@@ -341,7 +343,9 @@ def _advice(exc: BaseException, staged_pages: int, client: Any) -> str | None:
         AuthError,
         DataValidationError,
         IncompleteResult,
+        ProtocolError,
         RateLimited,
+        RedirectRefused,
         ServerError,
         TransportError,
     )
@@ -361,6 +365,10 @@ def _advice(exc: BaseException, staged_pages: int, client: Any) -> str | None:
             "the credentials were refused: check PM_CLIENT_ID and PM_CLIENT_SECRET "
             "(or --client-id / --client-secret)"
         )
+    if isinstance(exc, ProtocolError):
+        return f"the deployment's answer could not be read (see above); {again}"
+    if isinstance(exc, RedirectRefused):
+        return "nothing of it was stored; check PM_BASE_URL (or --base-url) is the API's address"
     if isinstance(exc, TransportError):
         base = getattr(client, "base_url", "the deployment")
         return f"cannot reach {base}: check PM_BASE_URL (or --base-url) and the network; {again}"

@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from tests.hostile.conftest import SECRET, TOKEN, Recorder, api_app, bundle, serve
 from toolkit.client import Client
-from toolkit.errors import ApiError, ForeignLink
+from toolkit.errors import ForeignLink, RedirectRefused
 from toolkit.http import GuardedTransport, Origin
 
 
@@ -99,10 +99,11 @@ def test_redirect_to_a_foreign_host_is_not_followed(foreign: tuple[Recorder, int
     with (
         serve(api_app(handler)) as api,
         _client(api) as client,
-        pytest.raises(ApiError, match="expected a Bundle"),
+        pytest.raises(RedirectRefused, match=r"302.*localhost.*off the configured origin") as info,
     ):
         list(client.pages("Patient"))
     assert recorder.seen == []
+    assert info.value.location == f"http://localhost:{fport}/main/Patient"
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import orjson
 import polars as pl
 
 from toolkit.errors import IncompleteResult
+from toolkit.redaction import redact_json
 from toolkit.store.results import (
     DEFAULT_STORE,
     MANIFEST,
@@ -212,7 +213,8 @@ def _write_json(
 ) -> None:
     """Replace ``path`` atomically (and durably): a reader sees the old or the new file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    # The redaction boundary: an error a server echoed a secret into is stored without it.
+    data = orjson.dumps(redact_json(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
     try:
         with _writing(tmp, step), os.fdopen(_create_new(tmp), "wb") as handle:
             handle.write(data)

@@ -319,7 +319,9 @@ class Listener:
 
     def record_error(self, what: str, exc: BaseException) -> None:
         """Keep the last error (for ``--status``), also on disk for when nobody runs."""
-        text = f"{what}: {describe(exc)}"[:1000]
+        from toolkit.redaction import redact
+
+        text = redact(f"{what}: {describe(exc)}")[:1000]
         self.stats.last_error = text
         self.stats.last_error_at = time.time()
         path = self.store / WEBHOOK_DIR / "last-error.json"

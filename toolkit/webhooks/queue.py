@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from toolkit.redaction import redact_json, register
 from toolkit.webhooks.events import (
     DEFAULT_MAX_QUEUE_BYTES,
     FILE_EVENTS,
@@ -54,6 +55,7 @@ class AuthHeader:
             raise ConfigurationError(msg)
         self.name = name
         self._value = value.strip().encode()
+        register(value.strip())  # never in a log line or a queue file, even echoed
 
     @classmethod
     def parse(cls, text: str) -> AuthHeader:
@@ -113,7 +115,7 @@ def write_dead_letter(folder: Path, name: str, payload: dict[str, Any]) -> Path:
     """Every dead letter is written here (one place to redact what it keeps)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    _write_durable(path, orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+    _write_durable(path, orjson.dumps(redact_json(payload), option=orjson.OPT_INDENT_2))
     _fsync_dir(folder)
     return path
 
@@ -269,7 +271,7 @@ class EventQueue:
     # -- writing ---------------------------------------------------------------------
 
     def _write(self, changes: Sequence[Change], key_ns: int) -> Path:
-        data = orjson.dumps({"changes": [c.to_json() for c in changes]})
+        data = orjson.dumps(redact_json({"changes": [c.to_json() for c in changes]}))
         first = min(c.first_ns for c in changes)
         with self._lock:
             seq = next(self._counter) % 100_000_000
@@ -346,7 +348,7 @@ class EventQueue:
         with contextlib.suppress(FileNotFoundError, orjson.JSONDecodeError, KeyError):
             held = Change.from_json(orjson.loads(path.read_bytes()))
             change.first_ns = min(change.first_ns, held.first_ns)
-        _write_durable(path, orjson.dumps(change.to_json()))
+        _write_durable(path, orjson.dumps(redact_json(change.to_json())))
         _fsync_dir(self.waiting_dir)
         self._refresh_waiting()
 
