@@ -273,7 +273,7 @@ APPOINTMENT = Resource(
             "GET", "/main/Appointment/$find", "Find Available Appointments", "Appointment", "find"
         ),
     ),
-    search=("date", "patient"),
+    search=("date", "patient", "actor"),
     owner_search=("patient", "participant.actor"),
     date_search=(("date", "start"), "start"),
 )
@@ -510,7 +510,7 @@ PATIENT = Resource(
         *_endpoints("Patient", ("list", "List patients")),
         *_endpoints("Patient", ("read", "Get Patient"), source="pmtk"),
     ),
-    search=("name", "family", "given"),
+    search=("name", "family", "given", "email"),
 )
 
 # The referenced resources of spec section 2.7 (fields "not shown"): their fields are
@@ -645,7 +645,7 @@ SLOT = Resource(
     source="pmtk",
     doc="A 30-minute unit of a role's bookable time, free or busy; what $find draws from.",
     endpoints=_endpoints("Slot", ("list", "List Slots"), ("read", "Get Slot"), source="pmtk"),
-    search=("status", "start"),
+    search=("status", "start", "end", "practitioner", "practitioner-role"),
     date_search=(("start",), "start"),
 )
 

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from toolkit import catalogue, rules
-from toolkit.mock.app.listing import ListingRoom
+from toolkit.mock.app.listing import ListingRoom, refuse_ignored
 from toolkit.mock.app.patching import _actor_key
 from toolkit.mock.app.records import _status_ext
 from toolkit.mock.app.responses import (
@@ -39,6 +39,25 @@ from toolkit.mock.shapes import (
     to_spec,
 )
 from toolkit.mock.store import Record
+
+_FIND_PARAMETERS = frozenset(
+    {
+        "start",
+        "end",
+        "duration",
+        "practitioner-role",
+        "practitioner",
+        "organization",
+        "show",
+        "emergency",
+        "apply-buffer-time",
+        "_sort",
+        "_count",
+        "page",
+        "_total",
+    }
+)
+"""What ``$find`` takes (facts); anything else is ignored and left out of ``self``."""
 
 
 class SchedulingRoom(ListingRoom, WritingRoom):
@@ -71,13 +90,17 @@ class SchedulingRoom(ListingRoom, WritingRoom):
             orgs = {_last_segment(x) for v in q["organization"] for x in v.split(",")}
             if not any(o.startswith("PG-") for o in orgs):
                 roles = [r for r in roles if data.role_clinic[r] in orgs]
+        ignored = [k for k, _v in params if k not in _FIND_PARAMETERS]
+        refuse_ignored(request, "$find", ignored)
         first_only = q.get("show", [""])[0] == "first-available"
         descending = q.get("_sort", ["start"])[0] == "-start"
         proposals = self._free_slots(roles, int(lo), int(hi), duration, first_only)
         proposals.sort(key=lambda p: (p[1], p[0]), reverse=descending)
         start = (page - 1) * count
         entries = [self._proposal(r, s, duration) for r, s in proposals[start : start + count]]
-        content = self.bundle(request, params, len(proposals), entries, count, page, total_mode)
+        content = self.bundle(
+            request, params, len(proposals), entries, count, page, total_mode, ignored=ignored
+        )
         return self.respond(request, content)
 
     def _free_slots(

@@ -230,17 +230,26 @@ def _live_forms(store: Store) -> None:
     Patients with a second given name also get a ``usual`` name (the facts: a
     Patient may hold both a usual and an official name).
     """
+    definitions = _definition_ids(store)
     for coll in store.collections.values():
         for index, rec in list(coll.records_built()):
-            rec = to_stored(coll.name, rec, "live")
+            rec = to_stored(coll.name, rec, "live", definitions)
             if coll.name == "Patient":
                 official = rec["name"][0]
                 if len(official["given"]) > 1:
                     usual = {"use": USUAL, "given": [official["given"][1]]}
                     rec["name"] = [*rec["name"], {**usual, "family": official["family"]}]
             coll.set_built(index, rec)
-        coll.wrap_builder(functools.partial(_to_live, coll.name))
+        coll.wrap_builder(functools.partial(_to_live, coll.name, definitions))
 
 
-def _to_live(rtype: str, record: Record) -> Record:
-    return to_stored(rtype, record, "live")
+def _definition_ids(store: Store) -> dict[str, str]:
+    """ReferralDefinition name -> id, for the live Referral's ``referralDefinition``."""
+    coll = store.collections.get("ReferralDefinition")
+    if coll is None:
+        return {}
+    return {rec["name"]: coll.ids[i] for i, rec in coll.records_built()}
+
+
+def _to_live(rtype: str, definitions: dict[str, str], record: Record) -> Record:
+    return to_stored(rtype, record, "live", definitions)
