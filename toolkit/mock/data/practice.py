@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 import random
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from toolkit.mock.data.appointments import (
     APPOINTMENT_BASE,
@@ -30,7 +31,12 @@ from toolkit.mock.data.billing import (
 )
 from toolkit.mock.data.coverage import COVERAGE_BASE
 from toolkit.mock.data.grid import DayGrid
-from toolkit.mock.data.organizations import EXTERNAL_PRACTICE_BASE, Organizations, add_organizations
+from toolkit.mock.data.organizations import (
+    EXTERNAL_PRACTICE_BASE,
+    Organizations,
+    add_organizations,
+    clinic_zone,
+)
 from toolkit.mock.data.patients import Patients, add_patients
 from toolkit.mock.data.practitioners import (
     EXTERNAL_BASE,
@@ -159,7 +165,10 @@ def _directory(store: Store, rng: random.Random, sc: Scale) -> _Directory:
 
 def _visits(store: Store, rng: random.Random, seed: int, count: int, d: _Directory) -> DayGrid:
     """Appointments, their bills and the referral usage; returns the booked slot grid."""
-    grid = DayGrid()
+    orgs = store["Organization"]
+    grid = DayGrid(
+        zones=[ZoneInfo(clinic_zone(orgs.record(orgs.pos[c]))) for c in d.prs.role_clinic]
+    )
     appts = sample_appointments(rng, count, d.role_patients, grid)
     billing = bill(rng, seed, appts)
     referral_of = record_usage(store, d.refs, appts, billing)
