@@ -60,6 +60,8 @@ NON_SPEC_RULES = [
     ("Slot", "status", "enum", "pmtk"),
     ("Slot", "practitioner_role_id", "reference_id", "pmtk"),
     ("Slot", "healthcare_service_id", "reference_id", "pmtk"),
+    ("schedule_actor", "actor_id", "reference_id", "facts"),
+    ("schedule_actor", "actor_type", "reference_type", "facts"),
 ]
 
 

@@ -40,7 +40,8 @@ PINNED: dict[tuple[str, str], dict[str, str]] = {
         "InvoiceLine": "44304d673a573fb8f78ac732db86cefd66f545a4f0d5b8b0ac274ee82ae4de0f",
         "Slot": "ee6655dbc0d4857b75922680e114d364b45549658c94c5cfe31a70a4eb5c7f71",
         "ReferralDefinition": "211b537235a702059bf33f52582842c17d49fde1a6f0d592f4d7f42567a89f0d",
-        "(lookups)": "702c4f88d538ab44eab5e239f108a4f7ab155eaa4abcfd1ece04375c75daf6fe",
+        "Schedule": "e8d067dd4111f38396b59fea11b024aecab4a145058f144eb700f5ccaf617375",
+        "(lookups)": "59d5420391713b65be7d13050eadb0e342f4474eb3ab238b829c8d116415c459",
     },
     ("small", "spec"): {
         "Organization": "36f0d94efeb5d9d7c2d1b1c0714055017d319dc619475de9b90d32d1622f7999",
@@ -56,7 +57,8 @@ PINNED: dict[tuple[str, str], dict[str, str]] = {
         "InvoiceLine": "2efe9c523f548954dd1907efb78dcb6f8d3b32a0aaf7730bc3072ccc47d7d29b",
         "Slot": "ee6655dbc0d4857b75922680e114d364b45549658c94c5cfe31a70a4eb5c7f71",
         "ReferralDefinition": "211b537235a702059bf33f52582842c17d49fde1a6f0d592f4d7f42567a89f0d",
-        "(lookups)": "702c4f88d538ab44eab5e239f108a4f7ab155eaa4abcfd1ece04375c75daf6fe",
+        "Schedule": "e8d067dd4111f38396b59fea11b024aecab4a145058f144eb700f5ccaf617375",
+        "(lookups)": "59d5420391713b65be7d13050eadb0e342f4474eb3ab238b829c8d116415c459",
     },
     ("medium", "live"): {
         "Organization": "978d454b64006de3c8d894ca2fa7870328dca101daba93dd770f24330213658b",
@@ -72,7 +74,8 @@ PINNED: dict[tuple[str, str], dict[str, str]] = {
         "InvoiceLine": "048ed23e5ffefbb7562623b2f8c46905549fa29d55a42d9e7cd4a46db6686a04",
         "Slot": "01cbd82fc1bbf92c114fc7e2e1c29e18810d41c4b901b1b263a5e55537b9301d",
         "ReferralDefinition": "211b537235a702059bf33f52582842c17d49fde1a6f0d592f4d7f42567a89f0d",
-        "(lookups)": "9ba52165565aa6143d24f59cadb3e6fc6de4c45ba7e464d087e4b0126a308e12",
+        "Schedule": "30eeba0e4d41924f2472952868eab7c3ca79af8aac776d9ac475dfe896671d31",
+        "(lookups)": "33a95c69c03a0a420fe4bf8e3a70bf4e34760c0006978002f4f5dd4a1b67aa51",
     },
     ("medium", "spec"): {
         "Organization": "978d454b64006de3c8d894ca2fa7870328dca101daba93dd770f24330213658b",
@@ -88,7 +91,8 @@ PINNED: dict[tuple[str, str], dict[str, str]] = {
         "InvoiceLine": "5565a944789ee7ee1075ef3bbbae32e0ca81278a51b96d74fc40751f050cbb59",
         "Slot": "01cbd82fc1bbf92c114fc7e2e1c29e18810d41c4b901b1b263a5e55537b9301d",
         "ReferralDefinition": "211b537235a702059bf33f52582842c17d49fde1a6f0d592f4d7f42567a89f0d",
-        "(lookups)": "9ba52165565aa6143d24f59cadb3e6fc6de4c45ba7e464d087e4b0126a308e12",
+        "Schedule": "30eeba0e4d41924f2472952868eab7c3ca79af8aac776d9ac475dfe896671d31",
+        "(lookups)": "33a95c69c03a0a420fe4bf8e3a70bf4e34760c0006978002f4f5dd4a1b67aa51",
     },
 }
 

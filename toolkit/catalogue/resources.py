@@ -649,6 +649,36 @@ SLOT = Resource(
     date_search=(("start",), "start"),
 )
 
+SCHEDULE = Resource(
+    "Schedule",
+    _common(
+        Field("active", "boolean"),
+        _reference_field(
+            "actor",
+            _ref(ROLE_ANY, "HealthcareService"),
+            many=True,
+            doc="Whose time it is: the role (FHIR R4: one or more actors).",
+        ),
+        Field(
+            "planningHorizon",
+            "object",
+            fields=(
+                Field("start", "date-time", format="date-time"),
+                Field("end", "date-time", format="date-time"),
+            ),
+            doc="The period the schedule's Slots cover.",
+        ),
+        Field("comment", "string", doc="The working hours, with the clinic's time zone."),
+    ),
+    source="facts",
+    doc="A role's bookable time: the Slots of one PractitionerRole over a planning horizon.",
+    endpoints=(
+        *_endpoints("Schedule", ("list", "List Schedules"), source="facts"),
+        *_endpoints("Schedule", ("read", "Get Schedule"), source="pmtk"),
+    ),
+    search=("actor", "active"),
+)
+
 RESOURCES: dict[str, Resource] = {
     r.name: r
     for r in (
@@ -665,5 +695,6 @@ RESOURCES: dict[str, Resource] = {
         REFERRAL_DEFINITION,
         CHARGE_ITEM_DEFINITION,
         SLOT,
+        SCHEDULE,
     )
 }

@@ -358,7 +358,14 @@ _SPECIAL: dict[tuple[str, str], Callable[[ListingRoom, Collection, str], Callabl
 def _token_filter(coll: Collection, name: str, value: str) -> Callable[[int], bool]:
     """A search on a coded field (``status=free``; comma-separated: any of)."""
     wanted = {v.strip() for v in value.split(",") if v.strip()}
-    return lambda i: coll.record(i).get(name) in wanted
+
+    def match(i: int) -> bool:
+        found = coll.record(i).get(name)
+        if isinstance(found, bool):  # a boolean token searches as true/false (FHIR)
+            found = "true" if found else "false"
+        return found in wanted
+
+    return match
 
 
 def _includes(rtype: str, params: list[tuple[str, str]]) -> list[catalogue.Include]:
@@ -391,7 +398,13 @@ def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Ca
     is refused with 422 (facts, "Shapes seen on the live service").
     """
     wanted = _wanted_references(rtype, name, name, value)
-    return lambda i: catalogue.reference_pair(coll.record(i).get(name)) in wanted
+
+    def match(i: int) -> bool:
+        value = coll.record(i).get(name)
+        items = value if isinstance(value, list) else [value]  # many=True: any of them
+        return any(catalogue.reference_pair(item) in wanted for item in items)
+
+    return match
 
 
 def _wanted_references(rtype: str, name: str, path: str, value: str) -> set[tuple[str, str]]:
