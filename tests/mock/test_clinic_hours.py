@@ -148,3 +148,52 @@ def test_booking_at_utc_nine_in_sydney_is_off_the_grid(fresh_api: httpx.Client) 
     )[0]
     day = book_body(role, proposal["start"], proposal["end"])
     assert fresh_api.post("Appointment/$book", json=day).status_code == 201
+
+
+def test_notebook_three_pipeline_puts_every_visit_in_working_hours(
+    mock_deployment: Any,
+) -> None:
+    """What notebook 03's heatmap computes (``toolkit.analysis``), on the mock's data:
+    every appointment at 09:00-16:59 on a weekday of its clinic's clock, in three zones."""
+    import polars as pl
+
+    from toolkit import analysis
+    from toolkit.client import Client
+
+    mock_deployment.reset_rate_limit()
+    with Client(
+        mock_deployment.base_url,
+        mock_deployment.client_id,
+        mock_deployment.client_secret,
+        progress=False,
+    ) as client:
+        tables = client.frames("Appointment")
+        org_tables = client.frames("Organization")
+        roles = client.frame("PractitionerRole")
+        participant = tables["appointment_participant"]
+        role_ids = (
+            participant.filter(pl.col("actor_type") == "PractitionerRole")["actor_id"]
+            .unique()
+            .to_list()
+        )
+        clock = analysis.practice_clock(
+            client,
+            org_tables["Organization"],
+            org_tables["organization_address"],
+            role_ids,
+            roles=roles,
+        )
+        as_of = analysis.data_as_of(tables["Appointment"])
+        visits = analysis.appointment_visits(
+            tables["Appointment"],
+            participant,
+            now=as_of,
+            zones=clock.roles,
+            default_zone=clock.default_zone,
+        )
+    assert visits.height == tables["Appointment"].height
+    assert set(visits["time_zone"]) == {"Australia/Sydney", "Australia/Brisbane", "Australia/Perth"}
+    assert visits["hour"].min() == 9 and visits["hour"].max() == 16
+    assert set(visits["weekday_number"]) == {1, 2, 3, 4, 5}
+    by_slot = analysis.attendance_rates(visits, ["weekday_number", "weekday", "hour"])
+    assert set(by_slot["hour"]) == set(range(9, 17))
