@@ -34,7 +34,7 @@ import httpx
 from toolkit import catalogue, listing, writes
 from toolkit.auth import ClientCredentialsAuth
 from toolkit.config import region_for_country, resolve_settings
-from toolkit.errors import ApiError, MethodNotAllowed, NotFound
+from toolkit.errors import ApiError, ConfigurationError, MethodNotAllowed, NotFound
 from toolkit.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
@@ -45,7 +45,7 @@ from toolkit.http import (
 )
 from toolkit.include import Statement, included_frames, split_include
 from toolkit.listing import search_params
-from toolkit.paging import FetchSummary, Page, Walk
+from toolkit.paging import IGNORED_FILTERS, FetchSummary, Page, Walk
 from toolkit.throttle import RetryPolicy, Throttle
 
 if TYPE_CHECKING:
@@ -111,6 +111,13 @@ class Client:
         Attempts and backoff (:class:`toolkit.throttle.RetryPolicy`).
     clock, sleep
         Monotonic clock and sleep used for pacing and token expiry (tests inject fakes).
+    ignored_filters
+        What a list walk does when the server ignored a search filter (its Bundle's
+        ``self`` link leaves the filter out, FHIR's rule): ``"raise"`` (default)
+        :class:`~toolkit.errors.IgnoredFilter` before any record is returned, or
+        ``"warn"`` (:class:`~toolkit.errors.IgnoredFilterWarning`) and go on. A
+        server that sends no ``self`` link cannot be checked
+        (``last_summary.filters_checked`` is then False).
 
     Raises
     ------
@@ -141,7 +148,11 @@ class Client:
         retry_policy: RetryPolicy | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] | None = None,
+        ignored_filters: Literal["raise", "warn"] = "raise",
     ) -> None:
+        if ignored_filters not in IGNORED_FILTERS:
+            msg = f"ignored_filters must be 'raise' or 'warn', got {ignored_filters!r}"
+            raise ConfigurationError(msg)
         settings = resolve_settings(
             base_url, client_id, client_secret, user_agent=user_agent, region=region
         )
@@ -161,6 +172,7 @@ class Client:
         self.user_agent = settings.user_agent
         self.max_pages = max_pages
         self.progress = progress
+        self.ignored_filters = ignored_filters
         self._statement = Statement(lambda: self.request("GET", catalogue.METADATA_PATH))
         self.last_summary: FetchSummary | None = None
 
@@ -322,6 +334,7 @@ class Client:
             recover=recover,
             track_ids=track_ids,
             skipped=skipped,
+            on_ignored_filter=self.ignored_filters,
         )
 
     def _walk(self, walk: Walk) -> Iterator[Page]:

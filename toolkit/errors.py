@@ -12,7 +12,8 @@
     ├── IncompleteResult                     a list walk ended short of Bundle.total, or looped
     │   └── PagingLoop                       a next link pointed back to a page already read
     ├── MalformedPage                        a page contradicts the request (type, total)
-    │   └── PageLimitExceeded                more pages than total and page size allow, or max_pages
+    │   ├── PageLimitExceeded                more pages than total and page size allow, or max_pages
+    │   └── IgnoredFilter                    the server left a filter out of its self link
     ├── OutcomeUnknown                       POST or $book failed after sending; may have landed
     ├── TransportError                       the deployment could not be reached (after retries)
     │   ├── ConnectionFailed                 the name did not resolve or the connection was refused
@@ -50,6 +51,8 @@ __all__ = [
     "DataValidationError",
     "DeadlineExceeded",
     "ForeignLink",
+    "IgnoredFilter",
+    "IgnoredFilterWarning",
     "IncompleteResult",
     "InvalidId",
     "MalformedPage",
@@ -222,6 +225,22 @@ class PageLimitExceeded(MalformedPage):
     def __init__(self, message: str, *, url: str | None = None, limit: int) -> None:
         self.limit = limit
         super().__init__(message, url=url)
+
+
+class IgnoredFilter(MalformedPage):
+    """The server ignored a search filter: its Bundle's ``self`` link leaves it out.
+
+    FHIR's rule for unsupported search parameters; ``ignored`` names them. Raised
+    before any record of the walk is returned (``ignored_filters="warn"`` warns instead).
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, ignored: list[str]) -> None:
+        self.ignored = ignored
+        super().__init__(message, url=url)
+
+
+class IgnoredFilterWarning(UserWarning):
+    """A walk went on although the server ignored a filter (``ignored_filters="warn"``)."""
 
 
 class OutcomeUnknown(PmtkError):

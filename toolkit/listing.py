@@ -206,6 +206,7 @@ def open_walk(
     recover: bool = True,
     track_ids: bool = True,
     skipped: int = 0,
+    on_ignored_filter: str = "raise",
 ) -> Walk:
     """A walk of ``path`` whose pages and ``next`` links go through ``pipeline``."""
     return Walk(
@@ -220,6 +221,7 @@ def open_walk(
         track_ids=track_ids,
         skipped=skipped,
         now=local_now,
+        on_ignored_filter=on_ignored_filter,
     )
 
 

@@ -40,18 +40,23 @@ from __future__ import annotations
 import email.utils
 import math
 import time
+import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import httpx
 import orjson
 
+from toolkit import catalogue
 from toolkit.auth import outcome_details
 from toolkit.errors import (
     ApiError,
+    IgnoredFilter,
+    IgnoredFilterWarning,
     IncompleteResult,
     MalformedPage,
     PageLimitExceeded,
@@ -62,12 +67,20 @@ from toolkit.seen import Seen
 __all__ = [
     "CLOCK_MARGIN",
     "DEFAULT_MAX_PAGES",
+    "IGNORED_FILTERS",
+    "NOT_FILTERS",
     "PAGE_MARGIN",
     "FetchSummary",
     "Page",
     "Walk",
+    "ignored_filters",
     "next_link",
+    "self_link",
 ]
+
+IGNORED_FILTERS = ("raise", "warn")
+"""What a walk does when the server ignored a filter: raise
+:class:`~toolkit.errors.IgnoredFilter`, or warn and go on."""
 
 DEFAULT_MAX_PAGES = 10_000
 """Pages one pass may take when the server gives no ``total`` (a million records at 100)."""
@@ -113,6 +126,12 @@ class FetchSummary:
         Server time at the start of the walk (ISO 8601 UTC), the recovery's ``t0``.
     recovered
         The collection changed during the walk and recovery pages were fetched.
+    filters_checked
+        Whether the first page's ``self`` link could tell which filters the server
+        applied (``False``: no usable ``self`` link, or no filter was sent).
+    ignored_filters
+        Filters the server left out of its ``self`` link (with ``ignored_filters="warn"``;
+        ``"raise"`` raises :class:`~toolkit.errors.IgnoredFilter` instead).
     """
 
     resource_type: str
@@ -127,12 +146,16 @@ class FetchSummary:
     complete: bool = False
     started_at: str | None = None
     recovered: bool = False
+    filters_checked: bool = False
+    ignored_filters: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         total = "?" if self.total is None else str(self.total)
         state = "complete" if self.complete else "incomplete"
         if self.recovered:
             state += ", recovered from changes during the walk"
+        if self.ignored_filters:
+            state += f", the server ignored {', '.join(self.ignored_filters)}"
         return (
             f"{self.resource_type}: {self.records}/{total} records in {self.pages} pages, "
             f"{self.requests} requests, {self.retries} retries, {self.rate_limited} x 429, "
@@ -178,6 +201,61 @@ def _page_key(url: str) -> str:
     return urlunsplit(
         (parts.scheme, parts.netloc.lower(), parts.path, urlencode(sorted(query.items())), "")
     )
+
+
+NOT_FILTERS = catalogue.RESULT_PARAMETERS | {"_elements", "_revinclude", "_format", "_pretty"}
+"""Query parameters that shape or page a search without choosing its records: a server
+that drops one of them from ``self`` changes no row of the result."""
+
+
+def self_link(bundle: dict[str, Any]) -> str | None:
+    """The url of a Bundle's ``self`` link (a non-empty string), or None."""
+    for link in bundle.get("link") or []:
+        if isinstance(link, dict) and link.get("relation") == "self":
+            url = link.get("url")
+            if isinstance(url, str) and url.strip():
+                return url
+    return None
+
+
+def ignored_filters(request_url: str, bundle: dict[str, Any]) -> list[str] | None:
+    """The filters of ``request_url`` a search answer's ``self`` link leaves out.
+
+    FHIR's rule (facts): a server ignores a search parameter it does not support
+    and leaves it out of the ``self`` link, which states the search as the server
+    understood it. Compared per name (modifier included: ``name:exact``) and per
+    count, so one of two ``date`` bounds dropped is seen; values are not compared,
+    because a server may rewrite them (``Patient/1`` as an absolute url, ``+`` as
+    ``%2B``, ``2026`` as ``ge2026-01-01``). Parameters that only page or shape the
+    answer (:data:`NOT_FILTERS`) and empty values (they filter nothing) are not
+    checked; the server may reorder the parameters and add ``_count`` or ``page``.
+
+    Returns None when it cannot tell: no ``self`` link, or one to another path
+    than the request's (a placeholder such as ``"x"`` says nothing of the search).
+    A server that ignores a filter but still echoes it cannot be caught this way.
+
+    Examples
+    --------
+    >>> page = {"link": [{"relation": "self", "url": "https://h/main/Patient?_count=30"}]}
+    >>> ignored_filters("https://h/main/Patient?email=a%40b.c&_count=30", page)
+    ['email']
+    >>> ignored_filters("https://h/main/Patient?email=a%40b.c", {"link": []}) is None
+    True
+    """
+    link = self_link(bundle)
+    if link is None:
+        return None
+    sent = urlsplit(request_url)
+    echoed = urlsplit(urljoin(request_url, link))
+    if echoed.path.rstrip("/") != sent.path.rstrip("/"):
+        return None
+    kept = Counter(k for k, _v in parse_qsl(echoed.query, keep_blank_values=True))
+    wanted = Counter(
+        k
+        for k, v in parse_qsl(sent.query, keep_blank_values=True)
+        if k not in NOT_FILTERS and v.strip(", ")
+    )
+    return sorted(k for k, n in wanted.items() if kept[k] < n)
 
 
 @dataclass(slots=True)
@@ -398,6 +476,12 @@ class Walk:
         so it is whole when its records and ``skipped`` reach ``total``.
     now
         The local UTC clock, used only when the server tells no time.
+    on_ignored_filter
+        ``"raise"`` (default): a filter the first page's ``self`` link leaves out
+        raises :class:`~toolkit.errors.IgnoredFilter` before the page is yielded, so
+        an unfiltered walk never passes as a filtered one; ``"warn"``: an
+        :class:`~toolkit.errors.IgnoredFilterWarning`, noted in the summary. Each
+        pass is checked (the recovery's ``_lastUpdated`` too).
     """
 
     def __init__(
@@ -414,7 +498,11 @@ class Walk:
         track_ids: bool = True,
         skipped: int = 0,
         now: Callable[[], datetime] | None = None,
+        on_ignored_filter: str = "raise",
     ) -> None:
+        if on_ignored_filter not in IGNORED_FILTERS:
+            msg = f"ignored_filters must be 'raise' or 'warn', got {on_ignored_filter!r}"
+            raise ValueError(msg)
         if max_pages is not None and max_pages < 1:
             msg = f"max_pages must be at least 1, got {max_pages!r}"
             raise ValueError(msg)
@@ -429,6 +517,7 @@ class Walk:
         self.recover = recover
         self.track_ids = track_ids
         self.skipped = skipped
+        self.on_ignored_filter = on_ignored_filter
         self._fetch = fetch
         self._resolve = resolve
         self._now = now or (lambda: datetime.now(UTC))
@@ -543,6 +632,8 @@ class Walk:
             )
             p.keys.add(_page_key(page.url))
             p.pages += 1
+            if p.pages == 1:
+                self._check_filters(page)
             self._note(p, page)
             if phase == "walk" and p.pages == 1:
                 self.started_at = p.start
@@ -568,6 +659,26 @@ class Walk:
                     "page; stopping rather than looping"
                 )
                 raise IncompleteResult(msg, expected=p.total, received=self.summary.records)
+
+    def _check_filters(self, page: Page) -> None:
+        """Refuse (or warn about) a first page whose ``self`` link drops a filter sent."""
+        dropped = ignored_filters(page.url, page.bundle)
+        if dropped is None:
+            return
+        self.summary.filters_checked = True
+        if not dropped:
+            return
+        names = ", ".join(dropped)
+        msg = (
+            f"{self.resource_type}: the server ignored the filter(s) {names}: its self link "
+            f"({self_link(page.bundle)}) leaves them out, so the answer is not filtered by them"
+        )
+        if self.on_ignored_filter == "raise":
+            raise IgnoredFilter(msg, url=page.url, ignored=dropped)
+        for name in dropped:
+            if name not in self.summary.ignored_filters:
+                self.summary.ignored_filters.append(name)
+        warnings.warn(msg, IgnoredFilterWarning, stacklevel=2)
 
     # ------------------------------------------------------------------ the walk
 

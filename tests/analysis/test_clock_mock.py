@@ -74,9 +74,14 @@ def test_mock_appointments_are_read_on_their_own_clinic_clock(mock_client: Clien
     ).iter_rows():
         wall = (start + dt.timedelta(hours=_offset_hours(zone, start))).replace(tzinfo=None)
         assert (local, hour, weekday) == (wall, wall.hour, wall.strftime("%a")), (start, zone)
-    # the mock books 09:00-17:00 UTC: in Perth that is 17:00-01:00, never before 17:00
-    perth = visits.filter(pl.col("time_zone") == "Australia/Perth")["hour"]
-    assert perth.min() == 0 and set(perth.unique()) <= {17, 18, 19, 20, 21, 22, 23, 0}
+    # the mock books 09:00-17:00 on each clinic's own clock: read on that clock, every
+    # clinic works 09:00-16:59 on weekdays (in UTC, Sydney's 09:00 is 22:00 or 23:00)
+    for zone in ("Australia/Sydney", "Australia/Brisbane", "Australia/Perth"):
+        local = visits.filter(pl.col("time_zone") == zone)
+        assert set(local["hour"].unique()) == set(range(9, 17)), zone
+        assert set(local["weekday"].unique()) == {"Mon", "Tue", "Wed", "Thu", "Fri"}, zone
+    utc_hours = set(visits["start"].dt.hour().unique())
+    assert utc_hours & {22, 23}  # so reading in UTC would put Sydney's morning at night
 
 
 class _ReadsOnly:

@@ -38,10 +38,10 @@ def test_differences_name_what_is_missing_and_what_is_extra() -> None:
     appointment = next(r for r in resources if r["type"] == "Appointment")
     appointment["searchParam"] = [p for p in appointment["searchParam"] if p["name"] != "date"]
     appointment["searchParam"].append({"name": "practitioner", "type": "reference"})
-    resources.append({"type": "Schedule", "interaction": [{"code": "read"}]})
+    resources.append({"type": "Location", "interaction": [{"code": "read"}]})
     assert cat.capability_differences(changed) == [
         "Patient: in the catalogue, not declared by the server",
-        "Schedule: declared by the server, not in the catalogue",
+        "Location: declared by the server, not in the catalogue",
         "Appointment: searchParam date not declared",
         "Appointment: searchParam practitioner declared, not in the catalogue",
     ]

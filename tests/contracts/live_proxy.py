@@ -43,10 +43,12 @@ LIVE_LACKS = (
     "/main/ChargeItemDefinition/{id}",
     "/main/Slot",
     "/main/Slot/{id}",
+    "/main/Schedule/{id}",
 )
 """The endpoints outside the spec that no public client is seen using live: the facts
 name PractitionerRole (list, read), HealthcareService and Invoice (list),
-ReferralDefinition (read), metadata and Patient $export-ids, and nothing else."""
+ReferralDefinition (read), Schedule (list), metadata and Patient $export-ids, and
+nothing else."""
 _KEPT = ("content-type", "x-ratelimit-limit", "x-ratelimit-remaining", "retry-after")
 
 

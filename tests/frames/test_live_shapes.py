@@ -47,6 +47,16 @@ ODD_VALUES = {
     # A required end sent as a number: the raw value, and the null it reads as.
     ("Slot", "Slot", "slot-9odd", "end", "1793615400", False),
     ("Slot", "Slot", "slot-9odd", "end", None, False),
+    ("Schedule", "Schedule", "SC-9odd", "active", '"yes"', False),
+    # FHIR's actor is an array (1..*): a single object is not read as one.
+    (
+        "Schedule",
+        "Schedule",
+        "SC-9odd",
+        "actor",
+        '{"reference":"/main/PractitionerRole/PR-1236"}',
+        True,
+    ),
 }
 
 

@@ -69,6 +69,8 @@ NON_SPEC_RULES = [
     ("Slot", "practitioner_role_type", "reference_type", "pmtk"),
     ("Slot", "healthcare_service_id", "reference_id", "pmtk"),
     ("Slot", "healthcare_service_type", "reference_type", "pmtk"),
+    ("schedule_actor", "actor_id", "reference_id", "facts"),
+    ("schedule_actor", "actor_type", "reference_type", "facts"),
 ]
 # Every date and date-time column's precision: a partial date, or a date-time in a
 # date column, is pmtk's reading of what FHIR allows, an observation (issue 24).

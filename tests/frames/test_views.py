@@ -354,7 +354,7 @@ def test_errors_name_the_first_bad_page_in_page_order() -> None:
 
 def test_unknown_resource_type_lists_the_known_ones() -> None:
     with pytest.raises(ConfigurationError, match=r"known: Appointment, ChargeItemDefinition"):
-        flatten("Schedule", [])
+        flatten("Location", [])
 
 
 def test_unknown_table_lists_the_tables() -> None:

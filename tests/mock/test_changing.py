@@ -83,7 +83,7 @@ def test_bad_touch_requests_get_400_and_arm_nothing(fresh_mock: Deployment) -> N
     url = f"{fresh_mock.base_url}/_test/touch"
     for body in (
         {"type": "Referral", "ids": ["nope"]},
-        {"type": "Schedule", "ids": ["1"]},
+        {"type": "Location", "ids": ["1"]},
         {"type": "Referral", "ids": "300001"},
         {"type": "Referral", "ids": ["300001"], "after_list_requests": 0},
         {"type": "Referral", "ids": []},

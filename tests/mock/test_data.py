@@ -91,7 +91,8 @@ def test_referral_usage_never_exceeds_its_quantity_and_is_used() -> None:
     refs = records(small(), "Referral")
     for r in refs:
         q = r["limitQuantity"]
-        assert q["quantityUsed"] + q["quantityOffset"] <= q["quantity"]
+        # the live form (the default): a Quantity {"value": n} (facts)
+        assert q["quantityUsed"] + q["quantityOffset"] <= q["quantity"]["value"]
     assert sum(r["limitQuantity"]["quantityUsed"] for r in refs) > 0
 
 

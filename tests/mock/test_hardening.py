@@ -169,7 +169,7 @@ def test_statistics_count_route_templates_not_raw_paths(fresh_mock: Deployment) 
         ("DELETE", "Referral/300001", 405),
         ("PUT", "Appointment/$book", 405),
         ("GET", "Nothing/1/2/3", 404),
-        ("GET", "Schedule", 404),
+        ("GET", "Location", 404),
         ("OPTIONS", "oauth/token", 405),
         ("TRACE", "_test/stats", 404),
     ],

@@ -121,8 +121,13 @@ def test_every_referral_type_and_fee_has_its_definition(
     raw: dict[str, list[dict[str, Any]]],
 ) -> None:
     names = {d["name"] for d in raw["ReferralDefinition"]}
-    used = {r["referralDefinition"] for r in raw["Referral"]}  # the spec's form: a string
+    by_id = {d["id"]: d["name"] for d in raw["ReferralDefinition"]}
+    # the live form (facts): a Reference to the definition, its name as display
+    used = {r["referralDefinition"]["display"] for r in raw["Referral"]}
     assert used and used <= names
+    for r in raw["Referral"]:
+        target = r["referralDefinition"]["reference"].rsplit("/", 1)[-1]
+        assert by_id[target] == r["referralDefinition"]["display"]
     fees = {c["id"] for c in raw["ChargeItemDefinition"]}
     assert {line["definition"].rsplit("/", 1)[-1] for line in raw["InvoiceLine"]} <= fees
 

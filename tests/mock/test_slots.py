@@ -29,7 +29,9 @@ def test_every_weekday_unit_of_every_group_role_is_a_slot(mock_api: httpx.Client
     )
     assert first["total"] == weekdays * 16 * len(roles)
     slot = first["entry"][0]["resource"]
-    assert slot["start"] == "2026-11-02T09:00:00Z" and slot["end"] == "2026-11-02T09:30:00Z"
+    # the earliest: 09:00 on Monday 2 November in Sydney (daylight saving, UTC+11),
+    # the easternmost clinic's clock
+    assert slot["start"] == "2026-11-01T22:00:00Z" and slot["end"] == "2026-11-01T22:30:00Z"
     assert mock_api.get(f"Slot/{slot['id']}").json() == slot
 
 

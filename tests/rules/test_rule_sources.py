@@ -58,6 +58,7 @@ NON_SPEC = [
     ("ReferralDefinition", "*", "all", "pmtk"),
     ("ChargeItemDefinition", "*", "all", "pmtk"),
     ("Slot", "*", "all", "pmtk"),
+    ("Schedule", "*", "all", "facts"),
 ]
 
 

@@ -371,8 +371,8 @@ def test_verify_of_a_missing_store_or_resource_says_so(synced: Any, tmp_path: Pa
     with pytest.raises(StoreError, match="no pmtk store"):
         verify(tmp_path / "nowhere")
     store = _copy(synced, tmp_path)
-    with pytest.raises(StoreError, match="holds no Schedule data"):
-        verify(store, ["Schedule"])
+    with pytest.raises(StoreError, match="holds no Location data"):
+        verify(store, ["Location"])
     report = verify(store)
     assert report.ok and report.bytes > 0
     assert len(report.files) == sum(len(declared_schemas(r)) for r in catalogue.LISTED_RESOURCES)

@@ -369,8 +369,8 @@ def test_unknown_resource_is_refused_before_any_request(tmp_path: Path) -> None:
         def walk(self, resource_type: str, /, **options: Any) -> Any:
             raise AssertionError("no request expected")
 
-    with pytest.raises(ConfigurationError, match="Schedule"):
-        sync(NoClient(), tmp_path, resources=["Schedule"], progress=False)
+    with pytest.raises(ConfigurationError, match="Location"):
+        sync(NoClient(), tmp_path, resources=["Location"], progress=False)
 
 
 def test_pmtk_sync_command_writes_a_store_and_prints_a_summary(synced: Any, tmp_path: Path) -> None:

@@ -66,10 +66,24 @@ def _param_type(resource: str, name: str) -> str:
         return "date"
     if OWNER_SEARCH.get(resource, ("", ""))[0] == name:
         return "reference"
+    if name in _OTHER_TYPES:
+        return _OTHER_TYPES[name]
     kinds = {f.type for f in RESOURCES[resource].fields if f.name == name}
     if "reference" in kinds:
         return "reference"
-    return "token" if "code" in kinds else "string"
+    return "token" if kinds & {"code", "boolean"} else "string"
+
+
+_OTHER_TYPES = {
+    "actor": "reference",
+    "practitioner": "reference",
+    "practitioner-role": "reference",
+    "end": "date",
+    "email": "token",
+}
+"""The type of the facts' searches that select on no top-level field of their name
+(Appointment ``actor``, Slot ``practitioner``, ``practitioner-role``, ``end``, Patient
+``email``: FHIR R4 types them so)."""
 
 
 def capability_statement() -> dict[str, Any]:

@@ -273,7 +273,7 @@ APPOINTMENT = Resource(
             "GET", "/main/Appointment/$find", "Find Available Appointments", "Appointment", "find"
         ),
     ),
-    search=("date", "patient"),
+    search=("date", "patient", "actor"),
     owner_search=("patient", "participant.actor"),
     date_search=(("date", "start"), "start"),
 )
@@ -516,7 +516,7 @@ PATIENT = Resource(
         *_endpoints("Patient", ("list", "List patients")),
         *_endpoints("Patient", ("read", "Get Patient"), source="pmtk"),
     ),
-    search=("name", "family", "given"),
+    search=("name", "family", "given", "email"),
 )
 
 # The referenced resources of spec section 2.7 (fields "not shown"): their fields are
@@ -651,8 +651,38 @@ SLOT = Resource(
     source="pmtk",
     doc="A 30-minute unit of a role's bookable time, free or busy; what $find draws from.",
     endpoints=_endpoints("Slot", ("list", "List Slots"), ("read", "Get Slot"), source="pmtk"),
-    search=("status", "start"),
+    search=("status", "start", "end", "practitioner", "practitioner-role"),
     date_search=(("start",), "start"),
+)
+
+SCHEDULE = Resource(
+    "Schedule",
+    _common(
+        Field("active", "boolean"),
+        _reference_field(
+            "actor",
+            _ref(ROLE_ANY, "HealthcareService"),
+            many=True,
+            doc="Whose time it is: the role (FHIR R4: one or more actors).",
+        ),
+        Field(
+            "planningHorizon",
+            "object",
+            fields=(
+                Field("start", "date-time", format="date-time"),
+                Field("end", "date-time", format="date-time"),
+            ),
+            doc="The period the schedule's Slots cover.",
+        ),
+        Field("comment", "string", doc="The working hours, with the clinic's time zone."),
+    ),
+    source="facts",
+    doc="A role's bookable time: the Slots of one PractitionerRole over a planning horizon.",
+    endpoints=(
+        *_endpoints("Schedule", ("list", "List Schedules"), source="facts"),
+        *_endpoints("Schedule", ("read", "Get Schedule"), source="pmtk"),
+    ),
+    search=("actor", "active"),
 )
 
 RESOURCES: dict[str, Resource] = {
@@ -671,5 +701,6 @@ RESOURCES: dict[str, Resource] = {
         REFERRAL_DEFINITION,
         CHARGE_ITEM_DEFINITION,
         SLOT,
+        SCHEDULE,
     )
 }

@@ -8,7 +8,10 @@ references as absolute urls, where the spec shows bare names, a single name
 object and ``/main/<Type>/<id>``. A deployment serves one of two *shapes*:
 
 ``live`` (the default)
-    The live forms above; ``patient-status`` as ``valueString``.
+    The live forms above; ``patient-status`` as ``valueString``; a Referral's
+    ``limitQuantity.quantity`` as a Quantity ``{"value": n}`` and its
+    ``referralDefinition`` as a Reference to the ReferralDefinition of that name,
+    with the name as its ``display``.
 ``spec``
     The spec's literal forms (bare extension names, one Practitioner name
     object, relative references).
@@ -34,6 +37,7 @@ __all__ = [
     "STATUS_SYSTEM",
     "Shapes",
     "absolute_references",
+    "definition_name",
     "extension_name",
     "local_reference",
     "status_code",
@@ -131,7 +135,37 @@ def _spec_extension(item: Any) -> Any:
 
 
 def to_spec(value: Any) -> Any:
-    """A copy of a written body in the spec's form (references, extension urls, codes)."""
+    """A copy of a written body in the spec's form (references, extension urls, codes).
+
+    A Referral's live forms (facts) come back too: ``limitQuantity.quantity`` as a
+    Quantity gives its number, ``referralDefinition`` as a Reference its ``display``
+    (a Reference without one is kept: :func:`definition_name` resolves it against
+    the store, which this pure function does not see).
+    """
+    out = _to_spec(value)
+    if isinstance(out, dict):
+        limit = out.get("limitQuantity")
+        if isinstance(limit, dict):
+            quantity = limit.get("quantity")
+            if isinstance(quantity, dict) and set(quantity) <= {"value", "unit", "system", "code"}:
+                out["limitQuantity"] = {**limit, "quantity": quantity.get("value")}
+        definition = out.get("referralDefinition")
+        if isinstance(definition, dict) and isinstance(definition.get("display"), str):
+            out["referralDefinition"] = definition["display"]
+    return out
+
+
+def definition_name(value: Any, names: dict[str, str]) -> Any:
+    """A ``referralDefinition`` Reference without a display as the name of the
+    ReferralDefinition it points at (``names``: id -> name); anything else unchanged."""
+    if isinstance(value, dict) and isinstance(value.get("reference"), str):
+        kind, _, rid = local_reference(value["reference"]).rstrip("/").rpartition("/")
+        if kind.endswith("ReferralDefinition") and rid in names:
+            return names[rid]
+    return value
+
+
+def _to_spec(value: Any) -> Any:
     if isinstance(value, list):
         return [to_spec(v) for v in value]
     if not isinstance(value, dict):
@@ -139,11 +173,11 @@ def to_spec(value: Any) -> Any:
     out: dict[str, Any] = {}
     for key, item in value.items():
         if key in ("extension", "modifierExtension") and isinstance(item, list):
-            out[key] = [_spec_extension(to_spec(x)) for x in item]
+            out[key] = [_spec_extension(_to_spec(x)) for x in item]
         elif key == "reference" and isinstance(item, str):
             out[key] = local_reference(item)
         else:
-            out[key] = to_spec(item)
+            out[key] = _to_spec(item)
     return out
 
 
@@ -198,8 +232,37 @@ def _spec_stored(value: Any) -> Any:
     return out
 
 
-def to_stored(rtype: str, record: dict[str, Any], shapes: Shapes) -> dict[str, Any]:
-    """A spec-form record (references relative) in the deployment's stored form."""
+def _live_referral(record: dict[str, Any], definitions: dict[str, str]) -> dict[str, Any]:
+    """A Referral's quantity as a Quantity and its type as a Reference (facts)."""
+    out = dict(record)
+    limit = out.get("limitQuantity")
+    if isinstance(limit, dict) and isinstance(limit.get("quantity"), int | float):
+        out["limitQuantity"] = {**limit, "quantity": {"value": limit["quantity"]}}
+    name = out.get("referralDefinition")
+    if isinstance(name, str):
+        rid = definitions.get(name)
+        reference = {"display": name}
+        if rid is not None:
+            reference = {
+                "reference": f"{catalogue.API_PREFIX}/ReferralDefinition/{rid}",
+                **reference,
+            }
+        out["referralDefinition"] = reference
+    return out
+
+
+def to_stored(
+    rtype: str,
+    record: dict[str, Any],
+    shapes: Shapes,
+    definitions: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A spec-form record (references relative) in the deployment's stored form.
+
+    ``definitions`` (ReferralDefinition name -> id) lets a live Referral's
+    ``referralDefinition`` name its record; a name it lacks becomes a Reference
+    with only a ``display`` (FHIR allows one).
+    """
     name = record.get("name")
     if shapes == "spec":
         if rtype == "Practitioner" and isinstance(name, list) and len(name) == 1:
@@ -208,6 +271,8 @@ def to_stored(rtype: str, record: dict[str, Any], shapes: Shapes) -> dict[str, A
         return result
     if rtype == "Practitioner" and isinstance(name, dict):
         record = {**record, "name": [name]}
+    if rtype == "Referral":
+        record = _live_referral(record, definitions or {})
     live: dict[str, Any] = _live(record)
     return live
 

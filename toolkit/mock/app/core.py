@@ -34,8 +34,20 @@ from toolkit.mock.shapes import (
     to_stored,
 )
 from toolkit.mock.state import MockState, TokenProblem
-from toolkit.mock.store import Collection, Record
+from toolkit.mock.store import Collection, Record, Store
 from toolkit.mock.validation import Problem, validate
+
+
+def definition_ids(store: Store) -> dict[str, str]:
+    """ReferralDefinition name -> id (the first of a name), from the store."""
+    coll = store.collections.get("ReferralDefinition")
+    out: dict[str, str] = {}
+    if coll is not None:
+        for i in coll.order():
+            name = coll.record(i).get("name")
+            if isinstance(name, str):
+                out.setdefault(name, coll.ids[i])
+    return out
 
 
 class MockCore:
@@ -45,6 +57,8 @@ class MockCore:
         self.state = state
         self.store = state.store
         self.role_index = {rid: i for i, rid in enumerate(state.data.roles)}
+        self.definitions = definition_ids(self.store)
+        """ReferralDefinition name -> id (a live Referral's ``referralDefinition`` names it)."""
 
     # ------------------------------------------------------------------ guard
     def guarded(
@@ -193,7 +207,7 @@ class MockCore:
         Serialising first means a record that cannot be written out (orjson refuses
         nesting deeper than 254) is refused instead of poisoning every later read.
         """
-        record = to_stored(rtype, record, self.state.options.shapes)
+        record = to_stored(rtype, record, self.state.options.shapes, self.definitions)
         try:
             return record, orjson.dumps(record)
         except orjson.JSONEncodeError as exc:

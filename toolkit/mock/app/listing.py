@@ -27,6 +27,7 @@ from toolkit.mock.app.search import (
     _int_param,
     _last_segment,
 )
+from toolkit.mock.data import GRID_MINUTES
 from toolkit.mock.store import Collection
 
 
@@ -34,13 +35,37 @@ class ListingRoom(MockCore):
     """Reads and lists: search, sort and the Bundle page of a list."""
 
     # ------------------------------------------------------------------ list
-    def select(self, rtype: str, coll: Collection, params: list[tuple[str, str]]) -> Sequence[int]:
+    def select(
+        self, rtype: str, coll: Collection, params: list[tuple[str, str]]
+    ) -> tuple[Sequence[int], list[str]]:
+        """The indices a search selects, in order, and the parameters it ignored.
+
+        FHIR's rule (facts): a parameter the server does not support is ignored
+        and left out of the Bundle's ``self`` link, unless the request says
+        ``Prefer: handling=strict`` (:meth:`list_` then answers 400). An empty
+        value is ignored too (it filters nothing). A modifier a supported
+        parameter does not take is refused with 400, as FHIR requires.
+        """
         indices: Sequence[int] = coll.order()
         filters: list[Callable[[int], bool]] = []
+        ignored: list[str] = []
         sort_spec: str | None = None
         allowed = catalogue.SEARCH_PARAMETERS.get(rtype, ())
         for key, value in params:
             name, _, modifier = key.partition(":")
+            if key in _PAGING or name == "_include":
+                continue  # read by page_params and _includes
+            if key == "_summary":
+                if value != "count":
+                    ignored.append(key)  # the mock serves whole records only
+                continue
+            if name not in (*allowed, *_COMMON_FILTERS) or not value.strip(", "):
+                ignored.append(key)  # FHIR servers ignore unsupported parameters and empty values
+                continue
+            if modifier and not (name in _NAME_PARTS and modifier in ("exact", "contains")):
+                raise Problem4xx(
+                    400, "not-supported", f"{rtype} search {name!r} takes no :{modifier} modifier"
+                )
             if name == "_id":
                 wanted = {v.strip() for v in value.split(",") if v.strip()}
                 wanted = {self.state.fault.stored_id(rtype, w) for w in wanted}
@@ -50,15 +75,15 @@ class ListingRoom(MockCore):
                 filters.append(lambda i, t=test: t(coll.updated[i]))  # type: ignore[misc]
             elif name == "_sort":
                 sort_spec = value
-            elif name not in allowed or not value.strip(", "):
-                continue  # FHIR servers ignore unsupported parameters and empty values
+            elif (rtype, name) in _SPECIAL:
+                filters.append(_SPECIAL[(rtype, name)](self, coll, value))
             elif name in DATE_SORT.get(rtype, ()):
                 test = _date_predicate(name, value)
                 filters.append(lambda i, t=test: t(coll.date[i]))  # type: ignore[misc]
             elif name == OWNER_PARAM.get(rtype):
                 owners = {_last_segment(v.strip()) for v in value.split(",") if v.strip()}
                 filters.append(lambda i, o=owners: coll.owner[i] in o)  # type: ignore[misc]
-            elif name in ("name", "family", "given"):
+            elif name in _NAME_PARTS:
                 filters.append(_name_filter(coll, rtype, name, modifier, value))
             elif catalogue.field_at(rtype, name).type == "reference":
                 filters.append(_reference_filter(coll, rtype, name, value))
@@ -68,7 +93,12 @@ class ListingRoom(MockCore):
             indices = [i for i in indices if all(f(i) for f in filters)]
         if sort_spec:
             indices = self.sort(rtype, coll, indices, sort_spec)
-        return indices
+        return indices, ignored
+
+    def slot_role(self, index: int) -> str:
+        """The PractitionerRole id of the Slot at ``index`` (from the grid, no record built)."""
+        data = self.state.data
+        return data.roles[data.slots.unit(index)[0]]
 
     def sort(self, rtype: str, coll: Collection, indices: Sequence[int], spec: str) -> list[int]:
         keys = [k.strip() for k in spec.split(",") if k.strip()]
@@ -117,21 +147,28 @@ class ListingRoom(MockCore):
         page: int,
         total_mode: str,
         included: Sequence[bytes] | None = None,
+        ignored: Sequence[str] = (),
     ) -> bytes:
         """One searchset page. With ``included`` (``_include`` was asked, even if it
         found nothing), each match says ``search.mode: match`` and the included
-        records follow as ``search.mode: include``; without, the bytes are as ever."""
+        records follow as ``search.mode: include``; without, the bytes are as ever.
+        ``ignored`` parameters are left out of the ``self``, ``next`` and ``last`` links."""
         fault = self.state.fault
         path = request.url.path
         base = origin(request)
-        kept = [(k, v) for k, v in params if k != "page"]
+        skipped = set(ignored)
+        honoured = [(k, v) for k, v in params if k not in skipped]
+        kept = [(k, v) for k, v in honoured if k != "page"]
 
         def link(n: int, absolute: bool = True) -> str:
             query = urlencode([*kept, ("page", str(n))])
             return f"{base if absolute else ''}{path}?{query}"
 
         last = max(1, math.ceil(total / count))
-        self_link = f"{base}{path}" + (f"?{request.url.query}" if request.url.query else "")
+        # The self link is the search as the server understood it: an ignored
+        # parameter is left out (FHIR's rule, facts), so a client can tell.
+        query = urlencode(honoured) if skipped else request.url.query
+        self_link = f"{base}{path}" + (f"?{query}" if query else "")
         links: list[dict[str, str]] = [{"relation": "self", "url": self_link}]
         absolute = fault.absolute_links
         following = fault.next_page(page, last)
@@ -158,13 +195,14 @@ class ListingRoom(MockCore):
         count, page, total_mode = self.page_params(params)
         includes = _includes(rtype, params)
         summary_count = ("_summary", "count") in params
-        indices = self.select(rtype, coll, params)
+        indices, ignored = self.select(rtype, coll, params)
+        refuse_ignored(request, rtype, ignored)
         start = (page - 1) * count
         chosen = [] if summary_count else indices[start : start + count]
         entries = [self.raw(rtype, coll, i) for i in chosen]
         included = self.included(coll, chosen, includes) if includes else None
         content = self.bundle(
-            request, params, len(indices), entries, count, page, total_mode, included
+            request, params, len(indices), entries, count, page, total_mode, included, ignored
         )
         # armed touches fire after this page was built: the next page sees them
         self.state.list_served(rtype)
@@ -216,10 +254,118 @@ class ListingRoom(MockCore):
 _CAPABILITY = orjson.dumps(catalogue.capability_statement())
 
 
+_PAGING = frozenset({"_count", "page", "_total"})
+_COMMON_FILTERS = ("_id", "_lastUpdated", "_sort")
+_NAME_PARTS = ("name", "family", "given")
+
+
+def strict(request: Request) -> bool:
+    """Whether the request says ``Prefer: handling=strict`` (FHIR's search handling)."""
+    for header in request.headers.getlist("prefer"):
+        for part in header.split(","):
+            for item in part.split(";"):
+                key, _, value = item.strip().partition("=")
+                if (
+                    key.strip().lower() == "handling"
+                    and value.strip().strip('"').lower() == "strict"
+                ):
+                    return True
+    return False
+
+
+def refuse_ignored(request: Request, what: str, ignored: Sequence[str]) -> None:
+    """The 400 of ``Prefer: handling=strict`` when a parameter would be ignored."""
+    if ignored and strict(request):
+        names = ", ".join(sorted(set(ignored)))
+        raise Problem4xx(
+            400,
+            "not-supported",
+            f"{what} does not support the search parameter(s) {names} "
+            "(Prefer: handling=strict; without it they are ignored and left out of the self link)",
+        )
+
+
+def _email_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[int], bool]:
+    """Patient ``email`` (facts): a telecom of system email, compared without case."""
+    wanted = {v.strip().casefold() for v in value.split(",") if v.strip()}
+
+    def match(i: int) -> bool:
+        for item in coll.record(i).get("telecom") or []:
+            if isinstance(item, dict) and item.get("system") == "email":
+                text = item.get("value")
+                if isinstance(text, str) and text.strip().casefold() in wanted:
+                    return True
+        return False
+
+    return match
+
+
+def _actor_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[int], bool]:
+    """Appointment ``actor`` (facts): any participant's actor, given as ``Type/id``."""
+    wanted = _wanted_references("Appointment", "actor", "participant.actor", value)
+
+    def match(i: int) -> bool:
+        for part in coll.record(i).get("participant") or []:
+            actor = part.get("actor") if isinstance(part, dict) else None
+            if catalogue.reference_pair(actor) in wanted:
+                return True
+        return False
+
+    return match
+
+
+def _slot_role_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[int], bool]:
+    """Slot ``practitioner-role`` (facts): the role the Slot belongs to."""
+    roles = {
+        rid
+        for _kind, rid in _wanted_references("Slot", "practitioner-role", "practitionerRole", value)
+    }
+    return lambda i: room.slot_role(i) in roles
+
+
+def _slot_practitioner_filter(
+    room: ListingRoom, coll: Collection, value: str
+) -> Callable[[int], bool]:
+    """Slot ``practitioner`` (facts): the Slots of the roles of that Practitioner."""
+    wanted = {_last_segment(v.strip()) for v in value.split(",") if v.strip()}
+    roles = room.store["PractitionerRole"]
+    of_practitioner = {
+        roles.ids[i]
+        for i in roles.order()
+        if _last_segment(str((roles.record(i).get("practitioner") or {}).get("reference", "")))
+        in wanted
+    }
+    return lambda i: room.slot_role(i) in of_practitioner
+
+
+def _slot_end_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[int], bool]:
+    """Slot ``end`` (facts: a ``start``/``end`` window): a date search on the Slot's end."""
+    test = _date_predicate("end", value)
+    unit = GRID_MINUTES * 60
+    return lambda i: test(None if (d := coll.date[i]) is None else d + unit)
+
+
+_SPECIAL: dict[tuple[str, str], Callable[[ListingRoom, Collection, str], Callable[[int], bool]]] = {
+    ("Patient", "email"): _email_filter,
+    ("Appointment", "actor"): _actor_filter,
+    ("Slot", "practitioner-role"): _slot_role_filter,
+    ("Slot", "practitioner"): _slot_practitioner_filter,
+    ("Slot", "end"): _slot_end_filter,
+}
+"""Searches the facts name that select on something other than one field of the record."""
+
+
 def _token_filter(coll: Collection, name: str, value: str) -> Callable[[int], bool]:
     """A search on a coded field (``status=free``; comma-separated: any of)."""
     wanted = {v.strip() for v in value.split(",") if v.strip()}
-    return lambda i: coll.record(i).get(name) in wanted
+
+    def match(i: int) -> bool:
+        found = coll.record(i).get(name)
+        if isinstance(found, bool):  # a boolean token searches as true/false (FHIR)
+            found = "true" if found else "false"
+        return found in wanted
+
+    return match
 
 
 def _includes(rtype: str, params: list[tuple[str, str]]) -> list[catalogue.Include]:
@@ -251,7 +397,19 @@ def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Ca
     A field that may point at more than one type takes ``Type/id`` only: a bare id
     is refused with 422 (facts, "Shapes seen on the live service").
     """
-    field = catalogue.field_at(rtype, name)
+    wanted = _wanted_references(rtype, name, name, value)
+
+    def match(i: int) -> bool:
+        value = coll.record(i).get(name)
+        items = value if isinstance(value, list) else [value]  # many=True: any of them
+        return any(catalogue.reference_pair(item) in wanted for item in items)
+
+    return match
+
+
+def _wanted_references(rtype: str, name: str, path: str, value: str) -> set[tuple[str, str]]:
+    """The (type, id) pairs of a reference search's value (comma-separated: any of)."""
+    field = catalogue.field_at(rtype, path)
     if field.ref is None:
         raise Problem4xx(400, "not-supported", f"{rtype} cannot be searched by {name!r}")
     wanted: set[tuple[str, str]] = set()
@@ -280,8 +438,7 @@ def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Ca
                 f"for example {guess}/{item}",
             )
         wanted.add((kind or field.ref.types[0], rid))
-
-    return lambda i: catalogue.reference_pair(coll.record(i).get(name)) in wanted
+    return wanted
 
 
 def _name_filter(

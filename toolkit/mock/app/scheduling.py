@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import datetime as dt
 from typing import Any
 
 import orjson
@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from toolkit import catalogue, rules
-from toolkit.mock.app.listing import ListingRoom
+from toolkit.mock.app.listing import ListingRoom, refuse_ignored
 from toolkit.mock.app.patching import _actor_key
 from toolkit.mock.app.records import _status_ext
 from toolkit.mock.app.responses import (
@@ -27,18 +27,36 @@ from toolkit.mock.data import (
     ANCHOR,
     DAY,
     GRID_MINUTES,
-    GRID_START_HOUR,
     GRID_UNITS,
     SLOT_HORIZON_DAYS,
-    DayGrid,
     iso,
     ref,
 )
+from toolkit.mock.data.grid import local_date, opening
 from toolkit.mock.shapes import (
     status_code,
     to_spec,
 )
 from toolkit.mock.store import Record
+
+_FIND_PARAMETERS = frozenset(
+    {
+        "start",
+        "end",
+        "duration",
+        "practitioner-role",
+        "practitioner",
+        "organization",
+        "show",
+        "emergency",
+        "apply-buffer-time",
+        "_sort",
+        "_count",
+        "page",
+        "_total",
+    }
+)
+"""What ``$find`` takes (facts); anything else is ignored and left out of ``self``."""
 
 
 class SchedulingRoom(ListingRoom, WritingRoom):
@@ -71,40 +89,47 @@ class SchedulingRoom(ListingRoom, WritingRoom):
             orgs = {_last_segment(x) for v in q["organization"] for x in v.split(",")}
             if not any(o.startswith("PG-") for o in orgs):
                 roles = [r for r in roles if data.role_clinic[r] in orgs]
+        ignored = [k for k, _v in params if k not in _FIND_PARAMETERS]
+        refuse_ignored(request, "$find", ignored)
         first_only = q.get("show", [""])[0] == "first-available"
         descending = q.get("_sort", ["start"])[0] == "-start"
         proposals = self._free_slots(roles, int(lo), int(hi), duration, first_only)
         proposals.sort(key=lambda p: (p[1], p[0]), reverse=descending)
         start = (page - 1) * count
         entries = [self._proposal(r, s, duration) for r, s in proposals[start : start + count]]
-        content = self.bundle(request, params, len(proposals), entries, count, page, total_mode)
+        content = self.bundle(
+            request, params, len(proposals), entries, count, page, total_mode, ignored=ignored
+        )
         return self.respond(request, content)
 
     def _free_slots(
         self, roles: list[int], lo: int, hi: int, duration: int, first_only: bool
     ) -> list[tuple[int, int]]:
+        """Free (role, start) units in [lo, hi), on each role's own clock (its clinic's)."""
         grid = self.state.data.grid
         unit = GRID_MINUTES * 60
-        first_day = max(lo - lo % DAY, ANCHOR)
-        last_day = min(hi, ANCHOR + SLOT_HORIZON_DAYS * DAY)
-        days = [d for d in range(first_day, last_day, DAY) if time.gmtime(d).tm_wday < 5]
+        first = max(lo, ANCHOR)
+        last = min(hi, ANCHOR + SLOT_HORIZON_DAYS * DAY) - 1
         out: list[tuple[int, int]] = []
+        if last < first:
+            return out
         for r in roles:
-            for day in days:
-                found = False
-                for u in range(GRID_UNITS):
-                    start = day + GRID_START_HOUR * 3600 + u * unit
-                    if start < lo or start + duration * 60 > hi:
-                        continue
-                    if not DayGrid.on_grid(start, duration):
-                        continue
-                    if grid.is_free(r, start, duration):
-                        out.append((r, start))
-                        if first_only:
-                            found = True
-                            break
-                if found:
-                    break
+            zone = grid.zone(r)
+            day, final = local_date(zone, first), local_date(zone, last)
+            found = False
+            while day <= final and not found:
+                if day.weekday() < 5:
+                    base = opening(zone, day)
+                    for u in range(GRID_UNITS):
+                        start = base + u * unit
+                        if start < lo or start + duration * 60 > hi:
+                            continue
+                        if grid.on_grid(r, start, duration) and grid.is_free(r, start, duration):
+                            out.append((r, start))
+                            if first_only:
+                                found = True
+                                break
+                day += dt.timedelta(days=1)
         return out
 
     def _proposal(self, r: int, start: int, duration: int) -> bytes:
@@ -147,7 +172,7 @@ class SchedulingRoom(ListingRoom, WritingRoom):
         service = self._param_ref(params, "healthcare-service-id", "HealthcareService", False)
         grid = self.state.data.grid
         with self.state.lock:
-            if not DayGrid.on_grid(start, minutes):
+            if not grid.on_grid(r, start, minutes):
                 raise Problem4xx(
                     409,
                     "conflict",

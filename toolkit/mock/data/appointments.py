@@ -11,15 +11,15 @@ large scale has about 500,000 of them, hence columns, not dicts.
 
 from __future__ import annotations
 
+import calendar
 import random
-import time
 from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
 
 from toolkit.mock.data.base import (
     ANCHOR,
     DAY,
     GRID_MINUTES,
-    GRID_START_HOUR,
     GRID_UNITS,
     PAST_DAYS,
     SLOT_HORIZON_DAYS,
@@ -30,7 +30,7 @@ from toolkit.mock.data.base import (
     meta,
     mix,
 )
-from toolkit.mock.data.grid import DayGrid
+from toolkit.mock.data.grid import UTC_ZONE, DayGrid, local_date, opening, weekdays
 from toolkit.mock.store import Record
 
 __all__ = [
@@ -90,6 +90,15 @@ class Appointments:
     service: list[int] = field(default_factory=list)
     """Index in :data:`~toolkit.mock.data.services.SERVICES`."""
     created: list[int] = field(default_factory=list)
+    zones: list[ZoneInfo] = field(default_factory=list)
+    """Each role's time zone, by role index (not a column: the clock of each role)."""
+
+    def local_day(self, i: int, epoch: int) -> int:
+        """Midnight (UTC) of the calendar date ``epoch`` falls on in appointment ``i``'s
+        clinic: the date a clinic writes on its papers, as a date search reads it."""
+        role = self.role[i]
+        zone = self.zones[role] if role < len(self.zones) else UTC_ZONE
+        return calendar.timegm(local_date(zone, epoch).timetuple())
 
     def updated(self, i: int) -> int:
         """``meta.lastUpdated`` of appointment ``i``: after the visit, or when booked."""
@@ -110,23 +119,14 @@ class Appointments:
         )
 
 
-def _weekdays() -> list[int]:
-    first_day = ANCHOR - PAST_DAYS * DAY
-    return [
-        first_day + d * DAY
-        for d in range(PAST_DAYS + SLOT_HORIZON_DAYS)
-        if time.gmtime(first_day + d * DAY).tm_wday < 5
-    ]
-
-
 def _sample_day(
-    out: Appointments, rand: random.Random, r: int, day: int, pool: list[int], p_start: float
+    out: Appointments, rand: random.Random, r: int, base: int, pool: list[int], p_start: float
 ) -> None:
-    """Fill one role's day: a unit starts an appointment with probability ``p_start``."""
+    """Fill one role's day from ``base`` (its 09:00, local): a unit starts an appointment
+    with probability ``p_start``."""
     draw = rand.random
     unit = GRID_MINUTES * 60
     u = 0
-    base = day + GRID_START_HOUR * 3600
     while u < GRID_UNITS:
         if draw() >= p_start:
             u += 1
@@ -152,7 +152,10 @@ def _sample_day(
 def _chronological(cols: Appointments) -> Appointments:
     # chronological order gives appointment ids rising with time, like a real system
     order = sorted(range(len(cols.start)), key=cols.start.__getitem__)
-    return Appointments(*([column[i] for i in order] for column in cols.columns()))
+    start, minutes, role, patient, status, service, created = (
+        [column[i] for i in order] for column in cols.columns()
+    )
+    return Appointments(start, minutes, role, patient, status, service, created, cols.zones)
 
 
 def sample_appointments(
@@ -163,17 +166,19 @@ def sample_appointments(
     Each role's appointments go to its own patients; non-cancelled ones take
     their units on ``grid``.
     """
-    days = _weekdays()
+    days = weekdays(ANCHOR - PAST_DAYS * DAY, PAST_DAYS + SLOT_HORIZON_DAYS)
     per_day = count / (len(role_patients) * len(days))
     p_start = per_day / (GRID_UNITS - 0.35 * per_day)
     cols = Appointments()
     for r, pool in enumerate(role_patients):
+        zone = grid.zone(r)
         for day in days:
             first = len(cols.start)
-            _sample_day(cols, rng, r, day, pool, p_start)
+            _sample_day(cols, rng, r, opening(zone, day), pool, p_start)
             for i in range(first, len(cols.start)):
                 if cols.status[i] != CANCELLED:
                     grid.take(r, cols.start[i], cols.minutes[i])
+    cols.zones = list(grid.zones)
     return _chronological(cols)
 
 

@@ -19,7 +19,6 @@ from toolkit.mock.data.appointments import APPOINTMENT_BASE, ATTENDED, NOSHOW, A
 from toolkit.mock.data.base import (
     ANCHOR,
     CURRENCY,
-    DAY,
     codes,
     extension,
     iso,
@@ -99,10 +98,11 @@ class Billing:
         return [(BASE, NOSHOW_FEE[2])]
 
     def invoice_day(self, k: int) -> int:
-        """Midnight (UTC) of the day invoice ``k`` is dated: its appointment's end."""
+        """Midnight (UTC) of the day invoice ``k`` is dated: its appointment's end, on
+        the clinic's calendar."""
         i = self.invoice_appt[k]
         end = self.appts.start[i] + self.appts.minutes[i] * 60
-        return end - end % DAY
+        return self.appts.local_day(i, end)
 
     def entered(self, li: int) -> int:
         """When line ``li`` was entered: five minutes after its appointment ended."""

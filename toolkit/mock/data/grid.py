@@ -2,14 +2,20 @@
 
 Apart from the resource modules because the app keeps using it after generation:
 every booking, PATCH and delete moves occupancy on it.
+
+Clinic hours are kept in each clinic's own time: a role works weekdays from
+09:00 to 17:00 on the clock of its clinic's time zone (the state of the clinic's
+address), so a Sydney role's day starts at 22:00 or 23:00 UTC the day before, and
+a weekday is a weekday where the clinic is.
 """
 
 from __future__ import annotations
 
 import collections
-import time
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
 
 from toolkit.mock.data.base import (
     ANCHOR,
@@ -20,7 +26,26 @@ from toolkit.mock.data.base import (
     SLOT_HORIZON_DAYS,
 )
 
-__all__ = ["DayGrid"]
+__all__ = ["UTC_ZONE", "DayGrid", "local_date", "opening", "weekdays"]
+
+UTC_ZONE = ZoneInfo("UTC")
+UNIT = GRID_MINUTES * 60
+
+
+def opening(zone: ZoneInfo, day: dt.date) -> int:
+    """The epoch of 09:00 (the grid's first hour) on ``day`` in ``zone``."""
+    return int(dt.datetime.combine(day, dt.time(GRID_START_HOUR), tzinfo=zone).timestamp())
+
+
+def local_date(zone: ZoneInfo, epoch: float) -> dt.date:
+    """The calendar date in ``zone`` at ``epoch``."""
+    return dt.datetime.fromtimestamp(epoch, zone).date()
+
+
+def weekdays(first: int, days: int) -> list[dt.date]:
+    """The Monday-to-Friday calendar dates of the ``days`` days from the UTC date of ``first``."""
+    start = dt.datetime.fromtimestamp(first, dt.UTC).date()
+    return [day for day in (start + dt.timedelta(days=d) for d in range(days)) if day.weekday() < 5]
 
 
 @dataclass(slots=True)
@@ -37,6 +62,13 @@ class DayGrid:
     on_change: Callable[[int, int], None] | None = None
     """Called with (role index, unit start epoch) when a unit turns taken or free again
     (the Slot collection's records follow the grid)."""
+
+    zones: list[ZoneInfo] = field(default_factory=list)
+    """Each role's time zone (its clinic's), by role index; UTC for a role past the end."""
+
+    def zone(self, role: int) -> ZoneInfo:
+        """The time zone whose clock ``role``'s working hours follow."""
+        return self.zones[role] if 0 <= role < len(self.zones) else UTC_ZONE
 
     def units(self, start: int, minutes: int) -> list[int]:
         """The grid units [start, start + minutes) touches, aligned to the grid.
@@ -68,16 +100,14 @@ class DayGrid:
             if held == 1 and self.on_change is not None:
                 self.on_change(role, u)
 
-    @staticmethod
-    def on_grid(start: int, minutes: int) -> bool:
-        """Whether [start, start + minutes) lies on the slot grid of one weekday."""
-        if minutes <= 0 or start % (GRID_MINUTES * 60):
+    def on_grid(self, role: int, start: int, minutes: int) -> bool:
+        """Whether [start, start + minutes) lies on ``role``'s grid of one local weekday."""
+        if minutes <= 0 or start < ANCHOR or start >= ANCHOR + SLOT_HORIZON_DAYS * DAY:
             return False
-        if start < ANCHOR or start >= ANCHOR + SLOT_HORIZON_DAYS * DAY:
+        zone = self.zone(role)
+        day = local_date(zone, start)
+        if day.weekday() >= 5:
             return False
-        day = start - start % DAY
-        if time.gmtime(day).tm_wday >= 5:
-            return False
-        first = day + GRID_START_HOUR * 3600
-        last = first + GRID_UNITS * GRID_MINUTES * 60
-        return first <= start and start + minutes * 60 <= last
+        first = opening(zone, day)
+        last = first + GRID_UNITS * UNIT
+        return first <= start and (start - first) % UNIT == 0 and start + minutes * 60 <= last

@@ -40,8 +40,10 @@ __all__ = [
     "MEDICARE",
     "NDIS",
     "OTHER_ORGS",
+    "STATE_ZONES",
     "Organizations",
     "add_organizations",
+    "clinic_zone",
 ]
 
 # id prefixes by their meaning in spec section 1 (the catalogue holds the prefixes)
@@ -67,6 +69,29 @@ CLINIC_SITES = (
     ("Braddon", "ACT", "2612"), ("Darwin City", "NT", "0800"), ("Parramatta", "NSW", "2150"),
     ("Toowoomba", "QLD", "4350"), ("Geelong", "VIC", "3220"), ("Manly", "NSW", "2095"),
 )  # fmt: skip
+STATE_ZONES = {
+    "NSW": "Australia/Sydney",
+    "ACT": "Australia/Sydney",
+    "VIC": "Australia/Melbourne",
+    "TAS": "Australia/Hobart",
+    "QLD": "Australia/Brisbane",
+    "SA": "Australia/Adelaide",
+    "NT": "Australia/Darwin",
+    "WA": "Australia/Perth",
+}
+"""The IANA time zone of each state a clinic may sit in: the clock its hours follow
+(the same zones a reader finds from the address, ``toolkit.analysis.clock``)."""
+
+
+def clinic_zone(clinic: dict[str, Any]) -> str:
+    """The time zone of a clinic's Organization record, from its address's state."""
+    for addr in clinic.get("address") or []:
+        zone = STATE_ZONES.get(str(addr.get("state", "")).upper())
+        if zone is not None:
+            return zone
+    return "UTC"
+
+
 FUNDERS = (
     ("Medicare", *GOVERNMENT),
     ("Department of Veterans' Affairs (DVA)", *GOVERNMENT),

@@ -8,12 +8,15 @@ practitioner as their general practitioner.
 from __future__ import annotations
 
 import random
+import re
+import unicodedata
 from dataclasses import dataclass
 
 from toolkit.mock.data.base import (
     ANCHOR,
     AT_HOME,
     DAY,
+    EMAIL,
     GIVEN,
     SMS,
     USE_MOBILE,
@@ -54,6 +57,17 @@ class Patients:
     cover: list[list[Cover]]
 
 
+def _email(given: str, family: str, pid: str) -> str:
+    """A patient's email, made from the name without a random draw (so no other value
+    moves); every seventh has a ``+`` tag, which a search must send encoded (facts)."""
+    local = ".".join(
+        re.sub(r"[^a-z0-9]+", "", unicodedata.normalize("NFKD", part).casefold())
+        for part in (given, family)
+    )
+    tag = f"+pm{pid[-3:]}" if int(pid) % 7 == 0 else pid[-3:]
+    return f"{local}{tag}@example.com"
+
+
 def _patient(rng: random.Random, pid: str, externals: list[str]) -> tuple[Record, int]:
     given, family = person_name(rng)
     updated = past(rng, 0.5, 380)
@@ -75,6 +89,8 @@ def _patient(rng: random.Random, pid: str, externals: list[str]) -> tuple[Record
         rec["name"][0]["given"].append(rng.choice(GIVEN))
     if rng.random() < 0.85:
         rec["telecom"] = [{"system": SMS, "value": phone(rng, True), "use": USE_MOBILE}]
+        if int(pid) % 4:
+            rec["telecom"].append({"system": EMAIL, "value": _email(given, family, pid)})
     if rng.random() < 0.75:
         rec["address"] = [address(rng, AT_HOME)]
     if externals and rng.random() < 0.6:

@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 import random
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from toolkit.mock.data.appointments import (
     APPOINTMENT_BASE,
@@ -30,7 +31,12 @@ from toolkit.mock.data.billing import (
 )
 from toolkit.mock.data.coverage import COVERAGE_BASE
 from toolkit.mock.data.grid import DayGrid
-from toolkit.mock.data.organizations import EXTERNAL_PRACTICE_BASE, Organizations, add_organizations
+from toolkit.mock.data.organizations import (
+    EXTERNAL_PRACTICE_BASE,
+    Organizations,
+    add_organizations,
+    clinic_zone,
+)
 from toolkit.mock.data.patients import Patients, add_patients
 from toolkit.mock.data.practitioners import (
     EXTERNAL_BASE,
@@ -159,7 +165,10 @@ def _directory(store: Store, rng: random.Random, sc: Scale) -> _Directory:
 
 def _visits(store: Store, rng: random.Random, seed: int, count: int, d: _Directory) -> DayGrid:
     """Appointments, their bills and the referral usage; returns the booked slot grid."""
-    grid = DayGrid()
+    orgs = store["Organization"]
+    grid = DayGrid(
+        zones=[ZoneInfo(clinic_zone(orgs.record(orgs.pos[c]))) for c in d.prs.role_clinic]
+    )
     appts = sample_appointments(rng, count, d.role_patients, grid)
     billing = bill(rng, seed, appts)
     referral_of = record_usage(store, d.refs, appts, billing)
@@ -230,17 +239,26 @@ def _live_forms(store: Store) -> None:
     Patients with a second given name also get a ``usual`` name (the facts: a
     Patient may hold both a usual and an official name).
     """
+    definitions = _definition_ids(store)
     for coll in store.collections.values():
         for index, rec in list(coll.records_built()):
-            rec = to_stored(coll.name, rec, "live")
+            rec = to_stored(coll.name, rec, "live", definitions)
             if coll.name == "Patient":
                 official = rec["name"][0]
                 if len(official["given"]) > 1:
                     usual = {"use": USUAL, "given": [official["given"][1]]}
                     rec["name"] = [*rec["name"], {**usual, "family": official["family"]}]
             coll.set_built(index, rec)
-        coll.wrap_builder(functools.partial(_to_live, coll.name))
+        coll.wrap_builder(functools.partial(_to_live, coll.name, definitions))
 
 
-def _to_live(rtype: str, record: Record) -> Record:
-    return to_stored(rtype, record, "live")
+def _definition_ids(store: Store) -> dict[str, str]:
+    """ReferralDefinition name -> id, for the live Referral's ``referralDefinition``."""
+    coll = store.collections.get("ReferralDefinition")
+    if coll is None:
+        return {}
+    return {rec["name"]: coll.ids[i] for i, rec in coll.records_built()}
+
+
+def _to_live(rtype: str, definitions: dict[str, str], record: Record) -> Record:
+    return to_stored(rtype, record, "live", definitions)

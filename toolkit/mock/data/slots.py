@@ -3,21 +3,22 @@
 A Slot is built when read, from the grid as it is then: ``busy`` while an
 appointment that is not cancelled covers it, else ``free`` (what ``$find`` proposes
 from). The collection holds one index per unit of the grid's horizon (weekdays,
-09:00 to 17:00), ordered by start time then role. When a booking, PATCH, cancel or
+09:00 to 17:00 on the clock of each role's clinic), ordered by local date, unit of
+the day, then role (so by start time within one time zone). When a booking, PATCH, cancel or
 delete turns a unit taken or free again, :func:`slot_changed` stamps that Slot with
 the time of the change and moves it last, like any other write.
 """
 
 from __future__ import annotations
 
-import time
+import datetime as dt
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from toolkit.mock.data.base import (
     ANCHOR,
     DAY,
     GRID_MINUTES,
-    GRID_START_HOUR,
     GRID_UNITS,
     SLOT_HORIZON_DAYS,
     codes,
@@ -25,7 +26,7 @@ from toolkit.mock.data.base import (
     link,
     meta,
 )
-from toolkit.mock.data.grid import DayGrid
+from toolkit.mock.data.grid import DayGrid, local_date, opening, weekdays
 from toolkit.mock.store import Collection, Record, Store
 
 __all__ = ["SLOTS_PUBLISHED", "SlotIndex", "add_slots", "slot_changed"]
@@ -42,18 +43,25 @@ UNIT = GRID_MINUTES * 60
 class SlotIndex:
     """Where the Slot of (role index, unit start) sits in the collection."""
 
-    days: tuple[int, ...]
-    """Midnight (UTC) of each weekday of the horizon, in order."""
+    days: tuple[dt.date, ...]
+    """The local weekdays of the horizon, in order (the same dates in every zone)."""
     roles: int
-    position: dict[int, int]
+    position: dict[dt.date, int]
     """Each of :attr:`days` -> its position."""
+    zones: tuple[ZoneInfo, ...]
+    """Each role's time zone."""
+    openings: tuple[tuple[int, ...], ...]
+    """``openings[role][k]``: the epoch of 09:00 on ``days[k]`` in the role's zone."""
 
     def __call__(self, role: int, unit: int) -> int | None:
         """The index of that Slot; ``None`` for a unit outside the grid."""
-        day = unit - unit % DAY
-        k = self.position.get(day)
-        offset = unit - day - GRID_START_HOUR * 3600
-        if k is None or offset < 0 or offset % UNIT or offset // UNIT >= GRID_UNITS:
+        if not 0 <= role < self.roles:
+            return None
+        k = self.position.get(local_date(self.zones[role], unit))
+        if k is None:
+            return None
+        offset = unit - self.openings[role][k]
+        if offset < 0 or offset % UNIT or offset // UNIT >= GRID_UNITS:
             return None
         return (k * GRID_UNITS + offset // UNIT) * self.roles + role
 
@@ -61,8 +69,7 @@ class SlotIndex:
         """(role index, unit start epoch) of the Slot at ``index``."""
         slot, role = divmod(index, self.roles)
         k, u = divmod(slot, GRID_UNITS)
-        day = self.days[k]
-        return role, day + GRID_START_HOUR * 3600 + u * UNIT
+        return role, self.openings[role][k] + u * UNIT
 
 
 @dataclass(slots=True)
@@ -91,19 +98,19 @@ class _SlotBuilder:
 
 def add_slots(store: Store, grid: DayGrid, roles: list[str], role_service: list[str]) -> SlotIndex:
     """Index every Slot of the horizon; their records are built when read."""
-    days = [
-        ANCHOR + d * DAY
-        for d in range(SLOT_HORIZON_DAYS)
-        if time.gmtime(ANCHOR + d * DAY).tm_wday < 5
-    ]
-    index = SlotIndex(tuple(days), len(roles), {day: k for k, day in enumerate(days)})
+    days = weekdays(ANCHOR, SLOT_HORIZON_DAYS)
+    zones = tuple(grid.zone(r) for r in range(len(roles)))
+    openings = tuple(tuple(opening(zone, day) for day in days) for zone in zones)
+    index = SlotIndex(
+        tuple(days), len(roles), {day: k for k, day in enumerate(days)}, zones, openings
+    )
     builder = _SlotBuilder(grid, index, roles, role_service, [])
     coll = store.collection("Slot", builder)
     builder.updated = coll.updated
-    for day in days:
+    for k in range(len(days)):
         for u in range(GRID_UNITS):
-            start = day + GRID_START_HOUR * 3600 + u * UNIT
-            for rid in roles:
+            for r, rid in enumerate(roles):
+                start = openings[r][k] + u * UNIT
                 coll.add(f"{rid}-{start}", None, updated=SLOTS_PUBLISHED, date=float(start))
     return index
 
