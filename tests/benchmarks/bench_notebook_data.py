@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_sync import USER_AGENT, _page_time, _peak_mb, floor_seconds
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script too
+
+from tests.benchmarks.bench_sync import USER_AGENT, _page_time, _peak_mb, floor_seconds
 
 RESOURCES = ["Appointment", "Practitioner", "Organization", "PractitionerRole", "HealthcareService"]
 

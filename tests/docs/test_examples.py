@@ -91,7 +91,8 @@ def test_every_document_has_examples_that_are_collected() -> None:
     assert "README.md" in names
     for path in DOCS:
         for lang in re.findall(r"^```([A-Za-z]+)", path.read_text(encoding="utf-8"), re.M):
-            assert lang in ("python", "text", "json", "yaml", "toml", *SHELLS), (path, lang)
+            known = ("python", "text", "json", "yaml", "toml", "nginx", *SHELLS)
+            assert lang in known, (path, lang)
 
 
 PY_FILES = sorted({b.path for b in ALL if b.lang == "python" and not b.skip})
