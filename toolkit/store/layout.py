@@ -443,22 +443,23 @@ def _update_manifest(root: Path, resource_type: str, entry: dict[str, Any] | Non
 
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the store; a second writer fails fast."""
+    """Hold an exclusive lock on the store; a second writer fails fast.
+
+    ``filelock`` picks the operating system's lock (``flock`` on POSIX, ``msvcrt`` on
+    Windows), so no platform runs without one.
+    """
+    import filelock
+
     _mkdir(root, "creating the store folder")
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX: no lock, single writer assumed
-        yield
-        return
+    lock = filelock.FileLock(root / ".lock", blocking=False, thread_local=False)
+    # A read-only or forbidden folder gives the same one line as any other write.
     with _writing(root / ".lock", "creating the store's lock file"):
-        handle = (root / ".lock").open("a+")
-    with handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
+            lock.acquire()
+        except filelock.Timeout as exc:  # a TimeoutError, hence checked inside _writing
             msg = f"another pmtk sync is writing to {root}; wait for it to finish"
             raise StoreError(msg) from exc
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        lock.release()
