@@ -265,6 +265,12 @@ RequestBudgetOption = Annotated[
 SchemaExamplesOption = Annotated[
     int, typer.Option("--schema-examples", help="Generated requests per GET operation")
 ]
+OutputOption = Annotated[
+    str,
+    typer.Option(
+        "--output", help="'text' (a table, plain lines on a pipe) or 'json' (report.json on stdout)"
+    ),
+]
 
 
 def check_command(
@@ -279,6 +285,7 @@ def check_command(
     baseline: BaselineOption = None,
     request_budget: RequestBudgetOption = 300,
     schema_examples: SchemaExamplesOption = 3,
+    output: OutputOption = "text",
 ) -> None:
     """Check a deployment (or the embedded mock) against the API contract.
 
@@ -287,12 +294,14 @@ def check_command(
     """
     import sys
 
-    from rich.console import Console
+    from toolkit._cli import make_console
 
-    out = Console()
+    if output not in ("text", "json"):
+        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
+    out = make_console()  # plain full lines off a terminal: never cut, never wrapped
     # Bound to the stderr of now: run_suite captures what pytest writes to sys.stderr,
     # and the progress lines must not be captured with it.
-    err = Console(file=sys.stderr)
+    err = make_console(file=sys.stderr)
     try:
         code = _check(
             out,
@@ -308,6 +317,7 @@ def check_command(
             baseline=baseline,
             request_budget=request_budget,
             schema_examples=schema_examples,
+            output=output,
         )
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
@@ -315,9 +325,10 @@ def check_command(
     raise typer.Exit(code)
 
 
-def _check(out: Console, err: Console, **settings: Any) -> int:
+def _check(out: Console, err: Console, *, output: str = "text", **settings: Any) -> int:
     from contracts.report import render_summary
     from contracts.suite import OUTCOME, OptionError, Options, validate_options
+    from toolkit._cli import emit
 
     try:
         settings = _resolve_target(err, settings)
@@ -340,8 +351,16 @@ def _check(out: Console, err: Console, **settings: Any) -> int:
     if code == EXIT_INTERRUPTED:
         _interrupted(err, options.report_dir)
         return code
+    if output == "json":
+        if OUTCOME.report is not None and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
+            import json
+
+            typer.echo(json.dumps(OUTCOME.report, ensure_ascii=False))  # = report.json
+        else:
+            _error(err, OUTCOME.reason or "the contract suite could not run")
+        return code
     if OUTCOME.report is not None and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
-        out.print(render_summary(OUTCOME.report))
+        emit(out, render_summary(OUTCOME.report))
         out.print(
             f"reports in {options.report_dir}/ (report.json, junit.xml, report.html)",
             markup=False,

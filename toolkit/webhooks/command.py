@@ -141,6 +141,10 @@ CatchUp = Annotated[
     bool, typer.Option("--catch-up/--no-catch-up", help="Run an incremental sync first.")
 ]
 MaxBodyBytes = Annotated[int, typer.Option(help="Largest webhook body accepted (413 beyond).")]
+Output = Annotated[
+    str,
+    typer.Option("--output", help="'text' (three lines) or 'json' (one line) for the banner."),
+]
 
 
 def listen_command(
@@ -152,9 +156,13 @@ def listen_command(
     client_id: ClientId = None,
     client_secret: ClientSecret = None,
     max_body_bytes: MaxBodyBytes = DEFAULT_MAX_BODY_BYTES,
+    output: Output = "text",
 ) -> None:
     """Receive webhooks on 127.0.0.1 and keep a Parquet store current until Ctrl-C."""
-    from toolkit.errors import ConfigurationError, PmtkError
+    from toolkit.errors import AuthError, ConfigurationError, PmtkError
+
+    if output not in ("text", "json"):
+        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
 
     logging.basicConfig(level=logging.INFO, format="pmtk listen: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per GET is noise
@@ -174,9 +182,9 @@ def listen_command(
                 max_body_bytes=max_body_bytes,
             ) as listener,
         ):
-            _banner(listener.url, store, header)
+            _banner(listener.url, store, header, output=output)
             until_interrupted("listening")
-    except ConfigurationError as exc:
+    except (ConfigurationError, AuthError) as exc:  # settings or credentials: refused (2)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     except PmtkError as exc:
@@ -184,8 +192,15 @@ def listen_command(
         raise typer.Exit(1) from None
 
 
-def _banner(url: str, store: Path, header: AuthHeader | None) -> None:
+def _banner(url: str, store: Path, header: AuthHeader | None, *, output: str = "text") -> None:
     """Where the receiver listens, the store it keeps and its authentication (never the value)."""
+    if output == "json":
+        import json
+
+        shown_json = {"name": header.name, "value": "hidden"} if header else None
+        banner = {"webhook_url": url, "store": str(store), "auth_header": shown_json}
+        typer.echo(json.dumps(banner))
+        return
     typer.echo(f"webhook URL: {url}")
     typer.echo(f"store:       {store}")
     shown = f"{header.name} (value hidden)" if header else "none (any caller accepted)"
