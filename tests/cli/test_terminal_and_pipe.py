@@ -172,3 +172,15 @@ def test_usage_errors_and_help_read_the_same_on_a_terminal_and_a_pipe(tmp_path: 
     code, shown = _pty(["sync", "-h"], env, tmp_path)
     shown = ANSI.sub("", shown)
     assert code == 0 and "Usage: pmtk sync" in shown and "<bool>" not in shown
+
+
+def test_check_json_on_a_pipe_is_the_report_document(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PM_")}
+    run = _pipe(["check", "--output", "json", "--report-dir", "rep"], env, tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    doc = json.loads(run.stdout)
+    assert doc == json.loads((tmp_path / "rep" / "report.json").read_text(encoding="utf-8"))
+    assert doc["target"]["embedded_mock"] is True
+    # stderr: the progress as plain whole lines, no colour codes, no live view
+    assert not ANSI.search(run.stderr) and "…" not in run.stderr
+    assert any(line.startswith("  auth ") for line in run.stderr.splitlines())
