@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -193,7 +194,7 @@ def run_suite(options: Options, *, progress: ConsoleProgress | None = None) -> i
     """
     import pytest
 
-    from contracts.suite import OUTCOME, Preset
+    from contracts.suite import OUTCOME, Preset, hypothesis_home
 
     OUTCOME.reset()
     plugins: list[object] = [Preset(options)]
@@ -201,7 +202,7 @@ def run_suite(options: Options, *, progress: ConsoleProgress | None = None) -> i
         plugins.append(progress)
     captured = io.StringIO()
     try:
-        with contextlib.redirect_stderr(captured):
+        with contextlib.redirect_stderr(captured), _hypothesis_home(hypothesis_home()):
             status = int(pytest.main([str(SUITE_DIR), *PYTEST_ARGS], plugins=plugins))
     finally:
         if progress is not None:
@@ -214,6 +215,20 @@ def run_suite(options: Options, *, progress: ConsoleProgress | None = None) -> i
     if OUTCOME.reason is None:
         OUTCOME.reason = _internal_error(options, captured.getvalue(), status)
     return EXIT_NOT_CHECKED
+
+
+@contextlib.contextmanager
+def _hypothesis_home(home: Path) -> Iterator[None]:
+    """Point Hypothesis' storage at ``home`` for the run, then restore what it was."""
+    from hypothesis import configuration
+
+    name = "__hypothesis_home_directory"  # a module global: no name mangling applies
+    before = getattr(configuration, name, None)
+    configuration.set_hypothesis_home_dir(home)
+    try:
+        yield
+    finally:
+        configuration.set_hypothesis_home_dir(before)
 
 
 def _internal_error(options: Options, text: str, status: int) -> str:
@@ -262,6 +277,22 @@ BaselineOption = Annotated[
 RequestBudgetOption = Annotated[
     int, typer.Option("--request-budget", help="Most budgeted requests in the run")
 ]
+DataOption = Annotated[
+    str,
+    typer.Option(
+        "--data",
+        help="What the data checks read: 'sample' (page 1 of each list) or 'all' (every page "
+        "of every listed type, at the API's pace; the request budget is raised as needed)",
+    ),
+]
+TestControlsOption = Annotated[
+    bool,
+    typer.Option(
+        "--test-controls",
+        help="The target is a pmtk mock: use its /_test/ controls (clock, rate-limit reset). "
+        "Without it no /_test/ request goes to anything but the embedded mock",
+    ),
+]
 SchemaExamplesOption = Annotated[
     int, typer.Option("--schema-examples", help="Generated requests per GET operation")
 ]
@@ -285,6 +316,8 @@ def check_command(
     baseline: BaselineOption = None,
     request_budget: RequestBudgetOption = 300,
     schema_examples: SchemaExamplesOption = 3,
+    test_controls: TestControlsOption = False,
+    data: DataOption = "sample",
     output: OutputOption = "text",
 ) -> None:
     """Check a deployment (or the embedded mock) against the API contract.
@@ -317,6 +350,8 @@ def check_command(
             baseline=baseline,
             request_budget=request_budget,
             schema_examples=schema_examples,
+            test_controls=test_controls,
+            data=data,
             output=output,
         )
     except KeyboardInterrupt:

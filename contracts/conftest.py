@@ -43,11 +43,19 @@ from contracts.suite import (
     Recorder,
     Run,
     check_identity,
+    hypothesis_home,
     pop_run,
     push_run,
     validate_options,
 )
 from toolkit import catalogue as cat
+
+if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+    # `pytest contracts` too keeps Hypothesis' files out of the working directory
+    # (`pmtk check` sets the same folder around its run, see contracts.command).
+    from hypothesis import configuration as _hypothesis_configuration
+
+    _hypothesis_configuration.set_hypothesis_home_dir(hypothesis_home())
 
 RUN_KEY = pytest.StashKey[Run]()
 MOCK_KEY = pytest.StashKey[AbstractContextManager[Any]]()
@@ -75,6 +83,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--request-budget", type=int, default=300, help="Max budgeted requests")
     group.addoption(
         "--schema-examples", type=int, default=3, help="Generated requests per GET operation"
+    )
+    group.addoption(
+        "--data", default="sample", help="What the data checks read: 'sample' or 'all' pages"
+    )
+    group.addoption(
+        "--test-controls", action="store_true", help="The target is a mock: use its /_test/"
     )
     group.addoption("--pm-no-summary", action="store_true", help=argparse.SUPPRESS)
 
@@ -117,6 +131,8 @@ def _options(config: pytest.Config) -> Options:
         baseline=Path(baseline) if baseline else None,
         request_budget=int(opt("--request-budget")),
         schema_examples=max(1, int(opt("--schema-examples"))),
+        data=str(opt("--data")),
+        test_controls=bool(opt("--test-controls")),
     )
 
 
@@ -190,7 +206,12 @@ def pytest_collection(session: pytest.Session) -> None:
     if run is None:
         return
     try:
-        run.session.detect_test_controls()
+        # /_test/ is the mock's, never a deployment's: probed only on the embedded mock or
+        # when --test-controls says the target is a mock (a production service would log
+        # an unauthenticated probe of a path it does not have).
+        if run.options.embedded_mock or run.options.test_controls:
+            run.session.may_probe_test_controls = True
+            run.session.detect_test_controls()
         run.session.token()
     except Unreachable as exc:
         _stop(f"deployment unreachable: {exc}", run)

@@ -441,11 +441,31 @@ def render_summary(report: dict[str, Any]) -> Any:
             f"{s.get('observed', 0)} observed (not failures); "
             f"{s['requests']} requests in {report['elapsed_seconds']:.1f} s"
         ),
+        *_data_lines(report),
         *_failure_lines(report),
         *_observed_lines(report),
         *_baseline_lines(report),
     ]
     return Group(*lines)
+
+
+def _data_lines(report: dict[str, Any]) -> list[Text]:
+    """One line: how many records the data checks read of each list's ``total``."""
+    from rich.text import Text
+
+    checked = (report.get("observations") or {}).get("data_checked")
+    if not isinstance(checked, dict) or not checked:
+        return []
+    parts = []
+    every = True
+    for name, cov in checked.items():
+        if not isinstance(cov, dict):
+            continue
+        total = cov.get("total")
+        parts.append(f"{cov.get('checked')} of {total if total is not None else '?'} {name}")
+        every = every and cov.get("mode") == "all" and not cov.get("stopped")
+    how = "every page" if every else "page 1 of each list; --data all reads every record"
+    return [Text(f"data checked: {', '.join(parts)} ({how})")]
 
 
 def _category_table(report: dict[str, Any]) -> Table:

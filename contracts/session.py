@@ -195,6 +195,9 @@ class Session:
         self._token: Token | None = None
         self._http = httpx.Client(timeout=timeout, follow_redirects=False)
         self.test_controls = False
+        self.may_probe_test_controls = False
+        """Set by the suite for the embedded mock or ``--test-controls``: only then may a
+        request go under ``/_test/`` (a deployment is never sent a probe of the mock's)."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -299,6 +302,11 @@ class Session:
                 except ValueError:
                     return None
         return None
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` (a 429's ``retry-after``), counted in ``waited``."""
+        self.waited += seconds
+        self._sleep(seconds)
 
     def pace(self) -> None:
         """Wait while the deployment says fewer than PACE_RESERVE requests remain."""
@@ -491,15 +499,19 @@ class Session:
 
     # ------------------------------------------------------------------ test controls
 
+    def _controls_allowed(self) -> None:
+        if not self.may_probe_test_controls:
+            msg = "a /_test/ request to a target that is not a mock (no --test-controls)"
+            raise RuntimeError(msg)
+
     def detect_test_controls(self) -> bool:
-        try:
-            ex = self.request("GET", "/_test/fault", auth=None, exempt=True)
-        except Unreachable:
-            raise
+        self._controls_allowed()
+        ex = self.request("GET", "/_test/fault", auth=None, exempt=True)
         self.test_controls = ex.status == 200 and isinstance(ex.json, dict)
         return self.test_controls
 
     def advance_clock(self, seconds: float) -> Exchange:
+        self._controls_allowed()
         ex = self.request(
             "POST", "/_test/clock", json_body={"advance": seconds}, auth=None, exempt=True
         )
@@ -507,6 +519,7 @@ class Session:
         return ex
 
     def reset_rate_limit(self) -> Exchange:
+        self._controls_allowed()
         ex = self.request("POST", "/_test/rate-limit/reset", auth=None, exempt=True)
         self.new_epoch()
         return ex

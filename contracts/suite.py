@@ -10,6 +10,7 @@ The checks themselves live in ``contracts/test_*.py`` and record problems on a
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,16 @@ __all__ = [
 ]
 
 MAX_EVIDENCE = 5
+
+DATA_MODES = ("sample", "all")
+"""Values of ``--data``: what the rule checks walk."""
+
+MAX_429_RETRIES = 5
+"""A data walk page answered 429 is asked again at most this often (each after the
+``retry-after`` wait); then the walk of that type stops and says so."""
+
+MAX_VIOLATIONS_LISTED = 10_000
+"""Spec violations listed (with their record ids) in the report's ``data_checked``."""
 
 PROBE_PHASE = "rate-limit-probe"
 """The run phase of ``rate-limit.probe`` (a ``rate-limit`` check): it spends the whole
@@ -91,6 +102,12 @@ class Options:
     """The ``--baseline`` report, read and checked before the run (see validate_options)."""
     embedded_mock: bool = False
     """True when no base URL was given and the suite checks the mock it started itself."""
+    data: str = "sample"
+    """``--data``: ``sample`` (page 1 of each list and a few reads) or ``all`` (every page
+    of every listed type, the request budget raised by the pages the walk needs)."""
+    test_controls: bool = False
+    """``--test-controls``: the target is a mock whose ``/_test/`` controls may be used.
+    Without it, no request under ``/_test/`` is sent to anything but the embedded mock."""
 
 
 class OptionError(ValueError):
@@ -116,6 +133,8 @@ def validate_options(options: Options) -> None:
         value = getattr(options, name)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise OptionError(f"{flag} {value!r}: must be a whole number from {low} to {high}")
+    if options.data not in DATA_MODES:
+        raise OptionError(f"--data {options.data!r}: must be one of {', '.join(DATA_MODES)}")
     if options.baseline is not None:
         try:
             options.baseline_report = read_baseline(options.baseline)
@@ -260,6 +279,24 @@ class Sample:
     )
     seen: Seen = field(default_factory=Seen)
     errors: dict[str, Exchange] = field(default_factory=dict)
+    coverage: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per resource: ``checked`` records of ``total`` over ``pages`` list pages, and why a
+    ``--data all`` walk stopped early (``stopped``), if it did."""
+
+    def coverage_note(self, resource: str) -> str:
+        """``checked 100 of 166 Referral records (page 1 of 2; --data all checks every one)``."""
+        cov = self.coverage.get(resource)
+        if cov is None:
+            return f"no {resource} records were checked"
+        total = cov["total"] if cov["total"] is not None else "an unknown number (no total)"
+        text = f"checked {cov['checked']} of {total} {resource} records"
+        if cov["mode"] == "all":
+            text += f" (every page: {cov['pages']})"
+        else:
+            text += " (page 1 only; --data all checks every record)"
+        if cov.get("stopped"):
+            text += f"; the walk stopped early: {cov['stopped']}"
+        return text
 
 
 class Run:
@@ -299,6 +336,16 @@ class Run:
             resources = entries(ex.json)
             for item in resources:
                 self._walk(sample, name, item, ex)
+            total = ex.json.get("total")
+            coverage: dict[str, Any] = {
+                "mode": self.options.data,
+                "checked": len(resources),
+                "total": total if isinstance(total, int) and not isinstance(total, bool) else None,
+                "pages": 1,
+            }
+            sample.coverage[name] = coverage
+            if self.options.data == "all":
+                self._walk_rest(sample, name, ex, coverage)
             if name not in read_kinds:
                 continue
             for item in resources[: self.options.reads_per_resource]:
@@ -310,7 +357,70 @@ class Run:
                 if read.status == 200 and isinstance(read.json, dict):
                     self._walk(sample, name, read.json, read)
         self._sample = sample
+        self.observations["data_checked"] = _data_checked(sample)
         return sample
+
+    def _walk_rest(
+        self, sample: Sample, name: str, first: Exchange, coverage: dict[str, Any]
+    ) -> None:
+        """``--data all``: follow ``next`` from page 1 to the end, walking every record.
+
+        The request budget is raised by the pages the walk needs (known from
+        ``Bundle.total``; one at a time without it), so the other checks keep theirs.
+        The session paces on ``x-ratelimit-remaining``; a 429 is waited out
+        (``retry-after``) and asked again. A next link off the origin, back to a page
+        already read, or past what ``total`` allows ends the walk: the paging checks
+        report those.
+        """
+        from contracts.session import ForeignOrigin
+        from toolkit.paging import next_link
+
+        total = coverage["total"]
+        count = max(1, len(entries(first.json)))
+        allowed = math.ceil(total / count) + 3 if total is not None else 100_000
+        if total is not None:
+            self._raise_budget(max(0, math.ceil(total / count) - 1))
+        visited = {first.url}
+        page = first
+        while (link := next_link(page.json)) is not None:
+            url = self.session.url(link)
+            try:
+                self.session.check_origin(url)
+            except ForeignOrigin:
+                coverage["stopped"] = f"page {coverage['pages']}'s next link leaves the origin"
+                return
+            if url in visited or coverage["pages"] >= allowed:
+                coverage["stopped"] = f"page {coverage['pages']}'s next link loops or never ends"
+                return
+            visited.add(url)
+            if total is None:
+                self._raise_budget(1)
+            page = self._get_waiting(url, name)
+            if page.status != 200 or not isinstance(page.json, dict):
+                coverage["stopped"] = f"page {coverage['pages'] + 1} answered {page.status}"
+                return
+            coverage["pages"] += 1
+            for item in entries(page.json):
+                coverage["checked"] += 1
+                self._walk(sample, name, item, page)
+
+    def _raise_budget(self, requests: int) -> None:
+        self.session.budget += requests
+        raised = self.observations.setdefault("data_all_budget_raised_by", 0)
+        self.observations["data_all_budget_raised_by"] = raised + requests
+
+    def _get_waiting(self, url: str, name: str) -> Exchange:
+        """GET a page; a 429 is waited out (its ``retry-after``, at most a window) and retried."""
+        ex = self.session.get(url, operation=f"GET /main/{name}")
+        for _ in range(MAX_429_RETRIES):
+            if ex.status != 429:
+                break
+            wait = _retry_after(ex)
+            self.session.wait(wait)
+            self.session.new_epoch()
+            self._raise_budget(1)
+            ex = self.session.get(url, operation=f"GET /main/{name}")
+        return ex
 
     @staticmethod
     def _walk(sample: Sample, name: str, item: Any, ex: Exchange) -> None:
@@ -355,6 +465,46 @@ class Run:
             "seconds_waited_for_rate_limit": round(self.session.waited, 1),
         }
         return obs
+
+
+def hypothesis_home() -> Path:
+    """Where Hypothesis may keep its files during a run: pmtk's cache folder.
+
+    ``$XDG_CACHE_HOME/pmtk/hypothesis``, else ``~/.cache/pmtk/hypothesis``. Hypothesis
+    would otherwise create ``.hypothesis/`` in the user's working directory (its
+    example database is off; its character-table and constants caches are not).
+    """
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pmtk" / "hypothesis"
+
+
+def _retry_after(ex: Exchange) -> float:
+    """Seconds a 429 asks to wait (``retry-after``), within one rate-limit window."""
+    value = ex.header(cat.RETRY_AFTER_HEADER)
+    try:
+        seconds = float(value) if value is not None else float(cat.RATE_LIMIT_WINDOW_SECONDS)
+    except ValueError:
+        seconds = float(cat.RATE_LIMIT_WINDOW_SECONDS)
+    if not math.isfinite(seconds):
+        seconds = float(cat.RATE_LIMIT_WINDOW_SECONDS)
+    return min(max(seconds, 1.0), float(cat.RATE_LIMIT_WINDOW_SECONDS))
+
+
+def _data_checked(sample: Sample) -> dict[str, Any]:
+    """The report's ``data_checked``: per resource, records checked of ``total``, and every
+    spec violation found with its record id (``Type/id path: message``)."""
+    out: dict[str, Any] = {}
+    listed = 0
+    for name, cov in sample.coverage.items():
+        violations = []
+        for problem, _ex in sample.problems.get(name, []):
+            if problem.source == "spec" and listed < MAX_VIOLATIONS_LISTED:
+                violations.append(problem.text())
+                listed += 1
+        out[name] = {**cov, "violations": violations}
+    return out
 
 
 def entries(bundle: Any) -> list[Any]:

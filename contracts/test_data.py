@@ -1,7 +1,9 @@
 """prefix, enum, reference, format: the catalogue's rules over real records.
 
-One sample (page 1 of every list at the maximum page size, plus a few reads) is
-walked once by :func:`contracts.walker.walk_resource`; each check reports the
+One sample (page 1 of every list at the maximum page size, plus a few reads; with
+``--data all`` every page of every list) is walked once by
+:func:`contracts.walker.walk_resource`; each check notes how many records it checked
+of ``Bundle.total``; each check reports the
 problems of its own category for one resource. A problem with a rule of the spec
 fails the check; a problem with a rule that comes from the facts or from pmtk is an
 observation-level finding of the check, once per field with a count. So are a
@@ -28,6 +30,8 @@ def _report(pm: Run, check: Recorder, resource: str, category: str) -> None:
     checked = len(sample.bundles[resource].json.get("entry") or [])
     if checked == 0:
         check.note(f"no {resource} records to check")
+    else:
+        check.note(sample.coverage_note(resource))
     _problems(sample, check, resource, category)
 
 

@@ -34,18 +34,31 @@ from typing import Annotated, Any
 
 import typer
 
+from toolkit.notebook_data import NotebookData, notebook_data, notebook_store_dir
+
 __all__ = [
     "CHART_CLASS",
+    "CHART_CONFIG",
     "CHART_RENDERER",
+    "CHART_THEME",
+    "MAX_CHART_WIDTH",
+    "REPORT_HIDE_TAG",
+    "REPORT_SUMMARY_TAG",
+    "KeyFigures",
+    "NotebookData",
     "RenderResult",
     "chart_html",
     "default_notebook_dir",
     "execute_notebook",
     "kernel_manager_class",
+    "key_figures",
+    "notebook_data",
     "notebook_paths",
+    "notebook_store_dir",
     "notebooks_command",
     "render_html",
     "render_notebooks",
+    "report_cells",
     "setup_charts",
     "vega_script",
 ]
@@ -54,6 +67,38 @@ __all__ = [
 CHART_RENDERER = "pmtk"
 #: CSS class of every chart container; a drawn chart holds vega-embed's ``<svg>``.
 CHART_CLASS = "pmtk-chart"
+#: Name of the Altair theme :func:`setup_charts` enables (see :data:`CHART_CONFIG`).
+CHART_THEME = "pmtk"
+#: Cells with this tag are moved to the top of a report (``render_html(report=True)``).
+REPORT_SUMMARY_TAG = "summary"
+#: Cells with this tag are left out of a report (how a table was made, not what it says).
+REPORT_HIDE_TAG = "report-hide"
+#: Widest a chart may draw, in CSS pixels: a report page is read at 1400 px.
+MAX_CHART_WIDTH = 1400
+
+#: The Vega-Lite config of pmtk's theme. Names are never cut: Vega's defaults
+#: truncate legend labels at 160 px and axis labels at 180 px ("Harbourside
+#: Allied Health Frema…"), so both limits are lifted. Dates always carry their
+#: year: Vega's default time format prints "December" alone, so a year boundary
+#: reads "December … December".
+CHART_CONFIG: dict[str, Any] = {
+    "legend": {"labelLimit": 0, "titleLimit": 0, "symbolLimit": 0},
+    # With labelLimit 0 an axis draws its title over long labels: 1000 px is "no limit".
+    "axis": {"labelLimit": 1000, "titleLimit": 1000},
+    "axisTemporal": {"format": "%d %b %Y", "labelOverlap": "greedy", "labelAngle": -35},
+    # Vega places a category axis's title by an estimate of its labels' width, which
+    # long names exceed: the title ("Funder") was drawn over them. Above the labels,
+    # horizontal, it cannot collide with them.
+    "axisYDiscrete": {
+        "titleAngle": 0,
+        "titleAlign": "right",
+        "titleBaseline": "bottom",
+        "titleX": -8,
+        "titleY": -4,
+    },
+    "header": {"labelLimit": 0, "titleLimit": 0},
+    "title": {"anchor": "start", "limit": 0, "subtitleColor": "#555"},
+}
 
 # vega-embed's defaults, except: SVG rather than canvas (sharper in print and
 # countable in a DOM dump), and no "Open in Vega Editor" action, which needs the network.
@@ -200,11 +245,17 @@ def _chart_renderer(spec: dict[str, Any], **metadata: Any) -> dict[str, str]:
     return {"text/html": chart_html(spec, metadata.get("embed_options")), "text/plain": label}
 
 
+def _chart_theme() -> Any:
+    """Altair theme: :data:`CHART_CONFIG` over Altair's default size."""
+    return {"config": {"view": {"continuousWidth": 300, "continuousHeight": 300}, **CHART_CONFIG}}
+
+
 def setup_charts() -> None:
     """Make Altair charts draw offline, in JupyterLab, Jupyter and rendered HTML alike.
 
-    Registers and enables the ``pmtk`` Altair renderer (:func:`chart_html`),
-    and, inside an IPython kernel, displays :func:`vega_script` as this cell's
+    Registers and enables the ``pmtk`` Altair renderer (:func:`chart_html`)
+    and theme (:data:`CHART_CONFIG`: whole names in legends and axes, the year
+    on every date axis), and, inside an IPython kernel, displays :func:`vega_script` as this cell's
     output so that every later chart in the page finds ``vegaEmbed``. Call it
     once, in the notebook's first code cell; calling it again is harmless.
     Outside IPython only the renderer is set.
@@ -220,6 +271,9 @@ def setup_charts() -> None:
     if CHART_RENDERER not in alt.renderers.names():
         alt.renderers.register(CHART_RENDERER, _chart_renderer)
     alt.renderers.enable(CHART_RENDERER)
+    if CHART_THEME not in alt.theme.names():
+        alt.theme.register(CHART_THEME, enable=False)(_chart_theme)
+    alt.theme.enable(CHART_THEME)
     try:
         from IPython import get_ipython
         from IPython.display import display
@@ -234,6 +288,90 @@ def setup_charts() -> None:
         },
         raw=True,
     )
+
+
+@dataclass(frozen=True)
+class KeyFigures:
+    """The figures that matter, shown as a box at the top of a report.
+
+    Build it with :func:`key_figures` in a cell tagged ``summary``; the report
+    (``pmtk notebooks --report``) moves that cell to just under the title.
+
+    Attributes
+    ----------
+    title
+        The box's heading.
+    figures
+        ``(label, value)`` pairs, already formatted, in reading order.
+    note
+        One line under the figures (where the numbers come from, "as of").
+    """
+
+    title: str
+    figures: tuple[tuple[str, str], ...]
+    note: str = ""
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        rows = "".join(
+            f'<tr><th scope="row" style="text-align:left;padding-right:1.5em">{escape(label)}</th>'
+            f'<td style="text-align:left">{escape(value)}</td></tr>'
+            for label, value in self.figures
+        )
+        note = f'<p class="pmtk-summary-note">{escape(self.note)}</p>' if self.note else ""
+        return (
+            '<section class="pmtk-summary" style="border:1px solid #ccc;border-radius:6px;'
+            'padding:0.6em 1.2em;margin:0.5em 0;max-width:60em;background:#fafafa">'
+            f'<h2 style="margin-top:0.3em">{escape(self.title)}</h2>'
+            '<table style="border-collapse:collapse;font-size:1.05em">'
+            f"<tbody>{rows}</tbody></table>{note}</section>"
+        )
+
+    def __str__(self) -> str:
+        width = max((len(label) for label, _ in self.figures), default=0)
+        lines = [self.title, *(f"  {label:<{width}}  {value}" for label, value in self.figures)]
+        if self.note:
+            lines.append(f"  ({self.note})")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
+def key_figures(
+    figures: Sequence[tuple[str, str]] | dict[str, str],
+    *,
+    title: str = "In short",
+    note: str = "",
+) -> KeyFigures:
+    """The summary box that opens a notebook's report.
+
+    Parameters
+    ----------
+    figures
+        ``label -> value`` (a dict or pairs), each value already formatted
+        (computed from the data: never typed in).
+    title
+        The box's heading.
+    note
+        One line under the figures.
+
+    Returns
+    -------
+    KeyFigures
+        Displays as an HTML box in Jupyter and in the rendered page, and as
+        aligned text elsewhere.
+
+    Examples
+    --------
+    >>> print(key_figures({"Active referrals": "120", "Need attention": "29"}))
+    In short
+      Active referrals  120
+      Need attention    29
+    """
+    pairs = tuple(figures.items()) if isinstance(figures, dict) else tuple(figures)
+    return KeyFigures(title, tuple((str(k), str(v)) for k, v in pairs), note)
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,13 +536,68 @@ _OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 """
 
 
-def render_html(nb: Any) -> str:
+def report_cells(nb: Any) -> Any:
+    """A copy of an executed notebook arranged as a report for a reader, not a coder.
+
+    Cells tagged :data:`REPORT_SUMMARY_TAG` move to just under the first cell
+    (the title), so the page opens with the figures that matter; cells tagged
+    :data:`REPORT_HIDE_TAG` are left out; ``stderr`` output (connection and
+    store notices) is dropped. Code itself is hidden by :func:`render_html`.
+
+    Parameters
+    ----------
+    nb
+        A notebook node, as returned by :func:`execute_notebook`.
+
+    Returns
+    -------
+    nbformat.NotebookNode
+        A new notebook; ``nb`` is not changed.
+    """
+    import copy
+
+    report = copy.deepcopy(nb)
+
+    def tags(cell: Any) -> set[str]:
+        return set(cell.get("metadata", {}).get("tags", []))
+
+    kept = [c for c in report.cells if REPORT_HIDE_TAG not in tags(c)]
+    summary = [c for c in kept if REPORT_SUMMARY_TAG in tags(c)]
+    rest = [c for c in kept if REPORT_SUMMARY_TAG not in tags(c)]
+    head = rest[:1]
+    # The key figures go right under the page's title, before the introduction.
+    if head and head[0].cell_type == "markdown" and head[0].source.startswith("# "):
+        import nbformat
+
+        title, _, intro = head[0].source.partition("\n")
+        head = [nbformat.v4.new_markdown_cell(title)]
+        if intro.strip():
+            rest[0] = nbformat.v4.new_markdown_cell(intro.strip())
+        else:
+            rest = rest[1:]
+        report.cells = head + summary + rest
+    else:
+        report.cells = head + summary + rest[1:]
+    for cell in report.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [
+                o
+                for o in cell.get("outputs", [])
+                if not (o.get("output_type") == "stream" and o.get("name") == "stderr")
+            ]
+    return report
+
+
+def render_html(nb: Any, *, report: bool = False) -> str:
     """HTML of an executed notebook, with its outputs, that loads nothing from the network.
 
     Parameters
     ----------
     nb
         A notebook node, as returned by :func:`execute_notebook`.
+    report
+        Render for a reader: no code, no prompts, the ``summary`` cell first
+        (see :func:`report_cells`). Default: the whole notebook, code included.
 
     Returns
     -------
@@ -420,8 +613,11 @@ def render_html(nb: Any) -> str:
         template_name="lab",
         template_file="pmtk_offline.html.j2",
         extra_loaders=[jinja2.DictLoader({"pmtk_offline.html.j2": _OFFLINE_TEMPLATE})],
+        exclude_input=report,
+        exclude_input_prompt=report,
+        exclude_output_prompt=report,
     )
-    body, _ = exporter.from_notebook_node(nb)
+    body, _ = exporter.from_notebook_node(report_cells(nb) if report else nb)
     return str(body)
 
 
@@ -430,6 +626,7 @@ def render_notebooks(
     *,
     notebooks: Sequence[Path] | None = None,
     timeout: int = 300,
+    report: bool = False,
 ) -> list[RenderResult]:
     """Execute notebooks and write one HTML page per notebook into ``out_dir``.
 
@@ -442,6 +639,8 @@ def render_notebooks(
         :func:`default_notebook_dir` when ``None``.
     timeout
         Seconds allowed per cell.
+    report
+        Write reports (no code, the key figures first; see :func:`render_html`).
 
     Returns
     -------
@@ -457,7 +656,7 @@ def render_notebooks(
         nb, error = execute_notebook(path, timeout=timeout)
         seconds = time.perf_counter() - began
         target = out_dir / f"{path.stem}.html"
-        target.write_text(render_html(nb), encoding="utf-8")
+        target.write_text(render_html(nb, report=report), encoding="utf-8")
         results.append(RenderResult(path, target, seconds, error))
     return results
 
@@ -466,7 +665,14 @@ def notebooks_command(
     html: Annotated[
         Path,
         typer.Option("--html", help="Folder to write the rendered HTML pages into."),
-    ],
+    ] = Path("build/notebooks"),
+    report: Annotated[
+        bool,
+        typer.Option(
+            "--report",
+            help="Render as reports: code hidden, each page opening with its key figures.",
+        ),
+    ] = False,
     only: Annotated[
         list[str] | None,
         typer.Option(
@@ -491,7 +697,7 @@ def notebooks_command(
         raise typer.Exit(2) from exc
     failed = 0
     for path in paths:
-        (result,) = render_notebooks(html, notebooks=[path], timeout=timeout)
+        (result,) = render_notebooks(html, notebooks=[path], timeout=timeout, report=report)
         state = "ok" if result.ok else "FAILED"
         typer.echo(f"{state:6} {result.seconds:6.1f}s  {path.name} -> {result.html}")
         if not result.ok:

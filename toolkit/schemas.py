@@ -67,7 +67,7 @@ def _reference_check(v: View, col: Column) -> pa.Check:
     ref = col.field.ref
     any_target = _anchored("|".join(t.id_pattern for t in ref.targets))
     type_col = col.name[: -len("_id")] + "_type"
-    has_type = len(ref.targets) > 1 and type_col in v.schema
+    has_type = type_col in v.schema
     name = col.name
 
     def check(data: PolarsData) -> pl.LazyFrame:
@@ -124,6 +124,11 @@ def _checks(v: View, col: Column) -> list[pa.Check]:
         checks.append(pa.Check.str_matches(res.id_pattern, name="id_prefix"))
     elif col.role == "index":
         checks.append(pa.Check.ge(0))
+    elif col.role == "precision" and f is not None:
+        full = "time" if f.type == "date-time" else "day"
+        checks.append(
+            pa.Check.isin([full], name="full_precision", error=f"a full {f.type} (`{full}`)")
+        )
     if f is None or col.role != "value":
         return checks
     if f.enum and not f.open_enum and col.dtype == pl.String:
@@ -180,7 +185,7 @@ def _schema(resource_type: str, table: str | None, spec: bool = True) -> pa.Data
             unique=col.role == "id",
             description=col.doc or None,
         )
-    unique = [v.key, "index"] if v.key and spec else None
+    unique = list(v.unique) if v.unique and spec else None
     return pa.DataFrameSchema(
         columns,
         name=v.name,
@@ -414,7 +419,7 @@ def _unread_cases(frame: pl.DataFrame, v: View) -> tuple[pl.DataFrame | None, pl
                     "failure_case": orjson.dumps(problem["value"]).decode(),
                     "schema_context": "Column",
                     "column": column if column is not None else problem["path"],
-                    "check": f"json_type: {problem['path']}",
+                    "check": f"{problem.get('check', 'json_type')}: {problem['path']}",
                     "check_number": None,
                     "index": index,
                 }

@@ -58,7 +58,16 @@ from toolkit._cli import (  # the one exit-code table of every command
     make_console,
 )
 
-Out = Annotated[Path, typer.Option("--out", "-o", help="Store directory (created when missing).")]
+Out = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Store directory (created when missing). Default: pmtk-store, or "
+        "pmtk-store-mock for the embedded mock.",
+        show_default=False,
+    ),
+]
 Resources = Annotated[
     list[str] | None,
     typer.Option(
@@ -88,6 +97,14 @@ Reconcile = Annotated[
         "no longer has (one request per 100 records; Patient deletions need no walk).",
     ),
 ]
+Rebind = Annotated[
+    bool,
+    typer.Option(
+        "--rebind",
+        help="Make a store of another deployment this one's: discard its data and sync "
+        "everything in full (without it such a store is refused).",
+    ),
+]
 Output = Annotated[
     str,
     typer.Option(
@@ -106,7 +123,7 @@ Verify = Annotated[
 
 
 def sync_command(
-    out: Out = Path("pmtk-store"),
+    out: Out = None,
     resource: Resources = None,
     full: Full = False,
     base_url: BaseUrl = None,
@@ -116,6 +133,7 @@ def sync_command(
     quiet: Quiet = False,
     verify: Verify = False,
     reconcile: Reconcile = False,
+    rebind: Rebind = False,
     output: Output = "text",
 ) -> None:
     """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
@@ -130,6 +148,8 @@ def sync_command(
         raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
     wanted = _resources(resource)
     err = make_console(stderr=True)  # one error, one line: never wrapped, never cut
+    if out is None:
+        out = _default_out(err, base_url, client_id, client_secret)
 
     if verify:
         _verify(out, wanted, quiet=quiet)
@@ -141,7 +161,7 @@ def sync_command(
     display = SyncProgress(
         "off" if quiet_run else "lines" if is_plain(sys.stderr) else "bars", console=err
     )
-    options = {"full": full, "errors": errors, "reconcile": reconcile}
+    options = {"full": full, "errors": errors, "reconcile": reconcile, "rebind": rebind}
     try:
         summary = _run(err, display, client, out, wanted, options, quiet=quiet, output=output)
     except typer.Exit:
@@ -248,7 +268,15 @@ def _run(
 ) -> Any:
     """The sync itself; each way it can fail becomes its message and exit code."""
     from toolkit.errors import AuthError, ConfigurationError, PmtkError, TransportError
-    from toolkit.store import ManifestDamaged, NotAStore, StoreWriteError, SyncFailed, sync
+    from toolkit.store import (
+        ManifestDamaged,
+        NotAStore,
+        StoreLinked,
+        StoreWriteError,
+        SyncFailed,
+        WrongDeployment,
+        sync,
+    )
 
     try:
         with client:
@@ -259,6 +287,9 @@ def _run(
         raise _some_failed(err, exc, client, quiet=quiet, output=output) from None
     except (NotAStore, ManifestDamaged) as exc:
         raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
+    except (WrongDeployment, StoreLinked) as exc:  # the message begins with "refused:" already
+        err.print(_line("refused", None, str(exc).removeprefix("refused: ")))
+        raise typer.Exit(EXIT_REFUSED) from None
     except StoreWriteError as exc:
         raise _fail(err, "sync failed", _where(display), exc, EXIT_WRITE_FAILED) from None
     except ConfigurationError as exc:
@@ -286,8 +317,29 @@ def _check_target(err: Any, out: Path) -> None:
         raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
     except StoreWriteError as exc:
         raise _fail(err, "sync failed", None, exc, EXIT_WRITE_FAILED) from None
-    except PmtkError as exc:
-        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None  # a newer store format
+    except PmtkError as exc:  # a newer store format, a link inside the store
+        err.print(_line("refused", None, str(exc).removeprefix("refused: ")))
+        raise typer.Exit(EXIT_REFUSED) from None
+
+
+def _default_out(
+    err: Any, base_url: str | None, client_id: str | None, client_secret: str | None
+) -> Path:
+    """``pmtk-store`` for a configured deployment, ``pmtk-store-mock`` for the embedded mock.
+
+    The mock's synthetic rows must never land in the folder a real deployment's
+    sync uses by default.
+    """
+    from toolkit.config import configured
+    from toolkit.errors import ConfigurationError
+    from toolkit.store import DEFAULT_STORE, MOCK_STORE
+
+    try:
+        real = configured(base_url=base_url, client_id=client_id, client_secret=client_secret)
+    except ConfigurationError as exc:
+        fix = "set PM_BASE_URL, PM_CLIENT_ID and PM_CLIENT_SECRET (or the matching options)"
+        raise _fail(err, "configuration error", None, exc, EXIT_REFUSED, fix) from None
+    return Path(DEFAULT_STORE if real else MOCK_STORE)
 
 
 def _connect(

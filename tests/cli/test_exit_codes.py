@@ -54,9 +54,7 @@ def _run(args: list[str], **env: str) -> Any:
         (["check", "--token-probe-seconds", "abc"], {}, 2),
         (["check", "--output", "yaml"], {}, 2),
         (["check"], {"PM_TIMEZONE": "Mars/Base"}, 2),
-        (["listen", "--output", "yaml"], {}, 2),
         (["listen", "--port", "x"], {}, 2),
-        (["notebooks"], {}, 2),  # --html is required
         (["notebooks", "--html", "out", "--only", "99_none"], {}, 2),
         (["mock", "--scale", "huge"], {}, 2),
         (["nonsense"], {}, 2),

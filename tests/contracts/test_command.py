@@ -263,8 +263,8 @@ def test_refused_credentials_are_said_once_and_exit_2(fake: Fake, tmp_path: Path
     assert result.output.count("refused") == 1, result.output
     assert "refused by the token endpoint" in result.stderr
     assert SECRET not in result.output
-    # The preflight: the test-control probe and one token request, nothing more.
-    assert fake.requests == ["GET /main/_test/fault", "POST /main/oauth/token"]
+    # The preflight: one token request, nothing more (no probe of the mock's /_test/).
+    assert fake.requests == ["POST /main/oauth/token"]
     assert not (tmp_path / "report.json").exists()
     _no_noise(result.output)
 

@@ -33,6 +33,7 @@ def _check(dep: Any, report_dir: Path, *extra: str) -> tuple[int, dict[str, Any]
             str(report_dir),
             "--schema-examples",
             "1",
+            "--test-controls",  # every mock here is served with its /_test/ controls
             *extra,
         ],
         catch_exceptions=False,

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, DataValidationError
+from toolkit.schemas import validate
 from toolkit.views import DATETIME, VIEWS, flatten, flatten_tables, read_schema, table_names
 
 LIVE = "https://terminology.halaxy.com/StructureDefinition/"
@@ -69,10 +70,13 @@ def appointment(i: int, **extra: Any) -> dict[str, Any]:
 
 
 REFERRAL_COLUMNS = [
-    "id", "last_updated", "coverage_id", "period_start", "period_end", "performer_id",
-    "requester_id", "referral_definition", "created", "active", "limit_quantity",
+    "id", "last_updated", "last_updated_precision", "coverage_id", "coverage_type",
+    "period_start", "period_start_precision", "period_end", "period_end_precision",
+    "performer_id", "performer_type", "requester_id", "requester_type", "referral_definition",
+    "created", "created_precision", "active", "limit_quantity",
     "limit_quantity_offset", "limit_quantity_used", "limit_money_value", "limit_money_currency",
-    "limit_money_used", "allocation_type", "subject_id", "include_cancelled_appointment",
+    "limit_money_used", "allocation_type", "subject_id", "subject_type",
+    "include_cancelled_appointment",
     "comment", "expiry_type", "priority", "extra", "invalid",
 ]  # fmt: skip
 
@@ -184,11 +188,22 @@ def test_date_times_with_offsets_are_converted_to_utc_and_dates_are_dates() -> N
     assert str(df.get_column("period_end")[0]) == "2027-11-01"
 
 
-def test_an_unparseable_date_time_raises_instead_of_becoming_null() -> None:
+def test_an_unparseable_date_time_is_kept_in_invalid_and_fails_validation() -> None:
+    # Not a page refused: the row comes back with the cell null and the text kept,
+    # and the spec's date-time rule fails it in validate (errors="raise").
     bad = appointment(1, start="next tuesday")
+    df = flatten("Appointment", [bundle(appointment(0), bad)])
+    assert df.get_column("id").to_list() == ["0", "1"]
+    assert df.get_column("start").to_list()[1] is None
+    assert df.get_column("start_precision").to_list()[1] is None
+    kept = orjson.loads(df.get_column("invalid")[1])
+    assert kept == [
+        {"path": "start", "column": "start", "value": "next tuesday", "check": "format"}
+    ]
     with pytest.raises(DataValidationError, match="next tuesday") as info:
-        flatten("Appointment", [bundle(bad)])
-    assert info.value.failure_cases.get_column("column").to_list() == ["start"]
+        validate(df, "Appointment")
+    cases = info.value.failure_cases
+    assert cases.filter(pl.col("check") == "format: start").get_column("id").to_list() == ["1"]
 
 
 def test_extension_fields_become_ordinary_columns() -> None:

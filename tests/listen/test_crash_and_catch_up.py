@@ -111,7 +111,7 @@ def test_events_acknowledged_before_a_kill_9_are_applied_after_restart(
     assert _description(store, deleted) is not None or deleted in load("Appointment", store)["id"]
     assert len(list((store / ".webhooks" / "queue").glob("*.json"))) == 3
 
-    with listen(store, client=client, catch_up=False) as receiver:
+    with listen(store, client=client, catch_up=False, no_auth=True) as receiver:
         assert receiver.wait_idle(30), receiver.stats
         assert receiver.stats.applied == 3  # deduplicated by record: one per change
     for n, rid in enumerate(changed):
@@ -132,12 +132,12 @@ def test_the_catch_up_sync_covers_changes_made_while_the_receiver_was_down(
     rid = str(load("Appointment", store)["id"][30])
     dep.advance_clock(5)
     _patch(api, rid, "changed while nobody listened")
-    with listen(control, client=client, catch_up=False) as receiver:
+    with listen(control, client=client, catch_up=False, no_auth=True) as receiver:
         assert receiver.wait_idle(30)
         assert receiver.stats.catch_up == "skipped"
     assert _description(control, rid) != "changed while nobody listened"
     sent_before = client.requests_sent
-    with listen(store, client=client, catch_up=True) as receiver:
+    with listen(store, client=client, catch_up=True, no_auth=True) as receiver:
         assert receiver.wait_idle(60)
         assert receiver.stats.catch_up.startswith("ok"), receiver.stats.catch_up
     assert _description(store, rid) == "changed while nobody listened"

@@ -172,7 +172,7 @@ def test_a_booking_and_a_group_join_arrive_as_create_and_update(
     assert {"100001", "100002"} <= set(actors)
 
 
-def test_a_delete_removes_the_record_and_its_child_rows_without_a_request(
+def test_a_delete_is_confirmed_by_one_read_and_removes_the_record_and_its_child_rows(
     dep: Any, receiver: Listener, client: Client
 ) -> None:
     rid = str(load("Appointment", receiver.store)["id"][7])
@@ -183,7 +183,7 @@ def test_a_delete_removes_the_record_and_its_child_rows_without_a_request(
     for table in ("appointment_participant", "appointment_supporting_information"):
         rows = load("Appointment", receiver.store, table=table)
         assert rid not in rows["appointment_id"].to_list(), table
-    assert client.requests_sent == sent_before
+    assert client.requests_sent == sent_before + 1  # the read that answered 404
     last = read_manifest(receiver.store)["events"]["last_applied"]
     assert (last["type"], last["id"], last["action"]) == ("Appointment", rid, "delete")
 
@@ -259,9 +259,27 @@ def test_a_record_failing_its_schema_is_set_aside_and_the_others_applied(
         assert receiver.wait_idle(30)
     finally:
         dep.set_fault(None)
-    failed = sorted((receiver.store / ".webhooks" / "failed").glob("*.json"))
+    failed = sorted((receiver.store / ".webhooks" / "dead").glob("*.json"))
     assert {f.name.rsplit("-", 1)[1].removesuffix(".json") for f in failed} == set(broken)
     assert "fails its schema" in failed[0].read_text()
     assert receiver.stats.failures == len(broken)
     assert receiver.queue.count() == 0
+    assert verify(receiver.store).ok
+
+
+def test_a_delete_of_a_record_the_api_still_serves_is_applied_as_an_update(
+    dep: Any, receiver: Listener, api: httpx.Client
+) -> None:
+    rid = str(load("Appointment", receiver.store)["id"][8])
+    api.patch(
+        f"Appointment/{rid}",
+        json={"description": "still here"},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    settle(dep, receiver)
+    headers = {NAME: VALUE.encode(), "Content-Type": "application/json"}
+    body = notification(("Appointment", rid), delete=True)  # a forged or mistaken delete
+    assert httpx.post(receiver.url, content=body, headers=headers).status_code == 202
+    assert receiver.wait_idle(30)
+    assert appointment(receiver.store, rid)["description"] == "still here"
     assert verify(receiver.store).ok

@@ -211,24 +211,46 @@ def test_an_oversized_body_gets_413_whether_announced_or_streamed(receiver: List
     _unchanged(receiver, before)
 
 
-def test_an_unknown_resource_type_is_accepted_logged_and_not_applied(
+def test_a_type_without_a_view_is_accepted_and_logged_and_one_never_synced_waits(
     receiver: Listener, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="pmtk.listen")
     before = (receiver.store / "manifest.json").read_bytes()
-    for rtype in ("Invoice", "Subscription"):
-        response = httpx.post(
-            receiver.url, content=notification((rtype, "77")), headers=HOOK_HEADERS
-        )
-        assert response.status_code == 202
-        assert "not applied" in _issue(response)
-    assert receiver.stats.ignored == 2
-    assert "Invoice/77" in caplog.text and "not applied" in caplog.text
+    ignored = httpx.post(
+        receiver.url, content=notification(("Subscription", "77")), headers=HOOK_HEADERS
+    )
+    assert ignored.status_code == 202 and "not applied" in _issue(ignored)
+    assert receiver.stats.ignored == 1
+    assert "Subscription/77" in caplog.text and "not applied" in caplog.text
+    # Invoice has a view but this store was never synced with it: the change waits
+    kept = httpx.post(receiver.url, content=notification(("Invoice", "77")), headers=HOOK_HEADERS)
+    assert kept.status_code == 202
+    assert receiver.wait_idle(30)
+    assert receiver.queue.waiting() == {"Invoice": 1}
+    assert receiver.status()["queue"]["waiting_for_sync"] == {"Invoice": 1}
     _unchanged(receiver, before)
 
 
 def test_other_methods_and_media_types_are_refused(receiver: Listener) -> None:
     assert httpx.get(receiver.url, headers=HOOK_HEADERS).status_code == 405
+    preflight = httpx.options(
+        receiver.url,
+        headers={
+            "Origin": "http://127.0.0.1:9",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type",
+        },
+    )
+    assert preflight.status_code == 405
+    assert not [h for h in preflight.headers if h.lower().startswith("access-control-")]
+    for media in (None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+        headers: dict[str, str | bytes] = {NAME: RAW}
+        if media is not None:
+            headers["Content-Type"] = media
+        body = notification(("Appointment", "10000001"))
+        refused = httpx.post(receiver.url, content=body, headers=headers)
+        assert refused.status_code == 415, media
+        assert not [h for h in refused.headers if h.lower().startswith("access-control-")]
     response = httpx.post(
         receiver.url,
         content=notification(("Appointment", "10000001")),

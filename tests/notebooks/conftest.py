@@ -20,8 +20,14 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from toolkit.notebooks import RenderResult, execute_notebook, notebook_paths, render_html
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+CHARTED = ("02", "03", "04", "05")
 
 BROWSERS = ("chromium-headless-shell", "chromium")
 INSTALL = "apt-get install -y chromium-headless-shell"
@@ -83,3 +89,45 @@ def chromium() -> Callable[[Path], str]:
         return completed.stdout
 
     return dump_dom
+
+
+@pytest.fixture(scope="session")
+def executed_notebooks() -> list[tuple[Path, Any, str | None, float]]:
+    """Notebooks 02 to 05 executed once (notebook, executed node, error, seconds)."""
+    import time
+
+    out = []
+    for path in notebook_paths(NOTEBOOK_DIR, CHARTED):
+        began = time.perf_counter()
+        nb, error = execute_notebook(path, timeout=120)
+        out.append((path, nb, error, time.perf_counter() - began))
+    return out
+
+
+def _pages(
+    executed: list[tuple[Path, Any, str | None, float]], out: Path, *, report: bool
+) -> list[RenderResult]:
+    results = []
+    for path, nb, error, seconds in executed:
+        target = out / f"{path.stem}.html"
+        target.write_text(render_html(nb, report=report), encoding="utf-8")
+        results.append(RenderResult(path, target, seconds, error))
+    return results
+
+
+@pytest.fixture(scope="session")
+def rendered(
+    executed_notebooks: list[tuple[Path, Any, str | None, float]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> list[RenderResult]:
+    """The pages of ``pmtk notebooks --html``: every cell, code included."""
+    return _pages(executed_notebooks, tmp_path_factory.mktemp("html"), report=False)
+
+
+@pytest.fixture(scope="session")
+def reports(
+    executed_notebooks: list[tuple[Path, Any, str | None, float]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> list[RenderResult]:
+    """The pages of ``pmtk notebooks --report``: no code, key figures first."""
+    return _pages(executed_notebooks, tmp_path_factory.mktemp("reports"), report=True)

@@ -1,7 +1,8 @@
 """``pmtk notebooks --html``: the charting notebooks render to pages that draw offline.
 
 Rendering executes the notebooks again (the notebook tests already ran them), so
-one rendering of notebooks 02 to 05 is shared by every assertion, including the
+one execution of notebooks 02 to 05 (``executed_notebooks`` in ``conftest.py``) is
+shared by every assertion, and by the reports of ``test_report.py``, including the
 one that opens each page in headless Chromium with the network blocked and
 counts the charts vega-embed drew.
 """
@@ -9,25 +10,29 @@ counts the charts vega-embed drew.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from html import escape, unescape
 from pathlib import Path
+from typing import Any
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tests.notebooks.charts_dom import NETWORK_SCRIPT, chart_specs, count_charts
-from toolkit.notebooks import RenderResult, notebook_paths, notebooks_command, render_notebooks
-
-NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
-CHARTED = ("02", "03", "04", "05")
+from tests.notebooks.charts_dom import (
+    NETWORK_SCRIPT,
+    chart_specs,
+    count_charts,
+    drawn_charts,
+    overlapping_texts,
+    with_overlap_probe,
+)
+from tests.notebooks.conftest import CHARTED
+from toolkit import Client
+from toolkit.notebooks import MAX_CHART_WIDTH, RenderResult, notebooks_command
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> list[RenderResult]:
-    out = tmp_path_factory.mktemp("html")
-    return render_notebooks(out, notebooks=notebook_paths(NOTEBOOK_DIR, CHARTED), timeout=120)
 
 
 def test_every_cell_runs_when_rendering(rendered: list[RenderResult]) -> None:
@@ -102,3 +107,243 @@ def test_every_chart_draws_in_headless_chromium_offline(
         assert "Error loading script" not in dom, result.html.name
         assert counted.errors == (), f"{result.html.name}: {counted.errors}"
         assert (counted.containers, counted.drawn) == (expected, expected), result.html.name
+
+
+# --------------------------------------------------------------------------- reports
+
+REPORTED = ("02", "03", "04")
+YEAR = re.compile(r"\b(?:19|20)\d{2}\b")
+DATE_AXIS = re.compile(r"time scale|\d{2} [A-Z][a-z]+ \d{4}")
+SUMMARY = '<section class="pmtk-summary"'
+INPUT_ELEMENT = re.compile(
+    r'class="[^"]*\b(?:jp-InputPrompt|jp-CodeMirrorEditor|jp-InputArea-editor|highlight)\b'
+)
+
+
+def _report(reports: list[RenderResult], prefix: str) -> str:
+    (page,) = [r for r in reports if r.notebook.name.startswith(prefix)]
+    return page.html.read_text(encoding="utf-8")
+
+
+def _figure(html: str, label: str) -> str:
+    found = re.search(
+        r'<th scope="row"[^>]*>' + re.escape(escape(label)) + r"</th>\s*<td[^>]*>([^<]*)</td>", html
+    )
+    assert found, f"no key figure {label!r}"
+    return unescape(found.group(1))
+
+
+@pytest.fixture(scope="module")
+def mock_frames(mock_deployment: Any) -> dict[str, pl.DataFrame]:
+    """The session mock's tables, listed over HTTP: the same data the notebooks' mock serves."""
+    mock_deployment.reset_rate_limit()
+    with Client(
+        mock_deployment.base_url,
+        mock_deployment.client_id,
+        mock_deployment.client_secret,
+        requests_per_minute=None,
+        progress=False,
+        user_agent="pmtk tests (tests@example.org)",
+    ) as client:
+        frames: dict[str, pl.DataFrame] = {}
+        for resource in ("Referral", "Appointment", "Patient", "Invoice"):
+            frames.update(client.frames(resource))
+    return frames
+
+
+def test_reports_show_no_code(reports: list[RenderResult]) -> None:
+    assert [r.notebook.name[:2] for r in reports] == list(CHARTED)
+    for result in reports:
+        assert result.ok, result.error
+        html = result.html.read_text(encoding="utf-8")
+        # (the page's CSS names these classes; no element may carry them)
+        assert not INPUT_ELEMENT.search(html), result.html.name
+        # What a reader sees: the page without its scripts (chart specs name columns) and CSS.
+        visible = re.sub(r"<(script|style)\b.*?</\1>", "", html, flags=re.DOTALL)
+        text = unescape(re.sub(r"<[^>]+>", "", visible))
+        source = json.loads(result.notebook.read_text(encoding="utf-8"))
+        for cell in source["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for line in "".join(cell["source"]).splitlines():
+                if len(line.strip()) >= 12:  # short lines ("(", "SHOW = 15") prove nothing
+                    assert line.strip() not in text, (
+                        result.html.name,
+                        line,
+                    )
+        assert "pmtk: nothing configured" not in html  # stderr notices stay out of a report
+
+
+def test_each_report_opens_with_its_key_figures(reports: list[RenderResult]) -> None:
+    for prefix in REPORTED:
+        html = _report(reports, prefix)
+        title, summary, intro = (
+            html.find("<h1"),
+            html.find(SUMMARY),
+            html.find("What you will learn"),
+        )
+        assert -1 < title < summary < intro, prefix
+        assert html.count(SUMMARY) == 1
+        assert re.search(r"\d", html[summary : html.find("</section>", summary)])
+
+
+def test_key_figures_are_computed_from_the_data(
+    reports: list[RenderResult], mock_frames: dict[str, pl.DataFrame]
+) -> None:
+    referral = mock_frames["Referral"]
+    active = int(referral["active"].sum())
+    assert (
+        _figure(_report(reports, "02"), "Active referrals") == f"{active:,} of {referral.height:,}"
+    )
+    invoices = mock_frames["Invoice"].height
+    assert _figure(_report(reports, "04"), "Invoices that reconcile with their lines") == (
+        f"{invoices:,} of {invoices:,}"
+    )
+    appointments = mock_frames["Appointment"].height
+    assert _figure(_report(reports, "03"), "Appointments").startswith(f"{appointments:,} from ")
+
+
+def test_a_cut_table_says_so_and_shows_names_beside_ids(
+    reports: list[RenderResult], mock_frames: dict[str, pl.DataFrame]
+) -> None:
+    html = _report(reports, "02")
+    start = html.find("Referrals nearly used up or about to expire")
+    table = html[start : html.find("</table>", start)]
+    cut = re.search(r"(\d+) of (\d+) shown, most used first", table)
+    assert cut, "the table does not say it is cut"
+    rows = re.findall(r"<tr>(.*?)</tr>", table, flags=re.DOTALL)
+    body = [r for r in rows if 'class="gt_row' in r]
+    assert len(body) == int(cut.group(1)) < int(cut.group(2))
+    # Every patient shows by name, with the id beside it, as the deployment names them.
+    patients = mock_frames["Patient"]
+    names = {
+        pid: " ".join([*(given or []), family or ""]).strip()
+        for pid, given, family in patients.select("id", "name_given", "name_family").iter_rows()
+    }
+    for row in body:
+        cells = [unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.DOTALL)]
+        patient_name, patient_id = cells[1], cells[2]
+        assert patient_id in names, cells
+        assert patient_name == names[patient_id], cells
+
+
+def test_the_heatmap_shows_counts_beside_rates(
+    reports: list[RenderResult], chromium: Callable[[Path], str]
+) -> None:
+    page = next(r for r in reports if r.notebook.name.startswith("03"))
+    html = page.html.read_text(encoding="utf-8")
+    (heatmap,) = [
+        s for s in chart_specs(html) if "Did-not-attend rate" in json.dumps(s.get("title"))
+    ]
+    marks = [
+        layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
+        for layer in heatmap["layer"]
+    ]
+    assert marks == ["rect", "text"]
+    drawn = drawn_charts(chromium(page.html))
+    counts = [re.fullmatch(r"(\d+|–)%n=(\d+)", t.text) for t in drawn.texts if "n=" in t.text]
+    assert counts and all(counts), [t.text for t in drawn.texts if "n=" in t.text][:5]
+    past = _figure(html, "Past appointments").split(":")[0]
+    assert sum(int(c.group(2)) for c in counts if c) == int(past.replace(",", ""))
+
+
+def test_every_report_chart_is_readable_at_1400_px(
+    reports: list[RenderResult], chromium: Callable[[Path], str]
+) -> None:
+    for result in reports:
+        html = result.html.read_text(encoding="utf-8")
+        specs = chart_specs(html)
+        for spec in specs:
+            config = spec.get("config", {})
+            assert config.get("legend", {}).get("labelLimit") == 0, spec.get("title")
+            assert "%Y" in config.get("axisTemporal", {}).get("format", ""), spec.get("title")
+        probed = result.html.with_name(f"probed-{result.html.name}")
+        probed.write_text(with_overlap_probe(html), encoding="utf-8")
+        dom = chromium(probed)
+        counted = count_charts(dom)
+        assert (counted.containers, counted.drawn) == (len(specs), len(specs)), result.html.name
+        overlaps = overlapping_texts(dom)
+        assert overlaps == [], f"{result.html.name}: texts drawn over each other {overlaps}"
+        drawn = drawn_charts(dom)
+        assert len(drawn.widths) == len(specs)
+        assert max(drawn.widths) <= MAX_CHART_WIDTH, (result.html.name, drawn.widths)
+        cut = [t.text for t in drawn.texts if "…" in t.text]
+        assert not cut, f"{result.html.name}: cut labels {cut}"
+        dated = [
+            t for t in drawn.texts if "role-axis-label" in t.roles and DATE_AXIS.search(t.axis)
+        ]
+        yearless = [t.text for t in dated if not YEAR.search(t.text)]
+        assert not yearless, f"{result.html.name}: date labels without a year {yearless}"
+        if result.notebook.name.startswith("03"):
+            assert dated, "notebook 03 draws no date axis"
+            legend = {t.text for t in drawn.texts if "role-legend-label" in t.roles}
+            clinics = {
+                "Harbourside Allied Health Newtown",
+                "Harbourside Allied Health Paddington",
+                "Harbourside Allied Health Fremantle",
+            }
+            assert clinics <= legend, legend
+
+
+REPORT_NOTEBOOK = {
+    "cells": [
+        {
+            "cell_type": "markdown",
+            "id": "title",
+            "metadata": {},
+            "source": "# 01 · Tiny\n\n**What you will learn**\n\n- a thing",
+        },
+        {
+            "cell_type": "code",
+            "id": "work",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": (
+                "import sys\nprint('noise', file=sys.stderr)\n"
+                "value_shown = 6 * 7\nprint(f'answer {value_shown}')"
+            ),
+        },
+        {
+            "cell_type": "code",
+            "id": "figures",
+            "metadata": {"tags": ["summary"]},
+            "execution_count": None,
+            "outputs": [],
+            "source": (
+                "from toolkit.notebooks import key_figures\n"
+                "key_figures({'Answer': str(value_shown)})"
+            ),
+        },
+    ],
+    "metadata": {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+    },
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+def test_the_command_writes_reports(tmp_path: Path) -> None:
+    import typer
+
+    source = tmp_path / "nbs"
+    source.mkdir()
+    (source / "01_tiny.ipynb").write_text(json.dumps(REPORT_NOTEBOOK), encoding="utf-8")
+    app = typer.Typer()
+    app.command()(notebooks_command)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["--report", "--html", str(out), "--source", str(source)])
+    assert result.exit_code == 0, result.output
+    html = (out / "01_tiny.html").read_text(encoding="utf-8")
+    assert "value_shown" not in html and "print(" not in html and "noise" not in html
+    assert "answer 42" in html
+    assert html.find("01 · Tiny") < html.find(SUMMARY) < html.find("What you will learn")
+    assert _figure(html, "Answer") == "42"
+    assert not INPUT_ELEMENT.search(html)
+    # The control: without --report the same notebook's code is on the page.
+    plain = tmp_path / "plain"
+    result = CliRunner().invoke(app, ["--html", str(plain), "--source", str(source)])
+    assert result.exit_code == 0, result.output
+    page = (plain / "01_tiny.html").read_text(encoding="utf-8")
+    assert INPUT_ELEMENT.search(page) and "value_shown" in page

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,10 +79,10 @@ def _named(test: Callable[[str], bool]) -> Callable[..., bool]:
 
 # (target object, attribute, predicate, nth call, exception, the step in the message)
 CASES: dict[str, tuple[Any, str, Callable[..., bool], int, Callable[[], BaseException], str]] = {
-    "lock-file-read-only": (  # filelock opens the lock file with os.open
+    "lock-file-read-only": (
         os,
-        "open",
-        lambda path, *a, **k: os.fspath(path).endswith(".lock"),
+        "open",  # the lock file is opened with O_NOFOLLOW, by os.open
+        lambda path, *a, **k: Path(path).name == ".lock",
         1,
         _os_error(errno.EROFS),
         "lock file",
@@ -261,9 +262,21 @@ def test_pmtk_sync_on_a_full_disk_prints_one_line_and_exits_4(
 def test_a_real_enospc_from_dev_full_while_writing_the_manifest(
     synced: Any, tmp_path: Path, new_client: Any
 ) -> None:
-    """The kernel's own ENOSPC: the manifest's temporary file is a link to /dev/full."""
+    """The kernel's own ENOSPC: the manifest's temporary file is a /dev/full device node.
+
+    A link to /dev/full would not do: the store never writes through a link
+    (``tests/store/test_links.py``). A character device of /dev/full's numbers
+    (1, 7), made with mknod, is the same file to the kernel.
+    """
     if not Path("/dev/full").exists():
         pytest.skip("/dev/full is Linux-only")
+    probe = tmp_path / "full-probe"
+    try:  # mknod needs root, and a file system mounted without nodev
+        os.mknod(probe, stat.S_IFCHR | 0o600, os.makedev(1, 7))
+        os.close(os.open(probe, os.O_WRONLY))
+    except OSError as exc:
+        pytest.skip(f"cannot make and open a device node here ({exc.strerror})")
+    probe.unlink()
     store = tmp_path / "store"
     shutil.copytree(synced.path, store)
     before = _frames(store)
@@ -271,15 +284,15 @@ def test_a_real_enospc_from_dev_full_while_writing_the_manifest(
 
     def plant(event: Any) -> None:
         # after the sync has started (it clears stale temporary manifests at its start)
-        if not tmp.is_symlink():
-            tmp.symlink_to("/dev/full")
+        if not tmp.exists():
+            os.mknod(tmp, stat.S_IFCHR | 0o600, os.makedev(1, 7))
 
     with new_client(synced.dep) as client:
         _change_an_appointment(synced.dep, client, store, "moved (dev-full)")
         with pytest.raises(StoreWriteError, match="disk is full") as info:
             sync(client, store, resources=[RESOURCE], progress=plant)
     assert info.value.errno == errno.ENOSPC
-    assert not tmp.is_symlink()
+    assert not tmp.exists()
     for table, frame in before.items():
         after = load(RESOURCE, store, table=table)
         assert isinstance(after, pl.DataFrame) and after.equals(frame)

@@ -38,6 +38,9 @@ from toolkit.analysis.activity import (
     lead_time_summary as lead_time_summary,
 )
 from toolkit.analysis.activity import (
+    outcomes_by_slot as outcomes_by_slot,
+)
+from toolkit.analysis.activity import (
     slot_utilisation as slot_utilisation,
 )
 from toolkit.analysis.activity import (
@@ -120,6 +123,9 @@ from toolkit.analysis.joins import (
 )
 from toolkit.analysis.joins import (
     invoice_reconciliation as invoice_reconciliation,
+)
+from toolkit.analysis.joins import (
+    patient_display_names as patient_display_names,
 )
 from toolkit.analysis.joins import (
     practitioner_display_names as practitioner_display_names,
@@ -239,6 +245,9 @@ from toolkit.analysis.tables import (
     row_counts as row_counts,
 )
 from toolkit.analysis.tables import (
+    shown_of as shown_of,
+)
+from toolkit.analysis.tables import (
     top_n as top_n,
 )
 
@@ -269,7 +278,9 @@ __all__ = [
     "local_times",
     "money_share",
     "organization_zones",
+    "outcomes_by_slot",
     "override_zone",
+    "patient_display_names",
     "practice_clock",
     "practice_country",
     "practice_zone",
@@ -295,6 +306,7 @@ __all__ = [
     "roles_among",
     "row_counts",
     "service_names",
+    "shown_of",
     "single_currency",
     "slot_utilisation",
     "top_n",

@@ -137,6 +137,46 @@ def attendance_rates(visits: pl.DataFrame, by: str | Sequence[str]) -> pl.DataFr
     )
 
 
+def outcomes_by_slot(visits: pl.DataFrame) -> pl.DataFrame:
+    """Outcome rates per local weekday and hour, each rate beside its count.
+
+    The heatmap of notebook 03: every appointment sits in the weekday and hour
+    of *its clinic's* clock (``weekday`` and ``hour`` of
+    :func:`toolkit.analysis.appointment_visits`, whose zones come from
+    :func:`toolkit.analysis.practice_clock`), never UTC's. A rate alone hides
+    how many appointments it rests on, so ``label`` carries both.
+
+    Parameters
+    ----------
+    visits
+        The output of :func:`appointment_visits` (``weekday_number``,
+        ``weekday``, ``hour``, ``outcome``, ``is_past``).
+
+    Returns
+    -------
+    pl.DataFrame
+        The columns of :func:`attendance_rates` by ``weekday_number``,
+        ``weekday`` and ``hour``, plus ``label``: the did-not-attend rate and the
+        count of past appointments, ``"12%\\nn=25"`` (two lines in the chart).
+
+    Examples
+    --------
+    >>> import datetime as dt
+    >>> v = pl.DataFrame({"weekday_number": [1, 1, 1], "weekday": ["Mon"] * 3,
+    ...                   "hour": [9, 9, 9], "is_past": [True] * 3,
+    ...                   "outcome": ["attended", "did not attend", "attended"]})
+    >>> outcomes_by_slot(v).select("hour", "appointments", "label").row(0)
+    (9, 3, '33%\\nn=3')
+    """
+    rates = attendance_rates(visits, ["weekday_number", "weekday", "hour"])
+    percent = (pl.col("dna_rate") * 100).round(0).cast(pl.Int64).cast(pl.String)
+    return rates.with_columns(
+        pl.concat_str(
+            [percent.fill_null("–"), pl.lit("%\nn="), pl.col("appointments").cast(pl.String)]
+        ).alias("label")
+    )
+
+
 def lead_time_summary(visits: pl.DataFrame, by: str | Sequence[str] = ()) -> pl.DataFrame:
     """Booking lead time (start minus created) in days: median, mean and 90th percentile.
 

@@ -144,6 +144,49 @@ def practitioner_display_names(practitioners: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def patient_display_names(patients: pl.DataFrame) -> pl.DataFrame:
+    """One readable name per patient, ``"Given Family"``, to show beside the id.
+
+    Parameters
+    ----------
+    patients
+        The ``Patient`` table (``id``, ``name_given``, ``name_family``: the view's
+        chosen name, ``official`` first).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``patient_id`` and ``patient_name`` (null when the patient has no name
+        parts), one row per patient id, in order of appearance.
+
+    Raises
+    ------
+    toolkit.errors.MissingColumnError
+        When ``id`` or both name columns are missing.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"id": ["PT-1", "PT-1"], "name_given": [["Mia", "Rose"], ["X"]],
+    ...                    "name_family": ["Tran", "Y"]})
+    >>> patient_display_names(df).rows()
+    [('PT-1', 'Mia Rose Tran')]
+    """
+    function = "patient_display_names"
+    require_columns(patients, ["id"], frame_name="patients", function=function)
+    if not {"name_given", "name_family"} & set(patients.columns):
+        require_columns(
+            patients, ["name_given", "name_family"], frame_name="patients", function=function
+        )
+    return (
+        patients.unique("id", keep="first", maintain_order=True)
+        .select(
+            pl.col("id").cast(pl.String).alias("patient_id"),
+            _display(patients, "name_prefix", "name_given", "name_family").alias("patient_name"),
+        )
+        .filter(pl.col("patient_id").is_not_null())
+    )
+
+
 def _organization_names(organizations: pl.DataFrame, function: str) -> pl.DataFrame:
     require_columns(organizations, ["id", "name"], frame_name="organizations", function=function)
     return organizations.select(

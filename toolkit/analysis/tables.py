@@ -344,3 +344,33 @@ def top_n(
         .otherwise(pl.lit(other))
         .alias(column)
     )
+
+
+def shown_of(total: int, shown: int, order: str = "") -> str:
+    """Say whether a table shows every row or only the first ones.
+
+    Parameters
+    ----------
+    total
+        Rows the question has.
+    shown
+        Rows the table shows (``head(n)``).
+    order
+        What comes first when the table is cut, e.g. ``"most used first"``.
+
+    Returns
+    -------
+    str
+        ``"all 8 shown"`` when nothing is cut, else ``"15 of 29 shown, most used first"``.
+
+    Examples
+    --------
+    >>> shown_of(29, 15, "most used first")
+    '15 of 29 shown, most used first'
+    >>> shown_of(8, 15)
+    'all 8 shown'
+    """
+    if shown >= total:
+        return f"all {total:,} shown"
+    text = f"{shown:,} of {total:,} shown"
+    return f"{text}, {order}" if order else text

@@ -497,7 +497,13 @@ PATIENT = Resource(
         Field("gender", "code", enum=("male", "female", "other", "unknown")),
         Field("birthDate", "date", format="date"),
         ADDRESS,
-        _reference_field("generalPractitioner", _ref(ROLE_ANY), many=True),
+        _reference_field(
+            "generalPractitioner",
+            # The vendor's pages show Organization (CL-) and Practitioner (PR-)
+            # targets (facts); FHIR R4 also allows PractitionerRole.
+            _ref(ROLE_ANY, ("Practitioner", ("PR-", "EP-")), ORG_ANY),
+            many=True,
+        ),
         Field(
             "patient-status",
             "code",

@@ -8,10 +8,10 @@ from typing import Any
 
 import uvicorn
 
+from toolkit._protocol import Limits, guarded_protocol
 from toolkit._serving import start
 from toolkit.errors import ConfigurationError
 from toolkit.mock.app import create_app
-from toolkit.mock.protocol import Limits, guarded_protocol
 from toolkit.mock.state import MockOptions, MockState
 from toolkit.mock.webhooks import WebhookSender, split_header
 

@@ -36,6 +36,14 @@ How a resource is synced (:func:`sync`):
    still names the old files, which are intact. Every file, and every folder
    whose entries changed, is fsynced before the manifest points at it.
 
+A store belongs to one deployment: its manifest records the base URL and a
+one-way hash of the client id (:class:`Deployment`), and a sync, ``pmtk listen``
+or ``load(..., deployment=client)`` refuses a store of another one
+(:class:`WrongDeployment`; ``rebind=True`` discards its data and syncs in full).
+The embedded mock's default folder is ``pmtk-store-mock``, a configured
+deployment's ``pmtk-store`` (:func:`default_store`). A symbolic link inside a
+store is never written or deleted through (:class:`StoreLinked`).
+
 The store never takes over a folder it did not create: :func:`sync` writes only
 into a missing or empty folder, or into a folder whose ``manifest.json`` carries
 ``"kind": "pmtk-store"`` (:class:`NotAStore` otherwise, before writing
@@ -74,11 +82,26 @@ from toolkit.store.entry import (
 from toolkit.store.entry import (
     sync as sync,
 )
+from toolkit.store.identity import (
+    Deployment as Deployment,
+)
+from toolkit.store.identity import (
+    WrongDeployment as WrongDeployment,
+)
+from toolkit.store.identity import (
+    default_store as default_store,
+)
+from toolkit.store.identity import (
+    deployment_of as deployment_of,
+)
 from toolkit.store.layout import (
     _DATA_FILE_NAME as _DATA_FILE_NAME,
 )
 from toolkit.store.layout import (
     _OWN_LEFTOVERS as _OWN_LEFTOVERS,
+)
+from toolkit.store.layout import (
+    _bind as _bind,
 )
 from toolkit.store.layout import (
     _check_manifest as _check_manifest,
@@ -243,6 +266,9 @@ from toolkit.store.results import (
     MANIFEST as MANIFEST,
 )
 from toolkit.store.results import (
+    MOCK_STORE as MOCK_STORE,
+)
+from toolkit.store.results import (
     PAGE_SIZE as PAGE_SIZE,
 )
 from toolkit.store.results import (
@@ -303,6 +329,9 @@ from toolkit.store.results import (
     StoreError as StoreError,
 )
 from toolkit.store.results import (
+    StoreLinked as StoreLinked,
+)
+from toolkit.store.results import (
     StoreWriteError as StoreWriteError,
 )
 from toolkit.store.results import (
@@ -353,10 +382,12 @@ from toolkit.store.syncer import (
 
 __all__ = [
     "DEFAULT_STORE",
+    "MOCK_STORE",
     "PAGE_SIZE",
     "STORE_FORMAT",
     "STORE_KIND",
     "ChangeResult",
+    "Deployment",
     "FileProblem",
     "ManifestDamaged",
     "NotAStore",
@@ -366,15 +397,19 @@ __all__ = [
     "ResourceSync",
     "StoreDamaged",
     "StoreError",
+    "StoreLinked",
     "StoreWriteError",
     "SyncFailed",
     "SyncProgress",
     "SyncSummary",
     "VerifyReport",
+    "WrongDeployment",
     "apply_changes",
     "check_folder",
     "declared_schemas",
+    "default_store",
     "delete",
+    "deployment_of",
     "load",
     "one_line",
     "read_manifest",

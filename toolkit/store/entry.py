@@ -13,10 +13,20 @@ import polars as pl
 
 from toolkit import catalogue
 from toolkit.errors import MethodNotAllowed, NotFound, PmtkError
+from toolkit.store.identity import (
+    Deployment,
+    WrongDeployment,
+    check_deployment,
+    default_store,
+    deployment_of,
+)
 from toolkit.store.layout import (
+    _bind,
     _claim,
     _init_manifest,
+    _linked_message,
     _locked,
+    _manifest_path,
     _scoped_to_resource,
     _snake,
     _update_manifest,
@@ -26,7 +36,6 @@ from toolkit.store.layout import (
 from toolkit.store.merge import drop_missing
 from toolkit.store.progress import SyncProgress
 from toolkit.store.results import (
-    DEFAULT_STORE,
     NOT_SERVED,
     PAGE_SIZE,
     ErrorsMode,
@@ -36,6 +45,7 @@ from toolkit.store.results import (
     ResourceSync,
     StoreDamaged,
     StoreError,
+    StoreLinked,
     SyncFailed,
     SyncSummary,
     _repair_command,
@@ -46,13 +56,14 @@ from toolkit.store.syncer import _check_table, _ResourceSyncer
 
 def sync(
     client: PageSource | None = None,
-    out: str | os.PathLike[str] = DEFAULT_STORE,
+    out: str | os.PathLike[str] | None = None,
     resources: Sequence[str] | None = None,
     full: bool = False,
     progress: bool | ProgressCallback | SyncProgress | None = None,
     *,
     errors: ErrorsMode = "raise",
     reconcile: bool = False,
+    rebind: bool = False,
 ) -> SyncSummary:
     """Bring the Parquet store at ``out`` up to date with the deployment.
 
@@ -62,9 +73,10 @@ def sync(
         A :class:`PageSource`, normally a :class:`toolkit.Client`. ``None`` uses
         :func:`toolkit.connect` (``PM_*`` settings, or the embedded mock).
     out
-        The store directory: missing, empty, or a pmtk store. A stored file
-        that fails its checksum makes that resource sync in full (listed in
-        ``ResourceSync.repaired``).
+        The store directory: missing, empty, or a pmtk store of the client's
+        deployment. A stored file that fails its checksum makes that resource
+        sync in full (listed in ``ResourceSync.repaired``). Default
+        ``pmtk-store``, or ``pmtk-store-mock`` for the embedded mock.
     resources
         Resource types to sync; default every listed resource
         (:data:`toolkit.catalogue.LISTED_RESOURCES`).
@@ -88,6 +100,10 @@ def sync(
         request per 100 records of the resource. Patient needs no walk: every
         incremental sync asks ``$export-ids`` for its ids (one request) and
         drops deleted patients, with or without ``reconcile``.
+    rebind
+        Make a store of another deployment (or of an unrecorded one) this
+        client's: its data is discarded and every resource synced in full.
+        Without it such a store is refused (:class:`WrongDeployment`).
 
     Returns
     -------
@@ -110,6 +126,9 @@ def sync(
         When ``out`` exists, is not empty and is not a pmtk store (nothing is written).
     ManifestDamaged
         When the store's ``manifest.json`` is unreadable (nothing is written).
+    WrongDeployment
+        When the store records another deployment than the client's, or holds
+        data and records none (nothing is written, nothing requested).
     StoreWriteError
         When the disk is full or the folder read-only or forbidden; the data
         committed before is unchanged and the next run resumes.
@@ -137,8 +156,10 @@ def sync(
     ...     load("Referral", out).height == summary["Referral"].rows["Referral"]
     True
     """
-    root = Path(out)
     wanted = _listed(resources)
+    if out is None:
+        out = default_store(client)
+    root = Path(out)
     _claim(root)  # before connecting: refusing costs nothing
     owned: Any = None
     if client is None:
@@ -146,6 +167,13 @@ def sync(
 
         owned = toolkit.connect()
         client = owned
+    current = deployment_of(client)
+    try:
+        _check_bound(root, current, rebind=rebind)  # before the lock: a refusal touches nothing
+    except BaseException:
+        if owned is not None:
+            owned.close()
+        raise
     started = time.monotonic()
     summary = SyncSummary(out=root)
     display, callback = _display_for(progress)
@@ -159,6 +187,7 @@ def sync(
         ):
             _claim(root)  # again under the lock: another process may have written meanwhile
             _init_manifest(root)
+            _bind(root, current, rebind=rebind)
             for rt in wanted:
                 syncer = _ResourceSyncer(
                     root=root,
@@ -185,6 +214,13 @@ def sync(
         only = next(iter(failures.values())) if len(failures) == 1 else None
         raise SyncFailed(summary, failures) from only
     return summary
+
+
+def _check_bound(root: Path, current: Deployment | None, *, rebind: bool) -> None:
+    """Refuse a store of another deployment before anything is locked or written."""
+    if current is None or not _manifest_path(root).is_file():
+        return
+    check_deployment(root, read_manifest(root), current, rebind=rebind)
 
 
 def _drop_deleted(
@@ -299,11 +335,12 @@ def _failure(syncer: _ResourceSyncer, exc: BaseException, elapsed: float) -> Res
 
 def load(
     resource_type: str,
-    store: str | os.PathLike[str] = DEFAULT_STORE,
+    store: str | os.PathLike[str] | None = None,
     *,
     table: str | None = None,
     lazy: bool = False,
     verify: bool = True,
+    deployment: Any = None,
 ) -> pl.DataFrame | pl.LazyFrame:
     """Read a stored table back with the dtypes its view declares.
 
@@ -312,7 +349,8 @@ def load(
     resource_type
         The resource, e.g. ``"Appointment"``.
     store
-        The store directory written by :func:`sync`.
+        The store directory written by :func:`sync`; default ``pmtk-store`` when
+        a deployment is configured (``PM_BASE_URL``), else ``pmtk-store-mock``.
     table
         A child table such as ``"appointment_participant"`` (or just
         ``"participant"``); default the resource's main table.
@@ -322,6 +360,10 @@ def load(
         Compare the file's sha256 with the one the manifest recorded before
         reading it (a full read of the file; about 2 ms per MB, see
         ``docs/store.md``). ``False`` skips the check.
+    deployment
+        The deployment the data must come from: a :class:`toolkit.Client` (or a
+        :class:`Deployment`). A store that records another one, or none, is
+        refused (:class:`WrongDeployment`). ``None`` reads whatever the store holds.
 
     Returns
     -------
@@ -333,13 +375,30 @@ def load(
         When the file is missing or fails its checksum (or, written by a pmtk
         before store format 2, has none); the message names the file and the
         ``pmtk sync --full --resource ...`` command that rebuilds it.
+    WrongDeployment
+        When ``deployment`` is given and the store was made from another one.
+    StoreLinked
+        When the manifest, the table's folder or its file is a symbolic link.
     StoreError
         When the store, the resource or the table is missing, the file is
         unreadable, or was written with another schema than the current view.
     """
-    root = Path(store)
+    root = Path(store if store is not None else default_store())
+    if deployment is not None:
+        current = deployment_of(deployment)
+        if current is not None and check_deployment(root, read_manifest(root), current) != "keep":
+            # no deployment recorded, but nothing another deployment's either: no sync
+            # of this one has run, so nothing vouches for the data
+            msg = (
+                f"the store at {root} is not bound to {current.describe()} yet (no sync "
+                f"of it has run); run `pmtk sync --out {root}` first"
+            )
+            raise WrongDeployment(msg)
     name, info = _stored_table(root, resource_type, table)
     path = root / str(info.get("path"))
+    for hop in (_manifest_path(root), path.parent, path):
+        if hop.is_symlink():  # the data would come from outside the store
+            raise StoreLinked(_linked_message(root, hop))
     if not path.is_file():
         missing = FileProblem(resource_type, name, str(info.get("path")), "missing")
         raise StoreDamaged(root, [missing])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import hashlib
 import os
@@ -24,9 +25,101 @@ from toolkit.store.results import (
     ManifestDamaged,
     NotAStore,
     StoreError,
+    StoreLinked,
     StoreWriteError,
     _writing,
 )
+
+_ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("pmtk_store_root", default=None)
+"""The store whose lock this thread holds: every write below it is checked for links."""
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _linked_message(root: Path, link: Path) -> str:
+    try:
+        target = os.readlink(link)
+    except OSError:
+        target = "?"
+    try:
+        shown = link.relative_to(root)
+    except ValueError:
+        shown = link
+    return (
+        f"refused: {shown} inside the store {root} is a symbolic link (to {target}); pmtk "
+        "never writes or deletes through a link inside a store and wrote nothing. Replace "
+        "the link by a real folder or file (or remove it), or sync into a new folder "
+        "(--out NEW-FOLDER)"
+    )
+
+
+def _refuse_links(root: Path) -> None:
+    """Raise :class:`StoreLinked` when any entry inside ``root`` is a symbolic link.
+
+    The store folder itself may be a link (a user's choice of where it lives); what
+    is inside it is pmtk's, and a link there could make a sync write, or delete,
+    outside the store.
+    """
+    if not root.is_dir():
+        return
+    # scandir's d_type answers is_symlink without a stat per entry (a resumable sync's
+    # staging can hold thousands of part files); linked folders are never entered.
+    folders = [str(root)]
+    while folders:
+        with os.scandir(folders.pop()) as listing:
+            for entry in listing:
+                if entry.is_symlink():
+                    raise StoreLinked(_linked_message(root, Path(entry.path)))
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+
+
+def _guard(path: Path) -> None:
+    """Refuse to write at ``path`` when a link sits between the held store and it.
+
+    Checked at every write (not only when a sync starts), so that a link put in
+    place while a sync runs is refused too. A path outside the held store, or a
+    thread holding no store, is not checked here.
+    """
+    root = _ROOT.get()
+    if root is None:
+        return
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        return
+    current = root
+    for part in rel.parts:
+        current = current / part
+        if current.is_symlink():
+            raise StoreLinked(_linked_message(root, current))
+
+
+def _create_new(path: Path) -> int:
+    """Open ``path`` for writing (created or truncated), never through a link.
+
+    ``O_NOFOLLOW`` makes the open fail (``ELOOP``) when the name is a symbolic link;
+    such a link (planted, or a leftover) is then unlinked, which removes the link and
+    never its target, and the file is created anew with ``O_EXCL``, so the file
+    written is the one created here.
+    """
+    _guard(path.parent)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    path.unlink()
+    return os.open(path, flags | os.O_EXCL, 0o644)
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a folder of the store (never through a link to a folder outside it)."""
+    import shutil
+
+    _guard(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _scoped_to_resource(exc: BaseException) -> bool:
@@ -93,6 +186,7 @@ def _fsync_dir(path: Path) -> None:
 
 def _mkdir(path: Path, step: str) -> None:
     """Create ``path`` (and parents); fsync each parent whose entries changed."""
+    _guard(path)
     if path.is_dir():
         return
     with _writing(path, step):
@@ -100,10 +194,13 @@ def _mkdir(path: Path, step: str) -> None:
         path.mkdir(parents=True, exist_ok=True)
         for created in reversed(missing):
             _fsync_dir(created.parent)
+    _guard(path)  # a link made while the folders were created
 
 
 def _replace(src: Path, dst: Path, step: str, *, durable: bool = True) -> None:
     """Rename ``src`` over ``dst`` and (when ``durable``) make the rename durable."""
+    _guard(src)
+    _guard(dst)
     with _writing(dst, step):
         os.replace(src, dst)
         if durable:
@@ -117,7 +214,7 @@ def _write_json(
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
     try:
-        with _writing(tmp, step), tmp.open("wb") as handle:
+        with _writing(tmp, step), os.fdopen(_create_new(tmp), "wb") as handle:
             handle.write(data)
             if durable:
                 handle.flush()
@@ -145,6 +242,8 @@ def _write_parquet(df: pl.DataFrame, path: Path) -> None:
     step = f"staging {path.parent.name}/{path.name}"
     try:
         with _writing(tmp, step):
+            # created here, without following a link; Polars then writes into this file
+            os.close(_create_new(tmp))
             df.write_parquet(tmp)
         _replace(tmp, path, step, durable=False)
     except BaseException:
@@ -163,6 +262,8 @@ def _sink_parquet(frame: pl.LazyFrame, target: Path, step: str, *, durable: bool
     tmp = target.with_name(f".{target.name}.tmp")
     try:
         with _writing(tmp, step):
+            # created here, without following a link; Polars then writes into this file
+            os.close(_create_new(tmp))
             frame.sink_parquet(tmp, row_group_size=ROW_GROUP_ROWS)
             if durable:
                 _fsync_file(tmp)
@@ -388,7 +489,8 @@ def _claim(root: Path) -> None:
     if not root.is_dir():
         msg = f"{root} is a file, not a folder; choose another --out for the pmtk store"
         raise NotAStore(msg)
-    if _manifest_path(root).exists():
+    if os.path.lexists(_manifest_path(root)):
+        _refuse_links(root)  # before reading: the manifest itself may be the link
         read_manifest(root)
         return
     try:
@@ -411,15 +513,46 @@ def _init_manifest(root: Path) -> None:
     Called under the lock, so a temporary manifest left behind is a dead
     writer's (killed between writing and renaming it) and can go.
     """
+    _refuse_links(root)
     for leftover in root.glob(".manifest.json.*.tmp"):
         with contextlib.suppress(OSError):
             leftover.unlink()
     if not _manifest_path(root).exists():
         _write_json(
             _manifest_path(root),
-            {"kind": STORE_KIND, "format": STORE_FORMAT, "resources": {}},
+            # "deployment": null marks a store this pmtk created and no client has bound
+            # yet (records written by upsert/apply_changes alone); the first sync binds it
+            {"kind": STORE_KIND, "format": STORE_FORMAT, "deployment": None, "resources": {}},
             "creating the store's manifest",
         )
+
+
+def _bind(root: Path, current: Any, *, rebind: bool = False) -> None:
+    """Record ``current`` (a :class:`~toolkit.store.identity.Deployment`) as the store's
+    deployment, under the lock; refuse a store of another deployment unless ``rebind``.
+
+    With ``rebind``, the manifest is first replaced by one of the new deployment that
+    names no data, then the old files are deleted: at no point does the store claim
+    one deployment while holding another's records.
+    """
+    from toolkit.store.identity import DEPLOYMENT_KEY, check_deployment, discard_data
+
+    if current is None:
+        return
+    manifest = _load_manifest_for_write(root)
+    action = check_deployment(root, manifest, current, rebind=rebind)
+    if action == "keep":
+        return
+    old = dict(manifest)
+    manifest[DEPLOYMENT_KEY] = current.to_json()
+    if action == "rebind":
+        manifest["resources"] = {}
+        manifest.pop("events", None)  # the old deployment's webhook events
+    manifest["kind"] = STORE_KIND
+    manifest["format"] = STORE_FORMAT
+    _write_json(_manifest_path(root), manifest, "recording the store's deployment")
+    if action == "rebind":
+        discard_data(root, old)
 
 
 def _load_manifest_for_write(root: Path) -> dict[str, Any]:
@@ -446,20 +579,26 @@ def _locked(root: Path) -> Iterator[None]:
     """Hold an exclusive lock on the store; a second writer fails fast.
 
     ``filelock`` picks the operating system's lock (``flock`` on POSIX, ``msvcrt`` on
-    Windows), so no platform runs without one.
+    Windows), so no platform runs without one. A lock file that is a link is refused
+    (never opened through it).
     """
     import filelock
 
     _mkdir(root, "creating the store folder")
-    lock = filelock.FileLock(root / ".lock", blocking=False, thread_local=False)
+    path = root / ".lock"
+    if path.is_symlink():
+        raise StoreLinked(_linked_message(root, path))
+    lock = filelock.FileLock(path, blocking=False, thread_local=False)
     # A read-only or forbidden folder gives the same one line as any other write.
-    with _writing(root / ".lock", "creating the store's lock file"):
+    with _writing(path, "creating the store's lock file"):
         try:
             lock.acquire()
         except filelock.Timeout as exc:  # a TimeoutError, hence checked inside _writing
             msg = f"another pmtk sync is writing to {root}; wait for it to finish"
             raise StoreError(msg) from exc
+    held = _ROOT.set(root)
     try:
         yield
     finally:
+        _ROOT.reset(held)
         lock.release()

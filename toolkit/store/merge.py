@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from toolkit.store.layout import (
     _claim,
     _data_name,
     _empty_tables,
+    _guard,
     _init_manifest,
     _instant,
     _load_manifest_for_write,
@@ -28,6 +28,7 @@ from toolkit.store.layout import (
     _now_iso,
     _parent_key,
     _replace,
+    _rmtree,
     _sha256,
     _sink_parquet,
     _write_json,
@@ -368,7 +369,7 @@ def _write_changed(
     key = _parent_key(resource_type)
     keep = pl.DataFrame({"id": result.upserted}, schema={"id": pl.String})
     staging = root / STAGING / f".changes-{resource_type}"
-    shutil.rmtree(staging, ignore_errors=True)
+    _rmtree(staging)
     _mkdir(staging, f"staging changes of {resource_type}")
     tables_info: dict[str, Any] = {}
     try:
@@ -396,7 +397,7 @@ def _write_changed(
             _mkdir(final.parent, f"committing {table}")
             _replace(target, final, f"committing {table}")
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _rmtree(staging)
     return tables_info
 
 
@@ -437,6 +438,7 @@ def _drop_replaced_files(root: Path, tables_info: dict[str, Any]) -> None:
     """Delete each table's data files other than the one the manifest now names."""
     for table, info in tables_info.items():
         keep_name = Path(str(info["path"])).name
+        _guard(root / table)
         with contextlib.suppress(OSError):
             for path in (root / table).iterdir():
                 if path.name != keep_name and _DATA_FILE_NAME.fullmatch(path.name):

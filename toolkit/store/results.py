@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from toolkit.paging import FetchSummary, Page
 
 DEFAULT_STORE = "pmtk-store"
-"""Directory used when no ``out``/``store`` is given."""
+"""Directory used when no ``out``/``store`` is given and a deployment is configured."""
+
+
+MOCK_STORE = "pmtk-store-mock"
+"""Directory used when no ``out``/``store`` is given and the embedded mock is used:
+never the folder of a real deployment's store."""
 
 
 STORE_FORMAT = 2
@@ -78,6 +83,7 @@ class StoreError(PmtkError, FileNotFoundError):
         ├── NotAStore          the folder is not empty and is not a pmtk store: nothing written
         ├── ManifestDamaged    manifest.json is unreadable or malformed: nothing written
         ├── StoreDamaged       a data file is missing or fails its recorded sha256
+        ├── StoreLinked        a symbolic link inside the store: nothing written through it
         └── StoreWriteError    disk full, read-only or forbidden folder while writing
     """
 
@@ -147,6 +153,14 @@ class StoreDamaged(StoreError):
         lines = [p.describe(root) for p in self.problems]
         head = "damaged data in the pmtk store" if len(lines) > 1 else "damaged data file"
         super().__init__(f"{head}: " + "; ".join(lines))
+
+
+class StoreLinked(StoreError):
+    """A symbolic link inside the store (staging, a table folder, a data file, the manifest).
+
+    pmtk never reads, writes or deletes through a link inside a store, so that no
+    sync can write into, or delete from, a folder outside it. Nothing was written.
+    """
 
 
 class StoreWriteError(StoreError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ from toolkit.store.layout import (
     _data_name,
     _empty_tables,
     _fsync_file,
+    _guard,
     _later,
     _load_manifest_for_write,
     _manifest_path,
@@ -28,6 +28,7 @@ from toolkit.store.layout import (
     _parent_key,
     _read_json,
     _replace,
+    _rmtree,
     _sha256,
     _sink_parquet,
     _update_manifest,
@@ -219,7 +220,7 @@ class _ResourceSyncer:
             cp = None  # it would merge into data that is gone or damaged
         resumed = cp is not None
         if cp is None:
-            shutil.rmtree(self.stage, ignore_errors=True)
+            _rmtree(self.stage)
             incremental = not self.full and stored_ok
             cp = _Checkpoint(
                 resource=self.rt,
@@ -329,6 +330,7 @@ class _ResourceSyncer:
         """Remove part files written after the last checkpoint (a crash mid-page)."""
         for table in self.empty:
             directory = self._parts_dir(table)
+            _guard(directory)
             if not directory.is_dir():
                 continue
             for path in directory.iterdir():
@@ -537,7 +539,7 @@ class _ResourceSyncer:
             except PmtkError:
                 # The staged pages hold the data that failed: resuming would fail on
                 # them again even after the source is fixed, so the next run re-fetches.
-                shutil.rmtree(self.stage, ignore_errors=True)
+                _rmtree(self.stage)
                 raise
             entry = self._entry(cp, previous, self._merge(cp))
         entry["last_sync"] = {
@@ -561,7 +563,7 @@ class _ResourceSyncer:
         failure (a full disk, a read-only folder) leaves the store as it was.
         """
         if cp.entry is None:
-            shutil.rmtree(self.stage, ignore_errors=True)
+            _rmtree(self.stage)
             return
         tables: dict[str, Any] = cp.entry["tables"]
         for table, info in tables.items():
@@ -572,17 +574,18 @@ class _ResourceSyncer:
                 _replace(merged, final, f"committing {table}")
             if not final.is_file():
                 # Neither staged nor committed (staging removed by hand): start over.
-                shutil.rmtree(self.stage, ignore_errors=True)
+                _rmtree(self.stage)
                 return
         _update_manifest(self.root, self.rt, cp.entry)
         self._remove_superseded(tables)
-        shutil.rmtree(self.stage, ignore_errors=True)
+        _rmtree(self.stage)
 
     def _remove_superseded(self, tables: Mapping[str, Any]) -> None:
         """Delete the data files the manifest no longer names (previous versions)."""
         for table, info in tables.items():
             keep = (self.root / str(info["path"])).name
             directory = self.root / table
+            _guard(directory)
             with contextlib.suppress(OSError):  # a leftover costs space, never correctness
                 for path in directory.iterdir():
                     if path.name != keep and _DATA_FILE_NAME.fullmatch(path.name):

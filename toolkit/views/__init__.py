@@ -20,7 +20,8 @@ Reading is done by Polars' native JSON reader with an explicit schema derived
 from the catalogue (:func:`read_schema`); nothing is inferred, so every declared
 column exists with its declared dtype even when no record carries it. Top-level
 keys the view does not know are kept, as JSON, in the ``extra`` column of the main
-table (see :func:`flatten_tables` for how that stays exact and cheap).
+table (see :func:`flatten_tables` for how that stays exact and cheap), and every
+extension no column reads is a row of the ``<resource>_extension`` table.
 """
 
 from __future__ import annotations
@@ -236,9 +237,6 @@ from toolkit.views.expressions import (
     _url_is as _url_is,
 )
 from toolkit.views.project import (
-    _check_parsed as _check_parsed,
-)
-from toolkit.views.project import (
     _per_row as _per_row,
 )
 from toolkit.views.project import (
@@ -246,6 +244,9 @@ from toolkit.views.project import (
 )
 from toolkit.views.project import (
     _row_owner as _row_owner,
+)
+from toolkit.views.project import (
+    _unparsed as _unparsed,
 )
 from toolkit.views.project import (
     flatten as flatten,

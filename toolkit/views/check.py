@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import msgspec
 import polars as pl
@@ -41,22 +42,45 @@ _MSGSPEC_LEAVES: dict[Any, Any] = {
 }
 
 
-def _msgspec_type(dtype: _AnyDtype, name: str) -> Any:
-    """The msgspec type that accepts exactly what Polars reads as ``dtype``, exactly."""
+def _known_url(names: frozenset[str]) -> Any:
+    """A string type that accepts only an extension url naming one of ``names``.
+
+    Bare or as the last path segment, as the view's ``where(url=...)`` matches
+    (:func:`toolkit.views.expressions._url_is`).
+    """
+    alts = "|".join(re.escape(n) for n in sorted(names))
+    return Annotated[str, msgspec.Meta(pattern=f"(?:^|/)(?:{alts})$")]
+
+
+def _msgspec_type(
+    dtype: _AnyDtype,
+    name: str,
+    path: str = "",
+    known_urls: Mapping[str, frozenset[str]] | None = None,
+) -> Any:
+    """The msgspec type that accepts exactly what Polars reads as ``dtype``, exactly.
+
+    ``path`` is the field path of ``dtype`` (no indices); the elements of an
+    extension container in ``known_urls`` (keyed by such a path) must have one
+    of its urls: an element with any other url goes to the extension table,
+    which only the repair path fills.
+    """
+    known = known_urls or {}
     if isinstance(dtype, pl.Struct):
-        fields = [
-            (
-                f"f{i}",
-                _msgspec_type(f.dtype, f"{name}_{i}") | None,
-                msgspec.field(default=None, name=f.name),
+        fields = []
+        for i, f in enumerate(dtype.fields):
+            sub = f"{path}.{f.name}" if path else f.name
+            kind = (
+                _known_url(known[path])
+                if f.name == "url" and path in known
+                else _msgspec_type(f.dtype, f"{name}_{i}", sub, known)
             )
-            for i, f in enumerate(dtype.fields)
-        ]
+            fields.append((f"f{i}", kind | None, msgspec.field(default=None, name=f.name)))
         return msgspec.defstruct(
             name, fields, forbid_unknown_fields=True, omit_defaults=True, gc=False
         )
     if isinstance(dtype, pl.List):
-        return list[_msgspec_type(dtype.inner, name) | None]  # type: ignore[misc]
+        return list[_msgspec_type(dtype.inner, name, path, known) | None]  # type: ignore[misc]
     return _MSGSPEC_LEAVES[dtype if isinstance(dtype, type) else type(dtype)]
 
 
@@ -70,6 +94,7 @@ def _strict_decoder(
     resource_dtype: pl.Struct,
     unread: frozenset[str] = frozenset(),
     unread_arrays: frozenset[str] = frozenset(),
+    known_urls: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
     """Decoders that fail on a page (and on one entry) holding anything the fast read would lose.
 
@@ -79,7 +104,8 @@ def _strict_decoder(
     fails exactly when some resource has a key the view does not know, at any
     depth, or a value of another JSON type than the schema's (which Polars
     would refuse, or silently coerce: a number read into a String column, 1.5
-    truncated into an Int64 one). Everything outside ``entry[].resource`` is
+    truncated into an Int64 one), or an extension whose url no column reads
+    (``known_urls``, see :func:`_msgspec_type`). Everything outside ``entry[].resource`` is
     skipped (the page's ``resourceType`` is kept as raw JSON), and so are the
     values of the known top-level fields in ``unread`` (one table's read does
     not use them; those in ``unread_arrays`` must still be arrays, whose
@@ -93,7 +119,7 @@ def _strict_decoder(
     fields = [
         (
             f"f{i}",
-            _msgspec_type(f.dtype, f"Resource_{i}") | None,
+            _msgspec_type(f.dtype, f"Resource_{i}", f.name, known_urls) | None,
             msgspec.field(default=None, name=f.name),
         )
         for i, f in enumerate(resource_dtype.fields)
@@ -190,6 +216,8 @@ def _column_keys(views: tuple[View, ...]) -> tuple[tuple[str, str | None, str, s
     """``(table, for_each, column, key)`` of every column that reads the resource."""
     out = []
     for v in views:
+        if v.extensions:
+            continue  # filled by the repair path, not read by a path
         if v.for_each is not None and not re.fullmatch(r"[A-Za-z_][\w-]*", v.for_each):
             continue  # pragma: no cover - every child table repeats a top-level field
         for c in v.columns:
@@ -201,6 +229,8 @@ def _column_keys(views: tuple[View, ...]) -> tuple[tuple[str, str | None, str, s
 
 def _top_fields(view_: View) -> frozenset[str]:
     """The top-level resource fields that ``view_`` reads (besides ``resourceType`` and ``id``)."""
+    if view_.extensions:
+        return frozenset()
     if view_.for_each is not None:
         paths = [view_.for_each]
     else:

@@ -101,6 +101,8 @@ _ALTERNATIVE_FORMS: dict[tuple[str, str], Any] = {
     ("Organization", "type[]"): _codeable_as_coding,
     ("Practitioner", "name"): _one_as_array,
     ("Patient", "name"): _one_as_array,
+    ("Coverage", "payor"): _one_as_array,
+    ("Coverage", "identifier"): _one_as_array,
     ("Referral", "limitQuantity.quantity"): _quantity_value,
     ("Referral", "referralDefinition"): _reference_display,
 }
@@ -133,11 +135,81 @@ def _primitive(value: Any, dtype: _AnyDtype) -> Any:
     return _SKIP
 
 
+_PRIMITIVE_TYPES = frozenset(
+    {
+        "base64Binary",
+        "boolean",
+        "canonical",
+        "code",
+        "date",
+        "dateTime",
+        "decimal",
+        "id",
+        "instant",
+        "integer",
+        "integer64",
+        "markdown",
+        "oid",
+        "positiveInt",
+        "string",
+        "time",
+        "unsignedInt",
+        "uri",
+        "url",
+        "uuid",
+    }
+)
+"""FHIR R4's primitive types: spelled with a lower-case initial, as ``value[x]`` does not."""
+
+
+def _value_type(key: str) -> str:
+    """The FHIR type named by a ``value[x]`` key: ``valueString`` → ``string``."""
+    name = key[len("value") :]
+    lower = name[:1].lower() + name[1:]
+    return lower if lower in _PRIMITIVE_TYPES else name
+
+
+_TEXT_KEYS = ("value", "code", "reference", "url", "text", "display", "family", "id")
+
+
+def _value_text(value: Any) -> str | None:
+    """An extension value as one text: see the ``value`` column of the extension table."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return orjson.dumps(value).decode()
+    if not isinstance(value, dict):
+        return None
+    if "start" in value or "end" in value:  # Period
+        return f"{value.get('start') or ''}/{value.get('end') or ''}"
+    coding = value.get("coding")
+    if isinstance(coding, list) and coding and isinstance(coding[0], dict) and "code" not in value:
+        found = coding[0].get("code")  # CodeableConcept
+        if isinstance(found, str):
+            return found
+    for key in _TEXT_KEYS:
+        found = value.get(key)
+        if isinstance(found, str | int | float) and not isinstance(found, bool):
+            return found if isinstance(found, str) else orjson.dumps(found).decode()
+    return None
+
+
+def _element_path(path: str) -> str:
+    """The element a path names: a primitive's extension holder ``_birthDate`` is ``birthDate``."""
+    return ".".join(part[1:] if part.startswith("_") else part for part in path.split("."))
+
+
+_EMPTIED = object()
+"""What :meth:`_Conformer.unknown` leaves of an object that held only extensions."""
+
+
 class _Conformer:
     """Bring one resource to the read schema: alternative forms normalised, wrong types nulled.
 
     ``problems`` collects ``(path, key, raw value)`` of every value nulled for
-    its JSON type; ``extra`` every key the schema does not know, by path.
+    its JSON type; ``extra`` every key the schema does not know, by path;
+    ``extensions`` one row of the extension table per extension no column reads
+    (``known_urls``: extension containers by field path → the url names read).
     """
 
     def __init__(
@@ -145,12 +217,91 @@ class _Conformer:
         resource: str,
         unread: frozenset[str] = frozenset(),
         unread_arrays: frozenset[str] = frozenset(),
+        known_urls: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.resource = resource
         self.unread = unread  # top-level fields this read does not use: dropped
         self.unread_arrays = unread_arrays  # ... but checked to be arrays
+        self.known_urls = known_urls or {}
         self.problems: list[tuple[str, str, Any]] = []
         self.extra: _Leftovers = {}
+        self.extensions: list[dict[str, Any]] = []
+        self.urls: dict[str, str] = {}  # path of a read extension element → its url
+
+    def extension(
+        self, element: Any, carrier: str, container: str, index: int, parent: str | None
+    ) -> None:
+        """One extension element as a row (and its nested ones); a non-object to ``extra``."""
+        here = f"{carrier}.{container}[{index}]" if carrier else f"{container}[{index}]"
+        if not isinstance(element, dict):
+            self.extra[here] = element
+            return
+        url = element.get("url")
+        keys = [k for k in element if k.startswith("value") and k[5:6].isupper()]
+        key = keys[0] if keys else None
+        value = element[key] if key is not None else None
+        self.extensions.append(
+            {
+                "path": _element_path(carrier),
+                "modifier": container == "modifierExtension",
+                "index": index,
+                "url": url if isinstance(url, str) else None,
+                "parent_url": parent,
+                "value_type": _value_type(key) if key is not None else None,
+                "value": _value_text(value),
+                "value_json": orjson.dumps(value).decode() if key is not None else None,
+            }
+        )
+        own = url if isinstance(url, str) else None
+        for name, other in element.items():
+            if name in _EXTENSION_CONTAINERS and isinstance(other, list):
+                for i, nested in enumerate(other):
+                    self.extension(nested, here, name, i, own)
+            elif name not in ("url", key):
+                self.extra[f"{here}.{name}"] = other  # a second value[x], an id: kept
+
+    def unknown(self, path: str, name: str, value: Any) -> None:
+        """A key the schema does not know: its extensions as rows, the rest to ``extra``."""
+        kept = self.strip(value, path, name)
+        if kept is not _EMPTIED:
+            self.extra[path] = kept
+
+    def strip(self, value: Any, path: str, name: str) -> Any:
+        """``value`` (at ``path``, key ``name``) without its extension arrays, each a row."""
+        carrier = path.rsplit(".", 1)[0] if "." in path else ""
+        if name in _EXTENSION_CONTAINERS and isinstance(value, list):
+            for i, element in enumerate(value):
+                self.extension(element, carrier, name, i, self.urls.get(carrier))
+            return _EMPTIED
+        if isinstance(value, dict):
+            out = {}
+            for key, other in value.items():
+                kept = self.strip(other, f"{path}.{key}", key)
+                if kept is not _EMPTIED:
+                    out[key] = kept
+            return out if out or not value else _EMPTIED
+        if isinstance(value, list):
+            items = [self.strip(v, f"{path}[{i}]", name) for i, v in enumerate(value)]
+            emptied = any(v is _EMPTIED for v in items)
+            if emptied and all(v is _EMPTIED or v is None for v in items):
+                return _EMPTIED  # ``_given``: [null, {"extension": [...]}]
+            return [None if v is _EMPTIED else v for v in items]
+        return value
+
+    def known(self, element: Any, inner: _AnyDtype, key: str) -> bool:
+        """Whether a column reads this extension element: a url it names, in a value form it reads.
+
+        A known url with a value form no column reads (``valueBoolean`` for a
+        coded one) is an extension the view does not read: a row, with its url.
+        Its other keys (nested extensions, ``id``) do not change that.
+        """
+        if not isinstance(element, dict) or not isinstance(inner, pl.Struct):
+            return False
+        url = element.get("url")
+        if not isinstance(url, str) or url.rsplit("/", 1)[-1] not in self.known_urls.get(key, ()):
+            return False
+        reads = inner.to_schema()
+        return all(k in reads for k in element if k.startswith("value") and k[5:6].isupper())
 
     def value(
         self,
@@ -171,6 +322,17 @@ class _Conformer:
         if isinstance(dtype, pl.Struct) and isinstance(value, dict):
             return self.struct(value, dtype, path, key)
         if isinstance(dtype, pl.List) and isinstance(value, list):
+            container = key.rsplit(".", 1)[-1]
+            if container in _EXTENSION_CONTAINERS:
+                carrier = path.rsplit(".", 1)[0] if "." in path else ""
+                read = []
+                for i, v in enumerate(value):
+                    if self.known(v, dtype.inner, key):
+                        self.urls[f"{path}[{i}]"] = v["url"]  # parent of nested ones
+                        read.append(self.item(v, dtype.inner, f"{path}[{i}]", key))
+                    else:
+                        self.extension(v, carrier, container, i, None)
+                return read
             return [self.item(v, dtype.inner, f"{path}[{i}]", key) for i, v in enumerate(value)]
         primitive = _primitive(value, dtype)
         if primitive is not _SKIP:
@@ -196,7 +358,7 @@ class _Conformer:
                     if name in self.unread_arrays and not isinstance(value, list | None):
                         self.problems.append((name, name, value))
                     continue
-                self.extra[sub_path] = value
+                self.unknown(sub_path, name, value)
                 continue
             out[name] = self.value(value, inner, sub_path, f"{key}.{name}" if key else name)
         return out
@@ -208,6 +370,7 @@ class _Fix:
 
     extra: list[str | None]
     invalid: list[str | None]
+    extensions: list[str | None]
 
 
 class _Skeleton(msgspec.Struct, gc=False):

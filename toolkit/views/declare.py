@@ -13,7 +13,7 @@ from toolkit import catalogue
 from toolkit.catalogue import Field, Resource, Source
 from toolkit.errors import unknown_name
 
-Role = Literal["value", "id", "ref_id", "ref_type", "key", "index", "extra", "invalid"]
+Role = Literal["value", "id", "ref_id", "ref_type", "key", "index", "extra", "invalid", "precision"]
 
 
 DATETIME = pl.Datetime("us", "UTC")
@@ -76,7 +76,8 @@ class Column:
     role: Role = "value"
     """``value``; ``id`` (the resource id); ``ref_id``/``ref_type`` (the id or type of
     a reference, ``field.ref`` has its targets); ``key``/``index`` (child-table keys);
-    ``extra`` (unknown keys)."""
+    ``extra`` (unknown keys); ``precision`` (how much of a date or date-time
+    was sent: ``year``, ``month``, ``day`` or ``time``)."""
     when: tuple[str, tuple[str, ...]] | None = None
     """``(column, values)``: the field's format applies only where ``column`` is in values."""
     source: Source = "spec"
@@ -98,11 +99,22 @@ class View:
     columns: tuple[Column, ...]
     for_each: str | None = None
     doc: str = ""
+    extensions: bool = False
+    """The resource's extension table (:func:`_extension_view`): one row per
+    extension that no column reads, at any depth; filled by the repair path,
+    not by ``for_each``."""
 
     @property
     def key(self) -> str | None:
         """The parent-id column of a child table (``None`` for a main table)."""
-        return f"{_snake(self.resource)}_id" if self.for_each else None
+        return f"{_snake(self.resource)}_id" if self.for_each or self.extensions else None
+
+    @property
+    def unique(self) -> tuple[str, ...]:
+        """The columns that name one row together (empty for a main table: ``id`` is unique)."""
+        if self.extensions:
+            return (f"{_snake(self.resource)}_id", "path", "modifier", "index")
+        return (f"{_snake(self.resource)}_id", "index") if self.for_each else ()
 
     @property
     def schema(self) -> pl.Schema:
@@ -229,8 +241,34 @@ def _columns(
         elif f.type == "object":
             cols.extend(_object_columns(res, f, table, prefix, name, path, src))
         else:
-            cols.append(_value_column(f, name, path, prefix, root, src))
+            col = _value_column(f, name, path, prefix, root, src)
+            cols.append(col)
+            if col.dtype in (pl.Date, DATETIME):
+                cols.append(_precision_column(col))
     return cols, children
+
+
+def _precision_column(col: Column) -> Column:
+    """``<name>_precision`` beside a date or date-time column: what the value was sent as.
+
+    A FHIR ``dateTime`` may be partial (``2025``, ``2025-09``, ``2025-09-28``) and
+    some systems send a ``date`` as a date-time (facts): the column holds the start
+    of the period (its calendar date, in the value's own offset), and this column
+    says which form came, so the text sent is the value cut to that precision.
+    A date-time column expects ``time``, a date column ``day``: anything else is
+    an observation (pmtk's reading), never a failure.
+    """
+    full = "time" if col.dtype == DATETIME else "day"
+    return Column(
+        f"{col.name}_precision",
+        col.path,
+        pl.String(),
+        f"precision of `{col.name}` as sent: `year`, `month`, `day` or `time` "
+        f"(`{full}` expected); null when `{col.name}` is",
+        field=col.field,
+        role="precision",
+        source="pmtk",
+    )
 
 
 def _column_name(res: Resource, f: Field, table: str, prefix: str) -> str:
@@ -244,34 +282,33 @@ def _column_name(res: Resource, f: Field, table: str, prefix: str) -> str:
 
 
 def _reference_columns(f: Field, name: str, path: str, src: Source) -> list[Column]:
-    """``<name>_id`` (prefix kept), and ``<name>_type`` when the reference has several targets."""
+    """``<name>_id`` (prefix kept) and ``<name>_type`` (the sent type, else the path's)."""
     ref = f.ref
     assert ref is not None
     targets = " | ".join(ref.types)
-    cols = [
+    first = ".first()" if f.many else ""
+    # Every reference keeps its type, even with one declared target: a type
+    # outside the declared ones is then seen, not read as the declared one.
+    return [
         Column(
             f"{name}_id",
-            f"{path}{'.first()' if f.many else ''}.reference.getReferenceKey()",
+            f"{path}{first}.reference.getReferenceKey()",
             pl.String(),
             f"id of the referenced {targets}, prefix kept",
             field=f,
             role="ref_id",
             source=catalogue.weakest(src, _rule_source(f, ("type", "reference"))),
-        )
+        ),
+        Column(
+            f"{name}_type",
+            f"{path}{first}.getReferenceType()",
+            pl.String(),
+            f"one of {targets}" if len(ref.targets) > 1 else f"{targets} expected",
+            field=f,
+            role="ref_type",
+            source=catalogue.weakest(src, _rule_source(f, ("type",))),
+        ),
     ]
-    if len(ref.targets) > 1:
-        cols.append(
-            Column(
-                f"{name}_type",
-                f"{path}.getReferenceType()",
-                pl.String(),
-                f"one of {targets}",
-                field=f,
-                role="ref_type",
-                source=catalogue.weakest(src, _rule_source(f, ("type",))),
-            )
-        )
-    return cols
 
 
 def _object_columns(
@@ -351,10 +388,14 @@ def _invalid_column() -> Column:
     )
 
 
-_READ_AS_ARRAY: frozenset[tuple[str, str]] = frozenset({("Practitioner", "name")})
-"""Fields the spec gives as one object and the live service sends as an array (facts):
-read as an array, so that the live form takes the fast path (the spec's single
-object is one of the alternative forms, :data:`_ALTERNATIVE_FORMS`). The
+_READ_AS_ARRAY: frozenset[tuple[str, str]] = frozenset(
+    {("Practitioner", "name"), ("Coverage", "payor"), ("Coverage", "identifier")}
+)
+"""Fields the spec gives as one object and the live service (facts) or FHIR R4
+(Coverage ``payor``, ``identifier``) sends as an array: read as an array, so
+that the live form takes the fast path (the spec's single object is one of the
+alternative forms, :data:`_ALTERNATIVE_FORMS`); the first entry also gives the
+main table's columns, the one of the spec's object. The
 catalogue keeps the spec's form, which the mock's write checks and the contract
 suite use."""
 
@@ -372,10 +413,15 @@ def _views_for(res: Resource) -> tuple[View, ...]:
     fields = _reader_fields(res)
     cols, children = _columns(res, fields, table, "", "", root=True, inherited=res.source)
     for _name, f, path in children:
+        src: Source = res.source if res.source != "spec" else f.source
+        if (res.name, f.name) in _READ_AS_ARRAY and (res.name, f.name) not in _PREFERRED:
+            # One object in the spec: its columns stay, from the first entry.
+            first, _ = _columns(res, (f,), table, "", "", root=False, inherited=src)
+            cols.extend(dataclasses.replace(c, doc=f"{c.doc} (first entry)".strip()) for c in first)
+            continue
         preferred = _PREFERRED.get((res.name, f.name))
         if preferred is None:
             continue
-        src: Source = res.source if res.source != "spec" else f.source
         key_, value = preferred
         sub, _ = _columns(
             res, f.fields, table, _snake(f.name), f"{path}.prefer({key_}='{value}')", False, src
@@ -410,7 +456,78 @@ def _views_for(res: Resource) -> tuple[View, ...]:
                 doc=f.doc,
             )
         )
+    views.append(_extension_view(res))
     return tuple(views)
+
+
+def _extension_view(res: Resource) -> View:
+    """``<resource>_extension``: every extension no column reads, with its url.
+
+    Filled from every ``extension`` and ``modifierExtension`` array at any depth
+    (nested extensions, extensions of primitive values ``_birthDate`` and of
+    unknown elements included) by the repair path, which each page holding one
+    takes (:func:`toolkit.views.check._msgspec_type`). The JSON of such an
+    extension is kept here only, not in ``extra``.
+    """
+    table = _snake(res.name)
+    columns = (
+        Column(f"{table}_id", "%parent.id", pl.String(), f"id of the {res.name}", role="key"),
+        Column(
+            "path",
+            "(element path)",
+            pl.String(),
+            "the element that carries the extension (`name[0]`, `birthDate` for "
+            "`_birthDate`, `extension[2]` for a nested one); empty for the resource itself",
+        ),
+        Column("modifier", "(container)", pl.Boolean(), "true in `modifierExtension`"),
+        Column("index", "%index", pl.Int64(), "position in its array", role="index"),
+        Column("url", "url", pl.String(), "the extension url, as sent"),
+        Column(
+            "parent_url",
+            "(enclosing url)",
+            pl.String(),
+            "url of the enclosing extension of a nested one; null at the top",
+        ),
+        Column(
+            "value_type",
+            "value[x]",
+            pl.String(),
+            "FHIR type of `value[x]` (`string`, `Coding`, `Reference`, ...); "
+            "null when the extension has none (only nested ones)",
+        ),
+        Column(
+            "value",
+            "value[x]",
+            pl.String(),
+            "the value as text: a primitive as sent, a Coding's or CodeableConcept's code, "
+            "a Reference's reference, an Identifier's or Quantity's value, a Period as "
+            "`start/end`",
+        ),
+        Column("value_json", "value[x]", pl.String(), "the value as JSON"),
+    )
+    return View(
+        f"{table}_extension",
+        res.name,
+        columns,
+        doc="Every extension no column reads, at any depth.",
+        extensions=True,
+    )
+
+
+def _known_extensions(fields: tuple[Field, ...], prefix: str = "") -> dict[str, frozenset[str]]:
+    """Extension containers (by field path, no indices) → the url names their columns read."""
+    out: dict[str, set[str]] = {}
+    for f in fields:
+        if f.write_only:
+            continue
+        if f.extension is not None:
+            key = f"{prefix}.{f.extension.container}" if prefix else f.extension.container
+            out.setdefault(key, set()).add(f.extension.url.rsplit("/", 1)[-1])
+        elif f.type == "object":
+            sub = _known_extensions(f.fields, f"{prefix}.{f.name}" if prefix else f.name)
+            for key, names in sub.items():
+                out.setdefault(key, set()).update(names)
+    return {k: frozenset(v) for k, v in out.items()}
 
 
 VIEWS: dict[str, tuple[View, ...]] = {
@@ -512,6 +629,8 @@ def views_markdown() -> str:
             head = f"#### `{v.name}`"
             if v.for_each:
                 head += f" (one row per `{v.for_each}` element)"
+            elif v.extensions:
+                head += " (one row per extension no column reads)"
             lines += [head, "", "| Column | Dtype | Path | Notes |", "|---|---|---|---|"]
             for c in v.columns:
                 path = c.path.replace("|", "\\|")

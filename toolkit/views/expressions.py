@@ -97,7 +97,9 @@ def _datetime_exact(values: pl.Series) -> pl.Series:
     return values.str.to_datetime("%+", time_unit="us", time_zone="UTC", strict=False)
 
 
-def _typed(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+def _typed(expr: pl.Expr, dtype: pl.DataType, role: str = "value") -> pl.Expr:
+    if role == "precision":
+        return _precision(expr)
     if dtype == pl.Date:
         return expr.str.to_date("%Y-%m-%d", strict=False)
     if dtype == DATETIME:
@@ -105,15 +107,85 @@ def _typed(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
     return expr
 
 
+def _precision(text: pl.Expr) -> pl.Expr:
+    """How much of a date or date-time ``text`` gives: ``year``, ``month``, ``day`` or ``time``.
+
+    By length alone: the value column's parse decides whether the text is a
+    valid one (:func:`_complete_datetimes` nulls this where it is not).
+    """
+    size = text.str.len_bytes()
+    return (
+        pl.when(size == 4)
+        .then(pl.lit("year"))
+        .when(size == 7)
+        .then(pl.lit("month"))
+        .when(size == 10)
+        .then(pl.lit("day"))
+        .when(text.is_not_null())
+        .then(pl.lit("time"))
+    )
+
+
+_PARTIAL_DATE = r"^\d{4}(?:-\d{2}(?:-\d{2})?)?$"
+"""FHIR's ``date`` forms, which a ``dateTime`` may take: ``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``."""
+
+
+def _partial_date(text: pl.Series) -> pl.Series:
+    """``YYYY``, ``YYYY-MM`` or ``YYYY-MM-DD`` as the first day of that period; else null."""
+    frame = text.alias("t").to_frame()
+    t = pl.col("t")
+    size = t.str.len_bytes()
+    padded = pl.when(size == 4).then(t + "-01-01").when(size == 7).then(t + "-01").otherwise(t)
+    return frame.select(
+        pl.when(t.str.contains(_PARTIAL_DATE)).then(padded.str.to_date("%Y-%m-%d", strict=False))
+    ).to_series()
+
+
+def _date_of(text: pl.Series) -> pl.Series:
+    """A ``date`` cell from any text: a partial date's first day, or a date-time's own date.
+
+    A date-time (valid with its offset) is read as its calendar date in that
+    offset, which its first ten characters are: ``2025-09-28T23:30:00+10:00`` is
+    the 28th, not the UTC 13:30 of that day.
+    """
+    frame = pl.DataFrame({"t": text, "ok": _datetime_exact(text).is_not_null()})
+    day = pl.col("t").str.slice(0, 10).str.to_date("%Y-%m-%d", strict=False)
+    own = frame.select(pl.when(pl.col("ok")).then(day)).to_series()
+    return _partial_date(text).fill_null(own)
+
+
 def _complete_datetimes(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> pl.DataFrame:
-    """Parse with ``%+`` the date-time strings the fast path left null."""
+    """Parse what the fast path left null: ``%+``, then the partial forms.
+
+    A date-time column takes a partial date as the start of its period (UTC
+    midnight: the text has no offset); a date column a partial date likewise and
+    a date-time as its calendar date (:func:`_date_of`). A precision column is
+    null where its value did not parse.
+    """
     fixed = []
     for c in view.columns:
-        if c.dtype != DATETIME:
+        if c.dtype not in (DATETIME, pl.Date):
             continue
         parsed, text = typed.get_column(c.name), raw.get_column(c.name)
         if parsed.null_count() == text.null_count():
             continue
         rows = (parsed.is_null() & text.is_not_null()).arg_true()
-        fixed.append(parsed.scatter(rows, _datetime_exact(text.gather(rows))))
-    return typed.with_columns(fixed) if fixed else typed
+        left = text.gather(rows)
+        if c.dtype == DATETIME:
+            found = _datetime_exact(left)
+            start = _partial_date(left).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+            found = found.fill_null(start)
+        else:
+            found = _date_of(left)
+        fixed.append(parsed.scatter(rows, found))
+    if not fixed:
+        return typed
+    typed = typed.with_columns(fixed)
+    precision = [
+        pl.when(pl.col(c.name.removesuffix("_precision")).is_not_null())
+        .then(pl.col(c.name))
+        .alias(c.name)
+        for c in view.columns
+        if c.role == "precision"
+    ]
+    return typed.with_columns(precision)

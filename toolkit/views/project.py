@@ -9,40 +9,40 @@ from typing import Any
 import orjson
 import polars as pl
 
-from toolkit.errors import DataValidationError
+from toolkit.views.check import _column_key
 from toolkit.views.declare import DATETIME, View, _resource_views, view
 from toolkit.views.expressions import _compile, _complete_datetimes, _typed
 from toolkit.views.reader import _compiled, _compiled_table, _read_entries
 
 
-def _check_parsed(df: pl.DataFrame, raw: pl.DataFrame, view: View, id_col: str) -> None:
-    """Raise when a date or date-time string did not parse (never silently null)."""
-    checks = [
-        c.name
-        for c in view.columns
-        if c.dtype in (pl.Date, DATETIME)
-        and df.get_column(c.name).null_count() != raw.get_column(c.name).null_count()
-    ]
-    if not checks:
-        return
-    cases = pl.concat(
-        [
-            pl.DataFrame(
-                {
-                    "column": c,
-                    "failure_case": raw.get_column(c),
-                    "id": df.get_column(id_col),
-                    "parsed": df.get_column(c).is_null(),
-                }
-            )
-            .filter(pl.col("parsed") & pl.col("failure_case").is_not_null())
-            .drop("parsed")
-            for c in checks
-        ]
-    )
-    shown = ", ".join(f"{r['column']}={r['failure_case']!r}" for r in cases.head(5).to_dicts())
-    msg = f"{view.name}: {cases.height} date/date-time value(s) could not be parsed: {shown}"
-    raise DataValidationError(msg, cases)
+def _unparsed(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> pl.DataFrame:
+    """``typed`` with each date or date-time text that did not parse kept in ``invalid``.
+
+    The cell stays null, as for a value of an unexpected JSON type, and
+    ``validate`` reports it (``check`` ``format``) under the column's rules: a
+    spec column fails, never the whole page.
+    """
+    found: dict[int, list[dict[str, Any]]] = {}
+    for c in view.columns:
+        if c.dtype not in (pl.Date, DATETIME):
+            continue
+        parsed, text = typed.get_column(c.name), raw.get_column(c.name)
+        if parsed.null_count() == text.null_count():
+            continue
+        key = _column_key(c.path)
+        rows = (parsed.is_null() & text.is_not_null()).arg_true().to_list()
+        at = raw.get_column("index").to_list() if view.for_each else None
+        for row in rows:
+            path = f"{view.for_each}[{at[row]}].{key}" if at is not None else key
+            problem = {"path": path, "column": c.name, "value": text[row], "check": "format"}
+            found.setdefault(row, []).append(problem)
+    if not found:
+        return typed
+    invalid = typed.get_column("invalid").to_list()
+    for row, problems in found.items():
+        before = orjson.loads(invalid[row]) if invalid[row] is not None else []
+        invalid[row] = orjson.dumps(before + problems).decode()
+    return typed.with_columns(pl.Series("invalid", invalid, dtype=pl.String))
 
 
 def _row_owner(view: View) -> Any:
@@ -138,11 +138,32 @@ def _projection(view: View) -> _Projection:
             for c in view.columns
         ]
         id_col = key
-    typed = [_typed(pl.col(c.name), c.dtype).cast(c.dtype).alias(c.name) for c in view.columns]
+    typed = [
+        _typed(pl.col(c.name), c.dtype, c.role).cast(c.dtype).alias(c.name) for c in view.columns
+    ]
     return _Projection(items, raw, typed, id_col)
 
 
+def _extension_rows(view: View, entries: pl.DataFrame) -> pl.DataFrame:
+    """The extension table: the rows the repair path found (``extensions``), with the record id."""
+    key = view.key
+    assert key is not None
+    texts = entries.get_column("extensions")
+    if texts.null_count() == entries.height:
+        return pl.DataFrame(schema=view.schema)
+    rows = texts.is_not_null().arg_true()
+    ids = entries.get_column("resource").struct.field("id").gather(rows).to_list()
+    found = [
+        {key: record, **row}
+        for record, text in zip(ids, texts.gather(rows).to_list(), strict=True)
+        for row in orjson.loads(text)
+    ]
+    return pl.DataFrame(found, schema=view.schema, orient="row")
+
+
 def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
+    if view.extensions:
+        return _extension_rows(view, entries)
     compiled = _projection(view)
     frame = entries
     if compiled.items is not None:
@@ -158,7 +179,7 @@ def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
     typed = raw.select(compiled.typed)
     if any(c.dtype in (pl.Date, DATETIME) for c in view.columns):
         typed = _complete_datetimes(typed, raw, view)
-        _check_parsed(typed, raw, view, compiled.id_col)
+        typed = _unparsed(typed, raw, view)
     return typed
 
 
@@ -171,8 +192,9 @@ def flatten_tables(resource_type: str, pages: Any) -> dict[str, pl.DataFrame]:
     read page by page); columns are then projected with Polars expressions.
     Top-level keys outside the view are found exactly by a msgspec decode of
     each page that skips every value; only pages that have one are parsed a
-    second time (with orjson) to build the exact ``extra`` JSON of each record.
-    Unknown keys inside a known object are not kept.
+    second time (with orjson) to build the exact ``extra`` JSON of each record
+    (unknown keys at any depth, by path) and the rows of its extension table
+    (every extension no column reads, at any depth, with its url).
 
     Parameters
     ----------
@@ -185,16 +207,18 @@ def flatten_tables(resource_type: str, pages: Any) -> dict[str, pl.DataFrame]:
     -------
     dict of str to polars.DataFrame
         The main table under the resource name, child tables under
-        ``<resource>_<child>`` (see :data:`VIEWS`), each with every declared
-        column in its declared dtype.
+        ``<resource>_<child>`` (see :data:`VIEWS`) and the extension table
+        ``<resource>_extension``, each with every declared column in its
+        declared dtype.
 
     Raises
     ------
     ConfigurationError
         ``resource_type`` has no view.
     DataValidationError
-        A page is an OperationOutcome or not a Bundle, cannot be read with the
-        declared types, or holds a date or date-time that does not parse.
+        A page is an OperationOutcome or not a Bundle, or cannot be read with the
+        declared types. A date or date-time in no FHIR form is not an error
+        here: its cell is null and the text is kept in ``invalid``.
 
     Examples
     --------

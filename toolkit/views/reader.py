@@ -37,7 +37,13 @@ from toolkit.views.conform import (
     _outcome_text,
     _Problem,
 )
-from toolkit.views.declare import View, _level_read_dtype, _reader_fields, _resource_views
+from toolkit.views.declare import (
+    View,
+    _known_extensions,
+    _level_read_dtype,
+    _reader_fields,
+    _resource_views,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,7 @@ class _Compiled:
     strict_entries: msgspec.json.Decoder[Any]  # ... of an array of entries
     views: tuple[View, ...]
     columns: tuple[tuple[str, str | None, str, str], ...]  # see _column_keys
+    known_urls: dict[str, frozenset[str]]  # extension urls the columns read (_known_extensions)
 
     @property
     def bundle_schema(self) -> dict[str, Any]:
@@ -76,7 +83,8 @@ def _compiled(resource_type: str) -> _Compiled:
     fields = tuple(f for f in _reader_fields(res) if not f.write_only)
     resource_struct = _level_read_dtype(fields)
     resource_dtype = pl.Struct({"resourceType": pl.String(), **resource_struct.to_schema()})
-    strict, strict_entry = _strict_decoder(resource_dtype)
+    known_urls = _known_extensions(fields)
+    strict, strict_entry = _strict_decoder(resource_dtype, known_urls=known_urls)
     return _Compiled(
         resource=resource_type,
         resource_dtype=resource_dtype,
@@ -87,6 +95,7 @@ def _compiled(resource_type: str) -> _Compiled:
         strict_entries=_array_of(strict_entry),
         views=views,
         columns=_column_keys(views),
+        known_urls=known_urls,
     )
 
 
@@ -103,6 +112,8 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
     """
     full = _compiled(resource_type)
     (view_,) = [v for v in full.views if v.name == table]
+    if view_.extensions:  # extensions sit at any depth: every field is read
+        return dataclasses.replace(full, views=(view_,))
     wanted = _top_fields(view_) | {"resourceType", "id"}
     slim = pl.Struct([f for f in full.resource_dtype.fields if f.name in wanted])
     unread = frozenset(f.name for f in full.resource_dtype.fields if f.name not in wanted)
@@ -111,7 +122,7 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
         for f in full.resource_dtype.fields
         if f.name in unread and isinstance(f.dtype, pl.List)
     )
-    strict, strict_entry = _strict_decoder(slim, unread, arrays)
+    strict, strict_entry = _strict_decoder(slim, unread, arrays, full.known_urls)
     return dataclasses.replace(
         full,
         resource_dtype=slim,
@@ -216,7 +227,7 @@ def _repair(comp: _Compiled, raw: bytes, failed_at: int | None = None) -> tuple[
     if page.resourceType != "Bundle":
         return None
     entries = page.entry or []
-    fix = _Fix([None] * len(entries), [None] * len(entries))
+    fix = _Fix([None] * len(entries), [None] * len(entries), [None] * len(entries))
     # Written back as the check decoded them when the read skips some fields
     # (see _reencoded), else as sent (a Raw encodes as its text).
     reencode = bool(comp.unread) and _is_utf8(raw)
@@ -251,19 +262,22 @@ def _repair(comp: _Compiled, raw: bytes, failed_at: int | None = None) -> tuple[
         if repaired is None:
             return None
         items.append(msgspec.Raw(repaired[0]))
-        fix.extra[pos], fix.invalid[pos] = repaired[1], repaired[2]
+        fix.extra[pos], fix.invalid[pos], fix.extensions[pos] = repaired[1:]
         pos += 1
     return b'{"resourceType":"Bundle","entry":' + _ENCODER.encode(items) + b"}", fix
 
 
-def _repair_entry(comp: _Compiled, entry: Any) -> tuple[bytes, str | None, str | None] | None:
-    """One entry as the reader can read it, with its ``extra`` and ``invalid`` JSON texts."""
+def _repair_entry(
+    comp: _Compiled, entry: Any
+) -> tuple[bytes, str | None, str | None, str | None] | None:
+    """One entry as the reader can read it, with its ``extra``, ``invalid`` and
+    ``extensions`` (the rows of its extension table) JSON texts."""
     res = entry.get("resource") if isinstance(entry, dict) else None
     if not isinstance(res, dict) or res.get("resourceType", comp.resource) != comp.resource:
         kind = res.get("resourceType") if isinstance(res, dict) else None
         reduced = {"resource": {"resourceType": kind} if isinstance(kind, str) else None}
-        return orjson.dumps(reduced), None, None
-    conformer = _Conformer(comp.resource, comp.unread, comp.unread_arrays)
+        return orjson.dumps(reduced), None, None, None
+    conformer = _Conformer(comp.resource, comp.unread, comp.unread_arrays, comp.known_urls)
     fixed = conformer.struct(res, comp.resource_dtype, "", "")
     extra = orjson.dumps(conformer.extra).decode() if conformer.extra else None
     problems: list[_Problem] = []
@@ -274,7 +288,8 @@ def _repair_entry(comp: _Compiled, entry: Any) -> tuple[bytes, str | None, str |
         )
     invalid = orjson.dumps(problems).decode() if problems else None
     try:
-        return orjson.dumps({"resource": fixed}), extra, invalid
+        extensions = orjson.dumps(conformer.extensions).decode() if conformer.extensions else None
+        return orjson.dumps({"resource": fixed}), extra, invalid, extensions
     except orjson.JSONEncodeError:
         return None
 
@@ -526,12 +541,11 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
 
 
 def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
-    """One row per entry resource of ``comp.resource``: ``resource``, ``extra``, ``invalid``."""
+    """One row per entry resource of ``comp.resource``: ``resource``, ``extra``,
+    ``invalid``, ``extensions`` (each a JSON text, see :func:`_repair_entry`)."""
     raws = [_as_bytes(page) for page in _iter_pages(pages)]
     if not raws:
-        return pl.DataFrame(
-            schema={"resource": comp.resource_dtype, "extra": pl.String(), "invalid": pl.String()}
-        )
+        return pl.DataFrame(schema={"resource": comp.resource_dtype, **_FIX_SCHEMA})
     # pl.read_json releases the GIL: contiguous blocks of pages are read on the
     # persistent threads (one block each, in batches of _BATCH_BYTES). Each
     # thread runs the exact check (msgspec, which holds the GIL) on a batch
@@ -577,24 +591,35 @@ def _read_blocks(comp: _Compiled, raws: list[bytes]) -> list[_Block]:
 
 
 def _with_fixes(entries: pl.DataFrame, counts: pl.Series, fixes: list[_Fix | None]) -> pl.DataFrame:
-    """``entries`` with the ``extra`` and ``invalid`` columns the repairs found (null if none)."""
+    """``entries`` with the ``extra``, ``invalid`` and ``extensions`` columns the
+    repairs found (null if none)."""
     if all(f is None for f in fixes):
-        return entries.with_columns(
-            extra=pl.lit(None, dtype=pl.String), invalid=pl.lit(None, dtype=pl.String)
-        )
+        return entries.with_columns(pl.lit(None, dtype=pl.String).alias(n) for n in _FIX_SCHEMA)
     extra: list[str | None] = []
     invalid: list[str | None] = []
+    extensions: list[str | None] = []
     for i, (n, fix) in enumerate(zip(counts.to_list(), fixes, strict=True)):
         if fix is None:
             extra.extend([None] * n)
             invalid.extend([None] * n)
+            extensions.extend([None] * n)
             continue
         if len(fix.extra) != n:  # pragma: no cover - both parsers read the same document
             msg = f"page {i}: {len(fix.extra)} entries by orjson but {n} by polars"
             raise DataValidationError(msg, None)
         extra.extend(fix.extra)
         invalid.extend(fix.invalid)
+        extensions.extend(fix.extensions)
     return entries.with_columns(
         extra=pl.Series("extra", extra, dtype=pl.String),
         invalid=pl.Series("invalid", invalid, dtype=pl.String),
+        extensions=pl.Series("extensions", extensions, dtype=pl.String),
     )
+
+
+_FIX_SCHEMA: dict[str, pl.DataType] = {
+    "extra": pl.String(),
+    "invalid": pl.String(),
+    "extensions": pl.String(),
+}
+"""The columns :func:`_read_entries` adds beside ``resource``."""

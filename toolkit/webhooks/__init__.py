@@ -6,114 +6,66 @@ call's body is a FHIR Bundle of type ``history`` whose first entry is a
 ``SubscriptionStatus``; its ``notificationEvent[].focus`` references the changed
 record. This module receives them and keeps a :mod:`toolkit.store` current::
 
-    POST /<any path> --(auth header? size? history Bundle?)--> .webhooks/queue/<seq>.json
-         (fsynced)   --> 202 Accepted
-    worker thread: queue --(GET /main/<type>/<id>, one per changed record)-->
+    POST /<any path> --(auth header? JSON? ids the client accepts? worker up? room?)-->
+         .webhooks/queue/<key>-<first>-<seq>-<n>e-<bytes>b-<rand>.json (fsynced) --> 202
+    supervised worker: due queue files --(GET /main/<type>/<id>, one per changed record)-->
          toolkit.store.apply_changes (newest meta.lastUpdated wins) --> queue file removed
+         a failed read: that change queued again with backoff; past the bound: .webhooks/dead/
+         a type no sync made a table of: .webhooks/waiting/ until one has
 
 Why a queue on disk before the answer: the sender treats 202 as "delivered" and
 will not send the event again, so an event must survive a crash from the moment
-it is acknowledged. The worker removes a queue file only after the manifest
-that includes its change is committed; a crash in between applies it again,
-which is harmless (a GET of the current version, merged by id).
+it is acknowledged; and the receiver answers 503 with ``Retry-After`` instead of
+202 whenever it cannot keep that promise (the worker restarting, the queue at its
+byte cap). The worker removes a queue file only after the manifest that includes
+its changes is committed, or after the changes it could not apply are written
+again (to the queue, the waiting folder or the dead letters); a crash in between
+applies them again, which is harmless.
 
 Why a GET instead of the payload: the payload may carry only the reference,
 and the current version is what the store wants; a late or duplicated event
 then fetches the same (or a newer) version, so order does not matter. A record
-that answers 404 is removed from the store, whatever the event said. A delete
-event (``request.method`` ``DELETE`` for the focus in the Bundle, or a topic or
-event code naming a delete) removes the record without a request.
+that answers 404 or 410 is removed from the store, and a delete event is applied
+only then (a record still served is applied as an update), so a forged delete
+changes nothing.
 
 On start, :func:`listen` runs an incremental :func:`toolkit.store.sync` of the
-announced resources, so changes made while the receiver was down are covered.
+announced resources the store holds, so changes made while the receiver was down
+are covered.
 """
 
 from __future__ import annotations
 
-from toolkit.webhooks.command import (
-    listen as listen,
-)
-from toolkit.webhooks.command import (
-    listen_command as listen_command,
-)
-from toolkit.webhooks.events import (
-    _ID as _ID,
-)
-from toolkit.webhooks.events import (
-    _MEDIA as _MEDIA,
-)
-from toolkit.webhooks.events import (
-    _TYPE as _TYPE,
-)
-from toolkit.webhooks.events import (
-    ANNOUNCED as ANNOUNCED,
-)
-from toolkit.webhooks.events import (
-    APPLIED_MARKS as APPLIED_MARKS,
-)
-from toolkit.webhooks.events import (
-    DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES,
-)
-from toolkit.webhooks.events import (
-    MAX_BATCH_FILES as MAX_BATCH_FILES,
-)
-from toolkit.webhooks.events import (
-    MAX_QUEUE_FILES as MAX_QUEUE_FILES,
-)
-from toolkit.webhooks.events import (
-    WEBHOOK_DIR as WEBHOOK_DIR,
-)
-from toolkit.webhooks.events import (
-    Event as Event,
-)
-from toolkit.webhooks.events import (
-    NotificationError as NotificationError,
-)
-from toolkit.webhooks.events import (
-    _action_in as _action_in,
-)
-from toolkit.webhooks.events import (
-    _split_reference as _split_reference,
-)
-from toolkit.webhooks.events import (
-    log as log,
-)
-from toolkit.webhooks.events import (
-    parse_notification as parse_notification,
-)
-from toolkit.webhooks.listener import (
-    Listener as Listener,
-)
-from toolkit.webhooks.listener import (
-    _make_app as _make_app,
-)
-from toolkit.webhooks.queue import (
-    AuthHeader as AuthHeader,
-)
-from toolkit.webhooks.queue import (
-    EventQueue as EventQueue,
-)
-from toolkit.webhooks.queue import (
-    ListenerStats as ListenerStats,
-)
-from toolkit.webhooks.queue import (
-    _fsync_dir as _fsync_dir,
-)
-from toolkit.webhooks.queue import (
-    _outcome as _outcome,
-)
-from toolkit.webhooks.queue import (
-    _Retry as _Retry,
-)
+from toolkit.webhooks.command import listen as listen
+from toolkit.webhooks.command import listen_command as listen_command
+from toolkit.webhooks.events import ANNOUNCED as ANNOUNCED
+from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES
+from toolkit.webhooks.events import DEFAULT_MAX_QUEUE_BYTES as DEFAULT_MAX_QUEUE_BYTES
+from toolkit.webhooks.events import MEDIA_TYPES as MEDIA_TYPES
+from toolkit.webhooks.events import WEBHOOK_DIR as WEBHOOK_DIR
+from toolkit.webhooks.events import Event as Event
+from toolkit.webhooks.events import NotificationError as NotificationError
+from toolkit.webhooks.events import parse_notification as parse_notification
+from toolkit.webhooks.listener import Listener as Listener
+from toolkit.webhooks.listener import disk_status as disk_status
+from toolkit.webhooks.queue import AuthHeader as AuthHeader
+from toolkit.webhooks.queue import Change as Change
+from toolkit.webhooks.queue import EventQueue as EventQueue
+from toolkit.webhooks.queue import ListenerStats as ListenerStats
 
 __all__ = [
     "ANNOUNCED",
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_QUEUE_BYTES",
+    "MEDIA_TYPES",
     "AuthHeader",
+    "Change",
     "Event",
     "EventQueue",
     "Listener",
+    "ListenerStats",
     "NotificationError",
+    "disk_status",
     "listen",
     "listen_command",
     "parse_notification",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -12,68 +13,123 @@ from typing import Annotated, Any, Literal
 import typer
 
 from toolkit._options import BaseUrl, ClientId, ClientSecret, connection_settings
+from toolkit._protocol import Limits, guarded_protocol
 from toolkit._serving import start, until_interrupted
-from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES
-from toolkit.webhooks.listener import Listener, _make_app
-from toolkit.webhooks.queue import AuthHeader
+from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE_BYTES
+from toolkit.webhooks.listener import (
+    DEFAULT_MAX_AGE,
+    DEFAULT_MAX_ATTEMPTS,
+    Listener,
+    _make_app,
+    disk_status,
+)
+from toolkit.webhooks.queue import AuthHeader, EventQueue
+
+LOOPBACK = "127.0.0.1"
+
+MAX_HEADER_BYTES = 32 * 1024
+"""Request line and headers at most (431 beyond), as the mock."""
+
+HEADER_TIMEOUT = 10.0
+"""Seconds to send a request head (408 beyond), as the mock."""
+
+BODY_TIMEOUT = 10.0
+"""Seconds to send a body once the head is in (408 beyond)."""
 
 
 @contextlib.contextmanager
 def listen(
-    store: str | os.PathLike[str] = "pmtk-store",
+    store: str | os.PathLike[str] | None = None,
     *,
     client: Any = None,
     port: int = 0,
+    host: str = LOOPBACK,
     auth_header: AuthHeader | str | None = None,
+    no_auth: bool = False,
     catch_up: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
+    max_connections: int | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_age: float = DEFAULT_MAX_AGE,
+    header_timeout: float = HEADER_TIMEOUT,
+    body_timeout: float = BODY_TIMEOUT,
     errors: Literal["raise", "warn"] = "raise",
     log_level: str = "warning",
 ) -> Iterator[Listener]:
-    """Receive webhooks on 127.0.0.1 and keep the store at ``store`` current.
+    """Receive webhooks and keep the store at ``store`` current.
 
     Parameters
     ----------
     store
         The store directory (missing, empty or a pmtk store). The event queue
-        lives in its ``.webhooks/`` folder.
+        lives in its ``.webhooks/`` folder. ``None``: ``pmtk-store``, or
+        ``pmtk-store-mock`` for the embedded mock (as ``pmtk sync``).
     client
         A :class:`toolkit.Client` used for the catch-up sync and one GET per
         changed record; ``None`` uses :func:`toolkit.connect`.
     port
-        Port on 127.0.0.1 (``0`` picks a free one; see ``listener.port``).
+        Port to bind (``0`` picks a free one; see ``listener.port``).
+    host
+        Address to bind: ``127.0.0.1`` (put a reverse proxy in front for the
+        internet) unless you know better.
     auth_header
         The authentication header every webhook must carry, as an
-        :class:`AuthHeader` or ``"NAME:VALUE"``; ``None`` accepts any caller.
+        :class:`AuthHeader` or ``"NAME:VALUE"``. Required unless ``no_auth``.
+    no_auth
+        Accept any caller; allowed only on a loopback ``host``.
     catch_up
         Run an incremental sync of the announced resources first (events that
         arrive meanwhile are queued and applied after it).
     max_body_bytes
         Larger bodies are refused with 413.
+    max_queue_bytes
+        Bytes of unapplied changes held on disk; beyond, 503 with ``Retry-After``.
+    max_connections
+        Open connections at most (503 beyond); ``None``: a quarter of the
+        process's file-descriptor limit, at most 256, so the worker keeps enough.
+    max_attempts, max_age
+        A change whose read keeps failing goes to the dead letters after this
+        many attempts or this many seconds.
+    header_timeout, body_timeout
+        Seconds a caller has to send a request head, then its body (408 beyond).
     errors
-        ``"raise"``: a record that fails its schema is set aside in
-        ``.webhooks/failed/`` (the others are applied); ``"warn"``: it is stored
-        anyway and a :class:`toolkit.schemas.PmtkDataWarning` is emitted.
+        ``"raise"``: a record that fails its schema goes to the dead letters
+        (the others are applied); ``"warn"``: it is stored anyway and a
+        :class:`toolkit.schemas.PmtkDataWarning` is emitted.
 
     Yields
     ------
     Listener
-        ``listener.url`` to configure in the sender, ``listener.stats``.
+        ``listener.url`` to configure in the sender, ``listener.stats``,
+        ``listener.status()``.
 
     Raises
     ------
+    toolkit.errors.ConfigurationError
+        No ``auth_header`` and no ``no_auth``, or ``no_auth`` on an address that
+        is not loopback (nothing is bound).
     toolkit.store.NotAStore
         ``store`` is not empty and not a pmtk store (nothing written).
+    toolkit.store.WrongDeployment
+        ``store`` holds the data of another deployment than the client's.
     """
-
-    root = Path(store)
-    _prepare_store(root)
     header = AuthHeader.parse(auth_header) if isinstance(auth_header, str) else auth_header
+    check_auth(header, no_auth, host)
     owned = None
     if client is None:
         import toolkit
 
         owned = client = toolkit.connect()
+    try:
+        from toolkit.store.identity import default_store
+
+        root = Path(default_store(client) if store is None else store)
+        _prepare_store(root, client)
+    except BaseException:
+        if owned is not None:
+            owned.close()
+        raise
     listener = Listener(
         root,
         client,
@@ -81,13 +137,25 @@ def listen(
         max_body_bytes=max_body_bytes,
         catch_up=catch_up,
         errors=errors,
+        max_queue_bytes=max_queue_bytes,
+        max_attempts=max_attempts,
+        max_age=max_age,
     )
-    config = _receiver_config(listener, port, log_level)
+    limits = Limits(
+        max_header_bytes=MAX_HEADER_BYTES,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        clock=time.time,
+        max_body_bytes=max_body_bytes,
+        max_connections=connection_cap(max_connections),
+    )
+    config = _receiver_config(listener, host, port, log_level, limits)
     running = None
     try:
         running = start(config, name="pmtk-listen", what="the webhook receiver", timeout=30)
         listener.port = running.port
-        listener.url = f"http://127.0.0.1:{running.port}/webhook"
+        shown = f"[{host}]" if ":" in host else host
+        listener.url = f"http://{shown}:{running.port}/webhook"
         listener.start_worker()
         yield listener
     finally:
@@ -98,76 +166,195 @@ def listen(
             owned.close()
 
 
-def _prepare_store(root: Path) -> None:
-    """Claim the folder as a store (refusing a user's folder) and give it a manifest."""
-    from toolkit.store import _claim, _init_manifest, _locked
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost`` counts)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_auth(header: AuthHeader | None, no_auth: bool, host: str) -> None:
+    """Refuse to serve without an authentication header, unless told so on loopback."""
+    from toolkit.errors import ConfigurationError
+
+    if header is not None:
+        return
+    if not no_auth:
+        msg = (
+            "the webhook receiver needs an authentication header: set PM_WEBHOOK_AUTH to "
+            "'NAME: VALUE' (the header the sender is configured to send) or pass --auth-header; "
+            "--no-auth accepts any caller and is allowed on a loopback address only"
+        )
+        raise ConfigurationError(msg)
+    if not is_loopback(host):
+        msg = (
+            f"--no-auth is allowed only on a loopback address, not {host!r}: anyone who "
+            "reaches the port could make the receiver read and change the store"
+        )
+        raise ConfigurationError(msg)
+
+
+def connection_cap(requested: int | None) -> int:
+    """Connections served at once: as asked, or a quarter of the descriptor limit (<= 256)."""
+    if requested is not None:
+        return max(1, requested)
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 256
+    if soft == getattr(resource, "RLIM_INFINITY", -1) or soft <= 0:
+        return 256
+    return max(8, min(256, soft // 4))
+
+
+def _prepare_store(root: Path, client: Any) -> None:
+    """Claim the folder as a store (refusing a user's folder or another deployment's
+    store) and give it a manifest naming the client's deployment."""
+    from toolkit.store import _bind, _claim, _init_manifest, _locked, deployment_of, read_manifest
+    from toolkit.store.identity import check_deployment
 
     _claim(root)
+    current = deployment_of(client)
+    if (root / "manifest.json").is_file():  # refused before the lock: nothing is touched
+        check_deployment(root, read_manifest(root), current)
     with _locked(root):
         _claim(root)
         _init_manifest(root)
+        _bind(root, current)
 
 
-def _receiver_config(listener: Listener, port: int, log_level: str) -> Any:
-    """The uvicorn configuration of the receiver: 127.0.0.1, no lifespan, no server header."""
+def _receiver_config(
+    listener: Listener, host: str, port: int, log_level: str, limits: Limits
+) -> Any:
+    """The uvicorn configuration of the receiver: the shared hardened protocol, no lifespan."""
     import uvicorn
 
     return uvicorn.Config(
         _make_app(listener),
-        host="127.0.0.1",
+        host=host,
         port=port,
         log_level=log_level,
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=2,
+        # head size, head and body deadlines, body cap, connection cap (toolkit/_protocol.py)
+        http=guarded_protocol(limits),
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # if h11 is ever chosen
         server_header=False,
     )
 
 
 StoreOption = Annotated[
-    Path, typer.Option("--store", "-s", help="Store directory to keep current.")
+    Path | None,
+    typer.Option(
+        "--store",
+        "-s",
+        help="Store directory to keep current (default pmtk-store, or pmtk-store-mock for "
+        "the embedded mock, as pmtk sync).",
+        show_default=False,
+    ),
 ]
-Port = Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")]
+Port = Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")]
+Host = Annotated[
+    str,
+    typer.Option(help="Address to bind; keep 127.0.0.1 and put a reverse proxy in front."),
+]
 AuthHeaderOption = Annotated[
     str | None,
     typer.Option(
         "--auth-header",
-        envvar="PM_WEBHOOK_AUTH_HEADER",
-        help="NAME:VALUE every webhook must carry (prefer the environment variable).",
+        envvar=["PM_WEBHOOK_AUTH", "PM_WEBHOOK_AUTH_HEADER"],
+        help="NAME:VALUE every webhook must carry (prefer the environment variable "
+        "PM_WEBHOOK_AUTH).",
         show_default=False,
+    ),
+]
+NoAuth = Annotated[
+    bool,
+    typer.Option(
+        "--no-auth", help="Accept webhooks without an authentication header (loopback only)."
     ),
 ]
 CatchUp = Annotated[
     bool, typer.Option("--catch-up/--no-catch-up", help="Run an incremental sync first.")
 ]
 MaxBodyBytes = Annotated[int, typer.Option(help="Largest webhook body accepted (413 beyond).")]
-Output = Annotated[
-    str,
-    typer.Option("--output", help="'text' (three lines) or 'json' (one line) for the banner."),
+MaxQueueBytes = Annotated[
+    int, typer.Option(help="Unapplied changes held on disk, in bytes (503 beyond).")
+]
+MaxConnections = Annotated[
+    int | None,
+    typer.Option(
+        help="Open connections at most (503 beyond); default a quarter of the open-file "
+        "limit, at most 256.",
+        show_default=False,
+    ),
+]
+MaxAttempts = Annotated[
+    int, typer.Option(help="Reads of one change before it goes to the dead letters.")
+]
+Status = Annotated[
+    bool,
+    typer.Option(
+        "--status", help="Show the queue, dead letters and last error of the store, then exit."
+    ),
+]
+RetryDead = Annotated[
+    bool, typer.Option("--retry-dead", help="Queue the dead letters again, then exit.")
 ]
 
 
 def listen_command(
-    store: StoreOption = Path("pmtk-store"),
+    store: StoreOption = None,
     port: Port = 8090,
+    host: Host = LOOPBACK,
     auth_header: AuthHeaderOption = None,
+    no_auth: NoAuth = False,
     catch_up: CatchUp = True,
     base_url: BaseUrl = None,
     client_id: ClientId = None,
     client_secret: ClientSecret = None,
     max_body_bytes: MaxBodyBytes = DEFAULT_MAX_BODY_BYTES,
-    output: Output = "text",
+    max_queue_bytes: MaxQueueBytes = DEFAULT_MAX_QUEUE_BYTES,
+    max_connections: MaxConnections = None,
+    max_attempts: MaxAttempts = DEFAULT_MAX_ATTEMPTS,
+    status: Status = False,
+    retry_dead: RetryDead = False,
 ) -> None:
-    """Receive webhooks on 127.0.0.1 and keep a Parquet store current until Ctrl-C."""
-    from toolkit.errors import AuthError, ConfigurationError, PmtkError
+    """Receive webhooks and keep a Parquet store current until Ctrl-C.
 
-    if output not in ("text", "json"):
-        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
+    An authentication header is required (PM_WEBHOOK_AUTH='NAME: VALUE'); --status
+    and --retry-dead look at the store's queue and exit.
+    """
+    from toolkit.errors import ConfigurationError, PmtkError
+    from toolkit.store import NotAStore, StoreLinked, WrongDeployment
 
+    if status or retry_dead:
+        from toolkit.store.identity import default_store
+
+        folder = Path(default_store()) if store is None else store
+        _inspect(folder, port, host, status=status, retry_dead=retry_dead)
+        return
     logging.basicConfig(level=logging.INFO, format="pmtk listen: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per GET is noise
     try:
         header = AuthHeader.parse(auth_header) if auth_header else None
+        check_auth(header, no_auth, host)  # before any connection or store write
+        if header is None:
+            typer.echo(
+                f"warning: --no-auth: any program on this machine that can reach "
+                f"{host}:{port} can post webhooks (each change is still read from the API "
+                "before it is applied)",
+                err=True,
+            )
         import toolkit
 
         kwargs = connection_settings(base_url, client_id, client_secret)
@@ -177,14 +364,20 @@ def listen_command(
                 store,
                 client=client,
                 port=port,
+                host=host,
                 auth_header=header,
+                no_auth=no_auth,
                 catch_up=catch_up,
                 max_body_bytes=max_body_bytes,
+                max_queue_bytes=max_queue_bytes,
+                max_connections=max_connections,
+                max_attempts=max_attempts,
             ) as listener,
         ):
-            _banner(listener.url, store, header, output=output)
+            _banner(listener.url, listener.store, header)
             until_interrupted("listening")
-    except (ConfigurationError, AuthError) as exc:  # settings or credentials: refused (2)
+    except (ConfigurationError, NotAStore, StoreLinked, WrongDeployment) as exc:
+        # refused before serving: a usage error, exit 2 as pmtk sync
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     except PmtkError as exc:
@@ -192,16 +385,95 @@ def listen_command(
         raise typer.Exit(1) from None
 
 
-def _banner(url: str, store: Path, header: AuthHeader | None, *, output: str = "text") -> None:
+def _banner(url: str, store: Path, header: AuthHeader | None) -> None:
     """Where the receiver listens, the store it keeps and its authentication (never the value)."""
-    if output == "json":
-        import json
-
-        shown_json = {"name": header.name, "value": "hidden"} if header else None
-        banner = {"webhook_url": url, "store": str(store), "auth_header": shown_json}
-        typer.echo(json.dumps(banner))
-        return
     typer.echo(f"webhook URL: {url}")
     typer.echo(f"store:       {store}")
-    shown = f"{header.name} (value hidden)" if header else "none (any caller accepted)"
+    shown = f"{header.name} (value hidden)" if header else "none (--no-auth: any caller accepted)"
     typer.echo(f"auth header: {shown}")
+
+
+def _inspect(store: Path, port: int, host: str, *, status: bool, retry_dead: bool) -> None:
+    """``--retry-dead`` then ``--status``: from the running receiver if it answers, else disk."""
+    from toolkit.store import NotAStore, _claim
+
+    if not store.is_dir():
+        typer.echo(f"error: there is no store at {store}", err=True)
+        raise typer.Exit(2)
+    try:
+        _claim(store)  # a user's folder is not read as a store
+    except NotAStore as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if retry_dead:
+        requeued, kept = EventQueue(store).requeue_dead()
+        typer.echo(f"requeued {requeued} dead letter(s)")
+        if kept:
+            typer.echo(f"{kept} unreadable file(s) left in {store / '.webhooks' / 'dead'}")
+    if status:
+        report = _live_status(store, port, host) or {"worker": "not running", **disk_status(store)}
+        for line in format_status(report):
+            typer.echo(line)
+
+
+def _live_status(store: Path, port: int, host: str) -> dict[str, Any] | None:
+    """The running receiver's ``GET /status`` for this store, or ``None``."""
+    import httpx
+    import orjson
+
+    target = host if is_loopback(host) else LOOPBACK
+    shown = f"[{target}]" if ":" in target else target
+    try:
+        answer = httpx.get(f"http://{shown}:{port}/status", timeout=3.0, trust_env=False)
+        report = orjson.loads(answer.content) if answer.status_code == 200 else None
+    except (httpx.HTTPError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(report, dict) or report.get("store") != str(store.resolve()):
+        return None  # nothing there, or a receiver of another store
+    return report
+
+
+def format_status(report: dict[str, Any]) -> list[str]:
+    """``--status`` as lines a person reads."""
+    queue = report.get("queue") or {}
+    age = queue.get("oldest_unapplied_age_s")
+    lines = [
+        f"store:        {report.get('store')}",
+        f"worker:       {report.get('worker')}"
+        + (f" ({report['restarts']} restart(s))" if report.get("restarts") else ""),
+        f"accepting:    {_accepting(report)}",
+        f"queued:       {queue.get('events', 0)} change(s), {queue.get('bytes', 0):,} of "
+        f"{queue.get('max_bytes', 0):,} bytes",
+        f"oldest:       {'-' if age is None else f'{age:.1f} s unapplied'}",
+    ]
+    if queue.get("next_retry_in_s") is not None:
+        lines.append(f"next retry:   in {queue['next_retry_in_s']:.1f} s")
+    for rtype, count in sorted((queue.get("waiting_for_sync") or {}).items()):
+        lines.append(
+            f"waiting:      {count} {rtype} change(s) until a sync makes the table "
+            f"(pmtk sync --resource {rtype})"
+        )
+    lines.append(
+        f"dead letters: {report.get('dead_letters', 0)}"
+        + (
+            f" in {report.get('dead_letter_folder')} (pmtk listen --retry-dead requeues them)"
+            if report.get("dead_letters")
+            else ""
+        )
+    )
+    error = report.get("last_error")
+    if not error:
+        lines.append("last error:   -")
+    else:
+        age_s = error.get("age_s")
+        when = "" if age_s is None else f"{age_s:.0f} s ago: "
+        lines.append(f"last error:   {when}{error.get('text')}")
+    return lines
+
+
+def _accepting(report: dict[str, Any]) -> str:
+    if "accepting" not in report:
+        return "no receiver answers for this store"
+    if report["accepting"]:
+        return "yes (202)"
+    return f"no, 503 with Retry-After: {report.get('refusing_because')}"

@@ -11,6 +11,9 @@ from typing import Any
 
 import orjson
 
+from toolkit.errors import InvalidId
+from toolkit.http import safe_id
+
 log = logging.getLogger("pmtk.listen")
 
 
@@ -26,12 +29,17 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """Largest notification accepted (413 beyond): an id-only notification is about 1 KB."""
 
 
-MAX_BATCH_FILES = 500
-"""Queue files applied in one store commit."""
+DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
+"""Unapplied changes held on disk before the receiver answers 503 (the sender retries later)."""
 
 
-MAX_QUEUE_FILES = 100_000
-"""Queue files held before the receiver answers 503 (the sender then retries later)."""
+MAX_BATCH_EVENTS = 500
+"""Changes read and applied in one store commit: what bounds the worker's memory."""
+
+
+FILE_EVENTS = 500
+"""Changes per queue file: a large notification is split, so a batch holds at most
+about twice :data:`MAX_BATCH_EVENTS` (each file costs two fsyncs before the 202)."""
 
 
 APPLIED_MARKS = 10_000
@@ -41,13 +49,31 @@ APPLIED_MARKS = 10_000
 WEBHOOK_DIR = ".webhooks"
 
 
-_ID = re.compile(r"[A-Za-z0-9\-.]{1,64}")
-
-
 _TYPE = re.compile(r"[A-Z][A-Za-z]{0,63}")
 
 
-_MEDIA = frozenset({"application/json", "application/fhir+json", ""})
+MEDIA_TYPES = frozenset({"application/json", "application/fhir+json"})
+"""Body types accepted (415 otherwise). Neither is CORS-safelisted, so a browser page
+must ask a preflight first, which the receiver never grants (no CORS headers).
+``application/fhir+json`` stays because a FHIR subscription delivers in it; a missing
+type is refused: that is what a ``no-cors`` fetch with a Blob body sends."""
+
+
+def note(level: int, msg: str, *args: object, exc: BaseException | None = None) -> None:
+    """Every log line of the receiver and its worker goes through here (one place to redact)."""
+    log.log(level, msg, *args, exc_info=exc)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message``, followed by each cause (``__cause__``/``__context__``) in turn."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(parts) < 4:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}"[:300])
+        current = current.__cause__ or current.__context__
+    return " <- caused by ".join(parts)
 
 
 class NotificationError(ValueError):
@@ -129,8 +155,13 @@ def _split_reference(reference: Any, where: str) -> tuple[str, str]:
     if len(parts) < 2:
         raise NotificationError(where, f"{reference[:80]!r} does not name <Type>/<id>")
     rtype, rid = parts[-2], parts[-1]
-    if not _TYPE.fullmatch(rtype) or not _ID.fullmatch(rid):
+    if not _TYPE.fullmatch(rtype):
         raise NotificationError(where, f"{reference[:80]!r} does not name a valid <Type>/<id>")
+    try:
+        # the client's own rule for an id in a URL path, so nothing queued is refused later
+        safe_id(rtype, rid)
+    except InvalidId as exc:
+        raise NotificationError(where, f"{reference[:80]!r}: {exc}") from None
     return rtype, rid
 
 

@@ -1,47 +1,101 @@
-"""The receiving ASGI app and the listener that applies queued events to the store."""
+"""The receiving ASGI app and the supervised worker that applies queued changes to the store."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
+import random
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from toolkit.webhooks.events import (
-    _MEDIA,
     ANNOUNCED,
     APPLIED_MARKS,
-    MAX_QUEUE_FILES,
+    DEFAULT_MAX_QUEUE_BYTES,
+    MAX_BATCH_EVENTS,
+    MEDIA_TYPES,
+    WEBHOOK_DIR,
     Event,
     NotificationError,
-    log,
+    describe,
+    note,
     parse_notification,
 )
-from toolkit.webhooks.queue import AuthHeader, EventQueue, ListenerStats, _outcome, _Retry
+from toolkit.webhooks.queue import (
+    AuthHeader,
+    Change,
+    EventQueue,
+    ListenerStats,
+    _outcome,
+    _Retry,
+    _write_durable,
+)
+
+DEFAULT_MAX_ATTEMPTS = 12
+"""Reads of one change before it is moved to the dead letters."""
+
+DEFAULT_MAX_AGE = 24 * 3600.0
+"""Seconds a change may stay unapplied (retried) before it is moved to the dead letters."""
+
+RETRY_FIRST = 0.25
+"""Seconds before a failed read is tried again; doubled each time up to :data:`RETRY_MAX`."""
+
+RETRY_MAX = 900.0
+
+RESTART_FIRST = 0.5
+"""Seconds before a failed worker is started again; doubled each time up to :data:`RESTART_MAX`."""
+
+RESTART_MAX = 60.0
+
+READERS = 8
+"""Record reads of one batch sent side by side."""
+
+STORE_RETRY_MAX = 30.0
+"""Longest pause between attempts at a store that cannot be written (a sync holds it)."""
+
+_FORWARDED = ("forwarded", "x-forwarded-for", "x-real-ip", "x-forwarded-host")
 
 
 def _make_app(listener: Listener) -> Any:
-    """The receiver: one route that accepts every path and answers every method."""
+    """The receiver: ``GET /status`` (loopback only) and a POST on any path."""
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import Response
     from starlette.routing import Route
 
+    async def status(request: Request) -> Response:
+        client = request.client.host if request.client else ""
+        proxied = any(name in request.headers for name in _FORWARDED)
+        if not _is_loopback(client) or proxied:
+            # Behind a reverse proxy every caller is 127.0.0.1: a forwarding header
+            # says the call came from outside, and the status is for the operator.
+            return _outcome(404, "not-found", "no such endpoint")
+        body = orjson.dumps(listener.status(), option=orjson.OPT_INDENT_2)
+        return Response(body, media_type="application/json")
+
     async def receive(request: Request) -> Response:
         refusal = _refusal(listener, request)
-        if refusal is None:
-            body = await _read_body(request, listener.max_body_bytes)
-            refusal = body if isinstance(body, Response) else None
         if refusal is not None:
             listener.stats.refused += 1
             return refusal
-        assert isinstance(body, bytes)
+        try:
+            # the wire protocol has already refused a body over the cap (413)
+            body = await request.body()
+        except ClientDisconnect:
+            listener.stats.refused += 1
+            return _outcome(400, "incomplete", "the body was not sent in full")
         try:
             events = parse_notification(body)
         except NotificationError as exc:
             listener.stats.refused += 1
-            log.warning("refused a webhook body: %s", exc)
+            note(logging.WARNING, "refused a webhook body: %s", exc)
             return _outcome(400, "structure", f"not a history Bundle notification: {exc}")
         kept = _storable(listener, events)
         if kept:
@@ -51,78 +105,69 @@ def _make_app(listener: Listener) -> Any:
                 return refusal
         listener.stats.received += 1
         text = f"queued {len(kept)} event(s)" + (
-            f"; {len(events) - len(kept)} of a type the store does not hold, not applied"
+            f"; {len(events) - len(kept)} of a type pmtk keeps no table of, not applied"
             if len(kept) != len(events)
             else ""
         )
         return _outcome(202, "informational", text, severity="information")
 
     methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-    return Starlette(routes=[Route("/{path:path}", receive, methods=methods)])
+    return Starlette(
+        routes=[
+            Route("/status", status, methods=["GET"]),
+            Route("/{path:path}", receive, methods=methods),
+        ]
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _refusal(listener: Listener, request: Any) -> Any:
-    """The answer to a call refused before its body is read (method, auth, size, media)."""
+    """The answer to a call refused before its body is read (method, auth, media, state)."""
     if request.method != "POST":
+        # OPTIONS too, with no CORS header: a browser's preflight fails, so a page
+        # cannot post the JSON the receiver requires.
         return _outcome(405, "not-supported", "webhooks are delivered with POST")
     auth = listener.auth_header
     if auth is not None and not auth.matches(request.headers.getlist(auth.name)):
-        log.warning("refused a webhook without the right %s header", auth.name)
+        note(logging.WARNING, "refused a webhook without the right %s header", auth.name)
         return _outcome(401, "login", f"missing or wrong {auth.name} header")
-    limit = listener.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and not declared.isdigit():
-        return _outcome(400, "invalid", "Content-Length is not a number")
-    if declared is not None and int(declared) > limit:
-        return _outcome(413, "too-costly", f"the body ({declared} bytes) exceeds {limit}")
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media not in _MEDIA:
-        return _outcome(415, "not-supported", f"the body must be JSON, not {media[:60]!r}")
+    if media not in MEDIA_TYPES:
+        shown = repr(media[:60]) if media else "none"
+        return _outcome(
+            415,
+            "not-supported",
+            f"the body must be sent as Content-Type application/json (or application/fhir+json), "
+            f"not {shown}",
+        )
+    busy = listener.unavailable()
+    if busy is not None:
+        text, wait = busy
+        response = _outcome(503, "transient", text)
+        response.headers["retry-after"] = str(wait)
+        return response
     return None
 
 
-async def _read_body(request: Any, limit: int) -> Any:
-    """The body (at most ``limit`` bytes), or the answer refusing it."""
-    from starlette.requests import ClientDisconnect
-
-    body = bytearray()
-    try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                return _outcome(413, "too-costly", f"the body exceeds {limit} bytes")
-    except ClientDisconnect:
-        return _outcome(400, "incomplete", "the body was not sent in full")
-    return bytes(body)
-
-
-def _tables_of(store: Path, known: frozenset[str]) -> frozenset[str]:
-    """The types whose events the listener applies: those the store holds, or, for a
-    store that holds none yet, every type with a view (the catch-up syncs them).
-
-    An event of a type the store was never synced with is not applied: a table made
-    of webhook deliveries alone would look complete and hold a handful of records.
-    """
-    from toolkit.errors import PmtkError
-    from toolkit.store import read_manifest
-
-    try:
-        held = frozenset(read_manifest(store).get("resources") or {})
-    except PmtkError:
-        return known
-    return (held & known) or known
-
-
 def _storable(listener: Listener, events: list[Event]) -> list[Event]:
-    """The events of types the store holds; the others are counted and logged."""
+    """The events of types pmtk has a view of; the others are counted and logged."""
     kept: list[Event] = []
     for event in events:
-        if event.resource_type in listener.storable:
+        if event.resource_type in listener.viewed:
             kept.append(event)
             continue
         listener.stats.ignored += 1
-        log.warning(
-            "accepted %s/%s (%s) but not applied: the store has no %s table",
+        note(
+            logging.WARNING,
+            "accepted %s/%s (%s) but not applied: pmtk keeps no %s table",
             event.resource_type,
             event.id,
             event.action or "change",
@@ -132,22 +177,42 @@ def _storable(listener: Listener, events: list[Event]) -> list[Event]:
 
 
 async def _enqueue(listener: Listener, kept: list[Event]) -> Any:
-    """Queue the events durably and wake the applier; the answer refusing them otherwise."""
+    """Queue the events durably and wake the worker; the answer refusing them otherwise."""
     from starlette.concurrency import run_in_threadpool
 
     from toolkit.store import _now_iso
 
-    if listener.queue.count() >= MAX_QUEUE_FILES:
-        return _outcome(503, "transient", "the event queue is full; retry later")
     try:
         # the fsyncs run on a worker thread, so other calls are not held up
         await run_in_threadpool(listener.queue.put, kept, _now_iso())
     except OSError as exc:
-        log.error("cannot write the event queue: %s", exc)
-        return _outcome(503, "transient", "the event could not be stored; retry later")
+        listener.record_error("writing the event queue failed", exc)
+        response = _outcome(503, "transient", "the event could not be stored; retry later")
+        response.headers["retry-after"] = "10"
+        return response
     listener.stats.events_queued += len(kept)
     listener.wake.set()
     return None
+
+
+def synced_types(store: Path) -> frozenset[str]:
+    """The resource types whose table a sync made (an entry with ``last_sync``).
+
+    A table that webhook deliveries alone would make holds a handful of records and
+    looks complete; changes of a type without a synced table wait instead.
+    """
+    from toolkit.errors import PmtkError
+    from toolkit.store import read_manifest
+
+    try:
+        resources = read_manifest(store).get("resources") or {}
+    except PmtkError:
+        return frozenset()
+    return frozenset(
+        rtype
+        for rtype, entry in resources.items()
+        if isinstance(entry, dict) and entry.get("last_sync") is not None
+    )
 
 
 class Listener:
@@ -163,6 +228,8 @@ class Listener:
         The store directory kept current.
     stats
         :class:`ListenerStats`.
+    queue
+        The :class:`EventQueue` on disk.
     """
 
     def __init__(
@@ -174,6 +241,9 @@ class Listener:
         max_body_bytes: int,
         catch_up: bool,
         errors: Literal["raise", "warn"],
+        max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_age: float = DEFAULT_MAX_AGE,
     ) -> None:
         from toolkit import views
 
@@ -183,16 +253,23 @@ class Listener:
         self.max_body_bytes = max_body_bytes
         self.catch_up = catch_up
         self.errors = errors
-        self.storable = _tables_of(store, frozenset(views.VIEWS))
-        self.queue = EventQueue(store)
+        self.max_attempts = max_attempts
+        self.max_age = max_age
+        self.viewed = frozenset(views.VIEWS)
+        self.queue = EventQueue(store, max_queue_bytes)
         self.stats = ListenerStats()
         self.wake = threading.Event()
         self.caught_up = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Event()
+        self._down_until: float | None = None  # monotonic time of the next restart
+        self._started = False
         self.url = ""
         self.port = 0
-        self._worker = threading.Thread(target=self._run, name="pmtk-listen-worker", daemon=True)
+        self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="pmtk-listen-read")
+        self._worker = threading.Thread(
+            target=self._supervise, name="pmtk-listen-worker", daemon=True
+        )
 
     def __repr__(self) -> str:
         return f"Listener(url={self.url!r}, store={str(self.store)!r})"
@@ -200,15 +277,21 @@ class Listener:
     # -- lifecycle -------------------------------------------------------------------
 
     def start_worker(self) -> None:
+        self._started = True
         self._worker.start()
 
     def stop_worker(self) -> None:
         self._stop.set()
         self.wake.set()
-        self._worker.join(timeout=60)
+        if self._started:
+            self._worker.join(timeout=60)
+        self._readers.shutdown(wait=False, cancel_futures=True)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
-        """Wait until the catch-up sync is done and the queue is empty; true if it got there."""
+        """Wait until the catch-up sync is done and no change is queued; true if it got there.
+
+        Changes waiting for a full sync of their type and dead letters are not queued.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.caught_up.is_set() and self._idle.is_set() and self.queue.count() == 0:
@@ -216,49 +299,175 @@ class Listener:
             time.sleep(0.01)
         return False
 
+    def unavailable(self) -> tuple[str, int] | None:
+        """Why a notification cannot be promised now, and the seconds to retry after."""
+        down = self._down_until
+        if self._started and (down is not None or not self._worker.is_alive()):
+            wait = 10 if down is None else max(1, math.ceil(down - time.monotonic()) + 1)
+            return "the worker that applies changes is restarting; retry later", wait
+        if self.queue.over_cap():
+            cap = self.queue.max_bytes
+            return f"the event queue holds its limit of {cap} bytes; retry later", 30
+        return None
+
+    def record_error(self, what: str, exc: BaseException) -> None:
+        """Keep the last error (for ``--status``), also on disk for when nobody runs."""
+        text = f"{what}: {describe(exc)}"[:1000]
+        self.stats.last_error = text
+        self.stats.last_error_at = time.time()
+        path = self.store / WEBHOOK_DIR / "last-error.json"
+        # when the disk is the problem the error is still logged and kept in memory
+        with contextlib.suppress(OSError):
+            _write_durable(path, orjson.dumps({"text": text, "at": self.stats.last_error_at}))
+
+    # -- status ----------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """What ``GET /status`` and ``pmtk listen --status`` show."""
+        if not self._started or self._stop.is_set():
+            worker = "stopped"
+        elif self._down_until is not None or not self._worker.is_alive():
+            worker = "restarting"
+        elif not self.caught_up.is_set():
+            worker = "catching up"
+        else:
+            worker = "running"
+        busy = self.unavailable()
+        try:
+            report = disk_status(self.store, self.queue)
+        except OSError as exc:
+            # the folder cannot be read now (EMFILE, a vanished disk): the counts kept in
+            # memory still say what is known
+            report = {
+                "store": str(self.store.resolve()),
+                "queue": {
+                    "events": self.queue.count(),
+                    "bytes": self.queue.bytes(),
+                    "max_bytes": self.queue.max_bytes,
+                    "oldest_unapplied_age_s": None,
+                    "next_retry_in_s": None,
+                    "waiting_for_sync": {},
+                },
+                "dead_letters": None,
+                "dead_letter_folder": str(self.queue.dead_dir),
+                "last_error": None,
+                "disk_unreadable": describe(exc),
+            }
+        report.update(
+            {
+                "worker": worker,
+                "accepting": busy is None,
+                "refusing_because": None if busy is None else busy[0],
+                "restarts": self.stats.restarts,
+                "received": self.stats.received,
+                "applied": self.stats.applied,
+                "retried": self.stats.retried,
+                "refused": self.stats.refused,
+                "requests": self.stats.requests,
+                "catch_up": self.stats.catch_up,
+            }
+        )
+        if self.stats.last_error is not None:
+            report["last_error"] = {
+                "text": self.stats.last_error,
+                "age_s": round(time.time() - (self.stats.last_error_at or 0.0), 1),
+            }
+        return report
+
     # -- the worker ------------------------------------------------------------------
 
-    def _run(self) -> None:
-        if self.catch_up:
-            self._catch_up()
-        else:
-            self.stats.catch_up = "skipped"
-        self.caught_up.set()
+    def _supervise(self) -> None:
+        """Run the worker; when it fails, log why and start it again after a pause."""
         delay = 0.0
         while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                self._work()
+                return
+            except Exception as exc:  # anything: the worker must come back
+                if time.monotonic() - began > RESTART_MAX:
+                    delay = 0.0  # it had run well for a while: start over from short pauses
+                delay = min(RESTART_MAX, max(RESTART_FIRST, delay * 2))
+                self._down_until = time.monotonic() + delay
+                self.record_error("the worker failed", exc)
+                note(
+                    logging.ERROR,
+                    "the worker failed (%s); restarting in %.1f s",
+                    describe(exc),
+                    delay,
+                    exc=exc,
+                )
+                self._stop.wait(delay)
+                self.stats.restarts += 1
+                self._down_until = None
+
+    def _work(self) -> None:
+        if not self.caught_up.is_set():
+            if self.catch_up:
+                self._catch_up()
+            else:
+                self.stats.catch_up = "skipped"
+            self.caught_up.set()
+        store_delay = 0.0
+        while not self._stop.is_set():
             self.wake.clear()
-            batch = self.queue.pending()
+            self._release_waiting()
+            batch = self.queue.take(MAX_BATCH_EVENTS)
             if not batch:
                 self._idle.set()
-                self.wake.wait(0.5)
+                due = self.queue.seconds_to_next_due()
+                self.wake.wait(0.5 if due is None else min(0.5, due + 0.001))
                 continue
             self._idle.clear()
             try:
                 self._apply(batch)
-                delay = 0.0
-            except Exception as exc:  # the worker must outlive any one failure
-                delay = min(30.0, max(0.2, delay * 2))
-                reason = str(exc) if isinstance(exc, _Retry) else f"{type(exc).__name__}: {exc}"
-                log.warning("applying events failed (%s); retrying in %.1f s", reason, delay)
-                self._stop.wait(delay)
+                store_delay = 0.0
+            except _Retry as exc:
+                # The store cannot be written now (a sync holds it, a full disk): every
+                # change stays queued as it is and the batch is tried again.
+                store_delay = min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
+                self.record_error("writing the store failed", exc)
+                note(
+                    logging.WARNING,
+                    "writing the store failed (%s); trying again in %.1f s",
+                    describe(exc),
+                    store_delay,
+                )
+                self._stop.wait(store_delay)
 
     def _catch_up(self) -> None:
         from toolkit.store import sync
 
-        wanted = [t for t in ANNOUNCED if t in self.storable]
+        held = synced_types(self.store)
+        wanted = [t for t in ANNOUNCED if t in self.viewed and (t in held or not held)]
         try:
             summary = sync(self.client, self.store, resources=wanted, progress=False)
         except Exception as exc:  # the receiver still serves; events queue meanwhile
-            self.stats.catch_up = f"failed: {type(exc).__name__}: {exc}"[:300]
-            log.error("catch-up sync failed: %s", exc)
+            self.stats.catch_up = f"failed: {describe(exc)}"[:300]
+            self.record_error("the catch-up sync failed", exc)
+            note(logging.ERROR, "catch-up sync failed: %s", describe(exc))
             return
         self.stats.catch_up = "ok: " + ", ".join(
             f"{r.resource} {r.status} ({r.fetched} fetched)" for r in summary.resources
         )
-        log.info("catch-up sync: %s", self.stats.catch_up)
+        note(logging.INFO, "catch-up sync: %s", self.stats.catch_up)
+
+    def _release_waiting(self) -> None:
+        """Queue again the waiting changes of types a sync has now made a table for."""
+        waiting = self.queue.waiting()
+        if not waiting:
+            return
+        ready = set(waiting) & synced_types(self.store)
+        if ready:
+            moved = self.queue.release(ready)
+            note(logging.INFO, "%d waiting change(s) of %s queued", moved, ", ".join(sorted(ready)))
 
     def _fetch(self, event: Event) -> dict[str, Any] | None:
-        """The record's current version, ``None`` when it is gone (404/410)."""
+        """The record's current version, ``None`` when it is gone (404/410).
+
+        Raises :class:`_Retry` for a failure that may pass (network, 5xx, 429,
+        refused credentials) and a :class:`~toolkit.errors.PmtkError` otherwise.
+        """
         from toolkit.errors import (
             ApiError,
             AuthError,
@@ -268,18 +477,19 @@ class Listener:
             TransportError,
         )
 
-        self.stats.requests += 1
         try:
             record = self.client.read(event.resource_type, event.id)
         except NotFound:
             return None
         except (TransportError, ServerError, RateLimited, AuthError) as exc:
             # AuthError too: wrong credentials are fixed by the operator, and the
-            # events must still be there when they are.
-            raise _Retry(f"{type(exc).__name__}: {exc}") from exc
+            # changes must still be there when they are.
+            raise _Retry(describe(exc)) from exc
         except ApiError as exc:
             if exc.status == 410:
                 return None
+            if exc.status >= 500 or exc.status in (408, 429):
+                raise _Retry(describe(exc)) from exc
             raise
         if record.get("id") != event.id:
             raise ApiError(
@@ -290,110 +500,230 @@ class Listener:
             )
         return dict(record)
 
-    def _apply(self, batch: Sequence[tuple[Path, list[Event], str]]) -> None:
-        """Apply a batch of queued notifications: the latest event per record, by type."""
+    def _apply(self, batch: Sequence[tuple[Path, list[Change]]]) -> None:
+        """Read each change of the batch once, commit what was read, keep the rest on disk.
+
+        Raises :class:`_Retry` when the store cannot be written; then nothing of the
+        batch has been moved (the queue files stay, and are taken again).
+        """
+        synced = synced_types(self.store)
+        by_type: dict[str, tuple[list[dict[str, Any]], list[str], list[Change]]] = {}
+        retry: list[Change] = []
+        dead: list[tuple[Change, str]] = []
+        hold: list[Change] = []
+        to_read: list[Change] = []
+        for change in _latest(batch).values():
+            if change.event.resource_type in synced:
+                to_read.append(change)
+            else:
+                hold.append(change)
+        # The reads of a batch run side by side (the client paces them if it must):
+        # at tens of changes a second, one at a time would be the bottleneck.
+        for change, (kind, value) in zip(
+            to_read, self._readers.map(self._read, to_read), strict=True
+        ):
+            self.stats.requests += 1
+            event = change.event
+            if kind == "retry":
+                self._failed(change, value, retry, dead)
+                continue
+            if kind == "dead":
+                change.attempts += 1
+                dead.append((change, value))
+                continue
+            ups, dels, done = by_type.setdefault(event.resource_type, ([], [], []))
+            if value is None:
+                dels.append(event.id)
+            else:
+                if event.action == "delete":
+                    note(
+                        logging.INFO,
+                        "delete of %s/%s not confirmed (the record is still served): "
+                        "applied as an update",
+                        event.resource_type,
+                        event.id,
+                    )
+                ups.append(value)
+            done.append(change)
+        for rtype, (ups, dels, done) in by_type.items():
+            dead.extend(self._commit(rtype, ups, dels, done))
+        # Everything that was not applied is on disk again before its file goes.
+        for change in hold:
+            self.queue.hold(change)
+            self.stats.held += 1
+        for change, reason in dead:
+            self.queue.bury(change, reason)
+            self.stats.failures += 1
+        for change in retry:
+            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (change.attempts - 1))
+            due = time.time_ns() + int(delay * random.uniform(0.9, 1.1) * 1e9)
+            self.queue.put_changes([change], due)
+            self.stats.retried += 1
+        self.queue.done([path for path, _changes in batch])
+        self.stats.batches += 1
+
+    def _read(self, change: Change) -> tuple[str, Any]:
+        """``("ok", record or None)``, ``("retry", reason)`` or ``("dead", reason)``."""
+        from toolkit.errors import PmtkError
+
+        try:
+            return "ok", self._fetch(change.event)
+        except _Retry as exc:
+            return "retry", str(exc)
+        except PmtkError as exc:  # refused for good (400, 403, an id the API rejects)
+            return "dead", f"reading it failed: {describe(exc)}"
+        except Exception as exc:  # unexpected: retried, and dead after the bound
+            return "retry", describe(exc)
+
+    def _failed(
+        self, change: Change, reason: str, retry: list[Change], dead: list[tuple[Change, str]]
+    ) -> None:
+        """Count an attempt: retry the change later, or give up on it past the bounds."""
+        change.attempts += 1
+        change.last_error = reason[:500]
+        age = time.time() - change.first_ns / 1e9
+        if change.attempts >= self.max_attempts or age >= self.max_age:
+            dead.append(
+                (
+                    change,
+                    f"gave up after {change.attempts} attempt(s) over {age:.0f} s; "
+                    f"last error: {reason}",
+                )
+            )
+        else:
+            retry.append(change)
+
+    def _commit(
+        self, rtype: str, ups: list[dict[str, Any]], dels: list[str], done: list[Change]
+    ) -> list[tuple[Change, str]]:
+        """Apply one type's changes in one commit; the changes that cannot be applied."""
         from toolkit.errors import DataValidationError
         from toolkit.store import apply_changes
 
-        for rtype, (ups, dels, evs) in self._changes(_latest(batch)).items():
-            if not evs:
-                continue
-            last = {**evs[-1].to_json(), "received_at": batch[-1][2]}
-            try:
-                done = apply_changes(
-                    rtype,
-                    self.store,
-                    upserts=ups,
-                    deletes=dels,
-                    event=last,
-                    errors=self.errors,
-                )
-                log.info(
-                    "%s: %d written, %d deleted, %d already newer in the store",
-                    rtype,
-                    len(done.upserted),
-                    len(done.deleted),
-                    len(done.stale),
-                )
-            except DataValidationError:
-                self._apply_one_by_one(rtype, ups, dels, evs)
-            except Exception as exc:
-                # A busy or damaged store, a full disk: the events stay queued until
-                # it is repaired (the message says how) and are applied then.
-                raise _Retry(f"{type(exc).__name__}: {exc}") from exc
-            self._mark_applied(evs)
-        self.queue.done([path for path, _events, _received in batch])
-        self.stats.batches += 1
+        last = done[-1]
+        try:
+            result = apply_changes(
+                rtype,
+                self.store,
+                upserts=ups,
+                deletes=dels,
+                event={**last.event.to_json(), "received_at": last.received_at},
+                errors=self.errors,
+            )
+        except DataValidationError:
+            failed = self._commit_one_by_one(rtype, ups, dels, done)
+        except Exception as exc:
+            # A busy or damaged store, a full disk: the changes stay queued until it
+            # is repaired (the message says how) and are applied then.
+            raise _Retry(describe(exc)) from exc
+        else:
+            failed = []
+            note(
+                logging.INFO,
+                "%s: %d written, %d deleted, %d already newer in the store",
+                rtype,
+                len(result.upserted),
+                len(result.deleted),
+                len(result.stale),
+            )
+        gone = {c.key for c, _reason in failed}
+        self._mark_applied([c for c in done if c.key not in gone])
+        return failed
 
-    def _changes(
-        self, latest: dict[tuple[str, str], Event]
-    ) -> dict[str, tuple[list[dict[str, Any]], list[str], list[Event]]]:
-        """Per type: the records to upsert (one GET each), the ids to delete, their events."""
-        from toolkit.errors import ApiError
-
-        by_type: dict[str, tuple[list[dict[str, Any]], list[str], list[Event]]] = {}
-        for (rtype, rid), event in latest.items():
-            ups, dels, evs = by_type.setdefault(rtype, ([], [], []))
-            if event.action == "delete":
-                dels.append(rid)
-                evs.append(event)
-                continue
-            try:
-                record = self._fetch(event)
-            except ApiError as exc:
-                self.queue.fail_event(event, f"reading it failed: {exc}")
-                self.stats.failures += 1
-                continue
-            if record is None:
-                dels.append(rid)
-            else:
-                ups.append(record)
-            evs.append(event)
-        return by_type
-
-    def _mark_applied(self, evs: list[Event]) -> None:
-        """Remember when each record was applied (the newest :data:`APPLIED_MARKS`)."""
-        now = time.time()
-        marks = self.stats.applied_at
-        for event in evs:
-            mark = f"{event.resource_type}/{event.id}"
-            marks.pop(mark, None)
-            marks[mark] = now
-        while len(marks) > APPLIED_MARKS:  # oldest first: dicts keep insertion order
-            del marks[next(iter(marks))]
-        self.stats.applied += len(evs)
-
-    def _apply_one_by_one(
-        self, rtype: str, ups: list[dict[str, Any]], dels: list[str], evs: list[Event]
-    ) -> None:
+    def _commit_one_by_one(
+        self, rtype: str, ups: list[dict[str, Any]], dels: list[str], done: list[Change]
+    ) -> list[tuple[Change, str]]:
         """Isolate the records that fail their schema; apply the others."""
         from toolkit.errors import DataValidationError
         from toolkit.store import apply_changes
 
-        by_id = {e.id: e for e in evs}
-        for record in ups:
-            event = by_id[str(record["id"])]
-            try:
-                apply_changes(
-                    rtype,
-                    self.store,
-                    upserts=[record],
-                    event=event.to_json(),
-                    errors=self.errors,
-                )
-            except DataValidationError as exc:
-                self.queue.fail_event(event, f"the record fails its schema: {exc}")
-                self.stats.failures += 1
-        if dels:
-            apply_changes(rtype, self.store, deletes=dels, event=evs[-1].to_json())
+        by_id = {c.event.id: c for c in done}
+        failed: list[tuple[Change, str]] = []
+        try:
+            for record in ups:
+                change = by_id[str(record["id"])]
+                try:
+                    apply_changes(
+                        rtype,
+                        self.store,
+                        upserts=[record],
+                        event=change.event.to_json(),
+                        errors=self.errors,
+                    )
+                except DataValidationError as exc:
+                    failed.append((change, f"the record fails its schema: {exc}"))
+            if dels:
+                apply_changes(rtype, self.store, deletes=dels, event=done[-1].event.to_json())
+        except DataValidationError:
+            raise
+        except Exception as exc:
+            raise _Retry(describe(exc)) from exc
+        return failed
+
+    def _mark_applied(self, changes: list[Change]) -> None:
+        """Remember when each record was applied (the newest :data:`APPLIED_MARKS`)."""
+        now = time.time()
+        marks = self.stats.applied_at
+        for change in changes:
+            mark = f"{change.event.resource_type}/{change.event.id}"
+            marks.pop(mark, None)
+            marks[mark] = now
+        while len(marks) > APPLIED_MARKS:  # oldest first: dicts keep insertion order
+            del marks[next(iter(marks))]
+        self.stats.applied += len(changes)
 
 
-def _latest(batch: Sequence[tuple[Path, list[Event], str]]) -> dict[tuple[str, str], Event]:
-    """The latest event of each record, in the order of its latest announcement."""
-    latest: dict[tuple[str, str], Event] = {}
-    for _path, events, _received in batch:
-        for event in events:
-            key = (event.resource_type, event.id)
-            latest.pop(key, None)  # keep the order of the latest announcement
-            latest[key] = event
+def _latest(batch: Sequence[tuple[Path, list[Change]]]) -> dict[tuple[str, str], Change]:
+    """The latest change of each record, in the order of its latest announcement.
+
+    A record announced again keeps its first receipt time (its freshness is measured
+    from the oldest unapplied announcement) and the most attempts any copy had.
+    """
+    latest: dict[tuple[str, str], Change] = {}
+    for _path, changes in batch:
+        for change in changes:
+            earlier = latest.pop(change.key, None)  # keep the order of the latest announcement
+            if earlier is not None:
+                change.first_ns = min(change.first_ns, earlier.first_ns)
+                change.attempts = max(change.attempts, earlier.attempts)
+            latest[change.key] = change
     return latest
+
+
+def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
+    """The queue, waiting changes, dead letters and last error as the store's folder holds them.
+
+    Works with no receiver running (``pmtk listen --status`` then reads this).
+    """
+    queue = queue if queue is not None else EventQueue(store)
+    queue.refresh()
+    oldest = queue.oldest_ns()
+    due = queue.seconds_to_next_due()
+    report: dict[str, Any] = {
+        "store": str(store.resolve()),
+        "queue": {
+            "events": queue.count(),
+            "bytes": queue.bytes(),
+            "max_bytes": queue.max_bytes,
+            "oldest_unapplied_age_s": None
+            if oldest is None
+            else round(max(0.0, time.time() - oldest / 1e9), 3),
+            "next_retry_in_s": None if due is None else round(due, 3),
+            "waiting_for_sync": queue.waiting(),
+        },
+        "dead_letters": queue.dead(),
+        "dead_letter_folder": str(queue.dead_dir),
+        "last_error": None,
+    }
+    path = store / WEBHOOK_DIR / "last-error.json"
+    try:
+        saved = orjson.loads(path.read_bytes())
+        report["last_error"] = {
+            "text": str(saved["text"]),
+            "age_s": round(time.time() - float(saved["at"]), 1),
+        }
+    except FileNotFoundError:
+        pass  # no error recorded yet
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        report["last_error"] = {"text": f"{path} is unreadable: {exc}", "age_s": None}
+    return report

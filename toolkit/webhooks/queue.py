@@ -1,10 +1,11 @@
-"""The receiver's on-disk queue of accepted notifications, its authentication and its counters."""
+"""The receiver's on-disk queue of acknowledged changes, its authentication and its counters."""
 
 from __future__ import annotations
 
 import contextlib
 import hmac
 import itertools
+import logging
 import os
 import re
 import threading
@@ -12,12 +13,20 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from toolkit.webhooks.events import MAX_BATCH_FILES, WEBHOOK_DIR, Event, log
+from toolkit.webhooks.events import (
+    DEFAULT_MAX_QUEUE_BYTES,
+    FILE_EVENTS,
+    MAX_BATCH_EVENTS,
+    WEBHOOK_DIR,
+    Event,
+    note,
+)
 
 
 class AuthHeader:
@@ -85,78 +94,358 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class EventQueue:
-    """Acknowledged events on disk: one fsynced JSON file per notification.
+def _write_durable(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, fsynced and moved in whole (a crash leaves the old file or none)."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
-    Files are named ``<ns since epoch>-<counter>-<uuid>.json`` so that their
-    sorted order is the order they were received in.
+
+def write_dead_letter(folder: Path, name: str, payload: dict[str, Any]) -> Path:
+    """Every dead letter is written here (one place to redact what it keeps)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    _write_durable(path, orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+    _fsync_dir(folder)
+    return path
+
+
+@dataclass(slots=True)
+class Change:
+    """One queued change: the event, when it was first received, how often it was tried.
+
+    Attributes
+    ----------
+    event
+        The latest event announced for the record.
+    first_ns
+        ``time.time_ns()`` when the oldest unapplied event of the record was received.
+    attempts
+        Reads tried so far (a retry counts one more).
+    last_error
+        Why the last attempt failed (``None`` before any).
+    received_at
+        ISO time of the latest notification announcing it.
     """
 
-    def __init__(self, store: Path) -> None:
-        self.dir = store / WEBHOOK_DIR / "queue"
-        self.failed_dir = store / WEBHOOK_DIR / "failed"
-        self.dir.mkdir(parents=True, exist_ok=True)
+    event: Event
+    first_ns: int
+    attempts: int = 0
+    last_error: str | None = None
+    received_at: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.event.resource_type, self.event.id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.event.to_json(),
+            "first_ns": self.first_ns,
+            "attempts": self.attempts,
+            "last_error": self.last_error,
+            "received_at": self.received_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Change:
+        return cls(
+            Event.from_json(data),
+            int(data["first_ns"]),
+            int(data.get("attempts") or 0),
+            data.get("last_error"),
+            str(data.get("received_at") or ""),
+        )
+
+
+_NAME = re.compile(r"(\d{20})-(\d{20})-(\d{8})-(\d+)e-(\d+)b-[0-9a-f]{8}\.json")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A queue file as its name describes it (nothing read)."""
+
+    path: Path
+    key_ns: int  # received (a new change) or due (a retry): the file is taken from then on
+    first_ns: int
+    events: int
+    size: int
+
+
+class EventQueue:
+    """Acknowledged changes on disk, and the ones that wait, are retried or are dead.
+
+    ``queue/`` holds fsynced JSON files of at most :data:`FILE_EVENTS` changes named
+    ``<key ns>-<first ns>-<seq>-<n>e-<bytes>b-<rand>.json``: the key is the time the
+    file was received or, for a retry, the time it is due, so the sorted names are
+    the order to take them in, and the counts come from the names without reading.
+    ``waiting/`` keeps one change per record of a type no full sync has made a table
+    for; ``dead/`` the changes that cannot be applied, with the reason.
+
+    Parameters
+    ----------
+    store
+        The store directory (the folders live in its ``.webhooks/``).
+    max_bytes
+        Bytes of unapplied changes (queued and waiting) beyond which
+        :meth:`over_cap` is true and the receiver answers 503.
+    """
+
+    def __init__(self, store: Path, max_bytes: int = DEFAULT_MAX_QUEUE_BYTES) -> None:
+        base = store / WEBHOOK_DIR
+        self.dir = base / "queue"
+        self.waiting_dir = base / "waiting"
+        self.dead_dir = base / "dead"
+        for folder in (self.dir, self.waiting_dir, self.dead_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
         self._counter = itertools.count()
         self._lock = threading.Lock()
+        self._events = 0
+        self._bytes = 0
+        self._waiting_bytes = 0
+        self._next_due: int | None = None
+        self.refresh()
+        self._refresh_waiting()
 
-    def put(self, events: Sequence[Event], received_at: str) -> Path:
-        """Write ``events`` durably; return the queue file (it exists once this returns)."""
-        with self._lock:
-            n = next(self._counter)
-        name = f"{time.time_ns():020d}-{n:08d}-{uuid.uuid4().hex[:8]}.json"
-        data = orjson.dumps({"received_at": received_at, "events": [e.to_json() for e in events]})
-        tmp = self.dir / f".{name}.tmp"
-        try:
-            with tmp.open("wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.dir / name)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        _fsync_dir(self.dir)
-        return self.dir / name
+    # -- counts ----------------------------------------------------------------------
 
-    def pending(self, limit: int = MAX_BATCH_FILES) -> list[tuple[Path, list[Event], str]]:
-        """The oldest queue files (up to ``limit``): ``(path, events, received_at)``."""
-        names = sorted(p for p in os.listdir(self.dir) if p.endswith(".json"))[:limit]
-        found: list[tuple[Path, list[Event], str]] = []
-        for name in names:
-            path = self.dir / name
-            try:
-                data = orjson.loads(path.read_bytes())
-                events = [Event.from_json(e) for e in data["events"]]
-                found.append((path, events, str(data.get("received_at"))))
-            except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                self.fail(path, f"unreadable queue file: {exc}")
+    def _entries(self) -> list[_Entry]:
+        found: list[_Entry] = []
+        for name in os.listdir(self.dir):
+            matched = _NAME.fullmatch(name)
+            if matched:
+                key, first, _seq, events, size = (int(g) for g in matched.groups())
+                found.append(_Entry(self.dir / name, key, first, events, size))
+        found.sort(key=lambda e: e.path.name)
         return found
 
+    def refresh(self) -> list[_Entry]:
+        """List the queue and set the counts from the names (another process may add files)."""
+        entries = self._entries()
+        now = time.time_ns()
+        with self._lock:
+            self._events = sum(e.events for e in entries)
+            self._bytes = sum(e.size for e in entries)
+            later = [e.key_ns for e in entries if e.key_ns > now]
+            self._next_due = min(later) if later else None
+        return entries
+
+    def _refresh_waiting(self) -> None:
+        size = 0
+        for path in self.waiting_dir.glob("*.json"):
+            with contextlib.suppress(OSError):
+                size += path.stat().st_size
+        with self._lock:
+            self._waiting_bytes = size
+
     def count(self) -> int:
-        return sum(1 for p in os.listdir(self.dir) if p.endswith(".json"))
+        """Changes queued (due or not), as last counted."""
+        with self._lock:
+            return self._events
+
+    def bytes(self) -> int:
+        """Bytes of unapplied changes on disk (queued and waiting), as last counted."""
+        with self._lock:
+            return self._bytes + self._waiting_bytes
+
+    def over_cap(self) -> bool:
+        return self.bytes() >= self.max_bytes
+
+    def seconds_to_next_due(self) -> float | None:
+        """Seconds until the earliest retry falls due (``None``: none is waiting)."""
+        with self._lock:
+            due = self._next_due
+        return None if due is None else max(0.0, (due - time.time_ns()) / 1e9)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _write(self, changes: Sequence[Change], key_ns: int) -> Path:
+        data = orjson.dumps({"changes": [c.to_json() for c in changes]})
+        first = min(c.first_ns for c in changes)
+        with self._lock:
+            seq = next(self._counter) % 100_000_000
+        name = (
+            f"{key_ns:020d}-{first:020d}-{seq:08d}-{len(changes)}e-{len(data)}b-"
+            f"{uuid.uuid4().hex[:8]}.json"
+        )
+        _write_durable(self.dir / name, data)
+        with self._lock:
+            self._events += len(changes)
+            self._bytes += len(data)
+            if key_ns > time.time_ns() and (self._next_due is None or key_ns < self._next_due):
+                self._next_due = key_ns
+        return self.dir / name
+
+    def put(self, events: Sequence[Event], received_at: str) -> list[Path]:
+        """Write ``events`` durably (split into files of :data:`FILE_EVENTS`); the files.
+
+        They exist, fsynced, once this returns: only then may the sender hear 202.
+        """
+        now = time.time_ns()
+        changes = [Change(e, now, received_at=received_at) for e in events]
+        paths = [
+            self._write(changes[i : i + FILE_EVENTS], now)
+            for i in range(0, len(changes), FILE_EVENTS)
+        ]
+        if paths:
+            _fsync_dir(self.dir)
+        return paths
+
+    def put_changes(self, changes: Sequence[Change], due_ns: int | None = None) -> None:
+        """Queue changes again (a retry due at ``due_ns``, a released or revived change)."""
+        key = time.time_ns() if due_ns is None else due_ns
+        for i in range(0, len(changes), FILE_EVENTS):
+            self._write(changes[i : i + FILE_EVENTS], key)
+        if changes:
+            _fsync_dir(self.dir)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def take(self, max_events: int = MAX_BATCH_EVENTS) -> list[tuple[Path, list[Change]]]:
+        """The files due now, oldest key first, up to about ``max_events`` changes."""
+        now = time.time_ns()
+        found: list[tuple[Path, list[Change]]] = []
+        total = 0
+        for entry in self.refresh():
+            if entry.key_ns > now or total >= max_events:
+                break
+            try:
+                data = orjson.loads(entry.path.read_bytes())
+                changes = [Change.from_json(c) for c in data["changes"]]
+            except FileNotFoundError:
+                continue  # taken by a --retry-dead run or removed meanwhile
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                self._bury_file(entry.path, f"unreadable queue file: {exc}")
+                continue
+            found.append((entry.path, changes))
+            total += len(changes)
+        return found
 
     def done(self, paths: Sequence[Path]) -> None:
-        """Forget applied files (their changes are committed in the store's manifest)."""
+        """Forget files whose changes are applied, retried, waiting or dead (all on disk)."""
         for path in paths:
             path.unlink(missing_ok=True)
-        _fsync_dir(self.dir)
+        if paths:
+            _fsync_dir(self.dir)
+        self.refresh()
 
-    def fail(self, path: Path, reason: str) -> None:
-        """Move a file that can never be applied aside, with the reason beside it."""
-        self.failed_dir.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):
-            os.replace(path, self.failed_dir / path.name)
-            (self.failed_dir / f"{path.name}.reason.txt").write_text(reason + "\n")
-        log.warning("event file %s set aside: %s", path.name, reason)
+    # -- waiting, dead ---------------------------------------------------------------
 
-    def fail_event(self, event: Event, reason: str) -> None:
-        """Record one event that cannot be applied (the rest of its file is applied)."""
-        self.failed_dir.mkdir(parents=True, exist_ok=True)
+    def hold(self, change: Change) -> None:
+        """Keep a change of a type without a full-synced table (one file per record)."""
+        path = self.waiting_dir / f"{change.event.resource_type}-{change.event.id}.json"
+        with contextlib.suppress(FileNotFoundError, orjson.JSONDecodeError, KeyError):
+            held = Change.from_json(orjson.loads(path.read_bytes()))
+            change.first_ns = min(change.first_ns, held.first_ns)
+        _write_durable(path, orjson.dumps(change.to_json()))
+        _fsync_dir(self.waiting_dir)
+        self._refresh_waiting()
+
+    def waiting(self) -> dict[str, int]:
+        """Changes waiting for a full sync, per resource type."""
+        counts: dict[str, int] = {}
+        for path in self.waiting_dir.glob("*.json"):
+            rtype = path.name.split("-", 1)[0]
+            counts[rtype] = counts.get(rtype, 0) + 1
+        return counts
+
+    def release(self, types: set[str]) -> int:
+        """Queue the waiting changes of ``types`` (their table now exists); how many."""
+        moved = 0
+        for path in sorted(self.waiting_dir.glob("*.json")):
+            if path.name.split("-", 1)[0] not in types:
+                continue
+            try:
+                change = Change.from_json(orjson.loads(path.read_bytes()))
+            except FileNotFoundError:
+                continue
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                self._bury_file(path, f"unreadable waiting file: {exc}")
+                continue
+            self.put_changes([change])
+            path.unlink(missing_ok=True)
+            moved += 1
+        if moved:
+            _fsync_dir(self.waiting_dir)
+            self._refresh_waiting()
+        return moved
+
+    def bury(self, change: Change, reason: str) -> None:
+        """Move a change that cannot be applied to ``dead/``, with the reason."""
+        event = change.event
         name = f"{time.time_ns():020d}-{event.resource_type}-{event.id}.json"
-        payload = {"event": event.to_json(), "reason": reason}
-        (self.failed_dir / name).write_bytes(orjson.dumps(payload))
-        log.warning("%s/%s not applied: %s", event.resource_type, event.id, reason)
+        payload = {
+            "change": change.to_json(),
+            "reason": reason,
+            "dead_at": _iso(time.time()),
+            "first_received": _iso(change.first_ns / 1e9),
+        }
+        write_dead_letter(self.dead_dir, name, payload)
+        note(
+            logging.WARNING,
+            "%s/%s moved to the dead letters after %d attempt(s): %s",
+            event.resource_type,
+            event.id,
+            change.attempts,
+            reason,
+        )
+
+    def _bury_file(self, path: Path, reason: str) -> None:
+        """A file that cannot be read: kept whole among the dead letters, with the reason."""
+        try:
+            raw = path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            raw = ""
+        write_dead_letter(
+            self.dead_dir,
+            f"{time.time_ns():020d}-unreadable.json",
+            {"file": path.name, "content": raw[:100_000], "reason": reason},
+        )
+        path.unlink(missing_ok=True)
+        note(logging.WARNING, "queue file %s set aside: %s", path.name, reason)
+
+    def dead(self) -> int:
+        return sum(1 for p in os.listdir(self.dead_dir) if p.endswith(".json"))
+
+    def requeue_dead(self) -> tuple[int, int]:
+        """Queue every dead letter again, attempts reset: ``(requeued, unreadable kept)``."""
+        requeued = kept = 0
+        for path in sorted(self.dead_dir.glob("*.json")):
+            try:
+                data = orjson.loads(path.read_bytes())
+                change = Change.from_json(data["change"])
+            except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                kept += 1  # an unreadable queue file: nothing to queue; left for a person
+                continue
+            change.attempts = 0
+            change.last_error = None
+            self.put_changes([change])
+            path.unlink(missing_ok=True)
+            requeued += 1
+        if requeued:
+            _fsync_dir(self.dead_dir)
+        return requeued, kept
+
+    def oldest_ns(self) -> int | None:
+        """When the oldest unapplied change (queued or waiting) was first received."""
+        firsts = [e.first_ns for e in self._entries()]
+        for path in self.waiting_dir.glob("*.json"):
+            with contextlib.suppress(OSError, orjson.JSONDecodeError, KeyError, TypeError):
+                firsts.append(int(orjson.loads(path.read_bytes())["first_ns"]))
+        return min(firsts) if firsts else None
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
 
 
 def _outcome(status: int, code: str, text: str, severity: str = "error") -> Any:
@@ -184,18 +473,26 @@ class ListenerStats:
     """Calls answered 4xx/5xx."""
     events_queued: int = 0
     ignored: int = 0
-    """Events of a resource type the store has no table for (accepted, logged, not applied)."""
+    """Events of a resource type pmtk keeps no table of (accepted, logged, not queued)."""
     applied: int = 0
-    """Events applied to the store."""
+    """Changes applied to the store."""
     requests: int = 0
     """GET requests the worker sent to read changed records."""
     batches: int = 0
+    retried: int = 0
+    """Changes whose read failed and that were queued again for later."""
+    held: int = 0
+    """Changes set to wait for a full sync of their type."""
     failures: int = 0
-    """Events set aside (a permanent error, or a record failing its schema)."""
+    """Changes moved to the dead letters (a permanent error, too many attempts, a bad record)."""
+    restarts: int = 0
+    """Times the worker failed as a whole and was started again."""
+    last_error: str | None = None
+    last_error_at: float | None = None
     catch_up: str = "not run"
     applied_at: dict[str, float] = field(default_factory=dict)
     """``"Type/id" -> time.time()`` of the latest application (the last 10,000 records)."""
 
 
 class _Retry(Exception):
-    """A transient failure: keep the batch and try again later."""
+    """A transient failure: try again later."""

@@ -41,7 +41,7 @@ STATUS_WEIGHTS = (90, 4, 4, 1, 1)
 GENDERS = codes("Patient", "gender", "female", "male", "other", "unknown")
 GENDER_WEIGHTS = (52, 45, 2, 1)
 (OFFICIAL,) = codes("Patient", "name.use", "official")
-GENERAL_PRACTITIONER = link("Patient", "generalPractitioner")
+GENERAL_PRACTITIONER = link("Patient", "generalPractitioner", "PractitionerRole")
 PATIENT_BASE = 100001
 """Id of the first Patient."""
 

@@ -1,0 +1,255 @@
+"""Which deployment a store was made from: recorded in its manifest, checked by every writer.
+
+A store holds the records of one deployment. Its manifest records that deployment
+(``"deployment"``: the base URL and a one-way hash of the client id, never the
+secret), and a sync, ``pmtk listen`` or a :func:`toolkit.store.load` given a client
+refuse a store of another deployment instead of mixing the two. ``rebind`` discards
+the data of the old deployment and makes the store the new one's (a full sync follows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from toolkit.store.results import DEFAULT_STORE, MOCK_STORE, STAGING, StoreError
+
+DEPLOYMENT_KEY = "deployment"
+"""The manifest key holding the store's deployment."""
+
+_HASH_PREFIX = b"pmtk store deployment client id\x00"
+"""Domain separation: the hash of a client id here is not a bare sha256 of it."""
+
+
+class WrongDeployment(StoreError):
+    """The store holds another deployment's data (or cannot tell whose); nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """A deployment as a store records it.
+
+    Attributes
+    ----------
+    base_url
+        The API base URL, normalised (lower-case scheme and host, no default port,
+        no trailing slash).
+    client_id_sha256
+        The first 16 hex digits of a sha256 of the client id (domain-separated):
+        enough to tell two API keys apart, never the id itself, never the secret.
+    embedded_mock
+        Whether it is the embedded mock that :func:`toolkit.connect` starts when
+        nothing is configured. Its port changes from run to run, so embedded-mock
+        stores match each other whatever their recorded URL.
+    """
+
+    base_url: str
+    client_id_sha256: str
+    embedded_mock: bool = False
+
+    def same_as(self, other: Deployment) -> bool:
+        """Whether ``other`` is this deployment (same address and API key)."""
+        if self.embedded_mock or other.embedded_mock:
+            return self.embedded_mock and other.embedded_mock
+        return (self.base_url, self.client_id_sha256) == (other.base_url, other.client_id_sha256)
+
+    def describe(self) -> str:
+        """``https://host/main (client id #1a2b3c4d5e6f7a8b)``, or the embedded mock."""
+        if self.embedded_mock:
+            return "the embedded mock"
+        return f"{self.base_url} (client id #{self.client_id_sha256})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's ``"deployment"`` object."""
+        data: dict[str, Any] = {
+            "base_url": self.base_url,
+            "client_id_sha256": self.client_id_sha256,
+        }
+        if self.embedded_mock:
+            data["embedded_mock"] = True
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> Deployment | None:
+        """The deployment a manifest records (``None`` when it records none usable)."""
+        if not isinstance(data, dict):
+            return None
+        base_url = data.get("base_url")
+        digest = data.get("client_id_sha256")
+        if not isinstance(base_url, str) or not isinstance(digest, str):
+            return None
+        return cls(base_url, digest, data.get("embedded_mock") is True)
+
+
+def hash_client_id(client_id: str) -> str:
+    """The one-way, domain-separated hash of a client id that a manifest records."""
+    return hashlib.sha256(_HASH_PREFIX + client_id.encode()).hexdigest()[:16]
+
+
+def normalise_base_url(url: str) -> str:
+    """``HTTPS://Host:443/main/`` -> ``https://host/main``: one spelling per deployment."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    default = {"http": 80, "https": 443}.get(scheme)
+    port = parts.port
+    netloc = host if port is None or port == default else f"{host}:{port}"
+    return urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _is_embedded_mock(base_url: str) -> bool:
+    """Whether ``base_url`` is the embedded mock this process started (if any)."""
+    from toolkit import client as client_module
+
+    dep = client_module._EMBEDDED.get("deployment")
+    return dep is not None and normalise_base_url(str(dep.base_url)) == base_url
+
+
+def deployment_of(source: Any) -> Deployment | None:
+    """The deployment a client (or any object with ``base_url``/``client_id``) talks to.
+
+    Parameters
+    ----------
+    source
+        A :class:`toolkit.Client`, a :class:`Deployment`, or another page source.
+
+    Returns
+    -------
+    Deployment or None
+        ``None`` for a source that names no deployment (a test double): there is
+        nothing to bind a store to.
+    """
+    if isinstance(source, Deployment):
+        return source
+    base_url = getattr(source, "base_url", None)
+    client_id = getattr(source, "client_id", None)
+    if not isinstance(base_url, str) or not isinstance(client_id, str):
+        return None
+    url = normalise_base_url(base_url)
+    return Deployment(url, hash_client_id(client_id), _is_embedded_mock(url))
+
+
+def default_store(source: Any = None) -> str:
+    """The default store folder: ``pmtk-store-mock`` for the embedded mock, else ``pmtk-store``.
+
+    Parameters
+    ----------
+    source
+        The client that will sync; ``None`` asks the settings (``PM_*``, ``.env``)
+        whether a deployment is configured, as :func:`toolkit.connect` would.
+    """
+    if source is None:
+        from toolkit.config import configured
+
+        return DEFAULT_STORE if configured() else MOCK_STORE
+    dep = deployment_of(source)
+    return MOCK_STORE if dep is not None and dep.embedded_mock else DEFAULT_STORE
+
+
+def recorded_deployment(manifest: dict[str, Any]) -> Deployment | None:
+    """The deployment a parsed manifest records, if any."""
+    return Deployment.from_json(manifest.get(DEPLOYMENT_KEY))
+
+
+def _holds_data(manifest: dict[str, Any]) -> bool:
+    resources = manifest.get("resources")
+    if not isinstance(resources, dict):
+        return False
+    return any(isinstance(e, dict) and e.get("tables") for e in resources.values())
+
+
+def _fix(root: Path, current: Deployment) -> str:
+    return (
+        f"Sync {current.describe()} into a new folder (--out NEW-FOLDER), or run again with "
+        f"--rebind (rebind=True) to discard the data in {root} and sync it in full from "
+        f"{current.describe()}"
+    )
+
+
+def check_deployment(
+    root: Path, manifest: dict[str, Any], current: Deployment | None, *, rebind: bool = False
+) -> Literal["keep", "bind", "rebind"]:
+    """Raise unless ``current`` may use the store whose manifest is ``manifest``.
+
+    Parameters
+    ----------
+    root
+        The store folder (for the message).
+    manifest
+        Its parsed manifest.
+    current
+        The deployment of the client at hand (``None``: nothing to check).
+    rebind
+        Allow another deployment's store: the caller will discard its data.
+
+    Returns
+    -------
+    str
+        ``"keep"``: the store is ``current``'s already (or there is nothing to
+        check); ``"bind"``: record ``current``, keeping the data (there is none, or
+        only records written without a client by this pmtk); ``"rebind"``: record
+        ``current`` and discard the data (``rebind`` was asked for).
+
+    Raises
+    ------
+    WrongDeployment
+        The store holds another deployment's data, or data of an unrecorded one.
+    """
+    if current is None:
+        return "keep"
+    recorded = recorded_deployment(manifest)
+    if recorded is not None and recorded.same_as(current):
+        return "keep"
+    if recorded is None and (
+        not _holds_data(manifest)
+        or (DEPLOYMENT_KEY in manifest and manifest[DEPLOYMENT_KEY] is None)
+    ):
+        # Nothing stored yet, or a store this pmtk created whose only records were
+        # written by upsert/apply_changes (no client, so no deployment to record):
+        # nothing of another deployment to mix; bound by this first client.
+        return "bind"
+    if rebind:
+        return "rebind"
+    if recorded is None:
+        msg = (
+            f"refused: the store at {root} records no deployment (written by an earlier pmtk), "
+            f"so pmtk cannot tell whether its data comes from {current.describe()}; nothing "
+            f"was written. {_fix(root, current)}"
+        )
+        raise WrongDeployment(msg)
+    msg = (
+        f"refused: the store at {root} holds data of {recorded.describe()}, not of "
+        f"{current.describe()}; nothing was written. {_fix(root, current)}"
+    )
+    raise WrongDeployment(msg)
+
+
+def discard_data(root: Path, manifest: dict[str, Any]) -> None:
+    """Delete the data files and staged pages an old manifest named (after rebinding).
+
+    The manifest no longer names them when this runs, so a crash half-way leaves
+    unreferenced files, never a store that mixes deployments.
+    """
+    shutil.rmtree(root / STAGING, ignore_errors=True)
+    resources = manifest.get("resources")
+    if not isinstance(resources, dict):
+        return
+    for entry in resources.values():
+        tables = entry.get("tables") if isinstance(entry, dict) else None
+        if not isinstance(tables, dict):
+            continue
+        for info in tables.values():
+            rel = info.get("path") if isinstance(info, dict) else None
+            if not isinstance(rel, str) or os.path.isabs(rel) or ".." in Path(rel).parts:
+                continue  # never delete outside the store on a manifest's word
+            target = root / rel
+            if target.parent.is_symlink() or target.is_symlink():
+                continue
+            target.unlink(missing_ok=True)
