@@ -22,6 +22,7 @@ PATTERN = re.compile(r"\b(?:has no|have no|does not have|do not have|holds no)\b
 
 CLAIMS: dict[tuple[str, str], str] = {
     ("contracts.md", "the spec has no `/metadata`"): "test_the_spec_has_no_metadata_endpoint",
+    ("contracts.md", "a path it does not have"): "tests/contracts (the token request first)",
     ("interfaces.md", "has no `end`"): "tests/mock/test_faults.py (missing-required)",
     ("mock.md", "has no `end`"): "tests/mock/test_faults.py (missing-required)",
     ("mock.md", "the API itself has no delete"): "test_the_api_has_no_delete",
