@@ -293,6 +293,12 @@ TestControlsOption = Annotated[
 SchemaExamplesOption = Annotated[
     int, typer.Option("--schema-examples", help="Generated requests per GET operation")
 ]
+OutputOption = Annotated[
+    str,
+    typer.Option(
+        "--output", help="'text' (a table, plain lines on a pipe) or 'json' (report.json on stdout)"
+    ),
+]
 
 
 def check_command(
@@ -309,6 +315,7 @@ def check_command(
     schema_examples: SchemaExamplesOption = 3,
     test_controls: TestControlsOption = False,
     data: DataOption = "sample",
+    output: OutputOption = "text",
 ) -> None:
     """Check a deployment (or the embedded mock) against the API contract.
 
@@ -317,12 +324,14 @@ def check_command(
     """
     import sys
 
-    from rich.console import Console
+    from toolkit._cli import make_console
 
-    out = Console()
+    if output not in ("text", "json"):
+        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
+    out = make_console()  # plain full lines off a terminal: never cut, never wrapped
     # Bound to the stderr of now: run_suite captures what pytest writes to sys.stderr,
     # and the progress lines must not be captured with it.
-    err = Console(file=sys.stderr)
+    err = make_console(file=sys.stderr)
     try:
         code = _check(
             out,
@@ -340,6 +349,7 @@ def check_command(
             schema_examples=schema_examples,
             test_controls=test_controls,
             data=data,
+            output=output,
         )
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
@@ -347,9 +357,10 @@ def check_command(
     raise typer.Exit(code)
 
 
-def _check(out: Console, err: Console, **settings: Any) -> int:
+def _check(out: Console, err: Console, *, output: str = "text", **settings: Any) -> int:
     from contracts.report import render_summary
     from contracts.suite import OUTCOME, OptionError, Options, validate_options
+    from toolkit._cli import emit
 
     try:
         settings = _resolve_target(err, settings)
@@ -372,8 +383,16 @@ def _check(out: Console, err: Console, **settings: Any) -> int:
     if code == EXIT_INTERRUPTED:
         _interrupted(err, options.report_dir)
         return code
+    if output == "json":
+        if OUTCOME.report is not None and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
+            import json
+
+            typer.echo(json.dumps(OUTCOME.report, ensure_ascii=False))  # = report.json
+        else:
+            _error(err, OUTCOME.reason or "the contract suite could not run")
+        return code
     if OUTCOME.report is not None and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
-        out.print(render_summary(OUTCOME.report))
+        emit(out, render_summary(OUTCOME.report))
         out.print(
             f"reports in {options.report_dir}/ (report.json, junit.xml, report.html)",
             markup=False,

@@ -502,7 +502,7 @@ def _failure_lines(report: dict[str, Any]) -> list[Text]:
         if c["status"] == "failed":
             line = Text("FAILED ", style="bold red")
             line.append(f"{c['id']}: ", style="bold")
-            line.append(failure_reason(str(c.get("message", ""))))
+            line.append(" ".join(failure_reason(str(c.get("message", ""))).split()))
             lines.append(line)
     return lines
 
@@ -512,7 +512,11 @@ def _observed_lines(report: dict[str, Any]) -> list[Text]:
     from rich.text import Text
 
     observed = [o for c in report["checks"] for o in c.get("observed", [])]
-    lines = [Text(f"observed: {_observed_line(o)}"[:200]) for o in observed[:MAX_OBSERVED_SHOWN]]
+    # One observation, one whole line (never cut mid-token): grep finds it in a log.
+    lines = [
+        Text(" ".join(f"observed: {_observed_line(o)}".split()))
+        for o in observed[:MAX_OBSERVED_SHOWN]
+    ]
     if len(observed) > MAX_OBSERVED_SHOWN:
         more = len(observed) - MAX_OBSERVED_SHOWN
         lines.append(Text(f"observed: ... and {more} more in report.json / report.html"))

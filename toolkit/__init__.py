@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # the names re-exported lazily below, for type checkers
 try:
     from importlib.metadata import PackageNotFoundError, version
 
-    __version__ = version("pmtk")
+    __version__ = version("pmtk-practice")  # the distribution; the import stays `toolkit`
 except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
     __version__ = "0+unknown"
 

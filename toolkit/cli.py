@@ -9,12 +9,13 @@ from __future__ import annotations
 import typer
 
 from contracts.command import check_command
+from toolkit._cli import typer_app
 from toolkit.mock.command import mock_command
 from toolkit.notebooks import notebooks_command
 from toolkit.sync_command import sync_command
 from toolkit.webhooks import listen_command
 
-app = typer.Typer(
+app = typer_app(
     name="pmtk",
     no_args_is_help=True,
     add_completion=False,

@@ -734,8 +734,9 @@ class Client:
         Notes
         -----
         Not the Appointment view: it keeps participants in a child table keyed by
-        id, and proposal ids (``proposed-<start>-<minutes>``) repeat across
-        practitioners, so the role could not be joined back unambiguously.
+        id, and the live form of proposal ids (``proposed-<start>-<minutes>``) can
+        repeat across practitioners, so the role could not be joined back
+        unambiguously (the mock's ids name the role and are unique).
         """
         listing.check_duration(duration)
         query = search_params({"start": start, "end": end, "duration": duration, **filters})

@@ -13,6 +13,7 @@ Argument            Environment variable   Meaning
 ``client_id``       ``PM_CLIENT_ID``       OAuth client id of the API key
 ``client_secret``   ``PM_CLIENT_SECRET``   OAuth client secret of the API key
 ``user_agent``      ``PM_USER_AGENT``      ``"<vendor name> (<vendor email>)"``
+(analysis ``tz=``)  ``PM_TIMEZONE``        IANA zone for all analysis (checked here too)
 ==================  =====================  ==============================================
 
 An explicit argument wins over the environment, which wins over ``.env``;
@@ -25,6 +26,7 @@ silently checking the mock instead of the user's deployment is a false pass.
 from __future__ import annotations
 
 import difflib
+import io
 import os
 import warnings
 from collections.abc import Mapping
@@ -147,19 +149,53 @@ class _Environment(BaseSettings):
     client_id: str | None = None
     client_secret: SecretStr | None = None
     user_agent: str | None = None
+    timezone: str | None = None
 
 
 def _dotenv_names(path: Path) -> list[str]:
+    """The names ``path`` sets; a line python-dotenv cannot read is refused, naming it.
+
+    pydantic-settings would log python-dotenv's own warning for such a line, once per
+    read and without the file's name, then ignore it: a setting on that line would be
+    lost, and the embedded mock checked instead of the deployment.
+    """
+    from dotenv.parser import parse_stream
+
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return []
+    except UnicodeDecodeError as exc:
+        msg = f"cannot read {path.resolve()}: not UTF-8 text ({exc.reason})"
+        raise ConfigurationError(msg) from None
     names = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            names.append(line.split("=", 1)[0].removeprefix("export ").strip())
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            # Never the line's text: it may hold a secret.
+            msg = (
+                f"{path.resolve()} line {binding.original.line}: not a setting "
+                "(expected NAME=value, a comment starting with #, or an empty line)"
+            )
+            raise ConfigurationError(msg)
+        if binding.key:
+            names.append(binding.key)
     return names
+
+
+def _check_timezone(value: str | None, where: str) -> None:
+    """Refuse a ``PM_TIMEZONE`` that is not an IANA zone now, not in a notebook's cell 2."""
+    import zoneinfo
+
+    if value is None or not value.strip():
+        return
+    try:
+        zoneinfo.ZoneInfo(value.strip())
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        msg = (
+            f"PM_TIMEZONE={value!r} ({where}) is not an IANA time zone name; use a name "
+            "such as 'Australia/Sydney', 'Europe/London' or 'UTC'"
+        )
+        raise ConfigurationError(msg) from None
 
 
 def _check_names(names: list[str], where: str) -> None:
@@ -172,7 +208,7 @@ def _check_names(names: list[str], where: str) -> None:
         if close:
             msg = (
                 f"unknown setting {name} ({where}): did you mean {close[0]}? "
-                f"pmtk reads {', '.join(CONNECTION_VARIABLES)}"
+                f"pmtk reads {', '.join(KNOWN_VARIABLES)}"
             )
             raise ConfigurationError(msg)
 
@@ -185,10 +221,15 @@ def _read_environment(environ: Mapping[str, str] | None) -> _Environment:
         known: dict[str, object] = {k: v for k, v in values.items() if k in fields}
         if isinstance(secret := known.get("client_secret"), str):
             known["client_secret"] = SecretStr(secret)
-        return _Environment.model_construct(None, **known)
+        env = _Environment.model_construct(None, **known)
+        _check_timezone(env.timezone, "environment")
+        return env
     _check_names(list(os.environ), "environment")
     _check_names(_dotenv_names(Path(".env")), "file .env")
-    return _Environment()
+    env = _Environment()
+    where = "environment" if os.environ.get("PM_TIMEZONE") else "file .env"
+    _check_timezone(env.timezone, where)
+    return env
 
 
 def region_for_country(country: str) -> str:

@@ -3,28 +3,28 @@
 Heavy imports (polars, the client, the store) happen inside the command, so that
 ``pmtk --help`` stays cheap.
 
-Exit codes (also in ``docs/store.md``):
-
-====  =====================================================================
-0     synced (or, with ``--verify``, every file matched its checksum)
-1     the sync failed: API, network, credentials, or another sync holds the lock;
-      or one or more resources failed (validation, an API error for that list)
-      while the others were synced -- the summary table says which and why
-2     refused, nothing written, nothing requested: an option or a ``--resource``
-      name is invalid, the settings are incomplete, the folder is not a pmtk
-      store, or its manifest is damaged
-3     ``--verify`` found damaged or missing data files (each is listed)
-4     writing failed locally: disk full, read-only or forbidden folder; the
-      data stored before is unchanged
-130   interrupted (Ctrl-C); run the same command again to resume
+Exit codes: the one table of every command (:mod:`toolkit._cli`, README "Exit
+codes"): 0 synced (or, with ``--verify``, every file matched its checksum); 1 the
+sync failed part-way (network, server, rate limit) or one or more resources failed
+while the others were synced -- the summary says which and why; 2 refused, nothing
+written (an option or a ``--resource`` name, the settings, refused credentials, an
+address not reached before anything was fetched, a folder that is not a pmtk store
+or whose manifest is damaged); 3 ``--verify`` found damaged or missing files; 4
+writing failed locally (disk full, read-only or forbidden folder; the data stored
+before is unchanged); 130 interrupted (Ctrl-C): run the same command again to resume.
 
 Every error is one line naming the resource, printed as plain text (a server's
 ``[security]`` stays visible). "Run the same command again to resume" is said
 only when staged pages were kept and the cause may pass (network, 5xx, 429,
 Ctrl-C); a refused secret says to check ``PM_CLIENT_ID``/``PM_CLIENT_SECRET``.
 While the client waits for the rate limit or retries a request, the progress
-bar says so (on a terminal), or one line per notice is written (otherwise).
-====  =====================================================================
+bar says so (on a terminal), or one line per notice is written (otherwise). A
+first sync that fails before storing anything leaves no trace: the folder it
+made (or the files it put in an empty one) are removed again.
+
+Output: on a terminal, live bars and a summary table; on a pipe, in a file, or
+with ``NO_COLOR``/``TERM=dumb``, plain lines never cut nor wrapped; with
+``--output json``, the summary is one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -46,13 +46,17 @@ __all__ = [
     "sync_command",
 ]
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_REFUSED = 2
-EXIT_DAMAGED = 3
-EXIT_WRITE_FAILED = 4
-EXIT_INTERRUPTED = 130
-
+from toolkit._cli import (  # the one exit-code table of every command
+    EXIT_DAMAGED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_WRITE_FAILED,
+    emit,
+    is_plain,
+    make_console,
+)
 
 Out = Annotated[
     Path | None,
@@ -101,6 +105,13 @@ Rebind = Annotated[
         "everything in full (without it such a store is refused).",
     ),
 ]
+Output = Annotated[
+    str,
+    typer.Option(
+        "--output",
+        help="'text' (a table, or plain lines on a pipe) or 'json' (one document on stdout).",
+    ),
+]
 Verify = Annotated[
     bool,
     typer.Option(
@@ -123,31 +134,125 @@ def sync_command(
     verify: Verify = False,
     reconcile: Reconcile = False,
     rebind: Rebind = False,
+    output: Output = "text",
 ) -> None:
     """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
-    from rich.console import Console
+    import sys
 
     from toolkit.store import SyncProgress
 
     # Every argument problem is a usage error (exit 2), found before any request.
     if errors not in ("raise", "warn"):
         raise typer.BadParameter("must be 'raise' or 'warn'", param_hint="'--errors'")
+    if output not in ("text", "json"):
+        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
     wanted = _resources(resource)
-    err = Console(stderr=True, soft_wrap=True, highlight=False)  # soft_wrap: one error, one line
+    err = make_console(stderr=True)  # one error, one line: never wrapped, never cut
     if out is None:
         out = _default_out(err, base_url, client_id, client_secret)
 
     if verify:
         _verify(out, wanted, quiet=quiet)
         return
+    fresh = _fresh(out)
     _check_target(err, out)  # before connecting: a refusal writes nothing and costs nothing
     client = _connect(err, base_url, client_id, client_secret)
-    display = SyncProgress("off" if quiet else "bars" if err.is_terminal else "lines", console=err)
+    quiet_run = quiet or output == "json"
+    display = SyncProgress(
+        "off" if quiet_run else "lines" if is_plain(sys.stderr) else "bars", console=err
+    )
     options = {"full": full, "errors": errors, "reconcile": reconcile, "rebind": rebind}
-    summary = _run(err, display, client, out, wanted, options, quiet=quiet)
+    try:
+        summary = _run(err, display, client, out, wanted, options, quiet=quiet, output=output)
+    except typer.Exit:
+        staged = sum(f.staged_pages for f in display.failures)
+        if fresh is not None and not staged:
+            _forget_failed_first_sync(out, created=fresh)
+        raise
     _print_repaired(err, summary)
-    if not quiet:
-        Console(soft_wrap=True).print(summary.table())
+    _print_summary(summary, quiet=quiet, output=output)
+
+
+def _print_summary(summary: Any, *, quiet: bool, output: str) -> None:
+    """The summary on stdout: a table (plain lines off a terminal) or one JSON document."""
+    if output == "json":
+        import json
+
+        typer.echo(json.dumps(summary_json(summary), ensure_ascii=False))
+    elif not quiet:
+        emit(make_console(), summary.table())
+
+
+def summary_json(summary: Any) -> dict[str, Any]:
+    """What ``pmtk sync --output json`` prints: the run and one object per resource."""
+    return {
+        "out": str(summary.out),
+        "requests": summary.requests,
+        "pages": summary.pages,
+        "elapsed_seconds": round(summary.elapsed, 3),
+        "failed": [r.resource for r in summary.failed],
+        "resources": [
+            {
+                "resource": r.resource,
+                "mode": r.mode,
+                "status": r.status,
+                "resumed": r.resumed,
+                "fetched": r.fetched,
+                "rows": dict(r.rows),
+                "deleted": r.deleted,
+                "pages": r.pages,
+                "requests": r.requests,
+                "elapsed_seconds": round(r.elapsed, 3),
+                "repaired": list(r.repaired),
+                "error": r.error,
+            }
+            for r in summary.resources
+        ],
+    }
+
+
+def _fresh(out: Path) -> bool | None:
+    """Whether this is a first sync: ``True`` the folder is missing (we make it),
+    ``False`` it exists and is empty, ``None`` it already holds something."""
+    if not out.exists():
+        return True
+    try:
+        return False if out.is_dir() and not any(out.iterdir()) else None
+    except OSError:
+        return None
+
+
+_FIRST_SYNC_FILES = ("manifest.json", ".lock", ".staging")
+
+
+def _forget_failed_first_sync(out: Path, *, created: bool) -> None:
+    """Remove what a first sync that stored nothing left (and the folder it made).
+
+    Kept when anything is worth keeping: a committed resource in the manifest (the
+    caller keeps it too when staged pages wait for a rerun to resume from them).
+    """
+    import contextlib
+    import json
+    import shutil
+
+    try:
+        names = {p.name for p in out.iterdir()}
+        if not names <= set(_FIRST_SYNC_FILES):
+            return  # something else is there now: not ours to remove
+        manifest = out / "manifest.json"
+        if manifest.exists():
+            entries = json.loads(manifest.read_text("utf-8")).get("resources") or {}
+            if any(entry.get("tables") for entry in entries.values()):
+                return  # data was committed
+        staging = out / ".staging"
+    except (OSError, ValueError, AttributeError):
+        return
+    with contextlib.suppress(OSError):
+        shutil.rmtree(staging, ignore_errors=True)
+        for name in ("manifest.json", ".lock"):
+            (out / name).unlink(missing_ok=True)
+        if created:
+            out.rmdir()
 
 
 def _run(
@@ -159,9 +264,10 @@ def _run(
     options: dict[str, Any],
     *,
     quiet: bool,
+    output: str = "text",
 ) -> Any:
     """The sync itself; each way it can fail becomes its message and exit code."""
-    from toolkit.errors import ConfigurationError, PmtkError
+    from toolkit.errors import AuthError, ConfigurationError, PmtkError, TransportError
     from toolkit.store import (
         ManifestDamaged,
         NotAStore,
@@ -178,7 +284,7 @@ def _run(
     except KeyboardInterrupt:
         raise _interrupted(err, display, out) from None
     except SyncFailed as exc:
-        raise _some_failed(err, exc, client, quiet=quiet) from None
+        raise _some_failed(err, exc, client, quiet=quiet, output=output) from None
     except (NotAStore, ManifestDamaged) as exc:
         raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
     except (WrongDeployment, StoreLinked) as exc:  # the message begins with "refused:" already
@@ -192,7 +298,12 @@ def _run(
         failed = display.failures[-1] if display.failures else None
         staged = failed.staged_pages if failed is not None else 0
         advice = _advice(exc, staged, client)
-        raise _fail(err, "sync failed", _where(display), exc, EXIT_FAILED, advice) from None
+        # Refused credentials, or an address never reached: nothing was done (exit 2).
+        refused = isinstance(exc, AuthError) or (
+            isinstance(exc, TransportError) and not getattr(display, "progressed", True)
+        )
+        code = EXIT_REFUSED if refused else EXIT_FAILED
+        raise _fail(err, "sync failed", _where(display), exc, code, advice) from None
 
 
 def _check_target(err: Any, out: Path) -> None:
@@ -242,7 +353,13 @@ def _connect(
     try:
         return toolkit.connect(**settings)
     except ConfigurationError as exc:
-        fix = "set PM_BASE_URL, PM_CLIENT_ID and PM_CLIENT_SECRET (or the matching options)"
+        # A missing setting gets the command line's fix; every other message says its own.
+        missing = str(exc).startswith("no ")
+        fix = (
+            "set PM_BASE_URL, PM_CLIENT_ID and PM_CLIENT_SECRET (or the matching options)"
+            if missing
+            else None
+        )
         raise _fail(err, "configuration error", None, exc, EXIT_REFUSED, fix) from None
 
 
@@ -260,17 +377,16 @@ def _interrupted(err: Any, display: Any, out: Path) -> typer.Exit:
     return typer.Exit(EXIT_INTERRUPTED)
 
 
-def _some_failed(err: Any, exc: Any, client: Any, *, quiet: bool) -> typer.Exit:
-    """One line per failed resource with advice, then the summary table: exit 1."""
-    from rich.console import Console
-
+def _some_failed(
+    err: Any, exc: Any, client: Any, *, quiet: bool, output: str = "text"
+) -> typer.Exit:
+    """One line per failed resource with advice, then the summary: exit 1."""
     for failed in exc.summary.failed:
         cause = exc.errors.get(failed.resource)
         advice = _advice(cause, failed.staged_pages, client) if cause is not None else None
         err.print(_line("sync failed", failed.resource, failed.error or "", hint=advice))
     _print_repaired(err, exc.summary)
-    if not quiet:
-        Console(soft_wrap=True).print(exc.summary.table())
+    _print_summary(exc.summary, quiet=quiet, output=output)
     return typer.Exit(EXIT_FAILED)
 
 
@@ -402,13 +518,12 @@ def _print_repaired(console: Any, summary: Any) -> None:
 
 def _verify(out: Path, resources: list[str] | None, *, quiet: bool) -> None:
     """``pmtk sync --verify``: hash every stored file; list the damaged ones; exit 0 or 3."""
-    from rich.console import Console
     from rich.text import Text
 
     from toolkit.errors import PmtkError
     from toolkit.store import ManifestDamaged, NotAStore, verify
 
-    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    err = make_console(stderr=True)
     try:
         report = verify(out, resources or None)
     except (NotAStore, ManifestDamaged) as exc:
@@ -425,7 +540,7 @@ def _verify(out: Path, resources: list[str] | None, *, quiet: bool) -> None:
         )
         raise typer.Exit(EXIT_DAMAGED)
     if not quiet:
-        Console(soft_wrap=True, highlight=False).print(
+        make_console().print(
             Text(
                 f"verified {len(report.files)} files ({report.bytes / 1e6:.1f} MB) in "
                 f"{out}: all match their sha256 ({report.elapsed:.2f} s)"

@@ -125,7 +125,8 @@ def test_a_wrong_secret_says_to_check_the_credentials_and_never_to_resume(
 ) -> None:
     wrong = "not-the-secret-[bold]x[/bold]"
     result = _cli(["sync", "--out", str(tmp_path / "s"), "-r", "Referral"], dep, secret=wrong)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # refused credentials: 2, as from `pmtk check`
+    assert not (tmp_path / "s").exists()  # a failed first sync leaves nothing behind
     err = result.stderr
     assert len(_lines(err)) == 1, err
     assert err.startswith("sync failed (Referral): ")
@@ -181,7 +182,7 @@ def test_server_text_with_brackets_is_printed_literally(
     args = ["sync", "--out", str(tmp_path / "s"), "-r", "Organization"]
     args += ["--base-url", hostile_server, "--client-id", "someone"]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200", SECRET_ENV: "s3cr3t-[x]"})
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert _HostileToken.DIAGNOSTICS in result.stderr  # "[/" did not crash, "[security]" stayed
     assert "check PM_CLIENT_ID and PM_CLIENT_SECRET" in result.stderr
@@ -203,7 +204,7 @@ def test_a_refused_host_is_one_attempt_and_a_clear_error(
     args += ["--base-url", f"http://127.0.0.1:{port}/main", "--client-id", "someone"]
     with stamina.set_testing(True, attempts=3):  # no backoff sleeps; three attempts
         result = CliRunner().invoke(app, args, env={"COLUMNS": "200", SECRET_ENV: "x"})
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # never reached, nothing fetched: refused
     lines = _lines(result.stderr)
     assert len(lines) == 1, lines
     assert lines[0].startswith("sync failed (Referral): ")
@@ -287,7 +288,9 @@ def test_one_resource_failing_validation_is_reported_while_the_others_are_stored
     assert err[0].startswith("sync failed (Organization): DataValidationError: ")
     assert "country" in err[0] and "'Australia'" in err[0]
     assert "--errors warn" in err[0] and "resume" not in err[0]
-    table = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if "│" in line}
+    # not a terminal: the table is plain lines, one per resource, each whole
+    table = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert "│" not in result.stdout and "…" not in result.stdout
     assert "failed" in table["Organization"] and "country" in table["Organization"]
     assert "updated" in table["Referral"] and "updated" in table["Coverage"]
     assert "1 of 3 resources failed" in result.stdout

@@ -12,7 +12,7 @@ Layout of a store directory (``pmtk-store`` unless told otherwise)::
         state.json                     the checkpoint: query, pages done, high-water mark
         <table>/part-000001.parquet    one part file per fetched page and table
         merged/<table>.parquet         merged datasets waiting to be swapped in
-      .lock                            held (flock) while a sync writes
+      .lock                            held (filelock: flock or msvcrt) while a sync writes
 
 How a resource is synced (:func:`sync`):
 

@@ -578,29 +578,29 @@ def _update_manifest(root: Path, resource_type: str, entry: dict[str, Any] | Non
 
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the store; a second writer fails fast."""
+    """Hold an exclusive lock on the store; a second writer fails fast.
+
+    ``filelock`` picks the operating system's lock (``flock`` on POSIX, ``msvcrt`` on
+    Windows), so no platform runs without one. A lock file that is a link is refused
+    (never opened through it).
+    """
+    import filelock
+
     _mkdir(root, "creating the store folder")
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX: no lock, single writer assumed
-        yield
-        return
-    lock = root / ".lock"
-    try:
-        fd = os.open(str(lock), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # the lock file is a link: never opened through it
-            raise StoreLinked(_linked_message(root, lock)) from exc
-        raise StoreWriteError(lock, exc.errno, "creating the store's lock file", str(exc)) from exc
-    with os.fdopen(fd, "r+") as handle:
+    path = root / ".lock"
+    if path.is_symlink():
+        raise StoreLinked(_linked_message(root, path))
+    lock = filelock.FileLock(path, blocking=False, thread_local=False)
+    # A read-only or forbidden folder gives the same one line as any other write.
+    with _writing(path, "creating the store's lock file"):
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
+            lock.acquire()
+        except filelock.Timeout as exc:  # a TimeoutError, hence checked inside _writing
             msg = f"another pmtk sync is writing to {root}; wait for it to finish"
             raise StoreError(msg) from exc
-        held = _ROOT.set(root)
-        try:
-            yield
-        finally:
-            _ROOT.reset(held)
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    held = _ROOT.set(root)
+    try:
+        yield
+    finally:
+        _ROOT.reset(held)
+        lock.release()

@@ -19,19 +19,37 @@ NOTICE_MIN_WAIT = 1.0
 _CONNECT_CAUSES = ("ConnectError", "ConnectTimeout", "PoolTimeout")
 
 
+STATUS_WIDTH = 36
+"""Cells of the bar, given to a status in its place: "waiting 49 s: rate limit (429)" fits,
+and a whole line (name, bar, ``1458/1458 records``, clock) fits 80 columns."""
+
+
 class _StatusColumn:
-    """Factory of a rich column showing a task's ``status`` field, counting down its wait."""
+    """Factory of a rich column showing the bar, or in its place why the bar is not moving.
+
+    The status takes the bar's place (not a column of its own at the end of the line):
+    on an 80-column terminal a last column is squeezed to nothing, and a sync that
+    waited 58 s for the rate limit looked frozen.
+    """
 
     @staticmethod
     def make() -> Any:
-        from rich.progress import ProgressColumn
+        from rich.progress import BarColumn, ProgressColumn
         from rich.text import Text
 
         class StatusColumn(ProgressColumn):
-            def render(self, task: Any) -> Text:
+            def __init__(self) -> None:
+                super().__init__()
+                self.bar = BarColumn(bar_width=STATUS_WIDTH)
+
+            def render(self, task: Any) -> Any:
                 render = task.fields.get("status")
                 text = render(time.monotonic()) if callable(render) else ""
-                return Text(text, style="yellow", overflow="ellipsis", no_wrap=True)
+                if not text:
+                    return self.bar.render(task)
+                return Text(
+                    text.ljust(STATUS_WIDTH), style="yellow", overflow="ellipsis", no_wrap=True
+                )
 
         return StatusColumn()
 
@@ -64,7 +82,6 @@ class SyncProgress:
     def __init__(self, mode: DisplayMode = "bars", *, console: Any = None) -> None:
         from rich.console import Console
         from rich.progress import (
-            BarColumn,
             MofNCompleteColumn,
             Progress,
             TextColumn,
@@ -78,11 +95,10 @@ class SyncProgress:
         self.console = console if console is not None else Console(stderr=True, soft_wrap=True)
         self.progress = Progress(
             TextColumn("{task.description:<14}", markup=False),
-            BarColumn(),
+            _StatusColumn.make(),
             MofNCompleteColumn(),
             TextColumn("records"),
             TimeElapsedColumn(),
-            _StatusColumn.make(),
             console=self.console,
             disable=mode != "bars",
         )
@@ -91,12 +107,19 @@ class SyncProgress:
         self._origin: str | None = None
         self._attempts: int | None = None
         self.failures: list[ResourceSync] = []
+        self.progressed = False
+        """Whether any page was staged or any resource ended in this run."""
 
     def __enter__(self) -> SyncProgress:
         self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Every bar ends: one still running (Ctrl-C, an error that stopped the run)
+        # stops its clock, so no line is left counting.
+        for task in self.progress.tasks:
+            if not task.finished:
+                self.progress.stop_task(task.id)
         self.progress.stop()
 
     # -- what the sync reports -------------------------------------------------------
@@ -108,25 +131,39 @@ class SyncProgress:
 
     def __call__(self, event: PageProgress) -> None:
         """A page was staged: move the bar and clear any waiting state."""
+        self.progressed = True
         task = self._tasks.get(event.resource)
         if task is not None:
             self.progress.update(task, completed=event.records, total=event.total, status=None)
 
+    def resumed(self, resource_type: str, pages: int, records: int) -> None:
+        """A resource's sync resumes from ``pages`` staged pages (``records`` records)."""
+        line = f"resuming after page {pages} ({records:,} records kept)"
+        task = self._tasks.get(resource_type)
+        if task is not None:
+            self.progress.update(task, completed=records)
+        self._status(lambda now: line, True, line)
+
     def done(self, result: ResourceSync) -> None:
-        """A resource was committed (or found unchanged)."""
+        """A resource was committed (or found unchanged): its bar ends, its clock stops."""
+        self.progressed = True
         task = self._tasks.get(result.resource)
         if task is not None:
-            total = self.progress.tasks[task].total
-            completed = total if total is not None else result.fetched
-            self.progress.update(task, completed=completed, status=None)
+            known = self.progress.tasks[task].total
+            # After a resume the server may not repeat its total: the bar ends on the
+            # records fetched instead of staying at "2726/?" with its clock running.
+            completed = known if known is not None else max(result.fetched, 0)
+            self.progress.update(task, completed=completed, total=completed, status=None)
+            self.progress.stop_task(task)
 
     def failed(self, result: ResourceSync) -> None:
-        """A resource failed; ``result.error`` says why, on one line."""
+        """A resource failed; ``result.error`` says why, on one line; its clock stops."""
         self.failures.append(result)
         task = self._tasks.get(result.resource)
         if task is not None:
             reason = f"failed: {result.error}"
             self.progress.update(task, status=lambda now: reason)
+            self.progress.stop_task(task)
 
     # -- why nothing moves -----------------------------------------------------------
 

@@ -232,6 +232,9 @@ class _ResourceSyncer:
             _mkdir(self.stage, f"staging {self.rt}")
             self._save(cp)
         self.cp = cp
+        notify = getattr(self.on_page, "resumed", None)
+        if resumed and callable(notify):  # the display says why the bar starts part-way
+            notify(self.rt, cp.pages_done, cp.records)
         result = ResourceSync(resource=self.rt, mode=cp.mode, resumed=resumed)
         result.repaired = [p.path for p in problems]
         sent_before = self.sent_before = self.client.requests_sent

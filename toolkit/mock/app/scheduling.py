@@ -137,7 +137,9 @@ class SchedulingRoom(ListingRoom, WritingRoom):
         return orjson.dumps(
             {
                 "resourceType": "Appointment",
-                "id": f"proposed-{start}-{duration}",
+                # unique per proposal: the role too, or two practitioners free at the
+                # same time would share an id (439 proposals, 80 distinct ids)
+                "id": f"proposed-{data.roles[r]}-{start}-{duration}",
                 "start": iso(start),
                 "end": iso(start + duration * 60),
                 "minutesDuration": duration,

@@ -1,0 +1,339 @@
+"""What every ``pmtk`` command shares: exit codes, consoles, help and usage errors.
+
+One exit-code table serves every command (README "Exit codes"):
+
+====  =========================================================================
+0     done: conformant (``check``), synced or verified (``sync``), rendered
+      (``notebooks``); ``mock`` and ``listen`` also exit 0 when stopped by Ctrl-C
+1     the run ended with problems: findings (``check``), a resource failed or the
+      network or server failed during the sync (``sync``), a notebook failed
+      (``notebooks``), the receiver stopped on an error (``listen``)
+2     refused, nothing done: a usage error (bad option or value), a setting
+      (``PM_*``, ``.env``, ``PM_TIMEZONE``), credentials refused, a wrong address or
+      one that cannot be reached before anything was fetched, a folder that is not
+      a pmtk store
+3     ``sync --verify`` found damaged or missing data files
+4     writing the store failed locally (disk full, read-only, permission)
+130   interrupted (Ctrl-C) before the end
+====  =========================================================================
+
+Output follows where it goes: on a terminal, rich's live view (bars, colour);
+on a pipe, in a file, or with ``NO_COLOR`` or ``TERM=dumb``, plain full lines,
+never cut nor wrapped, tables as aligned text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+from typing import IO, Any
+
+import typer
+from typer.core import TyperGroup
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_DAMAGED",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_WRITE_FAILED",
+    "PmtkGroup",
+    "emit",
+    "is_plain",
+    "make_console",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_REFUSED = 2
+EXIT_DAMAGED = 3
+EXIT_WRITE_FAILED = 4
+EXIT_INTERRUPTED = 130
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "done",
+    EXIT_FAILED: "ended with problems (findings, failed resources or notebooks)",
+    EXIT_REFUSED: "refused, nothing done (usage, settings, credentials, address, folder)",
+    EXIT_DAMAGED: "damaged store files (sync --verify)",
+    EXIT_WRITE_FAILED: "writing the store failed locally",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+"""The one exit-code table of every ``pmtk`` command."""
+
+PLAIN_WIDTH = 100_000
+"""Console width for plain output: wide enough that rich never cuts or wraps a line."""
+
+
+# -- consoles ------------------------------------------------------------------------
+
+
+def is_plain(stream: IO[str] | None = None) -> bool:
+    """Whether output to ``stream`` should be plain lines rather than rich's live view.
+
+    Plain when the stream is not a terminal, when ``NO_COLOR`` is set (to anything
+    non-empty, per no-color.org) or when ``TERM=dumb``.
+    """
+    stream = stream if stream is not None else sys.stdout
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return True
+    isatty = getattr(stream, "isatty", None)
+    return not (callable(isatty) and isatty())
+
+
+def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Any:
+    """A rich console for stdout (or stderr, or ``file``) fit for where it writes.
+
+    On a terminal: colour and live views, text wrapped at word boundaries. Otherwise
+    no colour, no live view, and a width no line reaches, so nothing is cut or wrapped.
+    """
+    from rich.console import Console
+
+    stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
+    if is_plain(stream):
+        return Console(
+            file=stream,
+            width=PLAIN_WIDTH,
+            soft_wrap=True,
+            color_system=None,
+            force_terminal=False,
+            force_interactive=False,
+            highlight=False,
+            emoji=False,
+        )
+    return Console(file=stream, soft_wrap=True, highlight=False)
+
+
+def _cell_text(cell: Any) -> str:
+    from rich.text import Text
+
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        return Text.from_markup(cell).plain
+    return str(cell)
+
+
+def table_lines(table: Any) -> list[str]:
+    """A rich table as plain aligned lines: title, header, one line per row, caption.
+
+    Every cell is shown whole; columns are separated by two spaces; a cell's
+    newlines become spaces, so each row stays one line (grep finds it).
+    """
+    columns = table.columns
+    header = [_cell_text(c.header) for c in columns]
+    body = [[" ".join(_cell_text(cell).split()) for cell in c.cells] for c in columns]
+    rows = [list(row) for row in zip(*body, strict=True)] if body else []
+    widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(columns))]
+
+    def line(cells: list[str]) -> str:
+        out = []
+        for i, text in enumerate(cells):
+            right = columns[i].justify == "right"
+            out.append(text.rjust(widths[i]) if right else text.ljust(widths[i]))
+        return "  ".join(out).rstrip()
+
+    lines = []
+    if table.title:
+        lines.append(" ".join(_cell_text(table.title).split()))
+    if table.show_header:
+        lines.append(line(header))
+    lines.extend(line(r) for r in rows)
+    if table.caption:
+        lines.append(" ".join(_cell_text(table.caption).split()))
+    return lines
+
+
+def emit(console: Any, renderable: Any) -> None:
+    """Print ``renderable``; on a plain console, tables become aligned lines of text."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    if console.is_terminal and not console.no_color:
+        from rich.measure import Measurement
+
+        fits = not isinstance(renderable, Table) or (
+            Measurement.get(console, console.options.update(width=PLAIN_WIDTH), renderable).maximum
+            <= console.width
+        )
+        if fits:
+            console.print(renderable)
+            return
+        # A table wider than the terminal would be squeezed ("2,…"): whole lines instead.
+        for text in table_lines(renderable):
+            console.print(Text(text))
+        return
+    if isinstance(renderable, Group):
+        for part in renderable.renderables:
+            emit(console, part)
+    elif isinstance(renderable, Table):
+        for text in table_lines(renderable):
+            console.print(Text(text))
+    else:
+        console.print(renderable)
+
+
+# -- warnings ------------------------------------------------------------------------
+
+
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: IO[str] | None = None,
+    line: str | None = None,
+) -> None:
+    """``pmtk: warning: <message>``: one line, no source path, no code line."""
+    stream = file if file is not None else sys.stderr
+    text = " ".join(str(message).split())
+    try:
+        stream.write(f"pmtk: warning: {text}\n")
+    except OSError:  # a closed pipe: the warning is not worth a traceback
+        return
+
+
+def one_line_warnings() -> None:
+    """Show warnings from here on as one line each (the command line's way)."""
+    warnings.showwarning = _one_line_warning
+
+
+# -- help and usage errors -----------------------------------------------------------
+
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+def plain_help(text: str | None) -> str | None:
+    """Help text without reStructuredText markup (````x```` and ``:func:`x``` become ``x``)."""
+    if not text:
+        return text
+    return _RST_ROLE.sub(r"\1", _RST_LITERAL.sub(r"\1", text))
+
+
+def _metavar(param: Any) -> str:
+    """A readable metavar: ``DIR``, ``FILE``, ``N``, ``URL``, ``NAME``, ``TEXT``."""
+    name = (param.name or "").lower()
+    desc = getattr(param, "type_descriptor", None)
+    if desc is not None and desc.is_choice and desc.choices:
+        return "|".join(str(getattr(c, "value", c)) for c in desc.choices)
+    if desc is not None and desc.is_path:
+        if any(word in name for word in ("baseline", "file")):
+            return "FILE"
+        return "DIR"
+    annotation = getattr(desc, "annotation", None)
+    if annotation in (int, float) or "seconds" in name or name in ("port", "seed"):
+        return "N"
+    if "url" in name:
+        return "URL"
+    if name in ("resource", "only", "fault"):
+        return "NAME"
+    if name == "auth_header":
+        return "NAME:VALUE"
+    return "TEXT"
+
+
+def tidy_command(command: Any) -> Any:
+    """Readable metavars (no ``<bool>``) and help without markup, once per command."""
+    if getattr(command, "_pmtk_tidy", False):
+        return command
+    command.help = plain_help(command.help)
+    command.short_help = plain_help(command.short_help)
+    for param in command.params:
+        param.help = plain_help(getattr(param, "help", None))
+        if getattr(param, "metavar", None) is not None:
+            continue
+        if getattr(param, "is_flag", False):
+            param.metavar = ""  # a flag takes no value: show none
+        else:
+            param.metavar = _metavar(param)
+    original = command.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        option = original(ctx)
+        if option is not None:
+            option.metavar = ""  # -h takes no value
+        return option
+
+    command.get_help_option = help_option
+    command._pmtk_tidy = True
+    return command
+
+
+def usage_message(exc: Any) -> str:
+    """pmtk's one-line wording of a usage error, without the parser's own phrases."""
+    from pydantic import ValidationError
+
+    cause = exc.__cause__
+    param = getattr(exc, "param", None)
+    if isinstance(cause, ValidationError) and param is not None:
+        errors = cause.errors()
+        value = errors[0].get("input") if errors else None
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+        option = opts[0] if opts else (param.name or "value")
+        metavar = getattr(param, "metavar", None) or ""
+        want = {
+            "N": "a whole number",
+            "DIR": "a folder",
+            "FILE": "a file",
+        }.get(metavar, f"a {metavar}" if metavar else "a valid value")
+        return f"{option}: {value!r} is not {want}"
+    return " ".join(exc.format_message().split()).rstrip(".")
+
+
+class PmtkGroup(TyperGroup):
+    """The ``pmtk`` group: tidy help for each command, one-line usage errors, exit codes."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        return tidy_command(command) if command is not None else None
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        tidy_command(self)
+        for name in self.list_commands(ctx):
+            self.get_command(ctx, name)
+        super().format_help(ctx, formatter)
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run a command; a usage error is ``pmtk <cmd>: <what>; see pmtk <cmd> -h``, exit 2."""
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+        from typer.exceptions import Abort
+
+        standalone = kwargs.pop("standalone_mode", True)
+        one_line_warnings()
+        try:
+            result = super().main(*args, **{**kwargs, "standalone_mode": False})
+        except NoArgsIsHelpError as exc:  # plain `pmtk`: the help, as a usage error
+            if not standalone:
+                raise
+            sys.stderr.write((exc.ctx.get_help() if exc.ctx is not None else "") + "\n")
+            sys.exit(EXIT_REFUSED)
+        except UsageError as exc:
+            if not standalone:
+                raise
+            ctx = exc.ctx
+            path = ctx.command_path if ctx is not None else "pmtk"
+            sys.stderr.write(f"{path}: {usage_message(exc)}; see '{path} -h'\n")
+            sys.exit(EXIT_REFUSED)
+        except ClickException as exc:
+            if not standalone:
+                raise
+            sys.stderr.write(f"pmtk: {' '.join(exc.format_message().split())}\n")
+            sys.exit(exc.exit_code)
+        except Abort:
+            if not standalone:
+                raise
+            sys.stderr.write("pmtk: interrupted\n")
+            sys.exit(EXIT_INTERRUPTED)
+        if not standalone:
+            return result
+        sys.exit(result if isinstance(result, int) else EXIT_OK)
+
+
+def typer_app(**kwargs: Any) -> typer.Typer:
+    """A :class:`typer.Typer` with pmtk's conventions: ``-h``, :class:`PmtkGroup`."""
+    settings = {"help_option_names": ["-h", "--help"]}
+    return typer.Typer(cls=PmtkGroup, context_settings=settings, **kwargs)
