@@ -15,9 +15,10 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 CLIENT_ID = "spec-client-id-3f9a7c"
 SECRET = "spec-secret-never-shown"
@@ -116,11 +117,17 @@ class SpecDeployment:
         count = max(1, min(int(query.get("_count", [str(self.page_size)])[0]), self.page_size))
         page = max(1, int(query.get("page", ["1"])[0]))
         every = self.records[rtype]
+        # _lastUpdated (the facts: an incremental sync's filter), with FHIR's prefixes;
+        # a filter applied is named in the self link, as FHIR's search rules ask
+        since = query.get("_lastUpdated", [])
+        for value in since:
+            every = [r for r in every if _after(r["meta"]["lastUpdated"], value)]
+        kept = "".join(f"&_lastUpdated={quote(v)}" for v in since)
         chunk = every[(page - 1) * count : page * count]
-        link = [{"relation": "self", "url": f"{self.base_url}/{rtype}?_count={count}&page={page}"}]
+        url = f"{self.base_url}/{rtype}?_count={count}{kept}&page="
+        link = [{"relation": "self", "url": f"{url}{page}"}]
         if page * count < len(every):
-            nxt = f"{self.base_url}/{rtype}?_count={count}&page={page + 1}"
-            link.append({"relation": "next", "url": nxt})
+            link.append({"relation": "next", "url": f"{url}{page + 1}"})
         return {
             "resourceType": "Bundle",
             "type": "searchset",
@@ -135,6 +142,20 @@ class SpecDeployment:
                 for r in chunk
             ],
         }
+
+
+def _after(stamp: str, value: str) -> bool:
+    """Whether ``stamp`` passes ``_lastUpdated=value`` (``ge``/``gt``/``le``/``lt``/``eq``)."""
+    prefix, bound = (value[:2], value[2:]) if value[:2].isalpha() else ("eq", value)
+    left = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    right = datetime.fromisoformat(bound.replace("Z", "+00:00"))
+    return {
+        "ge": left >= right,
+        "gt": left > right,
+        "le": left <= right,
+        "lt": left < right,
+        "eq": left == right,
+    }[prefix]
 
 
 def _outcome(code: str, text: str) -> dict[str, Any]:

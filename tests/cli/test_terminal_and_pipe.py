@@ -25,7 +25,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from tests.conftest import USER_AGENT
+from tests.conftest import USER_AGENT, api_client
 
 PMTK = Path(sys.executable).parent / "pmtk"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -39,6 +39,15 @@ def dep() -> Iterator[Any]:
 
     with serve(seed=0, scale="small", rate_limit=100_000) as deployment:
         yield deployment
+
+
+def _totals(dep: Any) -> dict[str, int]:
+    """Referrals and Invoices the mock serves, as its own Bundle ``total`` says."""
+    with api_client(dep) as api:
+        return {
+            name: int(api.get(name, params={"_count": 1}).json()["total"])
+            for name in ("Referral", "Invoice")
+        }
 
 
 def _env(dep: Any, **extra: str) -> dict[str, str]:
@@ -87,7 +96,8 @@ def test_sync_on_a_terminal_draws_bars_that_end_and_a_summary_that_is_never_sque
     code, shown = _pty(["sync", "--out", "store", *RESOURCES], _env(dep), tmp_path)
     assert code == 0, shown
     assert ANSI.search(shown), "a terminal gets rich's live view"
-    for name, records in (("Referral", 166), ("Invoice", 1458)):
+    totals = _totals(dep)
+    for name, records in totals.items():
         bars = [line for line in _last_frame_lines(shown, name) if "records" in line]
         assert bars, shown
         assert re.search(rf"{records}/{records}\s+records", bars[-1]), bars[-1]  # it ended
@@ -95,7 +105,7 @@ def test_sync_on_a_terminal_draws_bars_that_end_and_a_summary_that_is_never_sque
     # 80 columns cannot hold the boxed table: it is printed as whole lines, never "2,…"
     assert "…" not in shown
     summary = [line for line in _last_frame_lines(shown, "Invoice") if "updated" in line]
-    assert summary and "1,458" in summary[-1]
+    assert summary and f"{totals['Invoice']:,}" in summary[-1]
 
 
 @pytest.mark.parametrize("how", ["pipe", "NO_COLOR", "TERM=dumb"])
@@ -115,8 +125,10 @@ def test_sync_off_a_terminal_prints_plain_whole_lines(dep: Any, tmp_path: Path, 
     lines = [line for line in out.splitlines() if line.strip()]
     rows = {line.split()[0]: line.split() for line in lines}
     assert rows["resource"][:3] == ["resource", "mode", "status"]
-    assert rows["Referral"][1:4] == ["full", "updated", "166"]
-    assert rows["Invoice"][1:5] == ["full", "updated", "1,458", "1,458"]
+    totals = _totals(dep)
+    assert rows["Referral"][1:4] == ["full", "updated", f"{totals['Referral']:,}"]
+    invoices = f"{totals['Invoice']:,}"
+    assert rows["Invoice"][1:5] == ["full", "updated", invoices, invoices]
     assert any(line.startswith("pmtk sync -> ") for line in lines)
 
 
@@ -125,7 +137,7 @@ def test_sync_json_is_one_document_on_stdout(dep: Any, tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
     by_name = {r["resource"]: r for r in doc["resources"]}
-    assert by_name["Invoice"]["rows"]["Invoice"] == 1458
+    assert by_name["Invoice"]["rows"]["Invoice"] == _totals(dep)["Invoice"]
     assert by_name["Referral"]["status"] == "updated" and doc["failed"] == []
     assert run.stderr == ""  # no bars, no notices: nothing but the document
 

@@ -122,7 +122,9 @@ def test_pmtk_sync_says_the_reason_in_one_line(resolver: list[str], tmp_path: Pa
     args = ["sync", "--out", str(tmp_path / "store"), "-r", "Patient", "--quiet"]
     args += ["--base-url", "http://nothing.invalid/main", "--client-id", "hostile-client"]
     result = CliRunner().invoke(app, args, env={"PM_CLIENT_SECRET": SECRET, "COLUMNS": "300"})
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, (
+        result.output
+    )  # refused before anything was fetched (README, exit codes)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, result.output
     assert NOT_KNOWN in lines[0]

@@ -97,7 +97,9 @@ def test_pmtk_sync_prints_one_line_and_no_traceback(answer: str, tmp_path: Path)
         args = ["sync", "--out", str(tmp_path / "store"), "-r", "Patient", "--quiet"]
         args += ["--base-url", server.base_url, "--client-id", "hostile-client"]
         result = CliRunner().invoke(app, args, env={"PM_CLIENT_SECRET": SECRET, "COLUMNS": "300"})
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, (
+        result.output
+    )  # refused before anything was fetched (README, exit codes)
     assert not isinstance(result.exception, PmtkError | httpx.HTTPError)  # only typer's Exit
     assert "Traceback" not in result.output
     lines = [line for line in result.output.splitlines() if line.strip()]

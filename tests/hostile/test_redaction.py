@@ -111,11 +111,23 @@ def _echoing_token_endpoint() -> Starlette:
     return Starlette(routes=[Route("/main/oauth/token", token, methods=["POST"])])
 
 
+def _existing_store(root: Path) -> Path:
+    """An empty pmtk store, made before the sync: a failed first sync into a folder it
+    made removes what it wrote, while a store that was there keeps its manifest, and
+    the manifest records the failure (where an echoed secret could land)."""
+    from toolkit.store.layout import _claim, _init_manifest, _locked
+
+    _claim(root)
+    with _locked(root):
+        _init_manifest(root)
+    return root
+
+
 def test_pmtk_sync_prints_and_stores_no_echoed_secret(tmp_path: Path) -> None:
-    out = tmp_path / "store"
+    out = _existing_store(tmp_path / "store")
     with serve(_echoing_token_endpoint()) as port:
         result = _sync(f"http://127.0.0.1:{port}/main", out)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # refused credentials (README, exit codes)
     assert "<redacted>" in result.output  # the echo was there, and was removed
     assert leaks(result.output, SECRET, client_id=CLIENT_ID) == []
     assert "<redacted>" in (out / "manifest.json").read_text()  # the error is recorded
@@ -199,9 +211,9 @@ def test_pmtk_sync_prints_and_stores_no_echoed_bearer_token(
     echoing_api: tuple[EchoingApi, str], tmp_path: Path
 ) -> None:
     _, base_url = echoing_api
-    out = tmp_path / "store"
+    out = _existing_store(tmp_path / "store")
     result = _sync(base_url, out)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 1, result.output  # the API answered 400 (README, exit codes)
     assert "<redacted>" in result.output
     assert leaks(result.output, TOKEN) == []
     assert "<redacted>" in (out / "manifest.json").read_text()  # the error is recorded

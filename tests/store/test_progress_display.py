@@ -42,8 +42,14 @@ def test_a_wait_is_said_on_the_bar_itself_at_80_columns() -> None:
 
     assert render(time.monotonic() + 10).startswith(("waiting 39 s", "waiting 38 s"))
     assert render(time.monotonic() + 60) == ""  # the wait is over: the bar comes back
+    # The server says "no requests left" as it answers a page: the wait is announced
+    # before that page is staged, and staging it must not wipe the wait off the bar.
     display(PageProgress("Appointment", page=162, pages=162, records=16200, total=40986))
-    assert display.status("Appointment") == ""
+    assert display.status("Appointment").startswith("waiting")
+    display.wait(0.05, RATE_LIMITED)
+    time.sleep(0.1)
+    display(PageProgress("Appointment", page=163, pages=163, records=16300, total=40986))
+    assert display.status("Appointment") == ""  # a page after the wait clears it
 
 
 def test_a_retry_is_said_on_the_bar_with_its_countdown() -> None:

@@ -109,6 +109,7 @@ class SyncProgress:
         self.failures: list[ResourceSync] = []
         self.progressed = False
         """Whether any page was staged or any resource ended in this run."""
+        self._wait_until = 0.0
 
     def __enter__(self) -> SyncProgress:
         self.progress.start()
@@ -130,11 +131,18 @@ class SyncProgress:
         self._tasks[resource_type] = self.progress.add_task(resource_type, total=None, status=None)
 
     def __call__(self, event: PageProgress) -> None:
-        """A page was staged: move the bar and clear any waiting state."""
+        """A page was staged: move the bar and clear any waiting state that has passed.
+
+        A wait announced for the next request (the server said no requests are left
+        in this window, as it answered the page) outlives the page: it stays on the bar.
+        """
         self.progressed = True
         task = self._tasks.get(event.resource)
         if task is not None:
-            self.progress.update(task, completed=event.records, total=event.total, status=None)
+            fields: dict[str, Any] = {"completed": event.records, "total": event.total}
+            if time.monotonic() >= self._wait_until:
+                fields["status"] = None
+            self.progress.update(task, **fields)
 
     def resumed(self, resource_type: str, pages: int, records: int) -> None:
         """A resource's sync resumes from ``pages`` staged pages (``records`` records)."""
@@ -170,6 +178,7 @@ class SyncProgress:
     def wait(self, seconds: float, reason: str) -> None:
         """The client waits ``seconds`` before its next request, for ``reason``."""
         until = time.monotonic() + seconds
+        self._wait_until = until
 
         def render(now: float) -> str:
             left = until - now
