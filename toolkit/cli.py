@@ -12,6 +12,7 @@ from contracts.command import check_command
 from toolkit.mock.command import mock_command
 from toolkit.notebooks import notebooks_command
 from toolkit.sync_command import sync_command
+from toolkit.viewdefs.command import views_app
 from toolkit.webhooks import listen_command
 
 app = typer.Typer(
@@ -48,6 +49,7 @@ app.command("check")(check_command)
 app.command("notebooks")(notebooks_command)
 app.command("sync")(sync_command)
 app.command("listen")(listen_command)
+app.add_typer(views_app, name="views")
 
 
 def main() -> None:  # pragma: no cover - console entry point

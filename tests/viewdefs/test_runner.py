@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from toolkit.errors import DataValidationError, PmtkError, ViewDefinitionError
+from toolkit.schemas import PmtkDataWarning
 from toolkit.viewdefs import load_view, resources_frame, run_view
 
 PATIENTS: list[dict[str, Any]] = [
@@ -284,14 +285,60 @@ def test_the_spec_name_object_and_the_live_name_array_read_alike() -> None:
     assert run_view(view, spec).to_dicts() == run_view(view, live).to_dicts() == [{"family": "Ng"}]
 
 
-def test_conflicting_shapes_in_one_frame_are_a_clear_error() -> None:
+def test_an_object_beside_an_array_reads_as_a_collection_of_one() -> None:
     mixed = [
         {"resourceType": "Practitioner", "id": "a", "name": {"family": "Ng"}},
-        {"resourceType": "Practitioner", "id": "b", "name": [{"family": "Li"}]},
+        {"resourceType": "Practitioner", "id": "b", "name": [{"family": "Li"}, {"family": "Lu"}]},
     ]
-    view = {"resource": "Practitioner", "select": [{"column": [{"name": "id", "path": "id"}]}]}
-    with pytest.raises(DataValidationError, match="different JSON shapes"):
-        run_view(view, mixed)
+    view = {
+        "resource": "Practitioner",
+        "select": [{"column": [{"name": "f", "path": "name.family", "collection": True}]}],
+    }
+    for data in (
+        mixed,
+        [json.dumps({"resourceType": "Bundle", "entry": [{"resource": r} for r in mixed]})],
+    ):
+        assert run_view(view, data).get_column("f").to_list() == [["Ng"], ["Li", "Lu"]]
+
+
+def test_an_odd_json_type_is_null_and_reported_never_spreads_to_its_column() -> None:
+    # Polars alone would make every actor the JSON text of its object (a string
+    # beside objects), and every actor_id null: the check must catch that.
+    appointments = [
+        {
+            "resourceType": "Appointment",
+            "id": "a1",
+            "participant": [{"actor": {"reference": "Patient/1"}}],
+        },
+        {
+            "resourceType": "Appointment",
+            "id": "a2",
+            "participant": [{"actor": {"reference": "Patient/2"}}],
+        },
+        {"resourceType": "Appointment", "id": "a3", "participant": [{"actor": "Patient/3"}]},
+    ]
+    view = {
+        "resource": "Appointment",
+        "select": [
+            {"column": [{"name": "id", "path": "id"}]},
+            {
+                "forEach": "participant",
+                "column": [{"name": "actor_id", "path": "actor.getReferenceKey()"}],
+            },
+        ],
+    }
+    page = json.dumps({"resourceType": "Bundle", "entry": [{"resource": r} for r in appointments]})
+    for data in (appointments, [page]):
+        with pytest.warns(PmtkDataWarning, match="1 Appointment value") as caught:
+            frame = run_view(view, data)
+        assert frame.get_column("actor_id").to_list() == ["1", "2", None]
+        cases = caught[0].message.failure_cases  # type: ignore[union-attr]
+        assert cases.row(0, named=True) == {
+            "id": "a3",
+            "column": "participant.actor",
+            "check": "json_type",
+            "failure_case": '"Patient/3"',
+        }
 
 
 def test_the_frame_of_resources_is_one_struct_column() -> None:

@@ -29,6 +29,7 @@ import polars as pl
 
 from toolkit.errors import DataValidationError, ViewDefinitionError
 from toolkit.viewdefs.definition import View, load_view
+from toolkit.viewdefs.load import read_pages, read_resources
 from toolkit.viewdefs.runner import evaluate
 
 __all__ = ["View", "ViewDefinitionError", "load_view", "resources_frame", "run_view"]
@@ -48,45 +49,6 @@ def _items(data: Any) -> list[Any]:
         return list(data)
     msg = f"run_view takes Bundle pages, resources or a store, not {type(data).__name__}"
     raise ViewDefinitionError(msg, path="")
-
-
-def _ndjson_frame(lines: list[bytes]) -> pl.DataFrame:
-    if not lines:
-        return pl.DataFrame({"__c": pl.Series([], dtype=pl.Null)})
-    buf = b"\n".join(lines)
-    frame = pl.read_ndjson(buf, infer_schema_length=None)
-    return frame.select(pl.struct(pl.all()).alias("__c"))
-
-
-def _fast_pages(pages: list[Any], resource_type: str) -> pl.DataFrame | None:
-    """Bundle pages read by Polars in one pass; None when they must be read one by one."""
-    lines = []
-    for page in pages:
-        raw = page.encode("utf-8") if isinstance(page, str) else bytes(page)
-        # JSON strings cannot hold a raw newline, so this keeps each page one NDJSON line
-        lines.append(raw.replace(b"\r", b" ").replace(b"\n", b" "))
-    try:
-        frame = pl.read_ndjson(b"\n".join(lines), infer_schema_length=None)
-    except (pl.exceptions.PolarsError, ValueError):
-        return None
-    if "resourceType" not in frame.columns:
-        return None
-    kinds = frame.get_column("resourceType")
-    if kinds.null_count() or (kinds != "Bundle").any():
-        return None
-    if "entry" not in frame.columns or not isinstance(frame.schema["entry"], pl.List):
-        return _ndjson_frame([])
-    entries = frame.select(pl.col("entry").explode()).drop_nulls()
-    entry_type = entries.schema["entry"]
-    if not isinstance(entry_type, pl.Struct) or "resource" not in {
-        f.name for f in entry_type.fields
-    }:
-        return _ndjson_frame([])
-    resources = entries.select(pl.col("entry").struct.field("resource").alias("__c")).drop_nulls()
-    rtype = resources.schema["__c"]
-    if not isinstance(rtype, pl.Struct) or "resourceType" not in {f.name for f in rtype.fields}:
-        return None
-    return resources.filter(pl.col("__c").struct.field("resourceType") == resource_type)
 
 
 def _page_error(index: int, doc: Any) -> DataValidationError:
@@ -109,10 +71,11 @@ def resources_frame(data: Any, resource_type: str) -> pl.DataFrame:
     """
     items = _items(data)
     if items and all(_is_page(i) for i in items):
-        fast = _fast_pages(items, resource_type)
+        pages = [i.encode("utf-8") if isinstance(i, str) else bytes(i) for i in items]
+        fast = read_pages(pages, resource_type)
         if fast is not None:
             return fast
-    lines: list[bytes] = []
+    resources: list[dict[str, Any]] = []
     for index, item in enumerate(items):
         doc = item
         if _is_page(item):
@@ -128,20 +91,12 @@ def resources_frame(data: Any, resource_type: str) -> pl.DataFrame:
             for entry in doc.get("entry") or []:
                 res = entry.get("resource") if isinstance(entry, dict) else None
                 if isinstance(res, dict) and res.get("resourceType") == resource_type:
-                    lines.append(orjson.dumps(res))
+                    resources.append(res)
         elif kind == resource_type:
-            lines.append(orjson.dumps(doc))
+            resources.append(doc)
         elif not isinstance(kind, str) or kind == "OperationOutcome":
             raise _page_error(index, doc)
-    try:
-        return _ndjson_frame(lines)
-    except pl.exceptions.PolarsError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        msg = (
-            f"the {resource_type} resources cannot be read as one table: a field has "
-            f"different JSON shapes in different resources ({first})"
-        )
-        raise DataValidationError(msg, None) from None
+    return read_resources(resources, resource_type)
 
 
 def run_view(view: Any, data: Any) -> pl.DataFrame:

@@ -482,7 +482,12 @@ def _binary(node: fp.Binary, scope: Scope) -> Val:
             return right
         if right.empty:
             return left
-        if str(left.dtype) != str(right.dtype):
+        numeric = (pl.Int64, pl.Float64)
+        if isinstance(left.dtype, numeric) and isinstance(right.dtype, numeric):
+            if left.dtype != right.dtype:
+                left = _map(left, lambda e: e.cast(pl.Float64), pl.Float64())
+                right = _map(right, lambda e: e.cast(pl.Float64), pl.Float64())
+        elif str(left.dtype) != str(right.dtype):
             raise scope.fail(f"'|' of {_type_name(left.dtype)} and {_type_name(right.dtype)}")
         union = pl.concat_list([_as_list(left), _as_list(right)]).list.unique(maintain_order=True)
         return Val(union, left.dtype, True)
@@ -547,9 +552,35 @@ def _call(node: fp.Call, scope: Scope) -> Val:
         return member(base, "id", scope)
     if name == "getReferenceKey":
         return _reference_key(base, node.type_args[0] if node.args else None, scope)
+    if name in {"startsWith", "endsWith", "matches", "replaceMatches"}:
+        return _string_function(name, base, node, scope)
     if name in {"lowBoundary", "highBoundary"}:
         return _boundary(base, name == "highBoundary", scope)
     raise scope.fail(f"the function {name}() is not supported")
+
+
+def _string_function(name: str, base: Val, node: fp.Call, scope: Scope) -> Val:
+    args = [_const_value(a, scope) for a in node.args]
+    if not all(isinstance(a, str) for a in args):
+        raise scope.fail(f"{name}() needs string arguments")
+    if base.empty:
+        return base
+    if not isinstance(base.dtype, pl.String):
+        raise scope.fail(f"{name}() needs a string input, not {_type_name(base.dtype)}")
+    first = str(args[0])
+    if name == "startsWith":
+        return _map(base, lambda e: e.str.starts_with(first), pl.Boolean())
+    if name == "endsWith":
+        return _map(base, lambda e: e.str.ends_with(first), pl.Boolean())
+    try:
+        re.compile(first)
+    except re.error as exc:
+        raise scope.fail(f"{name}() has a bad regular expression {first!r}: {exc}") from None
+    if name == "matches":
+        return _map(base, lambda e: e.str.contains(first), pl.Boolean())
+    # FHIRPath writes groups as $1; Polars (Rust regex) reads ${1}
+    subst = re.sub(r"\$(\d+)", r"${\1}", str(args[1]))
+    return _map(base, lambda e: e.str.replace_all(first, subst), pl.String())
 
 
 def _const_value(node: fp.Node, scope: Scope) -> object:

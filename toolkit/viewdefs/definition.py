@@ -71,6 +71,18 @@ FUNCTIONS: dict[str, tuple[int, int]] = {
     "highBoundary": (0, 1),
     "hasValue": (0, 0),
     "toString": (0, 0),
+    "startsWith": (1, 1),
+    "endsWith": (1, 1),
+    "matches": (1, 1),
+    "replaceMatches": (2, 2),
+}
+
+#: ``tag`` values of ``ansi/type`` that give a column a Polars temporal type
+#: (a string that does not parse is then an error, not a null).
+ANSI_TYPES: dict[str, str] = {
+    "DATE": "Date",
+    "TIMESTAMP WITH TIME ZONE": "Datetime",
+    "TIMESTAMP": "Datetime",
 }
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -88,6 +100,7 @@ class Column:
     type: str | None
     collection: bool
     where: str  # the path to this column in the view, for messages
+    ansi: str | None = None  # a temporal ``ansi/type`` tag (see ANSI_TYPES)
 
 
 @dataclass(frozen=True)
@@ -274,7 +287,22 @@ class _Checker:
             raise _fail(
                 f"{where}.collection", f"collection must be true or false, not {collection!r}"
             )
-        return Column(name, node, raw["path"], ftype, collection, where)
+        tags = raw.get("tag", [])
+        ansi = None
+        if not isinstance(tags, list) or not all(
+            isinstance(t, dict)
+            and isinstance(t.get("name"), str)
+            and isinstance(t.get("value"), str)
+            for t in tags
+        ):
+            raise _fail(f"{where}.tag", "tag must be a list of {name, value} strings")
+        for i, tag in enumerate(tags):
+            if tag["name"] == "ansi/type" and tag["value"].upper() in ANSI_TYPES:
+                if ftype not in {"date", "dateTime", "instant"} or collection:
+                    msg = f"the ansi/type {tag['value']!r} needs a date, dateTime or instant column"
+                    raise _fail(f"{where}.tag[{i}]", msg)
+                ansi = ANSI_TYPES[tag["value"].upper()]
+        return Column(name, node, raw["path"], ftype, collection, where, ansi)
 
     def select(self, raw: Any, where: str) -> Select:
         if not isinstance(raw, dict):

@@ -25,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from toolkit.errors import ViewDefinitionError
+from toolkit.errors import DataValidationError, ViewDefinitionError
 from toolkit.viewdefs.compile import Scope, Val, compile_path, polars_type, to_bool
 from toolkit.viewdefs.definition import Column, Select, View
 
@@ -57,12 +57,29 @@ def _column(view: View, col: Column, dtype: pl.DataType, root: bool) -> tuple[pl
     target = polars_type(col.type) if col.type else val.dtype
     if col.collection:
         expr = val.expr if val.many else pl.concat_list([val.expr]).list.drop_nulls()
-        expr = expr.cast(pl.List(target), strict=False).fill_null(pl.lit([], dtype=pl.List(target)))
+        expr = expr.list.eval(_cast(pl.element(), val.dtype, target))
+        expr = expr.fill_null(pl.lit([], dtype=pl.List(target)))
         return expr.alias(col.name), False
     if val.many:
         # checked after the select: more than one value in a row is an error
-        return val.expr.cast(pl.List(target), strict=False).alias(col.name), True
-    return val.expr.cast(target, strict=False).alias(col.name), False
+        listed = val.expr.list.eval(_cast(pl.element(), val.dtype, target))
+        return listed.alias(col.name), True
+    return _cast(val.expr, val.dtype, target).alias(col.name), False
+
+
+def _cast(expr: pl.Expr, source: pl.DataType, target: pl.DataType) -> pl.Expr:
+    """A value in the column's declared type; one that does not convert is null.
+
+    Polars cannot cast text to a boolean at all, so FHIR's ``true``/``false`` are
+    mapped; the other casts (text to a number, a number to text) are Polars'.
+    """
+    if source == target:
+        return expr
+    if isinstance(target, pl.Boolean) and isinstance(source, pl.String):
+        return expr.replace_strict(
+            {"true": True, "false": False}, default=None, return_dtype=pl.Boolean
+        )
+    return expr.cast(target, strict=False)
 
 
 def _own_columns(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataFrame:
@@ -86,7 +103,56 @@ def _own_columns(view: View, node: Select, frame: pl.DataFrame, root: bool) -> p
             raise ViewDefinitionError(msg, path=where)
     if checked:
         out = out.with_columns(pl.col(c.name).list.first() for c in checked)
+    temporal = [c for c in node.columns if c.ansi]
+    if temporal:
+        out = out.with_columns(_temporal(out.get_column(c.name), c) for c in temporal)
     return out
+
+
+# UTC offsets as written in FHIR date-times ("Z", "+10:00") -> minutes
+_OFFSETS: dict[str, int] = {"Z": 0} | {
+    f"{sign}{h:02d}:{m:02d}": (1 if sign == "+" else -1) * (60 * h + m)
+    for sign in "+-"
+    for h in range(24)
+    for m in range(60)
+}
+
+
+def _temporal(text: pl.Series, col: Column) -> pl.Series:
+    """A date or date-time column (``ansi/type`` tag) parsed; a value that does not parse raises.
+
+    Date-times are converted to UTC. The common form (``YYYY-MM-DDTHH:MM:SS`` and
+    an offset) is parsed without chrono; the rest (fractions of a second, ...) with
+    ``%+``.
+    """
+    if col.ansi == "Date":
+        parsed = text.str.to_date("%Y-%m-%d", strict=False)
+    else:
+        frame = pl.DataFrame({"t": text})
+        naive = (
+            pl.col("t")
+            .str.slice(0, 19)
+            .str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False)
+        )
+        offset = (
+            pl.col("t").str.slice(19).replace_strict(_OFFSETS, default=None, return_dtype=pl.Int64)
+        )
+        fast = (naive - pl.duration(minutes=offset)).dt.replace_time_zone("UTC")
+        parsed = frame.select(fast).to_series()
+        rows = (parsed.is_null() & text.is_not_null()).arg_true()
+        if rows.len():
+            exact = text.gather(rows).str.to_datetime(
+                "%+", time_unit="us", time_zone="UTC", strict=False
+            )
+            parsed = parsed.scatter(rows, exact)
+    bad = text.filter(parsed.is_null() & text.is_not_null())
+    if bad.len():
+        where = f"{col.where}.tag"
+        shown = ", ".join(repr(v) for v in bad.head(3).to_list())
+        kind = "date" if col.ansi == "Date" else "date-time with a time zone"
+        msg = f"column {col.name!r} ({where}): {bad.len()} value(s) are not a {kind}: {shown}"
+        raise DataValidationError(msg, pl.DataFrame({"column": col.name, "failure_case": bad}))
+    return parsed.alias(col.name)
 
 
 def _body(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataFrame:
