@@ -92,6 +92,21 @@ Verify = Annotated[
         "(exit 3 and the damaged files listed when any fails).",
     ),
 ]
+Rebuild = Annotated[
+    bool,
+    typer.Option(
+        "--rebuild",
+        help="Rebuild every table from the raw records kept in the store; no request is sent.",
+    ),
+]
+Views = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--view",
+        help="A SQL-on-FHIR ViewDefinition (JSON file) to materialise from the raw records "
+        "as views/<name>.parquet after the sync; repeat for several.",
+    ),
+]
 
 
 def sync_command(
@@ -105,6 +120,8 @@ def sync_command(
     quiet: Quiet = False,
     verify: Verify = False,
     reconcile: Reconcile = False,
+    rebuild: Rebuild = False,
+    view: Views = None,
 ) -> None:
     """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
     from rich.console import Console
@@ -116,18 +133,67 @@ def sync_command(
         raise typer.BadParameter("must be 'raise' or 'warn'", param_hint="'--errors'")
     wanted = _resources(resource)
     err = Console(stderr=True, soft_wrap=True, highlight=False)  # soft_wrap: one error, one line
+    _check_views(err, view or [])
 
     if verify:
         _verify(out, wanted, quiet=quiet)
         return
     _check_target(err, out)  # before connecting: a refusal writes nothing and costs nothing
-    client = _connect(err, base_url, client_id, client_secret)
+    if rebuild:
+        client, wanted = _raw_source(err, out, wanted)
+    else:
+        client = _connect(err, base_url, client_id, client_secret)
     display = SyncProgress("off" if quiet else "bars" if err.is_terminal else "lines", console=err)
-    options = {"full": full, "errors": errors, "reconcile": reconcile}
+    options = {"full": full or rebuild, "errors": errors, "reconcile": reconcile and not rebuild}
     summary = _run(err, display, client, out, wanted, options, quiet=quiet)
     _print_repaired(err, summary)
     if not quiet:
         Console(soft_wrap=True).print(summary.table())
+    if view:
+        _write_views(err, out, view, quiet=quiet)
+
+
+def _check_views(err: Any, files: list[Path]) -> None:
+    """Every --view file read and checked before anything is sent or written (exit 2)."""
+    from toolkit.errors import PmtkError
+    from toolkit.viewdefs import load_view
+
+    for path in files:
+        try:
+            load_view(path)
+        except PmtkError as exc:
+            raise _fail(
+                err, "refused", None, exc, EXIT_REFUSED, f"fix the view in {path}"
+            ) from None
+
+
+def _raw_source(err: Any, out: Path, wanted: list[str]) -> tuple[Any, list[str]]:
+    """The store's raw records as the page source of a rebuild, and the resources to rebuild."""
+    from toolkit.errors import PmtkError
+    from toolkit.store.layout import read_manifest
+    from toolkit.store.raw import RawPageSource
+
+    try:
+        stored = sorted(read_manifest(out)["resources"])
+    except PmtkError as exc:
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
+    if not stored:
+        empty = ValueError(f"the store at {out} holds nothing to rebuild")
+        raise _fail(err, "refused", None, empty, EXIT_REFUSED, "run `pmtk sync` first")
+    return RawPageSource(out), wanted or stored
+
+
+def _write_views(err: Any, out: Path, files: list[Path], *, quiet: bool) -> None:
+    from toolkit.errors import PmtkError
+    from toolkit.store.raw import write_views
+
+    try:
+        written = write_views(out, list(files))
+    except PmtkError as exc:
+        raise _fail(err, "views failed", None, exc, EXIT_FAILED) from None
+    if not quiet:
+        for name, path in written.items():
+            typer.echo(f"view {name}: {path}")
 
 
 def _run(
