@@ -5,7 +5,7 @@ different JSON types it quietly makes them all text (an object and a string
 become the object's JSON text; a number beside strings becomes a string), and
 an object beside an array is an error. So the fast read is checked:
 
-1. Bundle pages (bytes or str) are read by Polars in one ``read_ndjson`` pass,
+1. Bundle pages (bytes or str) are read by Polars in one ``read_json`` pass,
    the schema inferred from all of them.
 2. Each page is then decoded by msgspec into ``Struct`` types that mirror the
    inferred schema exactly (strings are ``str``, integers ``int``, ...). A page
@@ -74,9 +74,10 @@ def _empty() -> pl.DataFrame:
 
 def read_pages(pages: list[bytes], resource_type: str) -> pl.DataFrame | None:
     """Bundle pages read by Polars and checked exact; None when the slow path must read them."""
-    lines = [p.replace(b"\r", b" ").replace(b"\n", b" ") for p in pages]
     try:
-        frame = pl.read_ndjson(b"\n".join(lines), infer_schema_length=None)
+        # one JSON array of the pages: Polars' array reader is several times faster than
+        # its NDJSON reader on lines this long (a page of 100 resources is one line)
+        frame = pl.read_json(b"[" + b",".join(pages) + b"]", infer_schema_length=None)
     except (pl.exceptions.PolarsError, ValueError):
         return None
     if "resourceType" not in frame.columns:
@@ -207,7 +208,7 @@ def read_resources(resources: list[dict[str, Any]], resource_type: str) -> pl.Da
         ]
     lines = [orjson.dumps(res) for res in resources]
     try:
-        frame = pl.read_ndjson(b"\n".join(lines), infer_schema_length=None)
+        frame = pl.read_json(b"[" + b",".join(lines) + b"]", infer_schema_length=None)
     except pl.exceptions.PolarsError as exc:  # pragma: no cover - normalised above
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         msg = f"the {resource_type} resources cannot be read as one table ({first})"
