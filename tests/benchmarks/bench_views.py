@@ -10,6 +10,8 @@ bytes), it times:
   for the declared Appointment table, then ``toolkit.schemas.validate`` of the
   frame against the declared schema (the runner's own checks included: the exact
   msgspec check of every page, the date-time parsing);
+* for context, the declared reader (``flatten`` + ``validate``, what
+  ``bench_frames.py`` times) on the same pages;
 * the reference: sof-js (the JavaScript implementation in the FHIR/sql-on-fhir-v2
   repository, with ``fhirpath`` from npm) evaluating the same ViewDefinition over
   the same pages, ``JSON.parse`` of each page included, timed inside node.
@@ -46,6 +48,7 @@ import polars as pl
 from toolkit.schemas import validate
 from toolkit.viewdefs import load_view, run_view
 from toolkit.viewdefs.declared import declared_view_definitions
+from toolkit.views import flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_frames import pages, speed_probe
@@ -135,6 +138,14 @@ def run_pmtk(view: Any, raw: list[bytes]) -> tuple[float, int]:
     return time.perf_counter() - t0, frame.height
 
 
+def run_reader(raw: list[bytes]) -> tuple[float, int]:
+    """The declared reader on the same pages: ``flatten`` + ``validate`` (bench_frames' pmtk)."""
+    t0 = time.perf_counter()
+    frame = flatten("Appointment", raw)
+    validate(frame, "Appointment")
+    return time.perf_counter() - t0, frame.height
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--resources", type=int, default=100_000)
@@ -163,12 +174,13 @@ def main() -> None:
     else:
         print("sof-js: not run (pass --sof-js DIR, its src folder, and have node on PATH)")
     run_pmtk(view, raw[:10])  # warm up
-    best_pmtk, best_js, rows_js = float("inf"), float("inf"), 0
+    best_pmtk, best_js, rows_js, best_reader = float("inf"), float("inf"), 0, float("inf")
     ratios = []
     for _ in range(args.repeat):
         seconds, rows = run_pmtk(view, raw)
         assert rows == args.resources
         best_pmtk = min(best_pmtk, seconds)
+        best_reader = min(best_reader, run_reader(raw)[0])
         if folder is not None:
             js_pages = raw[: max(1, args.sof_js_resources // args.page_size)]
             js_seconds, rows_js = run_sof_js(folder, view_json, js_pages, 1)
@@ -177,6 +189,8 @@ def main() -> None:
             ratios.append(js_per_resource / (seconds / rows))
     rate = args.resources / best_pmtk
     print(f"pmtk run_view + validate : {best_pmtk:7.3f} s  {rate:>12,.0f} resources/s")
+    reader_rate = args.resources / best_reader
+    print(f"declared reader (context): {best_reader:7.3f} s  {reader_rate:>12,.0f} resources/s")
     if folder is not None:
         js_rate = 1 / best_js
         print(

@@ -367,3 +367,41 @@ def test_where_and_boolean_logic_are_three_valued() -> None:
         {"id": "p1", "a_or": True, "a_and": True, "implies": True},
         {"id": "p3", "a_or": None, "a_and": False, "implies": None},
     ]
+
+
+def test_a_key_or_type_only_in_pages_outside_the_sample_is_still_read() -> None:
+    # 40 pages: the projected read infers its schema from a sample of them; page 1 is
+    # not in it and alone has a nested key and a top-level field the view reads
+    def page(i: int, extra: dict[str, Any] | None = None) -> bytes:
+        res: dict[str, Any] = {
+            "resourceType": "Patient",
+            "id": f"p{i}",
+            "name": [{"family": f"F{i}"}],
+        }
+        res.update(extra or {})
+        return json.dumps({"resourceType": "Bundle", "entry": [{"resource": res}]}).encode()
+
+    view = {
+        "resource": "Patient",
+        "select": [
+            {
+                "column": [
+                    {"name": "id", "path": "id"},
+                    {"name": "given", "path": "name.given.first()"},
+                    {"name": "gender", "path": "gender"},
+                    {"name": "active", "path": "active", "type": "boolean"},
+                ]
+            }
+        ],
+    }
+    pages = [page(i) for i in range(40)]
+    pages[1] = page(1, {"name": [{"family": "F1", "given": ["G"]}], "gender": "other"})
+    pages[2] = page(2, {"active": "yes"})  # another JSON type than the other three: reported
+    for i in (3, 4, 5):
+        pages[i] = page(i, {"active": True})
+    with pytest.warns(PmtkDataWarning, match="p2 active"):
+        frame = run_view(view, pages)
+    assert frame.height == 40
+    assert frame.row(1) == ("p1", "G", "other", None)
+    assert frame.get_column("given").null_count() == 39
+    assert frame.get_column("active").to_list()[2:6] == [None, True, True, True]

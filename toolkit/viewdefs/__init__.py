@@ -28,8 +28,8 @@ import orjson
 import polars as pl
 
 from toolkit.errors import DataValidationError, ViewDefinitionError
-from toolkit.viewdefs.definition import View, load_view
-from toolkit.viewdefs.load import read_pages, read_resources
+from toolkit.viewdefs.definition import View, load_view, root_fields
+from toolkit.viewdefs.load import read_pages, read_pages_projected, read_resources
 from toolkit.viewdefs.runner import evaluate
 
 __all__ = ["View", "ViewDefinitionError", "load_view", "resources_frame", "run_view"]
@@ -62,17 +62,23 @@ def _page_error(index: int, doc: Any) -> DataValidationError:
     return DataValidationError(f"page {index} is not a Bundle or a resource", None)
 
 
-def resources_frame(data: Any, resource_type: str) -> pl.DataFrame:
+def resources_frame(data: Any, resource_type: str, fields: set[str] | None = None) -> pl.DataFrame:
     """The resources of ``resource_type`` in ``data``, one row each in a ``Struct`` column ``__c``.
 
     ``data`` is Bundle pages (bytes, str or dict), resources (dicts), or an
     iterable of them. Entries of other resource types are skipped. The schema is
-    inferred from every resource read.
+    inferred from every resource read. With ``fields`` (top-level field names, as
+    :func:`~toolkit.viewdefs.definition.root_fields` gives for a view), only those
+    fields of Bundle pages are read (the others cannot change the view's rows).
     """
     items = _items(data)
     if items and all(_is_page(i) for i in items):
         pages = [i.encode("utf-8") if isinstance(i, str) else bytes(i) for i in items]
-        fast = read_pages(pages, resource_type)
+        fast = None
+        if fields is not None:
+            fast = read_pages_projected(pages, resource_type, fields)
+        if fast is None:
+            fast = read_pages(pages, resource_type)
         if fast is not None:
             return fast
     resources: list[dict[str, Any]] = []
@@ -129,5 +135,5 @@ def run_view(view: Any, data: Any) -> pl.DataFrame:
     raw_records = getattr(data, "raw_records", None)
     if callable(raw_records):
         data = raw_records(checked.resource)
-    resources = resources_frame(data, checked.resource)
+    resources = resources_frame(data, checked.resource, root_fields(checked))
     return evaluate(checked, resources)

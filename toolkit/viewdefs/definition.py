@@ -458,3 +458,78 @@ def load_view(view: Any) -> View:
     return View(
         resource, root, tuple(wheres), constants, name if isinstance(name, str) else None, raw
     )
+
+
+def _uses_resource(node: fp.Node) -> bool:
+    if isinstance(node, fp.Constant):
+        return node.name in {"resource", "rootResource", "context"}
+    return any(_uses_resource(child) for child in _children(node))
+
+
+def _children(node: fp.Node) -> list[fp.Node]:
+    if isinstance(node, fp.Member):
+        return [node.base]
+    if isinstance(node, fp.Call):
+        return [node.base, *node.args]
+    if isinstance(node, fp.Index):
+        return [node.base, node.index]
+    if isinstance(node, fp.Binary):
+        return [node.left, node.right]
+    if isinstance(node, fp.Unary):
+        return [node.operand]
+    return []
+
+
+def _root_names(node: fp.Node) -> set[str] | None:
+    """The resource's top-level fields a path read at the resource uses (None: any)."""
+    if isinstance(node, fp.This):
+        return None
+    if isinstance(node, fp.Literal):
+        return set()
+    if isinstance(node, fp.Constant):
+        return None if _uses_resource(node) else set()
+    if isinstance(node, fp.Member):
+        return {node.name} if isinstance(node.base, fp.This) else _root_names(node.base)
+    if isinstance(node, fp.Call):
+        if isinstance(node.base, fp.This):
+            known = {"getResourceKey": {"id"}, "extension": {"extension"}}
+            return set(known[node.name]) if node.name in known else None
+        if any(_uses_resource(arg) for arg in node.args):
+            return None
+        return _root_names(node.base)
+    names: set[str] = set()
+    for child in _children(node):  # Index, Binary, Unary: every part is read at the resource
+        found = _root_names(child)
+        if found is None:
+            return None
+        names |= found
+    return names
+
+
+def root_fields(view: View) -> set[str] | None:
+    """Every top-level field of the resource that ``view`` can read, or None when any.
+
+    A read may then skip the other fields. Paths inside a ``forEach`` or ``repeat``
+    read the items, which come from the fields their iteration path names.
+    """
+    names: set[str] = {"resourceType", "id"}
+    paths: list[fp.Node] = [node for node, _ in view.where]
+
+    def walk(node: Select) -> None:
+        if node.for_each is not None:
+            paths.append(node.for_each)
+            return
+        if node.repeat:
+            paths.extend(node.repeat)
+            return
+        paths.extend(c.path for c in node.columns)
+        for sub in (*node.selects, *node.union):
+            walk(sub)
+
+    walk(view.root)
+    for path in paths:
+        found = _root_names(path)
+        if found is None:
+            return None
+        names |= found
+    return names

@@ -33,23 +33,30 @@ import polars as pl
 
 from toolkit.errors import DataValidationError
 
-__all__ = ["read_pages", "read_resources"]
+__all__ = ["read_pages", "read_pages_projected", "read_resources"]
 
 _counter = itertools.count()
 
 
-def _msgspec_type(dtype: Any) -> Any:
-    """The msgspec type that accepts exactly the JSON values Polars read into ``dtype``."""
+def _msgspec_type(dtype: Any, *, forbid: bool = False) -> Any:
+    """The msgspec type that accepts exactly the JSON values Polars read into ``dtype``.
+
+    With ``forbid``, an object with a key the schema does not name fails too (at
+    every depth): the check of a schema inferred from a sample of the pages.
+    """
     if isinstance(dtype, type):
         dtype = dtype()
     if isinstance(dtype, pl.Struct):
         fields = [
-            (f"f{i}", _msgspec_type(f.dtype) | None, None) for i, f in enumerate(dtype.fields)
+            (f"f{i}", _msgspec_type(f.dtype, forbid=forbid) | None, None)
+            for i, f in enumerate(dtype.fields)
         ]
         rename = {f"f{i}": f.name for i, f in enumerate(dtype.fields)}
-        return msgspec.defstruct(f"S{next(_counter)}", fields, rename=rename)
+        return msgspec.defstruct(
+            f"S{next(_counter)}", fields, rename=rename, forbid_unknown_fields=forbid
+        )
     if isinstance(dtype, pl.List):
-        return list[_msgspec_type(dtype.inner) | None]  # type: ignore[misc]
+        return list[_msgspec_type(dtype.inner, forbid=forbid) | None]  # type: ignore[misc]
     if isinstance(dtype, pl.String):
         return str
     if isinstance(dtype, pl.Boolean):
@@ -70,6 +77,71 @@ def _page_decoder(resource: pl.DataType) -> msgspec.json.Decoder[Any]:
 
 def _empty() -> pl.DataFrame:
     return pl.DataFrame({"__c": pl.Series([], dtype=pl.Null)})
+
+
+_SAMPLE_PAGES = 12
+
+
+def _sample(pages: list[bytes]) -> list[bytes]:
+    if len(pages) <= _SAMPLE_PAGES:
+        return pages
+    step = len(pages) / _SAMPLE_PAGES
+    return [pages[int(i * step)] for i in range(_SAMPLE_PAGES)] + [pages[-1]]
+
+
+def _wanted(name: str, roots: set[str]) -> bool:
+    """A top-level field the view reads: named, or a choice ``value[x]`` of a named one."""
+    return any(
+        name == r or (name.startswith(r) and name[len(r) : len(r) + 1].isupper()) for r in roots
+    )
+
+
+def read_pages_projected(
+    pages: list[bytes], resource_type: str, roots: set[str]
+) -> pl.DataFrame | None:
+    """The fast path of the fast path: only the top-level fields the view reads.
+
+    The schema of those fields is inferred from a sample of the pages; then every
+    page is checked by msgspec against it with unknown keys forbidden below the top
+    level, so a key or a type the sample did not show sends the read to
+    :func:`read_pages` (None). Polars then parses only the projected fields.
+    """
+    try:
+        sample = pl.read_json(b"[" + b",".join(_sample(pages)) + b"]", infer_schema_length=None)
+    except (pl.exceptions.PolarsError, ValueError):
+        return None
+    entry_type = sample.schema.get("entry")
+    if not isinstance(entry_type, pl.List) or not isinstance(entry_type.inner, pl.Struct):
+        return None
+    resource_dtype = {f.name: f.dtype for f in entry_type.inner.fields}.get("resource")
+    if not isinstance(resource_dtype, pl.Struct):
+        return None
+    kept = [f for f in resource_dtype.fields if f.name == "resourceType" or _wanted(f.name, roots)]
+    res_fields = [
+        (f"f{i}", _msgspec_type(f.dtype, forbid=True) | None, None) for i, f in enumerate(kept)
+    ]
+    rename = {f"f{i}": f.name for i, f in enumerate(kept)}
+    res = msgspec.defstruct(f"R{next(_counter)}", res_fields, rename=rename)
+    entry: Any = msgspec.defstruct(f"E{next(_counter)}", [("resource", res | None, None)])
+    page: Any = msgspec.defstruct(
+        f"P{next(_counter)}", [("resourceType", str), ("entry", list[entry] | None, None)]
+    )
+    decoder = msgspec.json.Decoder(page)
+    try:
+        for raw in pages:
+            if decoder.decode(raw).resourceType != "Bundle":
+                return None
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    schema = {"entry": pl.List(pl.Struct({"resource": pl.Struct(kept)}))}
+    try:
+        frame = pl.read_json(b"[" + b",".join(pages) + b"]", schema=schema)
+    except (pl.exceptions.PolarsError, ValueError):
+        return None
+    resources = frame.select(
+        pl.col("entry").explode().struct.field("resource").alias("__c")
+    ).drop_nulls()
+    return resources.filter(pl.col("__c").struct.field("resourceType") == resource_type)
 
 
 def read_pages(pages: list[bytes], resource_type: str) -> pl.DataFrame | None:
