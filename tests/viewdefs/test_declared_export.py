@@ -133,6 +133,10 @@ def test_every_declared_column_but_extra_and_invalid_is_exported() -> None:
     views = declared_view_definitions()
     for tables in VIEWS.values():
         for table in tables:
+            if table.extensions:
+                # the extension tables collect every depth: not one ViewDefinition
+                assert table.name not in views
+                continue
             checked = load_view(views[table.name])
             wanted = [c.name for c in table.columns if c.role not in NOT_EXPORTED]
             assert checked.column_names == wanted
@@ -158,6 +162,10 @@ def test_pmtk_views_export_writes_files_that_load(tmp_path: Path) -> None:
     for f in files:
         assert load_view(f).name == f.stem
     printed = runner.invoke(app, ["views", "export", "--resource", "Coverage"])
-    assert [v["name"] for v in json.loads(printed.stdout)] == ["Coverage"]
+    assert [v["name"] for v in json.loads(printed.stdout)] == [
+        "Coverage",
+        "coverage_payor",
+        "coverage_identifier",
+    ]
     bad = runner.invoke(app, ["views", "export", "--resource", "Apointment"])
     assert bad.exit_code == 2 and "did you mean 'Appointment'" in bad.stderr

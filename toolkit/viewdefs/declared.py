@@ -24,6 +24,11 @@ Date and date-time columns are typed ``date``/``dateTime`` with an ``ansi/type``
 tag (``DATE``, ``TIMESTAMP WITH TIME ZONE``) so the runner gives the same Polars
 types as the reader. The reader's ``extra`` and ``invalid`` columns (unknown keys
 and odd values, kept by path) are not FHIRPath values and are not exported.
+A ``<date>_precision`` column is written as the reader computes it, from the
+length of the text sent. The ``<resource>_extension`` tables are not exported:
+their rows come from every ``extension`` and ``modifierExtension`` array at any
+depth, minus those a column already reads, which no single ``forEach`` names;
+a user pulls one extension by url with ``extension('URL')`` in a view of their own.
 """
 
 from __future__ import annotations
@@ -107,9 +112,25 @@ def _translate(path: str) -> str:
     return path
 
 
+def _precision(path: str) -> str:
+    """The reader's ``<date>_precision`` as FHIRPath: by the text's length, as the reader
+    (``year`` for 4 characters, ``month`` for 7, ``day`` for 10, else ``time``)."""
+    branches = [(r"^.{4}$", "year"), (r"^.{7}$", "month"), (r"^.{10}$", "day")]
+    parts = [
+        f"{path}.where(matches('{pattern}')).replaceMatches('^.*$', '{name}')"
+        for pattern, name in branches
+    ]
+    parts.append(
+        f"{path}.where(matches('^(.{{4}}|.{{7}}|.{{10}})$').not()).replaceMatches('^.*$', 'time')"
+    )
+    return "(" + " | ".join(parts) + ").first()"
+
+
 def _column(column: Any, table: str) -> dict[str, Any]:
     dtype = column.dtype
     path = ALTERNATIVES.get((table, column.name)) or _translate(column.path)
+    if column.role == "precision":
+        path = _precision(path)
     out: dict[str, Any] = {"name": column.name, "path": path}
     if isinstance(dtype, pl.List):
         out["collection"] = True
@@ -179,5 +200,7 @@ def declared_view_definitions(resource_type: str | None = None) -> dict[str, dic
         if resource_type is not None and name != resource_type:
             continue
         for table in tables:
+            if getattr(table, "extensions", False):
+                continue  # rows from extensions at any depth (module docstring)
             out[table.name] = view_definition(table)
     return out
