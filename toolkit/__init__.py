@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # the names re-exported lazily below, for type checkers
     from toolkit.schemas import validate
     from toolkit.store import load, sync
     from toolkit.throttle import RetryPolicy
+    from toolkit.viewdefs import run_view
     from toolkit.views import flatten, flatten_tables
     from toolkit.webhooks import listen
 
@@ -78,6 +79,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "RetryPolicy": ("toolkit.throttle", "RetryPolicy"),
     "flatten": ("toolkit.views", "flatten"),
     "flatten_tables": ("toolkit.views", "flatten_tables"),
+    "run_view": ("toolkit.viewdefs", "run_view"),
     "validate": ("toolkit.schemas", "validate"),
     "load": ("toolkit.store", "load"),
     "sync": ("toolkit.store", "sync"),

@@ -13,6 +13,7 @@ from toolkit._cli import typer_app
 from toolkit.mock.command import mock_command
 from toolkit.notebooks import notebooks_command
 from toolkit.sync_command import sync_command
+from toolkit.viewdefs.command import views_app
 from toolkit.webhooks import listen_command
 
 app = typer_app(
@@ -49,6 +50,7 @@ app.command("check")(check_command)
 app.command("notebooks")(notebooks_command)
 app.command("sync")(sync_command)
 app.command("listen")(listen_command)
+app.add_typer(views_app, name="views")
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -34,7 +34,13 @@ import httpx
 from toolkit import catalogue, listing, writes
 from toolkit.auth import ClientCredentialsAuth
 from toolkit.config import region_for_country, resolve_settings
-from toolkit.errors import ApiError, ConfigurationError, MethodNotAllowed, NotFound
+from toolkit.errors import (
+    ApiError,
+    ConfigurationError,
+    MethodNotAllowed,
+    NotFound,
+    ViewDefinitionError,
+)
 from toolkit.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
@@ -503,7 +509,7 @@ class Client:
         /,
         *,
         table: str | None = None,
-        view: str | None = None,
+        view: Any = None,
         errors: Literal["raise", "warn"] = "raise",
         params: listing.Params | None = None,
         max_pages: int | None = None,
@@ -518,12 +524,30 @@ class Client:
         table, view
             A child table of the view (for example ``"appointment_participant"``);
             ``view`` is a synonym of ``table``. Default: the main table.
+            ``view`` may instead be a SQL-on-FHIR v2 ViewDefinition (a dict, a
+            ``pathlib.Path`` to its JSON, a pydantic model or a loaded
+            :class:`toolkit.viewdefs.View`): the frame then has the view's
+            columns (:func:`toolkit.viewdefs.run_view`). The view is checked
+            before any request; ``errors`` does not apply to it.
         errors
             ``"raise"`` raises :class:`~toolkit.errors.DataValidationError` on
             schema failures; ``"warn"`` warns and returns the frame.
         params, max_pages, **search
             As for :meth:`pages`. Each record appears once, in its newest version.
         """
+        if view is not None and not isinstance(view, str):
+            from toolkit.viewdefs import load_view, run_view
+
+            definition = load_view(view)
+            if definition.resource != resource_type or table is not None:
+                msg = (
+                    f"the ViewDefinition is of {definition.resource}, asked for {resource_type}"
+                    if table is None
+                    else "pass table= or a ViewDefinition as view=, not both"
+                )
+                raise ViewDefinitionError(msg, path="resource")
+            listing.check_errors(errors)
+            return run_view(definition, self._clean_pages(resource_type, params, max_pages, search))
         name = listing.frame_table(resource_type, table, view, errors)
         pages = self._clean_pages(resource_type, params, max_pages, search)
         return listing.validated_frame(resource_type, pages, table=name, errors=errors)

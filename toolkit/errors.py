@@ -9,6 +9,7 @@
     ├── TimeZoneError (ValueError)           no time zone follows from an address, or an unknown one
     ├── MixedCurrencyError (ValueError)      one total was asked of amounts in several currencies
     ├── MissingColumnError (ValueError)      a frame given to an analysis function lacks a column
+    ├── ViewDefinitionError (ValueError)     a ViewDefinition is wrong (.path says where)
     ├── IncompleteResult                     a list walk ended short of Bundle.total, or looped
     │   └── PagingLoop                       a next link pointed back to a page already read
     ├── MalformedPage                        a page contradicts the request (type, total)
@@ -72,6 +73,7 @@ __all__ = [
     "ServerError",
     "TimeZoneError",
     "TransportError",
+    "ViewDefinitionError",
     "error_for_status",
 ]
 
@@ -176,6 +178,14 @@ class MixedCurrencyError(PmtkError, ValueError):
 
     def __init__(self, message: str, currencies: list[str]) -> None:
         self.currencies = currencies
+        super().__init__(message)
+
+
+class ViewDefinitionError(PmtkError, ValueError):
+    """A ViewDefinition that cannot run; ``path`` says where (``select[1].column[0].path``)."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        self.path = path
         super().__init__(message)
 
 

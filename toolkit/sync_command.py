@@ -120,6 +120,21 @@ Verify = Annotated[
         "(exit 3 and the damaged files listed when any fails).",
     ),
 ]
+Rebuild = Annotated[
+    bool,
+    typer.Option(
+        "--rebuild",
+        help="Rebuild every table from the raw records kept in the store; no request is sent.",
+    ),
+]
+Views = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--view",
+        help="A SQL-on-FHIR ViewDefinition (JSON file) to materialise from the raw records "
+        "as views/<name>.parquet after the sync; repeat for several.",
+    ),
+]
 
 
 def sync_command(
@@ -135,6 +150,8 @@ def sync_command(
     reconcile: Reconcile = False,
     rebind: Rebind = False,
     output: Output = "text",
+    rebuild: Rebuild = False,
+    view: Views = None,
 ) -> None:
     """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
     import sys
@@ -148,6 +165,7 @@ def sync_command(
         raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
     wanted = _resources(resource)
     err = make_console(stderr=True)  # one error, one line: never wrapped, never cut
+    _check_views(err, view or [])
     if out is None:
         out = _default_out(err, base_url, client_id, client_secret)
 
@@ -156,12 +174,20 @@ def sync_command(
         return
     fresh = _fresh(out)
     _check_target(err, out)  # before connecting: a refusal writes nothing and costs nothing
-    client = _connect(err, base_url, client_id, client_secret)
+    if rebuild:
+        client, wanted = _raw_source(err, out, wanted)
+    else:
+        client = _connect(err, base_url, client_id, client_secret)
     quiet_run = quiet or output == "json"
     display = SyncProgress(
         "off" if quiet_run else "lines" if is_plain(sys.stderr) else "bars", console=err
     )
-    options = {"full": full, "errors": errors, "reconcile": reconcile, "rebind": rebind}
+    options = {
+        "full": full or rebuild,
+        "errors": errors,
+        "reconcile": reconcile and not rebuild,
+        "rebind": rebind,
+    }
     try:
         summary = _run(err, display, client, out, wanted, options, quiet=quiet, output=output)
     except typer.Exit:
@@ -171,6 +197,8 @@ def sync_command(
         raise
     _print_repaired(err, summary)
     _print_summary(summary, quiet=quiet, output=output)
+    if view:
+        _write_views(err, out, view, quiet=quiet_run)
 
 
 def _print_summary(summary: Any, *, quiet: bool, output: str) -> None:
@@ -253,6 +281,49 @@ def _forget_failed_first_sync(out: Path, *, created: bool) -> None:
             (out / name).unlink(missing_ok=True)
         if created:
             out.rmdir()
+
+
+def _check_views(err: Any, files: list[Path]) -> None:
+    """Every --view file read and checked before anything is sent or written (exit 2)."""
+    from toolkit.errors import PmtkError
+    from toolkit.viewdefs import load_view
+
+    for path in files:
+        try:
+            load_view(path)
+        except PmtkError as exc:
+            raise _fail(
+                err, "refused", None, exc, EXIT_REFUSED, f"fix the view in {path}"
+            ) from None
+
+
+def _raw_source(err: Any, out: Path, wanted: list[str]) -> tuple[Any, list[str]]:
+    """The store's raw records as the page source of a rebuild, and the resources to rebuild."""
+    from toolkit.errors import PmtkError
+    from toolkit.store.layout import read_manifest
+    from toolkit.store.raw import RawPageSource
+
+    try:
+        stored = sorted(read_manifest(out)["resources"])
+    except PmtkError as exc:
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
+    if not stored:
+        empty = ValueError(f"the store at {out} holds nothing to rebuild")
+        raise _fail(err, "refused", None, empty, EXIT_REFUSED, "run `pmtk sync` first")
+    return RawPageSource(out), wanted or stored
+
+
+def _write_views(err: Any, out: Path, files: list[Path], *, quiet: bool) -> None:
+    from toolkit.errors import PmtkError
+    from toolkit.store.raw import write_views
+
+    try:
+        written = write_views(out, list(files))
+    except PmtkError as exc:
+        raise _fail(err, "views failed", None, exc, EXIT_FAILED) from None
+    if not quiet:
+        for name, path in written.items():
+            typer.echo(f"view {name}: {path}")
 
 
 def _run(

@@ -32,6 +32,7 @@ PUBLIC_API = [
     "listen",
     "load",
     "region_for_country",
+    "run_view",
     "search_params",
     "sync",
     "validate",

@@ -364,6 +364,7 @@ def schema_version(resource_type: str) -> str:
         f"{table}:" + ",".join(f"{col}={dtype!r}" for col, dtype in schema.items())
         for table, schema in declared_schemas(resource_type).items()
     ]
+    parts.append("raw:id,last_updated,json")  # the raw records (toolkit.store.raw)
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return f"{STORE_FORMAT}-{digest}"
 

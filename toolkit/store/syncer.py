@@ -36,6 +36,7 @@ from toolkit.store.layout import (
     _write_parquet,
     schema_version,
 )
+from toolkit.store.raw import RAW_SCHEMA, raw_frame, raw_table
 from toolkit.store.results import (
     COMPARE_LIMIT,
     PART_COLUMN,
@@ -83,7 +84,9 @@ class _ResourceSyncer:
         self.stage = root / STAGING / resource_type
         self.state_path = self.stage / STATE_FILE
         self.version = schema_version(resource_type)
-        self.empty = _empty_tables(resource_type)
+        self.raw = raw_table(resource_type)
+        # the raw records are a table like the others: staged, merged by id, committed
+        self.empty = {**_empty_tables(resource_type), self.raw: pl.DataFrame(schema=RAW_SCHEMA)}
         self.key = _parent_key(resource_type)
         self.stored: dict[str, Path] = {}
         """The committed file of each table, when an incremental sync builds on it."""
@@ -355,6 +358,7 @@ class _ResourceSyncer:
                 if isinstance(stamp, str):
                     last_updated = _later(last_updated, stamp)
         tables = views.flatten_tables(self.rt, [page.raw for page in pages])
+        tables[self.raw] = raw_frame(self.rt, [r for page in pages for r in page.records])
         part = cp.parts + 1
         for table, df in tables.items():
             if df.height == 0:
@@ -410,12 +414,12 @@ class _ResourceSyncer:
         scanned = self._scan_parts(table)
         if repeated.height == 0:
             return scanned.drop(PART_COLUMN)
-        key = "id" if table == self.rt else self.key
+        key = "id" if table in (self.rt, self.raw) else self.key
         once = scanned.filter(~pl.col(key).is_in(repeated["id"].implode()))
         newest = scanned.join(
             repeated.lazy().rename({"id": key}), on=[key, PART_COLUMN], how="semi"
         )
-        if table == self.rt:
+        if table in (self.rt, self.raw):
             newest = newest.unique(subset=["id"], keep="any")
         return pl.concat([once, newest]).drop(PART_COLUMN)
 
@@ -442,6 +446,8 @@ class _ResourceSyncer:
         from toolkit import schemas
 
         for table in self.empty:
+            if table == self.raw:
+                continue  # the records as sent: the tables built from them are validated
             scan = self._new_rows(table)
             height = scan.select(pl.len()).collect().item()
             for offset in range(0, max(height, 1), VALIDATION_BATCH_ROWS):
@@ -463,7 +469,7 @@ class _ResourceSyncer:
             return False
         ids = self._new_rows(self.rt).select("id")
         for table in self.empty:
-            key = "id" if table == self.rt else self.key
+            key = "id" if table in (self.rt, self.raw) else self.key
             new = self._new_rows(table).collect()
             old = (
                 pl.scan_parquet(self._final(table))
@@ -484,7 +490,7 @@ class _ResourceSyncer:
         for table, empty in self.empty.items():
             target = self._merged(table)
             if cp.mode == "incremental":
-                key = "id" if table == self.rt else self.key
+                key = "id" if table in (self.rt, self.raw) else self.key
                 old = pl.scan_parquet(self._final(table)).join(
                     ids.rename({"id": key}), on=key, how="anti"
                 )

@@ -1,0 +1,77 @@
+"""The official SQL-on-FHIR v2 test suite, every test, and its report file.
+
+The suite lives beside the checkout (``../shared/sql-on-fhir-v2``, from the
+FHIR/sql-on-fhir-v2 repository, MIT licence); ``PMTK_SOF_SUITE`` may name another
+folder. When it is absent these tests are skipped with a message saying where it
+was looked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from toolkit.viewdefs.suite import SuiteCase, check_case, iter_cases, run_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = Path(os.environ.get("PMTK_SOF_SUITE", ROOT.parent / "shared" / "sql-on-fhir-v2"))
+TESTS = SUITE / "tests"
+COMMITTED_REPORT = ROOT / "docs" / "sof-test-report.json"
+BUILD_REPORT = ROOT / "build" / "sof-test-report.json"
+
+CASES: list[SuiteCase] = list(iter_cases(TESTS)) if TESTS.is_dir() else []
+MISSING = f"the SQL-on-FHIR v2 suite is not at {TESTS} (set PMTK_SOF_SUITE to its folder)"
+
+
+@pytest.mark.skipif(not CASES, reason=MISSING)
+@pytest.mark.parametrize(
+    "case", CASES or [None], ids=[f"{c.file}:{c.title}" for c in CASES] or ["absent"]
+)
+def test_suite_case(case: SuiteCase) -> None:
+    failure = check_case(case)
+    assert failure is None, f"{case.file} {case.title!r} ({', '.join(case.tags)}): {failure}"
+
+
+@pytest.mark.skipif(not CASES, reason=MISSING)
+def test_suite_has_the_documented_size() -> None:
+    # the issue counts 134 tests, 123 of them shareable; a changed suite should be noticed
+    assert len(CASES) == 134
+    assert sum(c.shareable for c in CASES) == 123
+
+
+@pytest.mark.skipif(not CASES, reason=MISSING)
+def test_report_is_written_valid_and_matches_the_committed_one() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    report = run_suite(TESTS)
+    schema = json.loads((SUITE / "test-report.schema.json").read_text(encoding="utf-8"))
+    jsonschema.validate(report, schema)
+    BUILD_REPORT.parent.mkdir(exist_ok=True)
+    BUILD_REPORT.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    results = [t["result"]["passed"] for f in report.values() for t in f["tests"]]
+    assert len(results) == 134 and all(results)
+    committed = json.loads(COMMITTED_REPORT.read_text(encoding="utf-8"))
+    assert committed == report, (
+        "docs/sof-test-report.json is stale: copy build/sof-test-report.json"
+    )
+
+
+def test_a_wrong_expectation_fails() -> None:
+    # the checker itself can fail: a row too many, a wrong value, a missing error
+    resources = [{"resourceType": "Patient", "id": "p1"}]
+    view = {"resource": "Patient", "select": [{"column": [{"name": "id", "path": "id"}]}]}
+    good = SuiteCase(
+        "x.json", "ok", ("shareable",), {"view": view, "expect": [{"id": "p1"}]}, resources
+    )
+    assert check_case(good) is None
+    for test in (
+        {"view": view, "expect": [{"id": "p2"}]},
+        {"view": view, "expect": [{"id": "p1"}, {"id": "p1"}]},
+        {"view": view, "expectError": True},
+        {"view": view, "expect": [{"id": "p1"}], "expectColumns": ["x"]},
+        {"view": view, "expectCount": 2},
+        {"view": {"select": []}, "expect": []},
+    ):
+        assert check_case(SuiteCase("x.json", "bad", (), test, resources)) is not None

@@ -1,0 +1,228 @@
+"""Raw records in the store, and a page source that serves them (``pmtk sync --rebuild``).
+
+Each synced resource keeps, beside its tables, the table ``_raw_<Resource>``: one
+row per record with ``id``, ``last_updated`` (``meta.lastUpdated`` as sent) and
+``json`` (the record's JSON exactly as it was in the page, re-serialised
+compactly by orjson), in a zstd-compressed Parquet file. It is staged, merged by
+``id`` (the newest version wins), checksummed and committed with the other tables
+of the resource, so it always holds the records the tables were built from.
+
+From it, :class:`RawPageSource` serves Bundle pages as a client would, with no
+request to the API: :func:`toolkit.store.sync` over it rebuilds every table of
+the store (``pmtk sync --rebuild``), and :func:`raw_records` gives the records to
+a ViewDefinition (:func:`toolkit.viewdefs.run_view`) or to another engine
+(Pathling and other Spark readers take the ``json`` column as NDJSON).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from toolkit.paging import FetchSummary, Page
+
+__all__ = [
+    "RAW_SCHEMA",
+    "RawPageSource",
+    "raw_frame",
+    "raw_records",
+    "raw_table",
+    "rebuild",
+    "write_views",
+]
+
+RAW_SCHEMA = pl.Schema({"id": pl.String(), "last_updated": pl.String(), "json": pl.Binary()})
+"""The columns of a raw-record table."""
+
+PAGE_SIZE = 100
+
+
+def raw_table(resource_type: str) -> str:
+    """The name of a resource's raw-record table (``_raw_Appointment``)."""
+    return f"_raw_{resource_type}"
+
+
+def raw_frame(resource_type: str, records: list[dict[str, Any]]) -> pl.DataFrame:
+    """The raw-record rows of ``records`` (those of ``resource_type`` with an id)."""
+    kept = [
+        r
+        for r in records
+        if r.get("resourceType") == resource_type and isinstance(r.get("id"), str)
+    ]
+    stamps = []
+    for r in kept:
+        meta = r.get("meta")
+        stamp = meta.get("lastUpdated") if isinstance(meta, dict) else None
+        stamps.append(stamp if isinstance(stamp, str) else None)
+    return pl.DataFrame(
+        {
+            "id": [r["id"] for r in kept],
+            "last_updated": stamps,
+            "json": [orjson.dumps(r) for r in kept],
+        },
+        schema=RAW_SCHEMA,
+    )
+
+
+def raw_records(store: str | os.PathLike[str], resource_type: str) -> list[bytes]:
+    """Every stored record of ``resource_type`` as JSON bytes, checked against its sha256.
+
+    Raises
+    ------
+    toolkit.store.StoreError
+        The store holds no raw records of the type (synced before they were kept:
+        run ``pmtk sync --full``).
+    toolkit.store.StoreDamaged
+        The file fails its checksum.
+    """
+    from toolkit.store.entry import load
+
+    frame = load(resource_type, store, table=raw_table(resource_type))
+    assert isinstance(frame, pl.DataFrame)  # not lazy: load's default
+    return frame.get_column("json").to_list()
+
+
+class _RawWalk:
+    def __init__(self, resource_type: str, records: list[bytes], started_at: str | None) -> None:
+        self.resource_type = resource_type
+        self.records = records
+        self.summary = FetchSummary(resource_type, started_at=started_at)
+
+    def __iter__(self) -> Iterator[Page]:
+        total = len(self.records)
+        for start in range(0, max(total, 1), PAGE_SIZE):
+            chunk = [orjson.loads(r) for r in self.records[start : start + PAGE_SIZE]]
+            more = start + PAGE_SIZE < total
+            bundle: dict[str, Any] = {
+                "resourceType": "Bundle",
+                "type": "searchset",
+                "total": total,
+                "entry": [{"resource": r} for r in chunk],
+            }
+            self.summary.pages += 1
+            self.summary.records += len(chunk)
+            self.summary.total = total
+            yield Page(
+                raw=orjson.dumps(bundle),
+                url=f"store:{self.resource_type}?page={start // PAGE_SIZE + 1}",
+                bundle=bundle,
+                records=chunk,
+                total=total,
+                next=f"store:{self.resource_type}?page={start // PAGE_SIZE + 2}" if more else None,
+                server_time=None,
+            )
+        self.summary.complete = True
+
+
+class RawPageSource:
+    """A :class:`~toolkit.store.results.PageSource` serving a store's raw records.
+
+    It sends no request (``requests_sent`` stays 0). Each walk's ``started_at`` is
+    the server time the resource's last real sync recorded, so that a rebuild
+    keeps the store's incremental marks where the deployment left them.
+    """
+
+    def __init__(self, store: str | os.PathLike[str]) -> None:
+        self.root = Path(store)
+        self.requests_sent = 0
+
+    def _started_at(self, resource_type: str) -> str | None:
+        from toolkit.store.layout import read_manifest
+
+        entry = read_manifest(self.root)["resources"].get(resource_type)
+        value = entry.get("server_time") if isinstance(entry, dict) else None
+        return value if isinstance(value, str) else None
+
+    def walk(
+        self,
+        resource_type: str,
+        /,
+        *,
+        params: Mapping[str, Any] | None = None,
+        skipped: int = 0,
+        progress: bool | None = None,
+    ) -> _RawWalk:
+        """Every stored record of the type, in pages of 100 (the search ``params`` do not
+        apply: a rebuild is always of everything)."""
+        del params, skipped, progress
+        records = raw_records(self.root, resource_type)
+        return _RawWalk(resource_type, records, self._started_at(resource_type))
+
+    def export_ids(self, resource_type: str) -> set[str] | None:
+        """Not served: a rebuild never reconciles deletions."""
+        del resource_type
+        return None
+
+    def __enter__(self) -> RawPageSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def rebuild(
+    store: str | os.PathLike[str],
+    resources: list[str] | None = None,
+    *,
+    progress: Any = False,
+    errors: Any = "raise",
+) -> Any:
+    """Rebuild every table of ``store`` from its raw records, with no request to the API.
+
+    It is a full :func:`toolkit.store.sync` whose pages come from the raw records
+    (:class:`RawPageSource`), so the tables are exactly those a fresh sync of the
+    same records writes, committed the same way. ``resources`` defaults to every
+    resource the store holds. Returns the :class:`~toolkit.store.SyncSummary`.
+    """
+    from toolkit.store.entry import sync
+    from toolkit.store.layout import read_manifest
+
+    wanted = resources or sorted(read_manifest(store)["resources"])
+    return sync(
+        RawPageSource(store), store, resources=wanted, full=True, progress=progress, errors=errors
+    )
+
+
+_VIEW_NAME = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
+
+
+def write_views(store: str | os.PathLike[str], views: list[Any]) -> dict[str, Path]:
+    """Materialise ViewDefinitions over the store's raw records as ``views/<name>.parquet``.
+
+    Each view is checked (:func:`toolkit.viewdefs.load_view`) before any is run.
+    A view is named by its ``name`` (else its file's stem); each file is written
+    to a temporary name and moved into place, so a reader sees the old table or
+    the new one, never half of one. Returns the path of each view's file.
+    """
+    import re
+
+    from toolkit.errors import ViewDefinitionError
+    from toolkit.store.layout import _write_parquet
+    from toolkit.viewdefs import load_view, run_view
+
+    checked = []
+    for view in views:
+        loaded = load_view(view)
+        name = loaded.name or (Path(view).stem if isinstance(view, str | Path) else None)
+        if name is None or not re.match(_VIEW_NAME, name):
+            msg = f"the view needs a name of letters, digits, '_' or '-' (got {name!r})"
+            raise ViewDefinitionError(msg, path="name")
+        checked.append((name, loaded))
+    names = [n for n, _ in checked]
+    if len(set(names)) != len(names):
+        msg = f"two views have the same name: {sorted(n for n in names if names.count(n) > 1)}"
+        raise ViewDefinitionError(msg, path="name")
+    folder = Path(store) / "views"
+    folder.mkdir(exist_ok=True)
+    written: dict[str, Path] = {}
+    for name, loaded in checked:
+        frame = run_view(loaded, raw_records(store, loaded.resource))
+        path = folder / f"{name}.parquet"
+        _write_parquet(frame, path)
+        written[name] = path
+    return written

@@ -1,0 +1,139 @@
+"""SQL-on-FHIR v2 ViewDefinitions, run by Polars.
+
+>>> import toolkit.viewdefs as vd
+>>> view = {
+...     "resource": "Patient",
+...     "select": [
+...         {"column": [{"name": "id", "path": "id", "type": "id"}]},
+...         {"forEach": "name", "column": [{"name": "family", "path": "family", "type": "string"}]},
+...     ],
+... }
+>>> bundle = {"resourceType": "Bundle", "entry": [
+...     {"resource": {"resourceType": "Patient", "id": "p1",
+...                   "name": [{"family": "Ng"}, {"family": "Li"}]}},
+...     {"resource": {"resourceType": "Patient", "id": "p2"}},
+... ]}
+>>> vd.run_view(view, [bundle]).rows()
+[('p1', 'Ng'), ('p1', 'Li')]
+
+See ``docs/views.md`` ("Your own columns: ViewDefinitions").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+import polars as pl
+
+from toolkit.errors import DataValidationError, ViewDefinitionError
+from toolkit.viewdefs.definition import View, load_view, root_fields
+from toolkit.viewdefs.load import read_pages, read_pages_projected, read_resources
+from toolkit.viewdefs.runner import evaluate
+
+__all__ = ["View", "ViewDefinitionError", "load_view", "resources_frame", "run_view"]
+
+
+def _is_page(item: Any) -> bool:
+    return isinstance(item, bytes | bytearray | memoryview | str)
+
+
+def _items(data: Any) -> list[Any]:
+    if isinstance(data, dict) or _is_page(data):
+        return [data]
+    if isinstance(data, pl.DataFrame):
+        msg = "run_view takes Bundle pages, resources or a store, not a DataFrame"
+        raise ViewDefinitionError(msg, path="")
+    if isinstance(data, Iterable):
+        return list(data)
+    msg = f"run_view takes Bundle pages, resources or a store, not {type(data).__name__}"
+    raise ViewDefinitionError(msg, path="")
+
+
+def _page_error(index: int, doc: Any) -> DataValidationError:
+    if isinstance(doc, dict) and doc.get("resourceType") == "OperationOutcome":
+        issues = doc.get("issue") or [{}]
+        first = issues[0] if isinstance(issues, list) and issues else {}
+        detail = f"{first.get('severity')}/{first.get('code')}: {first.get('diagnostics', '')}"
+        return DataValidationError(
+            f"page {index} is an OperationOutcome, not a Bundle: {detail}", None
+        )
+    return DataValidationError(f"page {index} is not a Bundle or a resource", None)
+
+
+def resources_frame(data: Any, resource_type: str, fields: set[str] | None = None) -> pl.DataFrame:
+    """The resources of ``resource_type`` in ``data``, one row each in a ``Struct`` column ``__c``.
+
+    ``data`` is Bundle pages (bytes, str or dict), resources (dicts), or an
+    iterable of them. Entries of other resource types are skipped. The schema is
+    inferred from every resource read. With ``fields`` (top-level field names, as
+    :func:`~toolkit.viewdefs.definition.root_fields` gives for a view), only those
+    fields of Bundle pages are read (the others cannot change the view's rows).
+    """
+    items = _items(data)
+    if items and all(_is_page(i) for i in items):
+        pages = [i.encode("utf-8") if isinstance(i, str) else bytes(i) for i in items]
+        fast = None
+        if fields is not None:
+            fast = read_pages_projected(pages, resource_type, fields)
+        if fast is None:
+            fast = read_pages(pages, resource_type)
+        if fast is not None:
+            return fast
+    resources: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        doc = item
+        if _is_page(item):
+            try:
+                doc = orjson.loads(bytes(item) if not isinstance(item, str) else item)
+            except orjson.JSONDecodeError as exc:
+                msg = f"page {index} is not JSON: {exc}"
+                raise DataValidationError(msg, None) from None
+        if not isinstance(doc, dict):
+            raise _page_error(index, doc)
+        kind = doc.get("resourceType")
+        if kind == "Bundle":
+            for entry in doc.get("entry") or []:
+                res = entry.get("resource") if isinstance(entry, dict) else None
+                if isinstance(res, dict) and res.get("resourceType") == resource_type:
+                    resources.append(res)
+        elif kind == resource_type:
+            resources.append(doc)
+        elif not isinstance(kind, str) or kind == "OperationOutcome":
+            raise _page_error(index, doc)
+    return read_resources(resources, resource_type)
+
+
+def run_view(view: Any, data: Any) -> pl.DataFrame:
+    """Run a SQL-on-FHIR v2 ViewDefinition over Bundle pages or resources.
+
+    Parameters
+    ----------
+    view
+        The ViewDefinition: a dict, JSON text, a path to a JSON file, a pydantic
+        model, or a :class:`View` from :func:`load_view`. It is checked before
+        any data is read.
+    data
+        Bundle pages (bytes, str or dict), resources (dicts), an iterable of
+        them, or a :class:`toolkit.store.Store` (its raw records).
+
+    Returns
+    -------
+    polars.DataFrame
+        One column per view column, named and typed as declared, in the
+        view's order.
+
+    Raises
+    ------
+    ViewDefinitionError
+        The view is wrong; ``.path`` says where (``select[1].column[0].path``).
+    DataValidationError
+        A page is not a Bundle (an OperationOutcome, say) or not JSON.
+    """
+    checked = load_view(view)
+    raw_records = getattr(data, "raw_records", None)
+    if callable(raw_records):
+        data = raw_records(checked.resource)
+    resources = resources_frame(data, checked.resource, root_fields(checked))
+    return evaluate(checked, resources)

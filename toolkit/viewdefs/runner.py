@@ -1,0 +1,317 @@
+"""Run a checked ViewDefinition over whole frames of resources.
+
+The resources are read by Polars into one ``Struct`` column (its schema inferred
+from all of them), one row per resource. Each select is evaluated on a *context
+frame*: a row per focus (the resource, or an item of a ``forEach``), with
+
+``__k``
+    a key, unique in the frame and increasing in output order;
+``__c``
+    the focus (a struct or a primitive);
+``__i``
+    ``%rowIndex``: the item's position in its ``forEach``/``repeat`` (0 at the top).
+
+``forEach`` is a ``list`` column exploded into a new context frame; a select's
+own columns, its nested selects and its ``unionAll`` branches are frames keyed
+by ``__k`` that are joined (a cross product per key, rows kept in order); and
+``repeat`` walks the tree one depth at a time, since each depth has its own
+schema, and orders the rows depth-first by a sort key. Every step is a Polars
+operation over the whole frame.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from toolkit.errors import DataValidationError, ViewDefinitionError
+from toolkit.viewdefs.compile import Scope, Val, compile_path, polars_type, to_bool
+from toolkit.viewdefs.definition import Column, Select, View
+
+__all__ = ["evaluate"]
+
+_MAX_DEPTH = 64
+
+
+def _scope(view: View, dtype: pl.DataType, where: str, source: str, *, root: bool) -> Scope:
+    return Scope(Val(pl.col("__c"), dtype, False), view.constants, where, source, root=root)
+
+
+def _column(view: View, col: Column, dtype: pl.DataType, root: bool) -> tuple[pl.Expr, bool]:
+    """The column's expression, and whether it must be checked to hold one value per row."""
+    where = f"{col.where}.path"
+    scope = _scope(view, dtype, where, col.source, root=root)
+    val = compile_path(col.path, scope)
+    if val.empty:
+        target = polars_type(col.type) if col.type else pl.String()
+        if col.collection:
+            return pl.lit([], dtype=pl.List(target)).alias(col.name), False
+        return pl.lit(None, dtype=target).alias(col.name), False
+    if isinstance(val.dtype, pl.Struct | pl.List):
+        msg = (
+            f"{where}: {col.source!r} gives a complex element, which cannot be a column: "
+            "name one of its primitive children"
+        )
+        raise ViewDefinitionError(msg, path=where)
+    target = polars_type(col.type) if col.type else val.dtype
+    if col.collection:
+        expr = val.expr if val.many else pl.concat_list([val.expr]).list.drop_nulls()
+        expr = expr.list.eval(_cast(pl.element(), val.dtype, target))
+        expr = expr.fill_null(pl.lit([], dtype=pl.List(target)))
+        return expr.alias(col.name), False
+    if val.many:
+        # checked after the select: more than one value in a row is an error
+        listed = val.expr.list.eval(_cast(pl.element(), val.dtype, target))
+        return listed.alias(col.name), True
+    return _cast(val.expr, val.dtype, target).alias(col.name), False
+
+
+def _cast(expr: pl.Expr, source: pl.DataType, target: pl.DataType) -> pl.Expr:
+    """A value in the column's declared type; one that does not convert is null.
+
+    Polars cannot cast text to a boolean at all, so FHIR's ``true``/``false`` are
+    mapped; the other casts (text to a number, a number to text) are Polars'.
+    """
+    if source == target:
+        return expr
+    if isinstance(target, pl.Boolean) and isinstance(source, pl.String):
+        return expr.replace_strict(
+            {"true": True, "false": False}, default=None, return_dtype=pl.Boolean
+        )
+    return expr.cast(target, strict=False)
+
+
+def _own_columns(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataFrame:
+    dtype = frame.schema["__c"]
+    exprs: list[pl.Expr] = []
+    checked: list[Column] = []
+    for col in node.columns:
+        expr, check = _column(view, col, dtype, root)
+        exprs.append(expr)
+        if check:
+            checked.append(col)
+    out = frame.select(pl.col("__k"), *exprs)
+    for col in checked:
+        longest = out.get_column(col.name).list.len().max()
+        if isinstance(longest, int) and longest > 1:
+            where = f"{col.where}.path"
+            msg = (
+                f"{where}: {col.source!r} gives up to {longest} values in one row; "
+                f"a column that is not 'collection': true must give at most one"
+            )
+            raise ViewDefinitionError(msg, path=where)
+    if checked:
+        out = out.with_columns(pl.col(c.name).list.first() for c in checked)
+    temporal = [c for c in node.columns if c.ansi]
+    if temporal:
+        out = out.with_columns(_temporal(out.get_column(c.name), c) for c in temporal)
+    return out
+
+
+# UTC offsets as written in FHIR date-times ("Z", "+10:00") -> minutes
+_OFFSETS: dict[str, int] = {"Z": 0} | {
+    f"{sign}{h:02d}:{m:02d}": (1 if sign == "+" else -1) * (60 * h + m)
+    for sign in "+-"
+    for h in range(24)
+    for m in range(60)
+}
+
+
+def _temporal(text: pl.Series, col: Column) -> pl.Series:
+    """A date or date-time column (``ansi/type`` tag) parsed; a value that does not parse raises.
+
+    Date-times are converted to UTC. The common form (``YYYY-MM-DDTHH:MM:SS`` and
+    an offset) is parsed without chrono; the rest (fractions of a second, ...) with
+    ``%+``.
+    """
+    if col.ansi == "Date":
+        parsed = text.str.to_date("%Y-%m-%d", strict=False)
+    else:
+        frame = pl.DataFrame({"t": text})
+        naive = (
+            pl.col("t")
+            .str.slice(0, 19)
+            .str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False)
+        )
+        offset = (
+            pl.col("t").str.slice(19).replace_strict(_OFFSETS, default=None, return_dtype=pl.Int64)
+        )
+        fast = (naive - pl.duration(minutes=offset)).dt.replace_time_zone("UTC")
+        parsed = frame.select(fast).to_series()
+        rows = (parsed.is_null() & text.is_not_null()).arg_true()
+        if rows.len():
+            exact = text.gather(rows).str.to_datetime(
+                "%+", time_unit="us", time_zone="UTC", strict=False
+            )
+            parsed = parsed.scatter(rows, exact)
+    bad = text.filter(parsed.is_null() & text.is_not_null())
+    if bad.len():
+        where = f"{col.where}.tag"
+        shown = ", ".join(repr(v) for v in bad.head(3).to_list())
+        kind = "date" if col.ansi == "Date" else "date-time with a time zone"
+        msg = f"column {col.name!r} ({where}): {bad.len()} value(s) are not a {kind}: {shown}"
+        raise DataValidationError(msg, pl.DataFrame({"column": col.name, "failure_case": bad}))
+    return parsed.alias(col.name)
+
+
+def _body(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataFrame:
+    """The rows of ``node`` (without its iteration) for each row of ``frame``, keyed by ``__k``."""
+    result = _own_columns(view, node, frame, root)
+    for sub in node.selects:
+        part = _select(view, sub, frame, root)
+        result = result.join(part, on="__k", how="inner", maintain_order="left_right")
+    if node.union:
+        parts = [_select(view, branch, frame, root) for branch in node.union]
+        union = pl.concat(parts, how="vertical_relaxed").sort("__k", maintain_order=True)
+        result = result.join(union, on="__k", how="inner", maintain_order="left_right")
+    return result
+
+
+def _absent_rows(
+    view: View, node: Select, absent: pl.DataFrame, like: pl.DataFrame
+) -> pl.DataFrame:
+    """The one row of a ``forEachOrNull`` whose collection is empty.
+
+    Its own columns are evaluated on an empty focus (paths give null, ``%rowIndex``
+    gives 0); the columns of nested selects and unionAll branches are null.
+    """
+    own = _own_columns(view, node, absent, False)
+    nested = [n for n in node.names() if n not in own.columns]
+    return own.with_columns(pl.lit(None, dtype=like.schema[n]).alias(n) for n in nested).select(
+        like.columns
+    )
+
+
+def _iterate(frame: pl.DataFrame, val: Val, or_null: bool) -> pl.DataFrame:
+    """A context frame of the items of ``val`` for each row: ``__pk`` the parent's key."""
+    if val.empty:
+        items = frame.select(
+            pl.col("__k").alias("__pk"), pl.lit(None).alias("__c"), pl.lit(0, pl.Int64).alias("__i")
+        )
+        if not or_null:
+            items = items.clear()
+    elif val.many:
+        items = frame.select(pl.col("__k").alias("__pk"), val.expr.alias("__c"))
+        if not or_null:
+            items = items.filter(pl.col("__c").list.len() > 0)
+        items = items.with_columns(
+            pl.int_ranges(0, pl.col("__c").list.len(), dtype=pl.Int64).alias("__i")
+        ).explode(["__c", "__i"])
+        items = items.with_columns(pl.col("__i").fill_null(0))
+    else:
+        items = frame.select(
+            pl.col("__k").alias("__pk"), val.expr.alias("__c"), pl.lit(0, pl.Int64).alias("__i")
+        )
+        if not or_null:
+            items = items.filter(pl.col("__c").is_not_null())
+    return items.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("__k"))
+
+
+def _to_parent(result: pl.DataFrame, items: pl.DataFrame) -> pl.DataFrame:
+    parents = items.get_column("__pk")
+    return result.with_columns(parents.gather(result.get_column("__k")).alias("__k"))
+
+
+def _select(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataFrame:
+    """The rows of ``node`` for each row of ``frame``, keyed by the frame's ``__k``."""
+    if node.repeat:
+        return _repeat(view, node, frame)
+    if node.for_each is None:
+        return _body(view, node, frame, root)
+    where = f"{node.where}.{'forEachOrNull' if node.or_null else 'forEach'}"
+    scope = _scope(view, frame.schema["__c"], where, "", root=root)
+    val = compile_path(node.for_each, scope)
+    items = _iterate(frame, val, node.or_null)
+    if not node.or_null:
+        return _to_parent(_body(view, node, items, False), items)
+    present = items.filter(pl.col("__c").is_not_null())
+    absent = items.filter(pl.col("__c").is_null())
+    found = _body(view, node, present, False)
+    if absent.height:
+        nulls = _absent_rows(view, node, absent, found)
+        found = pl.concat([found, nulls], how="vertical_relaxed").sort("__k", maintain_order=True)
+    return _to_parent(found, items)
+
+
+def _repeat(view: View, node: Select, frame: pl.DataFrame) -> pl.DataFrame:
+    """``repeat``: every item reached by the paths, at any depth, depth-first."""
+    # one frame per (depth, schema): __root the context key, __s the depth-first sort key
+    frontier = [frame.select(pl.col("__k").alias("__root"), "__c", pl.lit("").alias("__s"))]
+    levels: list[pl.DataFrame] = []
+    for _depth in range(_MAX_DEPTH):
+        nxt: list[pl.DataFrame] = []
+        for level in frontier:
+            level = level.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("__k"))
+            for j, path in enumerate(node.repeat):
+                where = f"{node.where}.repeat[{j}]"
+                val = compile_path(path, _scope(view, level.schema["__c"], where, "", root=False))
+                if val.empty:
+                    continue
+                items = _iterate(level, val, or_null=False)
+                if items.height == 0:
+                    continue
+                step = (
+                    (pl.lit(j * 1_000_000, pl.Int64) + pl.col("__i")).cast(pl.String).str.zfill(9)
+                )
+                items = items.with_columns(
+                    level.get_column("__root").gather(items.get_column("__pk")).alias("__root"),
+                    (level.get_column("__s").gather(items.get_column("__pk")) + step).alias("__s"),
+                ).select("__root", "__c", "__s")
+                nxt.append(items)
+        if not nxt:
+            break
+        merged: dict[str, list[pl.DataFrame]] = {}
+        for f in nxt:
+            merged.setdefault(str(f.schema["__c"]), []).append(f)
+        frontier = [pl.concat(group) for group in merged.values()]
+        levels.extend(frontier)
+    else:
+        where = f"{node.where}.repeat"
+        msg = f"{where}: the repeat goes deeper than {_MAX_DEPTH} levels"
+        raise ViewDefinitionError(msg, path=where)
+    if not levels:
+        empty = frame.clear().select("__k", pl.col("__c"), pl.lit(0, pl.Int64).alias("__i"))
+        return _body(view, node, empty, False)
+    order = pl.concat(
+        [
+            lv.select("__root", "__s", pl.lit(n, pl.Int64).alias("__lvl"))
+            .with_row_index("__pos")
+            .with_columns(pl.col("__pos").cast(pl.Int64))
+            for n, lv in enumerate(levels)
+        ]
+    ).sort(["__root", "__s"])
+    order = order.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("__k"),
+        pl.int_range(pl.len(), dtype=pl.Int64).over("__root").alias("__i"),
+    )
+    parts = []
+    for n, lv in enumerate(levels):
+        keys = order.filter(pl.col("__lvl") == n).sort("__pos")
+        ctx = lv.select("__c").with_columns(keys.get_column("__k"), keys.get_column("__i"))
+        parts.append(_body(view, node, ctx, False))
+    found = pl.concat(parts, how="vertical_relaxed").sort("__k", maintain_order=True)
+    roots = order.get_column("__root")
+    return found.with_columns(roots.gather(found.get_column("__k")).alias("__k"))
+
+
+def evaluate(view: View, resources: pl.DataFrame) -> pl.DataFrame:
+    """Run ``view`` over ``resources``: a frame with one ``Struct`` column ``__c``."""
+    frame = resources.select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("__k"),
+        pl.col("__c"),
+        pl.lit(0, pl.Int64).alias("__i"),
+    )
+    dtype = frame.schema["__c"]
+    for node, where in view.where:
+        scope = _scope(view, dtype, where, _source(view, where), root=True)
+        cond = to_bool(compile_path(node, scope), scope, "a where path")
+        frame = frame.filter(cond)
+    result = _select(view, view.root, frame, True)
+    return result.drop("__k")
+
+
+def _source(view: View, where: str) -> str:
+    index = int(where.split("[", 1)[1].split("]", 1)[0])
+    item: Any = view.raw.get("where", [])[index]
+    return str(item.get("path", ""))
