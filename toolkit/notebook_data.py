@@ -186,9 +186,13 @@ class NotebookData:
                 f" ({why})" if why else ""
             )
             raise StoreError(msg)
+        from toolkit.store.raw import raw_table
+
         names = read_manifest(self.store)["resources"][resource]["tables"]
         out: dict[str, pl.DataFrame] = {}
         for name in names:
+            if name == raw_table(resource):
+                continue  # the records' raw JSON, kept for rebuilds: not a table of the view
             frame = load(resource, self.store, table=name)
             assert isinstance(frame, pl.DataFrame)  # lazy=False
             out[name] = frame
@@ -273,9 +277,13 @@ def notebook_data(
     folder = Path(store) if store is not None else notebook_store_dir(client)
     folder.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + wait
+    # The notebook store is pmtk's own cache, named after its target: one of the embedded
+    # mock that records no or another mock's deployment (an older pmtk, another seed)
+    # holds nothing a user made, so it is started over instead of refused.
+    rebind = _embedded_options(client) is not None and store is None
     while True:
         try:
-            summary = sync(client, folder, resources=resources, progress=False)
+            summary = sync(client, folder, resources=resources, progress=False, rebind=rebind)
             failed: dict[str, str] = {}
             break
         except SyncFailed as exc:

@@ -149,6 +149,7 @@ def _resolves(command: str, scripts: dict[str, str]) -> str | None:
             from toolkit.cli import app
 
             names = {c.name for c in app.registered_commands}
+            names |= {g.name for g in app.registered_groups}  # sub-apps: `pmtk views ...`
             return None if args[0] in names else f"pmtk has no command {args[0]!r}"
         return None
     needed = [exe]

@@ -12,7 +12,7 @@ server declares with :func:`declared_search`.
 >>> capability_differences(statement)
 []
 >>> sorted(declared_search(statement)["Appointment"])[:3]
-['_id', '_lastUpdated', 'date']
+['_id', '_lastUpdated', 'actor']
 >>> sorted(declared_includes(statement)["Appointment"])[:2]
 ['Appointment:actor', 'Appointment:actor:Patient']
 """
