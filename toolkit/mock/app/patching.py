@@ -3,24 +3,62 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
+from toolkit import catalogue
+from toolkit.catalogue import Field
 from toolkit.mock.store import Record
 from toolkit.mock.validation import Problem
 
+_HUMAN_PARTS = frozenset({"family", "given", "text"})
+"""Sub-fields that mark a declared ``name`` object as FHIR's HumanName."""
+
+
+def _name_field(resource: str) -> Field | None:
+    res = catalogue.RESOURCES.get(resource)
+    return next((f for f in res.fields if f.name == "name"), None) if res is not None else None
+
+
+def _name_texts(value: Any, part: str, human: bool) -> Iterator[str]:
+    """The texts of one arriving ``name`` value that a ``part`` search compares.
+
+    Every form FHIR allows is read, whatever the declaration says (the tolerant
+    reader): a string, a HumanName object, an array of either; anything else (a
+    number, null, a missing name) gives nothing. ``human`` is the declared form:
+    only a HumanName has the ``family`` and ``given`` parts, and only its string
+    items (FHIR: ``family`` 0..1 string, ``given`` 0..* string) are compared.
+    """
+    if isinstance(value, list):
+        for item in value:
+            if not isinstance(item, list):  # FHIR has no array of arrays of names
+                yield from _name_texts(item, part, human)
+    elif isinstance(value, str):
+        if part == "name" and value:
+            yield value
+    elif isinstance(value, dict):
+        family, given, text = value.get("family"), value.get("given"), value.get("text")
+        if human and part in ("name", "family") and isinstance(family, str) and family:
+            yield family
+        if human and part in ("name", "given"):
+            items = given if isinstance(given, list) else [given]
+            yield from (g for g in items if isinstance(g, str) and g)
+        if part == "name" and isinstance(text, str) and text:
+            yield text
+
 
 def _names_of(record: Record, resource: str, part: str) -> list[str]:
-    if resource == "Organization":
-        return [record.get("name", "")] if part == "name" else []
-    out: list[str] = []
-    for name in record.get("name") or []:
-        if part in ("name", "family") and name.get("family"):
-            out.append(name["family"])
-        if part in ("name", "given"):
-            out.extend(name.get("given") or [])
-        if part == "name" and name.get("text"):
-            out.append(name["text"])
-    return out
+    """The texts a ``name``/``family``/``given`` search of ``resource`` compares.
+
+    The catalogue's declaration of the type's ``name`` field gives its form: an
+    ``object`` with sub-fields is a HumanName (parts ``family``, ``given``, ``text``),
+    a ``string`` is the name itself. No resource type is named here.
+    """
+    field = _name_field(resource)
+    if field is None:
+        return []
+    human = field.type == "object" and any(f.name in _HUMAN_PARTS for f in field.fields)
+    return list(_name_texts(record.get("name"), part, human))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
