@@ -21,6 +21,7 @@ a fault.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from functools import cache
 from typing import Literal
 
@@ -195,8 +196,23 @@ def _schema(resource_type: str, table: str | None, spec: bool = True) -> pa.Data
     )
 
 
+def _frame_checks(v: View) -> Iterator[tuple[Column, str, str]]:
+    """(column, check name, source) of every check of ``v`` whose rule is not the spec's."""
+    for col in v.columns:
+        source = _column_source(v, col)
+        if source == "spec":
+            continue
+        if col.field is not None and col.field.required and col.role == "value":
+            yield col, "not_nullable", source
+        for c in _checks(v, col):
+            yield col, c.name or str(c), source
+
+
 def non_spec_rules() -> list[tuple[str, str, str, str]]:
     """Every rule of the frames' schemas that does not come from the spec.
+
+    The frames' view of :func:`toolkit.rule_sources.non_spec_model`, the one model
+    of these rules (the contract suite reads the other view).
 
     Returns
     -------
@@ -206,21 +222,9 @@ def non_spec_rules() -> list[tuple[str, str, str, str]]:
         The JSON type of a column with such a source is an observation too
         (``json_type``); it is not listed, to keep the list short.
     """
-    from toolkit.views import VIEWS
+    from toolkit.rule_sources import frame_checks  # the model reads this module's checks
 
-    out = []
-    for views in VIEWS.values():
-        for v in views:
-            for col in v.columns:
-                source = _column_source(v, col)
-                if source == "spec":
-                    continue
-                checks = []
-                if col.field is not None and col.field.required and col.role == "value":
-                    checks.append("not_nullable")
-                checks += [c.name or str(c) for c in _checks(v, col)]
-                out += [(v.name, col.name, check, source) for check in checks]
-    return out
+    return [tuple(c) for c in frame_checks()]  # type: ignore[misc]
 
 
 def rules_markdown() -> str:

@@ -3,102 +3,40 @@
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
 
 from toolkit.errors import DataValidationError
+from toolkit.rule_sources import catalogue_rules, frame_checks, non_spec_model
+from toolkit.rules import non_spec_rules as catalogue_non_spec_rules
 from toolkit.schemas import PmtkDataWarning, non_spec_rules, rules_markdown, validate
 from toolkit.views import VIEWS, flatten
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "views.md"
-
-# Pinned on purpose: a rule that stops being the spec's must show up here, in review.
-NON_SPEC_RULES = [
-    ("appointment_participant", "actor_id", "reference_id", "pmtk"),
-    ("appointment_participant", "actor_type", "reference_type", "facts"),
-    ("Coverage", "status", "enum", "facts"),
-    ("Coverage", "payer_code", "enum", "facts"),
-    ("Coverage", "payor_id", "reference_id", "pmtk"),
-    ("Practitioner", "name_use", "enum", "pmtk"),
-    ("practitioner_name", "use", "enum", "pmtk"),
-    ("practitioner_telecom", "system", "enum", "pmtk"),
-    ("practitioner_telecom", "use", "enum", "pmtk"),
-    ("InvoiceLine", "resource_type", "enum", "pmtk"),
-    ("invoice_line_price_component", "amount_currency", "currency_code", "pmtk"),
-    ("Patient", "gender", "enum", "facts"),
-    ("Patient", "status", "enum", "facts"),
-    ("Patient", "name_use", "enum", "facts"),
-    ("patient_name", "use", "enum", "facts"),
-    ("patient_telecom", "system", "enum", "facts"),
-    ("patient_telecom", "value", "phone_format", "facts"),
-    ("patient_telecom", "use", "enum", "facts"),
-    ("patient_address", "use", "enum", "facts"),
-    ("patient_address", "type", "enum", "facts"),
-    ("patient_address", "country", "country_code", "facts"),
-    ("patient_general_practitioner", "general_practitioner_id", "reference_id", "facts"),
-    ("patient_general_practitioner", "general_practitioner_type", "reference_type", "facts"),
-    # The referenced resources (spec 2.7, fields "not shown"): every rule is the facts' or pmtk's.
-    ("Invoice", "status", "enum", "facts"),
-    ("Invoice", "subject_id", "reference_id", "pmtk"),
-    ("Invoice", "subject_type", "reference_type", "pmtk"),
-    ("Invoice", "recipient_id", "reference_id", "pmtk"),
-    ("Invoice", "recipient_type", "reference_type", "pmtk"),
-    ("Invoice", "total_net_currency", "currency_code", "facts"),
-    ("Invoice", "total_gross_currency", "currency_code", "facts"),
-    ("Invoice", "total_balance_currency", "currency_code", "facts"),
-    ("Invoice", "total_paid_currency", "currency_code", "facts"),
-    ("HealthcareService", "provided_by_id", "reference_id", "pmtk"),
-    ("HealthcareService", "provided_by_type", "reference_type", "pmtk"),
-    ("PractitionerRole", "practitioner_id", "reference_id", "pmtk"),
-    ("PractitionerRole", "practitioner_type", "reference_type", "pmtk"),
-    ("PractitionerRole", "organization_id", "reference_id", "pmtk"),
-    ("PractitionerRole", "organization_type", "reference_type", "pmtk"),
-    ("practitioner_role_healthcare_service", "healthcare_service_id", "reference_id", "pmtk"),
-    ("practitioner_role_healthcare_service", "healthcare_service_type", "reference_type", "pmtk"),
-    ("ReferralDefinition", "funder_id", "reference_id", "pmtk"),
-    ("ReferralDefinition", "funder_type", "reference_type", "pmtk"),
-    ("ReferralDefinition", "limit_money_currency", "currency_code", "pmtk"),
-    ("ChargeItemDefinition", "price_currency", "currency_code", "pmtk"),
-    ("Slot", "start", "not_nullable", "pmtk"),
-    ("Slot", "end", "not_nullable", "pmtk"),
-    ("Slot", "status", "enum", "pmtk"),
-    ("Slot", "practitioner_role_id", "reference_id", "pmtk"),
-    ("Slot", "practitioner_role_type", "reference_type", "pmtk"),
-    ("Slot", "healthcare_service_id", "reference_id", "pmtk"),
-    ("Slot", "healthcare_service_type", "reference_type", "pmtk"),
-    ("schedule_actor", "actor_id", "reference_id", "facts"),
-    ("schedule_actor", "actor_type", "reference_type", "facts"),
-]
-# Every date and date-time column's precision: a partial date, or a date-time in a
-# date column, is pmtk's reading of what FHIR allows, an observation (issue 24).
-NON_SPEC_RULES += [
-    (v.name, c.name, "full_precision", "pmtk")
-    for v in (v for views in VIEWS.values() for v in views)
-    for c in v.columns
-    if c.role == "precision"
-]
 
 
 def bundle(*resources: dict[str, Any]) -> dict[str, Any]:
     return {"resourceType": "Bundle", "entry": [{"resource": r} for r in resources]}
 
 
-def test_the_rules_that_are_not_the_specs_are_exactly_the_pinned_list() -> None:
-    assert sorted(non_spec_rules()) == sorted(NON_SPEC_RULES)
-
-
-def test_the_doc_lists_the_generated_non_spec_rules() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    start = text.index("<!-- non-spec rules: generated -->") + len(
-        "<!-- non-spec rules: generated -->\n"
-    )
-    end = text.index("<!-- end of non-spec rules -->")
-    assert text[start:end] == rules_markdown(), (
-        "docs/views.md is stale: regenerate its non-spec rule list from rules_markdown()"
-    )
+def test_the_frames_rules_are_the_frame_view_of_the_one_rule_model() -> None:
+    # The pinned list is the model's (tests/rules/test_rule_sources.py); this view is
+    # every frame check of it, each once, in view order, as docs/views.md lists them.
+    model_checks = [c for r in non_spec_model() for c in r.checks]
+    assert non_spec_rules() == frame_checks()
+    assert sorted(non_spec_rules()) == sorted(model_checks)
+    assert len(set(model_checks)) == len(model_checks)
+    assert rules_markdown().count("\n") == len(model_checks) + 2
+    # Every date column's precision check is pmtk's reading (issue 24): an observation.
+    precision = {(c.table, c.column) for c in model_checks if c.check == "full_precision"}
+    assert precision == {
+        (v.name, c.name)
+        for views in VIEWS.values()
+        for v in views
+        for c in v.columns
+        if c.role == "precision"
+    }
+    assert {c.source for c in model_checks if c.check == "full_precision"} == {"pmtk"}
 
 
 def test_a_facts_enum_violation_warns_and_never_raises() -> None:
@@ -149,3 +87,19 @@ def test_spec_valid_frames_give_no_warning() -> None:
         warnings.simplefilter("error")
         validate(flatten("Coverage", [bundle(coverage)]), "Coverage")
     assert isinstance(flatten("Coverage", []), pl.DataFrame)
+
+
+def test_the_contract_view_is_the_catalogues_rules_and_only_precision_is_the_frames_own() -> None:
+    model = non_spec_model()
+    assert catalogue_rules() == catalogue_non_spec_rules()
+    own = {(r.aspect, r.source) for r in model if not r.in_catalogue}
+    assert own == {("precision", "pmtk")}
+    # Each check hangs under the narrowest rule that covers it.
+    under = {c: (r.path, r.aspect) for r in model for c in r.checks}
+    by_column = {(c.table, c.column): where for c, where in under.items()}
+    assert by_column[("practitioner_name", "use")] == ("name.use", "enum")
+    assert by_column[("appointment_participant", "actor_id")] == ("participant.actor", "all")
+    assert by_column[("Coverage", "payor_id")] == ("payor", "reference")
+    assert by_column[("Patient", "gender")] == ("*", "all")
+    assert by_column[("Referral", "last_updated_precision")] == ("meta", "all")
+    assert by_column[("Referral", "created_precision")] == ("created", "precision")
