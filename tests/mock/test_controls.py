@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import httpx
 import pytest
 
@@ -12,21 +9,8 @@ from tests.conftest import USER_AGENT, api_client
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError
 from toolkit.mock import FAULT_PROFILES, Deployment, Fault, serve
-from toolkit.mock.faults import fault_table
 
 H = {"User-Agent": USER_AGENT}
-
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-_BLOCK = re.compile(
-    r"<!-- fault table: generated[^\n]*-->\n(?P<table>.*?)<!-- end of fault table -->", re.S
-)
-
-
-@pytest.mark.parametrize("doc", ["interfaces.md", "mock.md"])
-def test_the_manuals_fault_tables_are_the_generated_one(doc: str) -> None:
-    # Regenerate by pasting fault_table()'s output between the markers.
-    found = [m["table"] for m in _BLOCK.finditer((DOCS / doc).read_text(encoding="utf-8"))]
-    assert found == [fault_table()], f"docs/{doc}: the fault table is not fault_table()'s"
 
 
 def test_every_fault_profile_is_named_described_and_categorised() -> None:

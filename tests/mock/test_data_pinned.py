@@ -25,6 +25,7 @@ from toolkit.mock.shapes import SHAPES, Shapes
 LOOKUPS = "(lookups)"
 """The key of the digest over search columns, grid and id counters (not a resource type)."""
 
+# generated: pinned-digests
 PINNED: dict[tuple[str, str], dict[str, str]] = {
     ("small", "live"): {
         "Organization": "36f0d94efeb5d9d7c2d1b1c0714055017d319dc619475de9b90d32d1622f7999",
@@ -95,6 +96,7 @@ PINNED: dict[tuple[str, str], dict[str, str]] = {
         "(lookups)": "33a95c69c03a0a420fe4bf8e3a70bf4e34760c0006978002f4f5dd4a1b67aa51",
     },
 }
+# end generated: pinned-digests
 
 
 def digests(data: PracticeData) -> dict[str, str]:
