@@ -7,8 +7,8 @@ one more covers the search columns and the lookups `$find` and `$book` use. The
 inputs are all fixed (seed 0, the :data:`~toolkit.mock.data.ANCHOR` date, the
 scale), so nothing here depends on the day the test runs.
 
-When the data is *meant* to change, run this module's ``__main__`` and paste the
-new table (``uv run python tests/mock/test_data_pinned.py``), and say why in the
+When the data is *meant* to change, rewrite the table between its markers
+(``uv run python tools/regenerate.py --only pinned-digests``), and say why in the
 commit; see docs/mock.md, "How the data is generated".
 """
 
@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from toolkit.mock.data import PracticeData, generate
-from toolkit.mock.shapes import SHAPES, Shapes
+from toolkit.mock.shapes import Shapes
 
 LOOKUPS = "(lookups)"
 """The key of the digest over search columns, grid and id counters (not a resource type)."""
@@ -130,12 +130,3 @@ def digests(data: PracticeData) -> dict[str, str]:
 @pytest.mark.parametrize(("scale", "shapes"), sorted(PINNED))
 def test_generated_data_matches_its_pinned_digests(scale: str, shapes: Shapes) -> None:
     assert digests(generate(0, scale, shapes)) == PINNED[(scale, shapes)]
-
-
-if __name__ == "__main__":
-    for scale in ("small", "medium"):
-        for shape in SHAPES:
-            print(f"    ({scale!r}, {shape!r}): {{")
-            for name, digest in digests(generate(0, scale, shape)).items():
-                print(f"        {name!r}: {digest!r},")
-            print("    },")
