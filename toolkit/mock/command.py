@@ -53,6 +53,15 @@ WebhookHeader = Annotated[
     ),
 ]
 
+WebhookConcurrency = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        max=64,
+        help="Webhook announcements in flight at once (1: one at a time, in write order).",
+    ),
+]
+
 
 def mock_command(
     port: Port = 8000,
@@ -66,6 +75,7 @@ def mock_command(
     shapes: ShapesOption = ShapesChoice.live,
     webhook: Webhook = None,
     webhook_header: WebhookHeader = None,
+    webhook_concurrency: WebhookConcurrency = 8,
 ) -> None:
     """Serve a mock practice-management deployment on 127.0.0.1 until Ctrl-C."""
     from toolkit.errors import ConfigurationError
@@ -84,6 +94,7 @@ def mock_command(
             shapes=shapes.value,
             webhook=webhook,
             webhook_header=webhook_header,
+            webhook_concurrency=webhook_concurrency,
         ) as dep:
             _banner(dep, test_controls=test_controls, fault=fault, shapes=shapes, webhook=webhook)
             until_interrupted("serving")

@@ -99,16 +99,25 @@ class Deployment:
         return True if sender is None else sender.wait_sent(timeout)
 
     def webhook_stats(self) -> dict[str, int]:
-        """``sent``, ``retries``, ``refused``, ``dropped`` and ``pending`` announcements."""
+        """``sent``, ``retries``, ``refused``, ``dropped`` and ``pending`` (queued or in
+        flight) announcements, and ``most_in_flight`` (the most delivered at once)."""
         sender = self._state.webhooks
         if sender is None:
-            return {"sent": 0, "retries": 0, "refused": 0, "dropped": 0, "pending": 0}
+            return {
+                "sent": 0,
+                "retries": 0,
+                "refused": 0,
+                "dropped": 0,
+                "pending": 0,
+                "most_in_flight": 0,
+            }
         return {
             "sent": sender.sent,
             "retries": sender.retries,
             "refused": sender.refused,
             "dropped": sender.dropped,
             "pending": sender.pending(),
+            "most_in_flight": sender.most_in_flight,
         }
 
 
@@ -130,8 +139,9 @@ def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Itera
     ``test_controls``, ``fault``, ``max_body_bytes``, ``max_attachment_bytes``,
     ``max_depth``, ``max_header_bytes``, ``header_timeout``, ``body_timeout``,
     ``timeout_keep_alive``, ``limit_concurrency``, ``webhook`` (a loopback URL that
-    receives an announcement of every write the live service announces) and
-    ``webhook_header`` (``"NAME:VALUE"`` sent with each).
+    receives an announcement of every write the live service announces),
+    ``webhook_header`` (``"NAME:VALUE"`` sent with each) and ``webhook_concurrency``
+    (announcements in flight at once, default 8).
     """
     state = build_state(**options)
     opts = state.options
@@ -161,7 +171,10 @@ def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Itera
     bound = running.port
     if opts.webhook is not None:
         state.webhooks = WebhookSender(
-            opts.webhook, split_header(opts.webhook_header), f"http://{HOST}:{bound}"
+            opts.webhook,
+            split_header(opts.webhook_header),
+            f"http://{HOST}:{bound}",
+            concurrency=opts.webhook_concurrency,
         )
         state.webhooks.start()
     try:

@@ -22,7 +22,8 @@ from toolkit.mock.data.slots import slot_changed
 from toolkit.mock.faults import Fault, make_fault
 from toolkit.mock.shapes import SHAPES, Shapes
 from toolkit.mock.store import Collection
-from toolkit.mock.webhooks import WebhookSender, check_target, split_header
+from toolkit.mock.webhooks import DEFAULT_CONCURRENCY as DEFAULT_WEBHOOK_CONCURRENCY
+from toolkit.mock.webhooks import WebhookSender, check_concurrency, check_target, split_header
 
 __all__ = [
     "CLIENT_ID",
@@ -70,6 +71,8 @@ class MockOptions:
     """Receiver of the announcements the live service sends (loopback URLs only)."""
     webhook_header: str | None = None
     """``NAME:VALUE`` of the authentication header sent with every announcement."""
+    webhook_concurrency: int = DEFAULT_WEBHOOK_CONCURRENCY
+    """Announcements in flight at once (1: one at a time, strictly in write order)."""
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     """Largest request line plus headers; more gets 431 and the connection is closed."""
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
@@ -129,6 +132,7 @@ class MockState:
         if options.webhook is not None:
             check_target(options.webhook)
         split_header(options.webhook_header)
+        check_concurrency(options.webhook_concurrency)
         self.options = options
         self.webhooks: WebhookSender | None = None
         """Started by :func:`toolkit.mock.serve` when ``options.webhook`` is set."""

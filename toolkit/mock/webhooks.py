@@ -8,16 +8,24 @@ changed record (id only: the receiver reads the record itself), its ``topic``
 names the change (for example ``.../SubscriptionTopic/appointment-delete``), and a
 delete also carries a history entry with ``request.method`` ``DELETE``.
 
-Sending happens on one background thread from a bounded queue, in the order of
-the writes; a receiver that is down or answers anything but 200, 201 or 202 is
-retried with exponential backoff (the event stays first in line). Only loopback
-addresses are accepted as targets.
+Sending happens from a bounded queue on a small pool of background threads
+(:data:`DEFAULT_CONCURRENCY`, one connection each), as Stripe and GitHub deliver:
+several announcements are in flight at once, so one slow answer does not hold up
+the rest. Announcements are taken and numbered (``eventNumber``) in the order of
+the writes, but with more than one in flight they may arrive in another order; the
+live service promises no order either (``public-docs-facts.md`` says nothing of it),
+and a receiver that reads each record from the API does not need one. With a
+concurrency of 1 the sender delivers strictly in write order, as before. A
+receiver that is down or answers anything but 200, 201 or 202 is retried with
+exponential backoff (each thread keeps its announcement until it is delivered).
+Only loopback addresses are accepted as targets.
 """
 
 from __future__ import annotations
 
 import collections
 import ipaddress
+import ssl
 import threading
 import time
 import uuid
@@ -30,7 +38,7 @@ import orjson
 
 from toolkit import catalogue
 
-__all__ = ["ANNOUNCED", "WebhookSender", "notification"]
+__all__ = ["ANNOUNCED", "DEFAULT_CONCURRENCY", "WebhookSender", "notification"]
 
 ANNOUNCED: dict[str, frozenset[str]] = {
     "Patient": frozenset({"create", "update"}),
@@ -41,13 +49,17 @@ ANNOUNCED: dict[str, frozenset[str]] = {
 
 TOPIC_BASE = "https://terminology.halaxy.com/SubscriptionTopic"
 QUEUE_LIMIT = 10_000
-"""Events held while the receiver is slow or down; more are dropped (and counted)."""
+"""Events held (queued or in flight) while the receiver is slow or down; more are
+dropped (and counted)."""
 FIRST_DELAY = 0.05
 MAX_DELAY = 5.0
 REFUSED_ATTEMPTS = 3
 """A receiver that refuses an event (4xx other than 408/429) gets it this many times."""
 SUCCESS = frozenset({200, 201, 202})
 USER_AGENT = "pmtk-mock-webhooks"
+DEFAULT_CONCURRENCY = 8
+"""Announcements in flight at once (one thread and one connection each)."""
+MAX_CONCURRENCY = 64
 
 
 def _iso(epoch: float) -> str:
@@ -139,8 +151,18 @@ class _Pending:
     at: float
 
 
+def check_concurrency(concurrency: int) -> None:
+    """Raise ValueError unless ``concurrency`` is 1 to :data:`MAX_CONCURRENCY`."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+        msg = f"the webhook concurrency must be a whole number, got {concurrency!r}"
+        raise ValueError(msg)
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        msg = f"the webhook concurrency must be 1 to {MAX_CONCURRENCY}, got {concurrency}"
+        raise ValueError(msg)
+
+
 class WebhookSender:
-    """Posts announcements to one receiver from a background thread.
+    """Posts announcements to one receiver from a pool of background threads.
 
     Parameters
     ----------
@@ -150,63 +172,87 @@ class WebhookSender:
         ``(name, value)`` of the authentication header to send, or ``None``.
     origin
         The mock's own ``http://127.0.0.1:<port>``, for the focus references.
+    concurrency
+        Announcements in flight at once (1 delivers strictly in write order).
     """
 
-    def __init__(self, url: str, header: tuple[str, str] | None, origin: str = "") -> None:
+    def __init__(
+        self,
+        url: str,
+        header: tuple[str, str] | None,
+        origin: str = "",
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
         check_target(url)
+        check_concurrency(concurrency)
         self.url = url
+        self.concurrency = concurrency
         self.origin = origin
         self._header = header
         self._queue: collections.deque[_Pending] = collections.deque()
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._work = threading.Condition(lock)  # senders wait here for an announcement
+        self._settled = threading.Condition(lock)  # wait_sent waits here
+        self._halt = threading.Event()  # ends a backoff pause early, only when stopping
         self._stop = False
         self._number = 0
         self.sent = 0
         self.retries = 0
         self.dropped = 0
         self.refused = 0
-        self._busy = False
-        self._thread = threading.Thread(target=self._run, name="pmtk-mock-webhooks", daemon=True)
+        self.most_in_flight = 0
+        """The most announcements ever in flight at once (at most ``concurrency``)."""
+        self._in_flight = 0
+        self._tls: ssl.SSLContext | None = None
+        self._threads = [
+            threading.Thread(target=self._run, name=f"pmtk-mock-webhooks-{n}", daemon=True)
+            for n in range(concurrency)
+        ]
 
     def __repr__(self) -> str:  # the header value is a secret
         return f"WebhookSender(url={self.url!r})"
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, grace: float = 2.0) -> None:
         """Send what is queued for up to ``grace`` seconds, then stop."""
         self.wait_sent(grace)
-        with self._cond:
+        with self._work:
             self._stop = True
-            self._cond.notify_all()
-        self._thread.join(timeout=grace + MAX_DELAY)
+            self._work.notify_all()
+        self._halt.set()
+        deadline = time.monotonic() + grace + MAX_DELAY
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def announce(self, rtype: str, rid: str, action: str, at: float) -> bool:
         """Queue an announcement if the live service would send one; true when queued."""
         if action not in ANNOUNCED.get(rtype, frozenset()):
             return False
-        with self._cond:
-            if len(self._queue) >= QUEUE_LIMIT:
+        with self._work:
+            if len(self._queue) + self._in_flight >= QUEUE_LIMIT:
                 self.dropped += 1
                 return False
             self._queue.append(_Pending(rtype, rid, action, at))
-            self._cond.notify_all()
+            self._work.notify()
         return True
 
     def pending(self) -> int:
-        with self._cond:
-            return len(self._queue)  # the one being sent stays first in line until delivered
+        """Announcements not yet delivered: queued and in flight."""
+        with self._work:
+            return len(self._queue) + self._in_flight
 
     def wait_sent(self, timeout: float) -> bool:
         """Wait until every queued announcement was delivered; true if it was."""
         deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._queue or self._busy:
+        with self._settled:
+            while self._queue or self._in_flight:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._cond.wait(min(left, 0.05))
+                self._settled.wait(left)
         return True
 
     def _run(self) -> None:
@@ -217,42 +263,59 @@ class WebhookSender:
         if self._header is not None:
             # bytes: httpx would encode a str as ASCII, and a secret may be UTF-8
             headers[self._header[0].encode()] = self._header[1].encode()
-        with httpx.Client(timeout=10.0, headers=headers, trust_env=False) as http:
+        with self._work:
+            if self._tls is None:
+                # built once: a TLS context costs a tenth of a second or more, and eight
+                # threads building their own would hold up the first deliveries
+                self._tls = ssl.create_default_context()
+            tls = self._tls
+        # one client (one keep-alive connection) per thread: nothing shared but the queue
+        with httpx.Client(timeout=10.0, headers=headers, trust_env=False, verify=tls) as http:
             while True:
-                with self._cond:
+                with self._work:
                     while not self._queue and not self._stop:
-                        self._cond.wait()
+                        self._work.wait()
                     if self._stop:
                         return
-                    item = self._queue[0]
-                    self._busy = True
+                    # numbered as taken, so eventNumber follows the order of the writes
+                    item = self._queue.popleft()
+                    self._in_flight += 1
+                    self.most_in_flight = max(self.most_in_flight, self._in_flight)
                     self._number += 1
                     number = self._number
-                body = notification(
-                    item.rtype, item.rid, item.action, number=number, origin=self.origin, at=item.at
-                )
-                delay = FIRST_DELAY
-                refusals = 0
-                while True:
-                    try:
-                        status = http.post(self.url, content=body).status_code
-                    except httpx.HTTPError:
-                        status = 0  # down or unreachable: retried until it is back
-                    if status in SUCCESS:
-                        self.sent += 1
-                        break
-                    if 400 <= status < 500 and status not in (408, 429):
-                        refusals += 1
-                        if refusals >= REFUSED_ATTEMPTS:
-                            self.refused += 1
-                            break
-                    self.retries += 1
-                    with self._cond:
-                        if self._stop:
-                            return
-                        self._cond.wait(delay)
-                    delay = min(MAX_DELAY, delay * 2)
-                with self._cond:
-                    self._queue.popleft()
-                    self._busy = False
-                    self._cond.notify_all()
+                try:
+                    if not self._deliver(http, item, number):
+                        return  # stopped while retrying
+                finally:
+                    with self._work:
+                        self._in_flight -= 1
+                        if not self._queue and not self._in_flight:
+                            self._settled.notify_all()
+
+    def _deliver(self, http: httpx.Client, item: _Pending, number: int) -> bool:
+        """Post one announcement until it is accepted or refused for good; false if stopped."""
+        body = notification(
+            item.rtype, item.rid, item.action, number=number, origin=self.origin, at=item.at
+        )
+        delay = FIRST_DELAY
+        refusals = 0
+        while True:
+            try:
+                status = http.post(self.url, content=body).status_code
+            except httpx.HTTPError:
+                status = 0  # down or unreachable: retried until it is back
+            if status in SUCCESS:
+                with self._work:
+                    self.sent += 1
+                return True
+            if 400 <= status < 500 and status not in (408, 429):
+                refusals += 1
+                if refusals >= REFUSED_ATTEMPTS:
+                    with self._work:
+                        self.refused += 1
+                    return True
+            with self._work:
+                self.retries += 1
+            if self._halt.wait(delay):
+                return False
+            delay = min(MAX_DELAY, delay * 2)

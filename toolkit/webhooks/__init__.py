@@ -8,6 +8,8 @@ record. This module receives them and keeps a :mod:`toolkit.store` current::
 
     POST /<any path> --(auth header? JSON? ids the client accepts? worker up? room?)-->
          .webhooks/queue/<key>-<first>-<seq>-<n>e-<bytes>b-<rand>.json (fsynced) --> 202
+         (deliveries arriving together are written as one group: one file, one file
+         fsync, one folder fsync, then every one of them hears 202)
     supervised worker: due queue files --(GET /main/<type>/<id>, one per changed record)-->
          toolkit.store.apply_changes (newest meta.lastUpdated wins) --> queue file removed
          a failed read: that change queued again with backoff; past the bound: .webhooks/dead/

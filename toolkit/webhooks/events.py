@@ -38,8 +38,9 @@ MAX_BATCH_EVENTS = 500
 
 
 FILE_EVENTS = 500
-"""Changes per queue file: a large notification is split, so a batch holds at most
-about twice :data:`MAX_BATCH_EVENTS` (each file costs two fsyncs before the 202)."""
+"""Changes per queue file: a large notification (or a group of notifications written
+together) is split, so a batch holds at most about twice :data:`MAX_BATCH_EVENTS`
+(each file costs one fsync before the 202, each group one more for the folder)."""
 
 
 APPLIED_MARKS = 10_000
