@@ -353,7 +353,8 @@ def listen_command(
     """Receive webhooks and keep a Parquet store current until Ctrl-C.
 
     An authentication header is required (PM_WEBHOOK_AUTH='NAME: VALUE'); --status
-    and --retry-dead look at the store's queue and exit.
+    and --retry-dead look at the store's queue and exit. --output json writes JSON
+    Lines while receiving, and one JSON document for --status and --retry-dead.
     """
     from toolkit.errors import ConfigurationError, PmtkError
     from toolkit.store import NotAStore, StoreLinked, WrongDeployment
