@@ -31,7 +31,7 @@ CLAIMS: dict[tuple[str, str], str] = {
     ("notebooks.md", "the roles frame has no column"): "an example message (tests/analysis)",
     ("notebooks.md", "ipykernel has no reason"): "third party (ipykernel)",
     ("store.md", "it has no pmtk manifest.json"): "an example message (tests/store/test_safety.py)",
-    ("store.md", "of a type pmtk has no view of is accepted"): "test_invoice_is_stored_and_its_events_applied",  # noqa: E501
+    ("store.md", "of a type pmtk has no view of is accepted"): "test_an_event_of_a_type_without_a_view_is_accepted_logged_and_not_queued",  # noqa: E501
     ("store.md", "A store that holds no data yet"): "tests/store (identity)",
     ("views.md", "as the text has no offset"): "tests/frames (dates)",
     ("store.md", "only events ever wrote has no high-water mark"): "tests/store/test_sync.py",
@@ -79,6 +79,106 @@ def test_invoice_is_stored_and_its_events_applied(mock_deployment: Any, tmp_path
         invoices.height
     )
     assert "Invoice" in views.VIEWS  # the listener applies the events of every viewed type
+
+
+def _files(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (hidden ones too) and its sha256."""
+    import hashlib
+
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_an_event_of_a_type_without_a_view_is_accepted_logged_and_not_queued(
+    mock_deployment: Any, tmp_path: Path
+) -> None:
+    """docs/store.md: "an event of a type pmtk has no view of is accepted (202), logged
+    and not queued", by the real ``pmtk listen`` over loopback HTTP."""
+    import json
+    import os
+    import subprocess
+
+    import httpx
+
+    import toolkit
+    from tests.listen.test_command_output import PMTK, Piped
+    from toolkit import views
+    from toolkit.store import sync
+
+    dep = mock_deployment
+    dep.reset_rate_limit()
+    assert "Encounter" not in views.VIEWS  # FHIR's Encounter: a type pmtk has no view of
+    store = tmp_path / "store"
+    with toolkit.connect(
+        base_url=dep.base_url, client_id=dep.client_id, client_secret=dep.client_secret
+    ) as client:
+        sync(client, store, resources=["Patient"], progress=False)
+    secret = "hook-value-for-the-claim-42"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PM_", "NO_COLOR"))}
+    env.update(
+        PM_CLIENT_ID=dep.client_id,
+        PM_CLIENT_SECRET=dep.client_secret,
+        PM_USER_AGENT="pmtk tests (tests@example.org)",
+        PM_WEBHOOK_AUTH=f"Authorization: Bearer {secret}",
+    )
+    # The notification as public-docs-facts.md "Events" gives it: a history Bundle whose
+    # first entry is a SubscriptionStatus, notificationEvent[].focus naming the record.
+    body = {
+        "resourceType": "Bundle",
+        "type": "history",
+        "timestamp": "2026-11-26T03:00:00Z",
+        "entry": [
+            {
+                "resource": {
+                    "resourceType": "SubscriptionStatus",
+                    "status": "active",
+                    "type": "event-notification",
+                    "notificationEvent": [
+                        {
+                            "eventNumber": "1",
+                            "timestamp": "2026-11-26T03:00:00Z",
+                            "focus": {
+                                "reference": "https://au-api.halaxy.com/main/Encounter/enc-77"
+                            },
+                        }
+                    ],
+                }
+            }
+        ],
+    }
+    args = ["listen", "--store", str(store), "--port", "0", "--no-catch-up"]
+    with Piped([*args, "--base-url", dep.base_url], env) as run:
+        line = run.wait_for(run.out, lambda text: text.startswith("webhook URL: "))
+        url = line.split(": ", 1)[1]
+        before = _files(store)  # the queue folders exist once the receiver runs
+        answer = httpx.post(
+            url,
+            content=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {secret}"},
+            trust_env=False,
+            timeout=30,
+        )
+        assert answer.status_code == 202, answer.text  # accepted
+        logged = run.wait_for(run.err, lambda text: "Encounter/enc-77" in text)
+        port = url.split(":")[2].split("/")[0]
+        status = subprocess.run(
+            [PMTK, *args[:3], "--status", "--port", port, "--output", "json"],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr
+    assert logged == (
+        "pmtk listen: accepted Encounter/enc-77 (change) but not applied: "
+        "pmtk keeps no Encounter table"
+    )
+    report = json.loads(status.stdout)["status"]
+    assert report["worker"] == "running" and report["received"] == 1  # it was this receiver
+    assert report["queue"]["events"] == 0 and report["queue"]["waiting_for_sync"] == {}
+    for folder in ("queue", "waiting", "dead"):  # not queued, not parked, not dead
+        assert not any((store / ".webhooks" / folder).glob("*")), folder
+    assert _files(store) == before  # nothing in the store changed
 
 
 def test_the_mock_has_no_patient_or_invoice_writes(mock_deployment: Any) -> None:

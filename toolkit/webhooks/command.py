@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +13,18 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from toolkit._cli import is_plain
 from toolkit._options import BaseUrl, ClientId, ClientSecret, connection_settings
 from toolkit._protocol import Limits, guarded_protocol
 from toolkit._serving import start, until_interrupted
+from toolkit.webhooks._output import (
+    JsonLines,
+    LineHandler,
+    banner_json,
+    banner_lines,
+    echo_json,
+    print_lines,
+)
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE_BYTES
 from toolkit.webhooks.listener import (
     DEFAULT_MAX_AGE,
@@ -249,6 +259,8 @@ def _receiver_config(
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # if h11 is ever chosen
         server_header=False,
+        # uvicorn's own lines (on stderr) in colour only where pmtk's are (NO_COLOR, a pipe)
+        use_colors=None if not is_plain(sys.stderr) else False,
     )
 
 
@@ -310,6 +322,14 @@ Status = Annotated[
 RetryDead = Annotated[
     bool, typer.Option("--retry-dead", help="Queue the dead letters again, then exit.")
 ]
+Output = Annotated[
+    str,
+    typer.Option(
+        "--output",
+        help="'text' (lines for a person, plain on a pipe) or 'json' (JSON Lines while "
+        "running; one document for --status and --retry-dead).",
+    ),
+]
 
 
 def listen_command(
@@ -328,23 +348,26 @@ def listen_command(
     max_attempts: MaxAttempts = DEFAULT_MAX_ATTEMPTS,
     status: Status = False,
     retry_dead: RetryDead = False,
+    output: Output = "text",
 ) -> None:
     """Receive webhooks and keep a Parquet store current until Ctrl-C.
 
     An authentication header is required (PM_WEBHOOK_AUTH='NAME: VALUE'); --status
-    and --retry-dead look at the store's queue and exit.
+    and --retry-dead look at the store's queue and exit. --output json writes JSON
+    Lines while receiving, and one JSON document for --status and --retry-dead.
     """
     from toolkit.errors import ConfigurationError, PmtkError
     from toolkit.store import NotAStore, StoreLinked, WrongDeployment
 
+    if output not in ("text", "json"):
+        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
     if status or retry_dead:
         from toolkit.store.identity import default_store
 
         folder = Path(default_store()) if store is None else store
-        _inspect(folder, port, host, status=status, retry_dead=retry_dead)
+        _inspect(folder, port, host, status=status, retry_dead=retry_dead, output=output)
         return
-    logging.basicConfig(level=logging.INFO, format="pmtk listen: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per GET is noise
+    lines = _log_to(output)
     try:
         header = AuthHeader.parse(auth_header) if auth_header else None
         check_auth(header, no_auth, host)  # before any connection or store write
@@ -374,8 +397,12 @@ def listen_command(
                 max_attempts=max_attempts,
             ) as listener,
         ):
-            _banner(listener.url, listener.store, header)
+            _banner(listener.url, listener.store, header, output=output, catch_up=catch_up)
+            if isinstance(lines, JsonLines):
+                lines.flush_held()
             until_interrupted("listening")
+        if output == "json":  # the worker has stopped: nothing is logged after this line
+            echo_json({"event": "stopped", "status": listener.status()})
     except (ConfigurationError, NotAStore, StoreLinked, WrongDeployment) as exc:
         # refused before serving: a usage error, exit 2 as pmtk sync
         typer.echo(f"error: {exc}", err=True)
@@ -385,16 +412,37 @@ def listen_command(
         raise typer.Exit(1) from None
 
 
-def _banner(url: str, store: Path, header: AuthHeader | None) -> None:
+def _log_to(output: str) -> logging.Handler:
+    """Send the receiver's log records where ``output`` says: stderr lines, or JSON Lines."""
+    handler: logging.Handler = JsonLines() if output == "json" else LineHandler()
+    root = logging.getLogger()
+    for old in list(root.handlers):  # an earlier run's in this process: one line per record
+        if isinstance(old, JsonLines | LineHandler):
+            root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per GET is noise
+    return handler
+
+
+def _banner(
+    url: str, store: Path, header: AuthHeader | None, *, output: str = "text", catch_up: bool
+) -> None:
     """Where the receiver listens, the store it keeps and its authentication (never the value)."""
-    typer.echo(f"webhook URL: {url}")
-    typer.echo(f"store:       {store}")
-    shown = f"{header.name} (value hidden)" if header else "none (--no-auth: any caller accepted)"
-    typer.echo(f"auth header: {shown}")
+    if output == "json":
+        echo_json(banner_json(url, store, header, catch_up=catch_up))
+    else:
+        print_lines(banner_lines(url, store, header))
 
 
-def _inspect(store: Path, port: int, host: str, *, status: bool, retry_dead: bool) -> None:
-    """``--retry-dead`` then ``--status``: from the running receiver if it answers, else disk."""
+def _inspect(
+    store: Path, port: int, host: str, *, status: bool, retry_dead: bool, output: str = "text"
+) -> None:
+    """``--retry-dead`` then ``--status``: from the running receiver if it answers, else disk.
+
+    With ``output="json"``, one document: ``{"retry_dead": {...}, "status": {...}}``,
+    each key present when asked for.
+    """
     from toolkit.store import NotAStore, _claim
 
     if not store.is_dir():
@@ -405,15 +453,33 @@ def _inspect(store: Path, port: int, host: str, *, status: bool, retry_dead: boo
     except NotAStore as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    document: dict[str, Any] = {}
     if retry_dead:
-        requeued, kept = EventQueue(store).requeue_dead()
-        typer.echo(f"requeued {requeued} dead letter(s)")
-        if kept:
-            typer.echo(f"{kept} unreadable file(s) left in {store / '.webhooks' / 'dead'}")
+        queue = EventQueue(store)
+        requeued, kept = queue.requeue_dead()
+        document["retry_dead"] = {
+            "requeued": requeued,
+            "unreadable": kept,
+            "dead_letter_folder": str(queue.dead_dir.resolve()),
+        }
+        if output == "text":
+            typer.echo(f"requeued {requeued} dead letter(s)")
+            if kept:
+                typer.echo(f"{kept} unreadable file(s) left in {queue.dead_dir}")
     if status:
         report = _live_status(store, port, host) or {"worker": "not running", **disk_status(store)}
-        for line in format_status(report):
-            typer.echo(line)
+        document["status"] = report
+        if output == "text":
+            print_lines([_split_label(line) for line in format_status(report)])
+    if output == "json":
+        echo_json(document)
+
+
+def _split_label(line: str) -> tuple[str, str]:
+    """``("queued:       ", "3 change(s), ...")``: the padded label and its value."""
+    label, _, value = line.partition(":")
+    padded = len(label) + 1 + len(value) - len(value.lstrip(" "))
+    return line[:padded], line[padded:]
 
 
 def _live_status(store: Path, port: int, host: str) -> dict[str, Any] | None:
