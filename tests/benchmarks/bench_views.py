@@ -167,6 +167,7 @@ def main() -> None:
     print(f"pmtk {toolkit.__version__}, polars {pl.__version__}; {args.resources:,} Appointments")
     print(
         f"{len(raw)} pages, {sum(map(len, raw)) / 1e6:.1f} MB; speed probe {speed_probe():.0f} ms"
+        f", load average {os.getloadavg()[0]:.1f}"
     )
     folder = None
     if args.sof_js is not None and shutil.which("node"):
@@ -202,7 +203,7 @@ def main() -> None:
             f"speed-up on sof-js (per resource): best {rate / js_rate:.1f}x, "
             f"median of rounds {ratios[len(ratios) // 2]:.1f}x"
         )
-    print(f"speed probe after: {speed_probe():.0f} ms")
+    print(f"speed probe after: {speed_probe():.0f} ms, load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

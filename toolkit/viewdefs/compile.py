@@ -489,7 +489,9 @@ def _binary(node: fp.Binary, scope: Scope) -> Val:
                 right = _map(right, lambda e: e.cast(pl.Float64), pl.Float64())
         elif str(left.dtype) != str(right.dtype):
             raise scope.fail(f"'|' of {_type_name(left.dtype)} and {_type_name(right.dtype)}")
-        union = pl.concat_list([_as_list(left), _as_list(right)]).list.unique(maintain_order=True)
+        # an absent collection is a null list, which would make the whole union null
+        sides = [_as_list(v).fill_null(pl.lit([], dtype=pl.List(v.dtype))) for v in (left, right)]
+        union = pl.concat_list(sides).list.unique(maintain_order=True)
         return Val(union, left.dtype, True)
     raise scope.fail(f"the operator {op!r} is not supported")
 
@@ -499,6 +501,8 @@ def _call(node: fp.Call, scope: Scope) -> Val:
     if name == "ofType":
         return _of_type(node, scope)
     base = compile_node(node.base, scope)
+    if name == "first" and isinstance(node.base, fp.Binary) and node.base.op == "|":
+        return _first_of_union(node.base, base, scope)
     if name == "where":
         return _filter(base, node.args[0], scope, "where")
     if name == "exists":
@@ -557,6 +561,34 @@ def _call(node: fp.Call, scope: Scope) -> Val:
     if name in {"lowBoundary", "highBoundary"}:
         return _boundary(base, name == "highBoundary", scope)
     raise scope.fail(f"the function {name}() is not supported")
+
+
+def _union_branches(node: fp.Node) -> list[fp.Node]:
+    if isinstance(node, fp.Binary) and node.op == "|":
+        return [*_union_branches(node.left), *_union_branches(node.right)]
+    return [node]
+
+
+def _first_of_union(node: fp.Binary, union: Val, scope: Scope) -> Val:
+    """``(a | b | ...).first()`` as the first item of the first branch that has one.
+
+    The same value as the union's first item (removing duplicates never moves the
+    first item), without building a list per row: the declared views' precision
+    columns are such unions of singletons. ``union`` is the compiled union, which
+    has already checked the branches' types and gives the result's type.
+    """
+    if union.empty or not union.many:
+        return union
+    firsts: list[pl.Expr] = []
+    for branch in _union_branches(node):
+        v = compile_node(branch, scope)
+        if v.empty:
+            continue
+        expr = v.expr.list.first() if v.many else v.expr
+        if v.dtype != union.dtype:
+            expr = expr.cast(union.dtype)  # an integer branch of a decimal union
+        firsts.append(expr)
+    return Val(pl.coalesce(firsts), union.dtype, False)
 
 
 def _string_function(name: str, base: Val, node: fp.Call, scope: Scope) -> Val:

@@ -491,6 +491,16 @@ def _root_names(node: fp.Node) -> set[str] | None:
     if isinstance(node, fp.Member):
         return {node.name} if isinstance(node.base, fp.This) else _root_names(node.base)
     if isinstance(node, fp.Call):
+        if (
+            node.name == "ofType"
+            and isinstance(node.base, fp.Member)
+            and isinstance(node.base.base, fp.This)
+            and node.type_args
+            and node.type_args[0]
+        ):
+            # value.ofType(Coding) reads the JSON field valueCoding when there is one
+            tname = node.type_args[0].split(".")[-1]
+            return {node.base.name, node.base.name + tname[:1].upper() + tname[1:]}
         if isinstance(node.base, fp.This):
             known = {"getResourceKey": {"id"}, "extension": {"extension"}}
             return set(known[node.name]) if node.name in known else None

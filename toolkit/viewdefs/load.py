@@ -25,7 +25,8 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections import Counter
-from typing import Any
+from concurrent.futures import Future
+from typing import Annotated, Any
 
 import msgspec
 import orjson
@@ -37,12 +38,20 @@ __all__ = ["read_pages", "read_pages_projected", "read_resources"]
 
 _counter = itertools.count()
 
+_ENCODER = msgspec.json.Encoder()
+
+
+_INT64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+"""An integer Polars' ``Int64`` holds: a bigger one fails the check instead of being lost."""
+
 
 def _msgspec_type(dtype: Any, *, forbid: bool = False) -> Any:
     """The msgspec type that accepts exactly the JSON values Polars read into ``dtype``.
 
     With ``forbid``, an object with a key the schema does not name fails too (at
     every depth): the check of a schema inferred from a sample of the pages.
+    Absent and null fields are omitted when a decoded value is encoded again
+    (:func:`read_pages_reencoded`): Polars reads both as null.
     """
     if isinstance(dtype, type):
         dtype = dtype()
@@ -53,7 +62,12 @@ def _msgspec_type(dtype: Any, *, forbid: bool = False) -> Any:
         ]
         rename = {f"f{i}": f.name for i, f in enumerate(dtype.fields)}
         return msgspec.defstruct(
-            f"S{next(_counter)}", fields, rename=rename, forbid_unknown_fields=forbid
+            f"S{next(_counter)}",
+            fields,
+            rename=rename,
+            forbid_unknown_fields=forbid,
+            omit_defaults=True,
+            gc=False,
         )
     if isinstance(dtype, pl.List):
         return list[_msgspec_type(dtype.inner, forbid=forbid) | None]  # type: ignore[misc]
@@ -62,7 +76,7 @@ def _msgspec_type(dtype: Any, *, forbid: bool = False) -> Any:
     if isinstance(dtype, pl.Boolean):
         return bool
     if isinstance(dtype, pl.Int64 | pl.Int32 | pl.UInt32 | pl.UInt64):
-        return int
+        return _INT64
     if isinstance(dtype, pl.Float64 | pl.Float32):
         return float
     return type(None)  # pl.Null: only nulls were seen
@@ -96,52 +110,216 @@ def _wanted(name: str, roots: set[str]) -> bool:
     )
 
 
+#: The names FHIR gives the types of a choice element ``value[x]`` (``valueCoding``, ...).
+_CHOICE_TYPES = (
+    "Base64Binary",
+    "Boolean",
+    "Canonical",
+    "Code",
+    "Date",
+    "DateTime",
+    "Decimal",
+    "Id",
+    "Instant",
+    "Integer",
+    "Integer64",
+    "Markdown",
+    "Oid",
+    "PositiveInt",
+    "String",
+    "Time",
+    "UnsignedInt",
+    "Uri",
+    "Url",
+    "Uuid",
+    "Address",
+    "Age",
+    "Annotation",
+    "Attachment",
+    "CodeableConcept",
+    "CodeableReference",
+    "Coding",
+    "ContactDetail",
+    "ContactPoint",
+    "Contributor",
+    "Count",
+    "DataRequirement",
+    "Distance",
+    "Dosage",
+    "Duration",
+    "Expression",
+    "ExtendedContactDetail",
+    "HumanName",
+    "Identifier",
+    "Meta",
+    "Money",
+    "ParameterDefinition",
+    "Period",
+    "Quantity",
+    "Range",
+    "Ratio",
+    "RatioRange",
+    "Reference",
+    "RelatedArtifact",
+    "SampledData",
+    "Signature",
+    "Timing",
+    "TriggerDefinition",
+    "UsageContext",
+    "Availability",
+    "VirtualServiceDetail",
+    "MonetaryComponent",
+)
+
+_CHUNK = 2048
+"""Resources encoded and read by Polars together (some 0.5 MB for a view of a few
+fields: larger documents read slower, their working set outgrows the CPU cache)."""
+
+
+def _projected_decoder(resource: pl.Struct, roots: set[str]) -> msgspec.json.Decoder[Any]:
+    """A page decoder that types only the top-level fields a view reads (see below)."""
+    kept = [f for f in resource.fields if f.name == "resourceType" or _wanted(f.name, roots)]
+    seen = {f.name for f in resource.fields}
+    fields: list[tuple[str, Any, Any]] = [
+        (f"f{i}", _msgspec_type(f.dtype, forbid=True) | None, None) for i, f in enumerate(kept)
+    ]
+    rename = {f"f{i}": f.name for i, f in enumerate(kept)}
+    # a field the view reads that the sample never showed (or another type of a choice
+    # element) must be absent or null: a value fails the check instead of being skipped
+    # (a root the sample lacks may be a choice element: each of its JSON names too)
+    missing = {r for r in roots if r not in seen}
+    unseen = sorted(missing | {r + t for r in missing for t in _CHOICE_TYPES} - seen)
+    for j, name in enumerate(unseen):
+        fields.append((f"u{j}", type(None), None))
+        rename[f"u{j}"] = name
+    res = msgspec.defstruct(
+        f"R{next(_counter)}", fields, rename=rename, omit_defaults=True, gc=False
+    )
+    entry: Any = msgspec.defstruct(f"E{next(_counter)}", [("resource", res | None, None)], gc=False)
+    page: Any = msgspec.defstruct(
+        f"P{next(_counter)}",
+        [("resourceType", str), ("entry", list[entry | None] | None, None)],
+        gc=False,
+    )
+    return msgspec.json.Decoder(page)
+
+
+def _read_projected_block(
+    pages: list[bytes], resource_type: str, decoder: msgspec.json.Decoder[Any], schema: pl.Schema
+) -> list[pl.DataFrame] | None:
+    """Check, re-encode and read consecutive pages; None at the first page that fails."""
+    frames: list[pl.DataFrame] = []
+    kept: list[Any] = []
+    for raw in pages:
+        # msgspec checks only the strings it decodes; Polars refuses a page that is not
+        # UTF-8 throughout, which the general path then reports
+        if not raw.isascii():
+            try:
+                raw.decode()
+            except UnicodeDecodeError:
+                return None
+        try:
+            page = decoder.decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        if page.resourceType != "Bundle":
+            return None
+        for entry in page.entry or ():
+            res = None if entry is None else entry.resource
+            if res is not None and res.f0 == resource_type:
+                kept.append(res)
+        if len(kept) >= _CHUNK:
+            frames.append(pl.read_json(_ENCODER.encode(kept), schema=schema))
+            kept = []
+    if kept:
+        frames.append(pl.read_json(_ENCODER.encode(kept), schema=schema))
+    return frames
+
+
+def _sample_schema(pages: list[bytes], roots: set[str]) -> pl.Struct | None:
+    """The Polars type of the fields the view reads, inferred from a sample of the pages.
+
+    msgspec keeps those fields of the sample's resources as raw JSON (the others are
+    skipped unparsed), and Polars infers their types from them. ``resourceType``
+    comes first (the decoder reads the kind as its first field); None when the
+    sample is not a set of Bundles of resources.
+    """
+    names = sorted({"resourceType", *roots} | {r + t for r in roots for t in _CHOICE_TYPES})
+    res = msgspec.defstruct(
+        f"SR{next(_counter)}",
+        [(f"f{i}", msgspec.Raw, None) for i in range(len(names))],
+        rename={f"f{i}": n for i, n in enumerate(names)},
+        omit_defaults=True,
+        gc=False,
+    )
+    entry: Any = msgspec.defstruct(f"SE{next(_counter)}", [("resource", res | None, None)])
+    page: Any = msgspec.defstruct(f"SP{next(_counter)}", [("entry", list[entry] | None, None)])
+    decoder = msgspec.json.Decoder(page)
+    try:
+        resources = [
+            e.resource
+            for raw in _sample(pages)
+            for e in decoder.decode(raw).entry or ()
+            if e.resource
+        ]
+        if not resources:
+            return None
+        sample = pl.read_json(_ENCODER.encode(resources), infer_schema_length=None)
+    except (msgspec.ValidationError, msgspec.DecodeError, pl.exceptions.PolarsError, ValueError):
+        return None
+    fields = dict(sample.schema.items())
+    kind = fields.pop("resourceType", None)
+    if not isinstance(kind, pl.String):
+        return None
+    return pl.Struct({"resourceType": kind, **fields})
+
+
 def read_pages_projected(
     pages: list[bytes], resource_type: str, roots: set[str]
 ) -> pl.DataFrame | None:
     """The fast path of the fast path: only the top-level fields the view reads.
 
-    The schema of those fields is inferred from a sample of the pages; then every
-    page is checked by msgspec against it with unknown keys forbidden below the top
-    level, so a key or a type the sample did not show sends the read to
-    :func:`read_pages` (None). Polars then parses only the projected fields.
+    The schema of those fields is inferred by Polars from a sample of the pages.
+    Every page is then decoded by msgspec into ``Struct`` types of just those
+    fields, exact below the top level (a value of another JSON type, or a key the
+    sample did not show, fails) and with the fields the view reads but the sample
+    never showed required to be absent. A page that fails sends the whole read to
+    :func:`read_pages` (None). What the pages decoded to is written back as JSON
+    arrays of resources, a fraction of the bytes, which Polars reads with the
+    known schema: the values are exactly those of the pages, since each was
+    decoded with the type Polars reads it as. The pages are processed in
+    contiguous blocks on the reader threads of :mod:`toolkit.views` (Polars'
+    read releases the GIL while another block is decoded).
     """
-    try:
-        sample = pl.read_json(b"[" + b",".join(_sample(pages)) + b"]", infer_schema_length=None)
-    except (pl.exceptions.PolarsError, ValueError):
+    resource_dtype = _sample_schema(pages, roots)
+    if resource_dtype is None:
         return None
-    entry_type = sample.schema.get("entry")
-    if not isinstance(entry_type, pl.List) or not isinstance(entry_type.inner, pl.Struct):
-        return None
-    resource_dtype = {f.name: f.dtype for f in entry_type.inner.fields}.get("resource")
-    if not isinstance(resource_dtype, pl.Struct):
-        return None
-    kept = [f for f in resource_dtype.fields if f.name == "resourceType" or _wanted(f.name, roots)]
-    res_fields = [
-        (f"f{i}", _msgspec_type(f.dtype, forbid=True) | None, None) for i, f in enumerate(kept)
+    kept = list(resource_dtype.fields)
+    schema = pl.Schema({f.name: f.dtype for f in kept})
+    decoder = _projected_decoder(resource_dtype, roots)
+    from toolkit.views.reader import _WORKERS, _executor
+
+    size = max(1, -(-len(pages) // _WORKERS))
+    futures: list[Future[list[pl.DataFrame] | None]] = [
+        _executor().submit(
+            _read_projected_block, pages[i : i + size], resource_type, decoder, schema
+        )
+        for i in range(0, len(pages), size)
     ]
-    rename = {f"f{i}": f.name for i, f in enumerate(kept)}
-    res = msgspec.defstruct(f"R{next(_counter)}", res_fields, rename=rename)
-    entry: Any = msgspec.defstruct(f"E{next(_counter)}", [("resource", res | None, None)])
-    page: Any = msgspec.defstruct(
-        f"P{next(_counter)}", [("resourceType", str), ("entry", list[entry] | None, None)]
-    )
-    decoder = msgspec.json.Decoder(page)
-    try:
-        for raw in pages:
-            if decoder.decode(raw).resourceType != "Bundle":
-                return None
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    frames: list[pl.DataFrame] = []
+    failed = False
+    for future in futures:
+        try:
+            block = future.result()
+        except (pl.exceptions.PolarsError, ValueError):  # pragma: no cover - re-encoded exactly
+            block = None
+        if block is None:
+            failed = True
+        else:
+            frames.extend(block)
+    if failed or not frames:
         return None
-    schema = {"entry": pl.List(pl.Struct({"resource": pl.Struct(kept)}))}
-    try:
-        frame = pl.read_json(b"[" + b",".join(pages) + b"]", schema=schema)
-    except (pl.exceptions.PolarsError, ValueError):
-        return None
-    resources = frame.select(
-        pl.col("entry").explode().struct.field("resource").alias("__c")
-    ).drop_nulls()
-    return resources.filter(pl.col("__c").struct.field("resourceType") == resource_type)
+    return pl.concat(frames).select(pl.struct(pl.all()).alias("__c"))
 
 
 def read_pages(pages: list[bytes], resource_type: str) -> pl.DataFrame | None:

@@ -105,7 +105,12 @@ def _own_columns(view: View, node: Select, frame: pl.DataFrame, root: bool) -> p
         out = out.with_columns(pl.col(c.name).list.first() for c in checked)
     temporal = [c for c in node.columns if c.ansi]
     if temporal:
-        out = out.with_columns(_temporal(out.get_column(c.name), c) for c in temporal)
+        # the common forms of every temporal column in one query (Polars runs the
+        # columns in parallel); the values that need more are parsed per column
+        fast = out.select(_temporal_fast(pl.col(c.name), c) for c in temporal)
+        out = out.with_columns(
+            _temporal(out.get_column(c.name), fast.get_column(c.name), c) for c in temporal
+        )
     return out
 
 
@@ -118,27 +123,24 @@ _OFFSETS: dict[str, int] = {"Z": 0} | {
 }
 
 
-def _temporal(text: pl.Series, col: Column) -> pl.Series:
+def _temporal_fast(text: pl.Expr, col: Column) -> pl.Expr:
+    """The common form of a date (``YYYY-MM-DD``) or date-time (see :func:`_temporal`)."""
+    if col.ansi == "Date":
+        return text.str.to_date("%Y-%m-%d", strict=False).alias(col.name)
+    naive = text.str.slice(0, 19).str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False)
+    offset = text.str.slice(19).replace_strict(_OFFSETS, default=None, return_dtype=pl.Int64)
+    return (naive - pl.duration(minutes=offset)).dt.replace_time_zone("UTC").alias(col.name)
+
+
+def _temporal(text: pl.Series, parsed: pl.Series, col: Column) -> pl.Series:
     """A date or date-time column (``ansi/type`` tag) parsed; a value that does not parse raises.
 
-    Date-times are converted to UTC. The common form (``YYYY-MM-DDTHH:MM:SS`` and
-    an offset) is parsed without chrono; the rest (fractions of a second, ...) with
+    Date-times are converted to UTC. ``parsed`` is :func:`_temporal_fast` of
+    ``text``: the common form (``YYYY-MM-DDTHH:MM:SS`` and an offset) parsed
+    without chrono; the rest (fractions of a second, ...) is parsed here with
     ``%+``.
     """
-    if col.ansi == "Date":
-        parsed = text.str.to_date("%Y-%m-%d", strict=False)
-    else:
-        frame = pl.DataFrame({"t": text})
-        naive = (
-            pl.col("t")
-            .str.slice(0, 19)
-            .str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False)
-        )
-        offset = (
-            pl.col("t").str.slice(19).replace_strict(_OFFSETS, default=None, return_dtype=pl.Int64)
-        )
-        fast = (naive - pl.duration(minutes=offset)).dt.replace_time_zone("UTC")
-        parsed = frame.select(fast).to_series()
+    if col.ansi != "Date":
         rows = (parsed.is_null() & text.is_not_null()).arg_true()
         if rows.len():
             exact = text.gather(rows).str.to_datetime(
