@@ -11,6 +11,9 @@ Fixtures (all servers listen on 127.0.0.1 only, on a free port):
     A new deployment with the same options, for tests that write, advance the
     clock, exhaust the rate limit or switch fault profiles (``dep.set_fault``).
     Starts in about 0.2 s.
+``mock_client`` (module)
+    A ``toolkit.Client`` of ``mock_deployment``, unpaced, its rate window emptied
+    first: for tests that read the session mock through the toolkit.
 ``mock_api`` / ``fresh_api`` (function)
     An ``httpx.Client`` whose ``base_url`` is the deployment's ``base_url`` plus
     ``/``, with a valid bearer token, ``Accept: application/fhir+json`` and a
@@ -29,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
+from toolkit.client import Client
 from toolkit.mock import Deployment, serve
 
 USER_AGENT = "pmtk-tests (tests@example.invalid)"
@@ -83,6 +87,21 @@ def fresh_mock() -> Iterator[Deployment]:
     """A new small mock with test controls, for tests that change state."""
     with serve(seed=0, scale="small", test_controls=True) as dep:
         yield dep
+
+
+@pytest.fixture(scope="module")
+def mock_client(mock_deployment: Deployment) -> Iterator[Client]:
+    """An unpaced client of the session's mock (its rate window emptied first)."""
+    mock_deployment.reset_rate_limit()
+    with Client(
+        base_url=mock_deployment.base_url,
+        client_id=mock_deployment.client_id,
+        client_secret=mock_deployment.client_secret,
+        requests_per_minute=None,
+        progress=False,
+    ) as client:
+        assert client.base_url.startswith("http://127.0.0.1:")
+        yield client
 
 
 @pytest.fixture
