@@ -14,6 +14,10 @@ Fixtures (all servers listen on 127.0.0.1 only, on a free port):
 ``mock_client`` (module)
     A ``toolkit.Client`` of ``mock_deployment``, unpaced, its rate window emptied
     first: for tests that read the session mock through the toolkit.
+``mock_visits`` (session)
+    Notebook 03's chain on ``mock_deployment`` (:class:`MockVisits`): the listed
+    Appointment tables and roles, the practice clock, the data's "now" and the
+    visits on each clinic's clock. Read-only.
 ``mock_api`` / ``fresh_api`` (function)
     An ``httpx.Client`` whose ``base_url`` is the deployment's ``base_url`` plus
     ``/``, with a valid bearer token, ``Accept: application/fhir+json`` and a
@@ -25,8 +29,10 @@ Helpers importable by tests: :func:`token_for` (fetch an access token) and
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -102,6 +108,60 @@ def mock_client(mock_deployment: Deployment) -> Iterator[Client]:
     ) as client:
         assert client.base_url.startswith("http://127.0.0.1:")
         yield client
+
+
+@dataclass(frozen=True)
+class MockVisits:
+    """What notebook 03 computes from the session mock, up to the visits."""
+
+    tables: dict[str, Any]
+    """``client.frames("Appointment")``: the Appointment table and its child tables."""
+    roles: Any
+    """``client.frame("PractitionerRole")``."""
+    clock: Any
+    """``analysis.practice_clock`` of the roles the appointments name."""
+    as_of: dt.datetime
+    """``analysis.data_as_of`` of the appointments."""
+    visits: Any
+    """``analysis.appointment_visits`` on each role's clinic clock."""
+
+
+@pytest.fixture(scope="session")
+def mock_visits(mock_deployment: Deployment) -> MockVisits:
+    """Notebook 03's chain, once a session: listed roles, the practice clock, visits."""
+    import polars as pl
+
+    from toolkit import analysis
+
+    mock_deployment.reset_rate_limit()
+    with Client(
+        base_url=mock_deployment.base_url,
+        client_id=mock_deployment.client_id,
+        client_secret=mock_deployment.client_secret,
+        requests_per_minute=None,
+        progress=False,
+    ) as client:
+        orgs = client.frames("Organization")
+        tables = client.frames("Appointment")
+        roles = client.frame("PractitionerRole")
+        participant = tables["appointment_participant"]
+        role_ids = (
+            participant.filter(pl.col("actor_type") == "PractitionerRole")["actor_id"]
+            .unique()
+            .to_list()
+        )
+        clock = analysis.practice_clock(
+            client, orgs["Organization"], orgs["organization_address"], role_ids, roles=roles
+        )
+    as_of = analysis.data_as_of(tables["Appointment"])
+    visits = analysis.appointment_visits(
+        tables["Appointment"],
+        participant,
+        now=as_of,
+        zones=clock.roles,
+        default_zone=clock.default_zone,
+    )
+    return MockVisits(tables=tables, roles=roles, clock=clock, as_of=as_of, visits=visits)
 
 
 @pytest.fixture

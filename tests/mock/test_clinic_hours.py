@@ -15,9 +15,9 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
+from tests.conftest import MockVisits
 from tests.loopback import all_pages
 from toolkit.analysis.clock import zone_for_address
-from toolkit.client import Client
 
 
 def _tail(reference: dict[str, Any]) -> str:
@@ -142,37 +142,15 @@ def test_booking_at_utc_nine_in_sydney_is_off_the_grid(fresh_api: httpx.Client) 
     assert fresh_api.post("Appointment/$book", json=day).status_code == 201
 
 
-def test_notebook_three_pipeline_puts_every_visit_in_working_hours(mock_client: Client) -> None:
+def test_notebook_three_pipeline_puts_every_visit_in_working_hours(
+    mock_visits: MockVisits,
+) -> None:
     """What notebook 03's heatmap computes (``toolkit.analysis``), on the mock's data:
     every appointment at 09:00-16:59 on a weekday of its clinic's clock, in three zones."""
-    import polars as pl
 
     from toolkit import analysis
 
-    tables = mock_client.frames("Appointment")
-    org_tables = mock_client.frames("Organization")
-    roles = mock_client.frame("PractitionerRole")
-    participant = tables["appointment_participant"]
-    role_ids = (
-        participant.filter(pl.col("actor_type") == "PractitionerRole")["actor_id"]
-        .unique()
-        .to_list()
-    )
-    clock = analysis.practice_clock(
-        mock_client,
-        org_tables["Organization"],
-        org_tables["organization_address"],
-        role_ids,
-        roles=roles,
-    )
-    as_of = analysis.data_as_of(tables["Appointment"])
-    visits = analysis.appointment_visits(
-        tables["Appointment"],
-        participant,
-        now=as_of,
-        zones=clock.roles,
-        default_zone=clock.default_zone,
-    )
+    tables, visits = mock_visits.tables, mock_visits.visits
     assert visits.height == tables["Appointment"].height
     assert set(visits["time_zone"]) == {"Australia/Sydney", "Australia/Brisbane", "Australia/Perth"}
     assert visits["hour"].min() == 9 and visits["hour"].max() == 16
