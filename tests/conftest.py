@@ -23,8 +23,9 @@ Fixtures (all servers listen on 127.0.0.1 only, on a free port):
     ``/``, with a valid bearer token, ``Accept: application/fhir+json`` and a
     ``User-Agent``; use relative paths such as ``client.get("Referral")``.
 
-Helpers importable by tests: :func:`token_for` (fetch an access token) and
-:func:`api_client` (build an authenticated client for any deployment).
+Helpers importable by tests: :func:`token_for` (fetch an access token),
+:func:`api_client` (build an authenticated client for any deployment) and
+:func:`toolkit_client` (an unpaced ``toolkit.Client`` of a deployment).
 """
 
 from __future__ import annotations
@@ -81,6 +82,17 @@ def api_client(dep: Deployment, **kwargs: Any) -> httpx.Client:
     )
 
 
+def toolkit_client(dep: Deployment) -> Client:
+    """An unpaced ``toolkit.Client`` of ``dep``."""
+    return Client(
+        base_url=dep.base_url,
+        client_id=dep.client_id,
+        client_secret=dep.client_secret,
+        requests_per_minute=None,
+        progress=False,
+    )
+
+
 @pytest.fixture(scope="session")
 def mock_deployment() -> Iterator[Deployment]:
     """One small mock with test controls for the whole session (treat it as read-only)."""
@@ -99,13 +111,7 @@ def fresh_mock() -> Iterator[Deployment]:
 def mock_client(mock_deployment: Deployment) -> Iterator[Client]:
     """An unpaced client of the session's mock (its rate window emptied first)."""
     mock_deployment.reset_rate_limit()
-    with Client(
-        base_url=mock_deployment.base_url,
-        client_id=mock_deployment.client_id,
-        client_secret=mock_deployment.client_secret,
-        requests_per_minute=None,
-        progress=False,
-    ) as client:
+    with toolkit_client(mock_deployment) as client:
         assert client.base_url.startswith("http://127.0.0.1:")
         yield client
 
@@ -134,13 +140,7 @@ def mock_visits(mock_deployment: Deployment) -> MockVisits:
     from toolkit import analysis
 
     mock_deployment.reset_rate_limit()
-    with Client(
-        base_url=mock_deployment.base_url,
-        client_id=mock_deployment.client_id,
-        client_secret=mock_deployment.client_secret,
-        requests_per_minute=None,
-        progress=False,
-    ) as client:
+    with toolkit_client(mock_deployment) as client:
         orgs = client.frames("Organization")
         tables = client.frames("Appointment")
         roles = client.frame("PractitionerRole")
