@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from toolkit._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
 from toolkit._options import BaseUrl, ClientId, ClientSecret, UserAgent
 from toolkit.config import DEFAULT_USER_AGENT as DEFAULT_UA
 from toolkit.errors import ConfigurationError
@@ -36,21 +37,22 @@ if TYPE_CHECKING:
 
     from contracts.suite import Options
 
-__all__ = ["EXIT_CODES", "ConsoleProgress", "check_command", "run_suite"]
+__all__ = ["VERDICTS", "ConsoleProgress", "check_command", "run_suite"]
 
 SUITE_DIR = Path(__file__).parent
 
-EXIT_CONFORMANT = 0
-EXIT_FINDINGS = 1
-EXIT_NOT_CHECKED = 2
-EXIT_INTERRUPTED = 130
-EXIT_CODES: dict[int, str] = {
+# The numbers are the one table of every pmtk command (toolkit._cli.EXIT_CODES, README
+# "Exit codes"); check only names them and gives each the verdict word it prints.
+EXIT_CONFORMANT = EXIT_OK
+EXIT_FINDINGS = EXIT_FAILED
+EXIT_NOT_CHECKED = EXIT_REFUSED
+VERDICTS: dict[int, str] = {
     EXIT_CONFORMANT: "conformant",
     EXIT_FINDINGS: "findings",
     EXIT_NOT_CHECKED: "not checked",
     EXIT_INTERRUPTED: "interrupted",
 }
-"""Every exit code of ``pmtk check`` and the verdict word printed with it."""
+"""Every exit code of ``pmtk check`` (numbers from ``toolkit._cli``) and its verdict word."""
 
 ERROR_LOG = "pmtk-check-error.log"
 """Written into the report folder (redacted) only when the suite itself broke."""
@@ -400,7 +402,7 @@ def _check(out: Console, err: Console, *, output: str = "text", **settings: Any)
         )
     else:
         _error(err, OUTCOME.reason or "the contract suite could not run")
-    out.print(f"{EXIT_CODES[code]}; total time {elapsed:.1f} s", markup=False, highlight=False)
+    out.print(f"{VERDICTS[code]}; total time {elapsed:.1f} s", markup=False, highlight=False)
     return code
 
 

@@ -11,24 +11,35 @@ Fixtures (all servers listen on 127.0.0.1 only, on a free port):
     A new deployment with the same options, for tests that write, advance the
     clock, exhaust the rate limit or switch fault profiles (``dep.set_fault``).
     Starts in about 0.2 s.
+``mock_client`` (module)
+    A ``toolkit.Client`` of ``mock_deployment``, unpaced, its rate window emptied
+    first: for tests that read the session mock through the toolkit.
+``mock_visits`` (session)
+    Notebook 03's chain on ``mock_deployment`` (:class:`MockVisits`): the listed
+    Appointment tables and roles, the practice clock, the data's "now" and the
+    visits on each clinic's clock. Read-only.
 ``mock_api`` / ``fresh_api`` (function)
     An ``httpx.Client`` whose ``base_url`` is the deployment's ``base_url`` plus
     ``/``, with a valid bearer token, ``Accept: application/fhir+json`` and a
     ``User-Agent``; use relative paths such as ``client.get("Referral")``.
 
-Helpers importable by tests: :func:`token_for` (fetch an access token) and
-:func:`api_client` (build an authenticated client for any deployment).
+Helpers importable by tests: :func:`token_for` (fetch an access token),
+:func:`api_client` (build an authenticated client for any deployment) and
+:func:`toolkit_client` (an unpaced ``toolkit.Client`` of a deployment).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 
+from toolkit.client import Client
 from toolkit.mock import Deployment, serve
 
 USER_AGENT = "pmtk-tests (tests@example.invalid)"
@@ -71,6 +82,17 @@ def api_client(dep: Deployment, **kwargs: Any) -> httpx.Client:
     )
 
 
+def toolkit_client(dep: Deployment) -> Client:
+    """An unpaced ``toolkit.Client`` of ``dep``."""
+    return Client(
+        base_url=dep.base_url,
+        client_id=dep.client_id,
+        client_secret=dep.client_secret,
+        requests_per_minute=None,
+        progress=False,
+    )
+
+
 @pytest.fixture(scope="session")
 def mock_deployment() -> Iterator[Deployment]:
     """One small mock with test controls for the whole session (treat it as read-only)."""
@@ -83,6 +105,63 @@ def fresh_mock() -> Iterator[Deployment]:
     """A new small mock with test controls, for tests that change state."""
     with serve(seed=0, scale="small", test_controls=True) as dep:
         yield dep
+
+
+@pytest.fixture(scope="module")
+def mock_client(mock_deployment: Deployment) -> Iterator[Client]:
+    """An unpaced client of the session's mock (its rate window emptied first)."""
+    mock_deployment.reset_rate_limit()
+    with toolkit_client(mock_deployment) as client:
+        assert client.base_url.startswith("http://127.0.0.1:")
+        yield client
+
+
+@dataclass(frozen=True)
+class MockVisits:
+    """What notebook 03 computes from the session mock, up to the visits."""
+
+    tables: dict[str, Any]
+    """``client.frames("Appointment")``: the Appointment table and its child tables."""
+    roles: Any
+    """``client.frame("PractitionerRole")``."""
+    clock: Any
+    """``analysis.practice_clock`` of the roles the appointments name."""
+    as_of: dt.datetime
+    """``analysis.data_as_of`` of the appointments."""
+    visits: Any
+    """``analysis.appointment_visits`` on each role's clinic clock."""
+
+
+@pytest.fixture(scope="session")
+def mock_visits(mock_deployment: Deployment) -> MockVisits:
+    """Notebook 03's chain, once a session: listed roles, the practice clock, visits."""
+    import polars as pl
+
+    from toolkit import analysis
+
+    mock_deployment.reset_rate_limit()
+    with toolkit_client(mock_deployment) as client:
+        orgs = client.frames("Organization")
+        tables = client.frames("Appointment")
+        roles = client.frame("PractitionerRole")
+        participant = tables["appointment_participant"]
+        role_ids = (
+            participant.filter(pl.col("actor_type") == "PractitionerRole")["actor_id"]
+            .unique()
+            .to_list()
+        )
+        clock = analysis.practice_clock(
+            client, orgs["Organization"], orgs["organization_address"], role_ids, roles=roles
+        )
+    as_of = analysis.data_as_of(tables["Appointment"])
+    visits = analysis.appointment_visits(
+        tables["Appointment"],
+        participant,
+        now=as_of,
+        zones=clock.roles,
+        default_zone=clock.default_zone,
+    )
+    return MockVisits(tables=tables, roles=roles, clock=clock, as_of=as_of, visits=visits)
 
 
 @pytest.fixture

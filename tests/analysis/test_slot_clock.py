@@ -17,7 +17,8 @@ import pytest
 
 from tests.analysis.test_clock import _appointments, _group, _roles
 from tests.analysis.test_clock_mock import _offset_hours
-from toolkit import Client, analysis
+from tests.conftest import MockVisits
+from toolkit import analysis
 
 UTC = dt.UTC
 CLINIC_ZONES = {
@@ -62,29 +63,16 @@ def test_nine_oclock_in_each_clinic_is_one_cell_with_its_count() -> None:
 
 
 def test_the_mock_heatmap_counts_each_appointment_at_its_clinic_hour(
-    mock_client: Client,
+    mock_visits: MockVisits,
 ) -> None:
-    # The notebook's chain: listed roles, the practice clock, visits, the heatmap's cells.
-    orgs = mock_client.frames("Organization")
-    tables = mock_client.frames("Appointment")
-    roles = mock_client.frame("PractitionerRole")
+    # The notebook's chain (listed roles, the practice clock, visits), then the heatmap's cells.
+    tables, roles, as_of, visits = (
+        mock_visits.tables,
+        mock_visits.roles,
+        mock_visits.as_of,
+        mock_visits.visits,
+    )
     participant = tables["appointment_participant"]
-    role_ids = (
-        participant.filter(pl.col("actor_type") == "PractitionerRole")["actor_id"]
-        .unique()
-        .to_list()
-    )
-    clock = analysis.practice_clock(
-        mock_client, orgs["Organization"], orgs["organization_address"], role_ids, roles=roles
-    )
-    as_of = analysis.data_as_of(tables["Appointment"])
-    visits = analysis.appointment_visits(
-        tables["Appointment"],
-        participant,
-        now=as_of,
-        zones=clock.roles,
-        default_zone=clock.default_zone,
-    )
     slots = analysis.outcomes_by_slot(visits)
     got = {(w, h): n for w, h, n in slots.select("weekday", "hour", "appointments").iter_rows()}
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script too
 
-from tests.benchmarks.bench_sync import USER_AGENT, _page_time, _peak_mb, floor_seconds
+from tests.benchmarks.bench_sync import (
+    _page_time,
+    _peak_mb,
+    add_child_options,
+    child_client,
+    floor_seconds,
+    run_child,
+)
 
 RESOURCES = ["Appointment", "Practitioner", "Organization", "PractitionerRole", "HealthcareService"]
 
@@ -43,22 +49,15 @@ def _child(args: argparse.Namespace) -> None:
     # Imports first, so the clock measures the data load, not the interpreter warming up.
     import polars  # noqa: F401
 
+    import toolkit.client
     import toolkit.notebook_data
     import toolkit.schemas
     import toolkit.store
     import toolkit.views  # noqa: F401
-    from toolkit.client import Client
 
     started = time.perf_counter()
     out: dict[str, Any] = {}
-    with Client(
-        base_url=args.base_url,
-        client_id=args.client_id,
-        client_secret=args.client_secret,
-        requests_per_minute=None,
-        user_agent=USER_AGENT,
-        progress=False,
-    ) as client:
+    with child_client(args, rate=None) as client:
         rows = 0
         if args.child == "api":
             for resource in RESOURCES:
@@ -87,27 +86,7 @@ def _child(args: argparse.Namespace) -> None:
 
 
 def _run(dep: Any, kind: str, out: Path) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        kind,
-        "--base-url",
-        dep.base_url,
-        "--client-id",
-        dep.client_id,
-        "--client-secret",
-        dep.client_secret,
-        "--out",
-        str(out),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr)
-        msg = f"child {kind} failed ({done.returncode})"
-        raise SystemExit(msg)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_child(__file__, dep, kind, out)
 
 
 def main() -> None:
@@ -115,10 +94,7 @@ def main() -> None:
     parser.add_argument("--scale", default="large", choices=["small", "medium", "large"])
     parser.add_argument("--rate", type=int, default=500, help="requests/minute for the floor")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--base-url", help=argparse.SUPPRESS)
-    parser.add_argument("--client-id", help=argparse.SUPPRESS)
-    parser.add_argument("--client-secret", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    add_child_options(parser)
     args = parser.parse_args()
     if args.child:
         _child(args)

@@ -43,9 +43,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit import catalogue
+
+if TYPE_CHECKING:
+    from toolkit.client import Client
 
 USER_AGENT = "pmtk-bench (bench@example.invalid)"
 
@@ -67,20 +70,63 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _child(args: argparse.Namespace) -> None:
-    """Run one measured operation and print its figures as JSON."""
+def add_child_options(parser: argparse.ArgumentParser) -> None:
+    """The hidden options a benchmark passes to the child process it measures."""
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    parser.add_argument("--client-id", help=argparse.SUPPRESS)
+    parser.add_argument("--client-secret", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+
+
+def child_client(args: argparse.Namespace, *, rate: int | None) -> Client:
+    """The child's client of the parent's mock, paced at ``rate`` (``None``: unthrottled)."""
     from toolkit.client import Client
 
-    started = time.perf_counter()
-    out: dict[str, Any] = {}
-    with Client(
+    return Client(
         base_url=args.base_url,
         client_id=args.client_id,
         client_secret=args.client_secret,
-        requests_per_minute=args.rate,
+        requests_per_minute=rate,
         user_agent=USER_AGENT,
         progress=False,
-    ) as client:
+    )
+
+
+def run_child(script: str, dep: Any, kind: str, out: Path, *extra: str) -> dict[str, Any]:
+    """Run ``script --child kind`` against ``dep`` in a fresh process; its JSON figures.
+
+    A fresh process, so that the mock (which runs in this one) and earlier runs do not
+    inflate the peak memory it reports.
+    """
+    cmd = [
+        sys.executable,
+        script,
+        "--child",
+        kind,
+        "--base-url",
+        dep.base_url,
+        "--client-id",
+        dep.client_id,
+        "--client-secret",
+        dep.client_secret,
+        "--out",
+        str(out),
+        *extra,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        msg = f"child {kind} failed ({done.returncode})"
+        raise SystemExit(msg)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _child(args: argparse.Namespace) -> None:
+    """Run one measured operation and print its figures as JSON."""
+    started = time.perf_counter()
+    out: dict[str, Any] = {}
+    with child_client(args, rate=args.rate) as client:
         if args.child == "sync":
             from toolkit.store import load, sync
 
@@ -115,31 +161,7 @@ def _child(args: argparse.Namespace) -> None:
 
 
 def _run_child(dep: Any, rate: int, kind: str, out: Path, *, full: bool = False) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        kind,
-        "--base-url",
-        dep.base_url,
-        "--client-id",
-        dep.client_id,
-        "--client-secret",
-        dep.client_secret,
-        "--rate",
-        str(rate),
-        "--out",
-        str(out),
-    ]
-    if full:
-        cmd.append("--full")
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr)
-        msg = f"child {kind} failed ({done.returncode})"
-        raise SystemExit(msg)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_child(__file__, dep, kind, out, "--rate", str(rate), *(["--full"] if full else []))
 
 
 def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -156,16 +178,12 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 def _page_time(dep: Any, samples: int = 40) -> float:
     """Median seconds per list request (a page of 100) on this mock, unthrottled."""
-    from toolkit.client import Client
-
     times: list[float] = []
-    with Client(
-        base_url=dep.base_url,
-        client_id=dep.client_id,
-        client_secret=dep.client_secret,
-        requests_per_minute=None,
-        user_agent=USER_AGENT,
-        progress=False,
+    with child_client(
+        argparse.Namespace(
+            base_url=dep.base_url, client_id=dep.client_id, client_secret=dep.client_secret
+        ),
+        rate=None,
     ) as client:
         client.request("GET", "Appointment", params={"_count": 100})  # token, warm-up
         for i in range(samples):
@@ -231,10 +249,7 @@ def main() -> None:
     parser.add_argument("--scale", default="medium")
     parser.add_argument("--no-large", action="store_true", help="skip the large-scale sync")
     parser.add_argument("--child", choices=("sync", "naive"), help=argparse.SUPPRESS)
-    parser.add_argument("--base-url", help=argparse.SUPPRESS)
-    parser.add_argument("--client-id", help=argparse.SUPPRESS)
-    parser.add_argument("--client-secret", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    add_child_options(parser)
     parser.add_argument("--full", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -19,9 +19,10 @@ import pexpect
 import pytest
 from typer.testing import CliRunner
 
-from contracts.command import EXIT_CODES as CHECK_CODES
+from contracts import command as check
+from contracts.command import VERDICTS as CHECK_CODES
 from tests.conftest import USER_AGENT
-from toolkit._cli import EXIT_CODES
+from toolkit._cli import EXIT_CODES, EXIT_FAILED, EXIT_OK, EXIT_REFUSED
 
 ROOT = Path(__file__).resolve().parents[2]
 PMTK = Path(sys.executable).parent / "pmtk"
@@ -33,6 +34,12 @@ def test_the_readme_documents_the_one_table() -> None:
     codes = [int(c) for c in re.findall(r"^\| `(\d+)` \|", section, re.M)]
     assert codes == sorted(EXIT_CODES), section
     assert set(CHECK_CODES) <= set(EXIT_CODES)  # check's codes mean the same
+    # ... because check takes its numbers from the one table rather than its own.
+    assert (check.EXIT_CONFORMANT, check.EXIT_FINDINGS, check.EXIT_NOT_CHECKED) == (
+        EXIT_OK,
+        EXIT_FAILED,
+        EXIT_REFUSED,
+    )
 
 
 def _run(args: list[str], **env: str) -> Any:

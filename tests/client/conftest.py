@@ -11,6 +11,8 @@ import httpx
 import pytest
 import stamina
 
+from tests.loopback import bundle
+
 SECRET = "s3cret-never-shown-0123456789"
 TOKEN_PREFIX = "tok-never-shown-"
 
@@ -98,26 +100,6 @@ def outcome(status: int, code: str, diagnostics: str, **kw: Any) -> httpx.Respon
         "issue": [{"severity": "error", "code": code, "diagnostics": diagnostics}],
     }
     return httpx.Response(status, json=body, **kw)
-
-
-def bundle(
-    resource_type: str,
-    ids: list[str],
-    *,
-    total: int | None = None,
-    next_url: str | None = None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "resourceType": "Bundle",
-        "type": "searchset",
-        "entry": [{"resource": {"resourceType": resource_type, "id": i}} for i in ids],
-        "link": [{"relation": "self", "url": "x"}],
-    }
-    if total is not None:
-        body["total"] = total
-    if next_url is not None:
-        body["link"].append({"relation": "next", "url": next_url})
-    return body
 
 
 @pytest.fixture

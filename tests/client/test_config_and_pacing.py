@@ -154,7 +154,7 @@ def test_progress_bar_walk_completes_and_summary_is_printable(fake_api, make_bun
     import httpx
 
     fake_api.routes[("GET", "/main/Patient")] = lambda r: httpx.Response(
-        200, json=make_bundle("Patient", ["a", "b"], total=2)
+        200, json=make_bundle(["a", "b"], total=2)
     )
     with fake_api.client(progress=True) as client:
         assert len(list(client.pages("Patient"))) == 1

@@ -219,11 +219,11 @@ def test_relative_and_absolute_next_links_are_followed(fake_api, make_bundle):
         page = request.url.params.get("page", "1")
         if page == "1":
             assert request.url.params["_count"] == "100"
-            body = make_bundle("Patient", ["a", "b"], total=5, next_url="/main/Patient?page=2")
+            body = make_bundle(["a", "b"], total=5, next_url="/main/Patient?page=2")
         elif page == "2":
-            body = make_bundle("Patient", ["c", "d"], total=5, next_url="Patient?page=3")
+            body = make_bundle(["c", "d"], total=5, next_url="Patient?page=3")
         else:
-            body = make_bundle("Patient", ["e"], total=5)
+            body = make_bundle(["e"], total=5)
         return httpx.Response(200, json=body)
 
     fake_api.routes[("GET", "/main/Patient")] = pages
@@ -238,9 +238,9 @@ def test_relative_and_absolute_next_links_are_followed(fake_api, make_bundle):
 def test_next_link_back_to_a_read_page_raises_paging_loop(fake_api, make_bundle):
     def pages(request: httpx.Request) -> httpx.Response:
         if request.url.params.get("page") == "2":
-            body = make_bundle("Patient", ["c"], total=9, next_url=f"{BASE}/Patient?_count=100")
+            body = make_bundle(["c"], total=9, next_url=f"{BASE}/Patient?_count=100")
         else:
-            body = make_bundle("Patient", ["a", "b"], total=9, next_url=f"{BASE}/Patient?page=2")
+            body = make_bundle(["a", "b"], total=9, next_url=f"{BASE}/Patient?page=2")
         return httpx.Response(200, json=body)
 
     fake_api.routes[("GET", "/main/Patient")] = pages
@@ -253,7 +253,7 @@ def test_page_repeating_every_id_raises_paging_loop(fake_api, make_bundle):
         page = int(request.url.params.get("page", "1"))
         return httpx.Response(
             200,
-            json=make_bundle("Patient", ["a", "b"], total=9, next_url=f"Patient?page={page + 1}"),
+            json=make_bundle(["a", "b"], total=9, next_url=f"Patient?page={page + 1}"),
         )
 
     fake_api.routes[("GET", "/main/Patient")] = pages
@@ -265,8 +265,8 @@ def test_page_repeating_every_id_raises_paging_loop(fake_api, make_bundle):
 def test_duplicate_ids_across_pages_raise_incomplete_result(fake_api, make_bundle):
     def pages(request: httpx.Request) -> httpx.Response:
         if request.url.params.get("page") == "2":
-            return httpx.Response(200, json=make_bundle("Patient", ["b", "c"], total=4))
-        body = make_bundle("Patient", ["a", "b"], total=4, next_url="Patient?page=2")
+            return httpx.Response(200, json=make_bundle(["b", "c"], total=4))
+        body = make_bundle(["a", "b"], total=4, next_url="Patient?page=2")
         return httpx.Response(200, json=body)
 
     fake_api.routes[("GET", "/main/Patient")] = pages
@@ -278,7 +278,7 @@ def test_duplicate_ids_across_pages_raise_incomplete_result(fake_api, make_bundl
 
 def test_walk_short_of_bundle_total_raises_incomplete_result(fake_api, make_bundle):
     fake_api.routes[("GET", "/main/Patient")] = lambda r: httpx.Response(
-        200, json=make_bundle("Patient", ["a", "b"], total=7)
+        200, json=make_bundle(["a", "b"], total=7)
     )
     with fake_api.client() as client, pytest.raises(IncompleteResult) as info:
         list(client.pages("Patient"))
@@ -289,7 +289,7 @@ def test_error_answer_mid_walk_raises_instead_of_stopping(fake_api, make_bundle,
     def pages(request: httpx.Request) -> httpx.Response:
         if request.url.params.get("page") == "2":
             return make_outcome(400, "invalid", "bad page")
-        return httpx.Response(200, json=make_bundle("Patient", ["a"], next_url="Patient?page=2"))
+        return httpx.Response(200, json=make_bundle(["a"], next_url="Patient?page=2"))
 
     fake_api.routes[("GET", "/main/Patient")] = pages
     with fake_api.client() as client:
@@ -316,10 +316,8 @@ def test_dropped_connection_mid_page_is_retried_without_duplicates(fake_api, mak
             return httpx.Response(200, content=b'{"resourceType": "Bundle", "entr')
         page = request.url.params.get("page", "1")
         if page == "1":
-            return httpx.Response(
-                200, json=make_bundle("Patient", ["a"], total=2, next_url="Patient?page=2")
-            )
-        return httpx.Response(200, json=make_bundle("Patient", ["b"], total=2))
+            return httpx.Response(200, json=make_bundle(["a"], total=2, next_url="Patient?page=2"))
+        return httpx.Response(200, json=make_bundle(["b"], total=2))
 
     fake_api.routes[("GET", "/main/Patient")] = pages
     with fake_api.client() as client:

@@ -58,15 +58,9 @@ def test_a_bad_errors_option_is_refused_before_the_walk() -> None:
     assert seen == []
 
 
-def test_raw_params_pass_unchecked_as_the_escape_hatch(mock_deployment) -> None:
-    with Client(
-        mock_deployment.base_url,
-        mock_deployment.client_id,
-        mock_deployment.client_secret,
-        progress=False,
-    ) as client:
-        some = client.frame("Appointment", date="ge2026-11-01")
-        same = client.frame("Appointment", params={"date": "ge2026-11-01"})
-        everything = client.frame("Appointment")
+def test_raw_params_pass_unchecked_as_the_escape_hatch(mock_client: Client) -> None:
+    some = mock_client.frame("Appointment", date="ge2026-11-01")
+    same = mock_client.frame("Appointment", params={"date": "ge2026-11-01"})
+    everything = mock_client.frame("Appointment")
     assert some.height == same.height
     assert 0 < some.height < everything.height

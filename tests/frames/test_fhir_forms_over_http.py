@@ -8,8 +8,6 @@ so the client walks ``next`` links and every page is read on its own.
 
 from __future__ import annotations
 
-import threading
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +15,9 @@ from typing import Any
 
 import polars as pl
 import pytest
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 import tests.frames.fhir_r4_forms as forms
+from tests.loopback import paged_api, serve
 from toolkit.client import Client
 from toolkit.schemas import PmtkDataWarning
 
@@ -37,57 +31,16 @@ RECORDS: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def _app(base: list[str]) -> Starlette:
-    async def token(request: Request) -> Response:
-        body = await request.json()
-        if body.get("client_secret") != SECRET or body.get("client_id") != CLIENT_ID:
-            return JSONResponse({"error": "invalid_client"}, status_code=401)
-        return JSONResponse({"token_type": "Bearer", "expires_in": 3600, "access_token": TOKEN})
-
-    async def listing(request: Request) -> Response:
-        if request.headers.get("authorization") != f"Bearer {TOKEN}":
-            outcome = {"resourceType": "OperationOutcome", "issue": [{"severity": "error"}]}
-            return JSONResponse(outcome, status_code=401)
-        kind = request.path_params["kind"]
-        records = RECORDS[kind]
-        number = int(request.query_params.get("page", "1"))
-        links = [{"relation": "self", "url": f"{base[0]}/{kind}?page={number}"}]
-        if number < len(records):
-            links.append({"relation": "next", "url": f"{base[0]}/{kind}?page={number + 1}"})
-        page = {
-            **forms.bundle(*records[number - 1 : number]),
-            "total": len(records),
-            "link": links,
-        }
-        return JSONResponse(page, media_type="application/fhir+json")
-
-    return Starlette(
-        routes=[
-            Route("/main/oauth/token", token, methods=["POST"]),
-            Route("/main/{kind}", listing, methods=["GET"]),
-        ]
-    )
-
-
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
-    base: list[str] = []
-    server = uvicorn.Server(
-        uvicorn.Config(_app(base), host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    app = paged_api(
+        lambda kind: forms.bundle(*RECORDS[kind])["entry"],
+        client_id=CLIENT_ID,
+        secret=SECRET,
+        token=TOKEN,
     )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started
-    port = server.servers[0].sockets[0].getsockname()[1]
-    base.append(f"http://127.0.0.1:{port}/main")
-    try:
-        yield base[0]
-    finally:
-        server.should_exit = True
-        thread.join()
+    with serve(app) as port:
+        yield f"http://127.0.0.1:{port}/main"
 
 
 @pytest.fixture

@@ -8,20 +8,14 @@ not by pmtk's mock) as paged Bundles behind the OAuth token endpoint.
 from __future__ import annotations
 
 import json
-import threading
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
+from tests.loopback import paged_api, serve
 from toolkit import catalogue
 from toolkit.client import Client
 from toolkit.errors import DataValidationError
@@ -31,62 +25,17 @@ CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "live_shapes"
 CLIENT_ID, SECRET, TOKEN = "live-client", "live-secret-never-shown", "live-token-never-shown"
 
 
-def _app(base: list[str]) -> Starlette:
-    """Each corpus page served one entry per page, so that the client walks ``next`` links."""
-
-    async def token(request: Request) -> Response:
-        body = await request.json()
-        if body.get("client_secret") != SECRET or body.get("client_id") != CLIENT_ID:
-            return JSONResponse({"error": "invalid_client"}, status_code=401)
-        return JSONResponse({"token_type": "Bearer", "expires_in": 3600, "access_token": TOKEN})
-
-    async def listing(request: Request) -> Response:
-        if request.headers.get("authorization") != f"Bearer {TOKEN}":
-            outcome = {"resourceType": "OperationOutcome", "issue": [{"severity": "error"}]}
-            return JSONResponse(outcome, status_code=401)
-        kind = request.path_params["kind"]
-        bundle = json.loads((CORPUS / f"{kind}.json").read_bytes())
-        entries = bundle["entry"]
-        number = int(request.query_params.get("page", "1"))
-        links = [{"relation": "self", "url": f"{base[0]}/{kind}?page={number}"}]
-        if number < len(entries):
-            links.append({"relation": "next", "url": f"{base[0]}/{kind}?page={number + 1}"})
-        page = {
-            "resourceType": "Bundle",
-            "type": "searchset",
-            "total": len(entries),
-            "link": links,
-            "entry": entries[number - 1 : number],
-        }
-        return JSONResponse(page, media_type="application/fhir+json")
-
-    return Starlette(
-        routes=[
-            Route("/main/oauth/token", token, methods=["POST"]),
-            Route("/main/{kind}", listing, methods=["GET"]),
-        ]
-    )
-
-
 @pytest.fixture(scope="module")
 def live_like() -> Iterator[str]:
-    base: list[str] = []
-    server = uvicorn.Server(
-        uvicorn.Config(_app(base), host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started
-    port = server.servers[0].sockets[0].getsockname()[1]
-    base.append(f"http://127.0.0.1:{port}/main")
-    try:
-        yield base[0]
-    finally:
-        server.should_exit = True
-        thread.join()
+    """Each corpus page served one entry per page, so that the client walks ``next`` links."""
+
+    def entries_of(kind: str) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = json.loads((CORPUS / f"{kind}.json").read_bytes())["entry"]
+        return entries
+
+    app = paged_api(entries_of, client_id=CLIENT_ID, secret=SECRET, token=TOKEN)
+    with serve(app) as port:
+        yield f"http://127.0.0.1:{port}/main"
 
 
 @pytest.fixture

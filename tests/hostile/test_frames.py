@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.hostile.conftest import SECRET, bundle
+from tests.hostile.conftest import SECRET
+from tests.loopback import bundle
 from toolkit.client import Client
 from toolkit.errors import IncompleteResult, MalformedPage, PageLimitExceeded
 

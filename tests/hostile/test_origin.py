@@ -12,7 +12,8 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from tests.hostile.conftest import SECRET, TOKEN, Recorder, api_app, bundle, serve
+from tests.hostile.conftest import SECRET, TOKEN, Recorder, api_app, serve
+from tests.loopback import bundle
 from toolkit.client import Client
 from toolkit.errors import ForeignLink, RedirectRefused
 from toolkit.http import GuardedTransport, Origin

@@ -14,7 +14,8 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tests.hostile.conftest import SECRET, TOKEN, Recorder, api_app, bundle, serve
+from tests.hostile.conftest import SECRET, TOKEN, Recorder, api_app, serve
+from tests.loopback import bundle
 from toolkit.client import Client
 from toolkit.errors import RedirectRefused
 from toolkit.http import MAX_REDIRECTS

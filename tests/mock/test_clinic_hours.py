@@ -15,19 +15,9 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
+from tests.conftest import MockVisits
+from tests.loopback import all_pages
 from toolkit.analysis.clock import zone_for_address
-
-
-def _all(api: httpx.Client, path: str, **params: Any) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    url: str | None = path
-    query: dict[str, Any] | None = {"_count": 100, **params}
-    while url is not None:
-        body = api.get(url, params=query).json()
-        out += [e["resource"] for e in body.get("entry", [])]
-        url = next((x["url"] for x in body["link"] if x["relation"] == "next"), None)
-        query = None
-    return out
 
 
 def _tail(reference: dict[str, Any]) -> str:
@@ -37,10 +27,12 @@ def _tail(reference: dict[str, Any]) -> str:
 def role_zones(api: httpx.Client) -> dict[str, ZoneInfo]:
     """Each group role's time zone, from its clinic's served address."""
     clinics = {
-        o["id"]: o["address"][0] for o in _all(api, "Organization") if o["id"].startswith("CL-")
+        o["id"]: o["address"][0]
+        for o in all_pages(api, "Organization")
+        if o["id"].startswith("CL-")
     }
     out: dict[str, ZoneInfo] = {}
-    for role in _all(api, "PractitionerRole"):
+    for role in all_pages(api, "PractitionerRole"):
         if "organization" in role and _tail(role["organization"]) in clinics:
             addr = clinics[_tail(role["organization"])]
             out[role["id"]] = ZoneInfo(zone_for_address(addr.get("state"), addr.get("country")))
@@ -65,7 +57,7 @@ def test_slots_and_appointments_fall_in_their_clinics_local_hours(mock_api: http
         "Australia/Brisbane",
         "Australia/Perth",
     }
-    appointments = _all(mock_api, "Appointment")
+    appointments = all_pages(mock_api, "Appointment")
     outside = []
     for a in appointments:
         role = next(
@@ -77,7 +69,7 @@ def test_slots_and_appointments_fall_in_their_clinics_local_hours(mock_api: http
             outside.append((a["id"], role, a["start"]))
     assert appointments and outside == []
     week = {"start": "ge2026-11-23T00:00:00Z", "end": "le2026-11-28T00:00:00Z"}
-    slots = _all(mock_api, "Slot", **week)
+    slots = all_pages(mock_api, "Slot", **week)
     assert slots
     for s in slots:
         assert _in_hours(s["start"], s["end"], zones[_tail(s["practitionerRole"])]), s
@@ -85,7 +77,7 @@ def test_slots_and_appointments_fall_in_their_clinics_local_hours(mock_api: http
 
 def test_find_proposes_only_working_hours_on_each_clock(mock_api: httpx.Client) -> None:
     zones = role_zones(mock_api)
-    proposals = _all(
+    proposals = all_pages(
         mock_api,
         "Appointment/$find",
         start="2026-11-20T00:00:00Z",
@@ -97,7 +89,7 @@ def test_find_proposes_only_working_hours_on_each_clock(mock_api: httpx.Client) 
         assert _in_hours(p["start"], p["end"], zones[_tail(p["participant"][0]["actor"])]), p
     # no night slots: nothing proposed at 03:00 in Sydney (16:00 UTC the day before)
     sydney = [r for r, z in zones.items() if z.key == "Australia/Sydney"]
-    night = _all(
+    night = all_pages(
         mock_api,
         "Appointment/$find",
         start="2026-11-23T14:00:00Z",
@@ -138,7 +130,7 @@ def test_booking_at_utc_nine_in_sydney_is_off_the_grid(fresh_api: httpx.Client) 
     role = next(r for r, z in zones.items() if z.key == "Australia/Sydney")
     night = book_body(role, "2026-11-23T09:00:00Z", "2026-11-23T09:30:00Z")
     assert fresh_api.post("Appointment/$book", json=night).status_code == 409
-    proposal = _all(
+    proposal = all_pages(
         fresh_api,
         "Appointment/$find",
         start="2026-11-23T00:00:00Z",
@@ -151,46 +143,14 @@ def test_booking_at_utc_nine_in_sydney_is_off_the_grid(fresh_api: httpx.Client) 
 
 
 def test_notebook_three_pipeline_puts_every_visit_in_working_hours(
-    mock_deployment: Any,
+    mock_visits: MockVisits,
 ) -> None:
     """What notebook 03's heatmap computes (``toolkit.analysis``), on the mock's data:
     every appointment at 09:00-16:59 on a weekday of its clinic's clock, in three zones."""
-    import polars as pl
 
     from toolkit import analysis
-    from toolkit.client import Client
 
-    mock_deployment.reset_rate_limit()
-    with Client(
-        mock_deployment.base_url,
-        mock_deployment.client_id,
-        mock_deployment.client_secret,
-        progress=False,
-    ) as client:
-        tables = client.frames("Appointment")
-        org_tables = client.frames("Organization")
-        roles = client.frame("PractitionerRole")
-        participant = tables["appointment_participant"]
-        role_ids = (
-            participant.filter(pl.col("actor_type") == "PractitionerRole")["actor_id"]
-            .unique()
-            .to_list()
-        )
-        clock = analysis.practice_clock(
-            client,
-            org_tables["Organization"],
-            org_tables["organization_address"],
-            role_ids,
-            roles=roles,
-        )
-        as_of = analysis.data_as_of(tables["Appointment"])
-        visits = analysis.appointment_visits(
-            tables["Appointment"],
-            participant,
-            now=as_of,
-            zones=clock.roles,
-            default_zone=clock.default_zone,
-        )
+    tables, visits = mock_visits.tables, mock_visits.visits
     assert visits.height == tables["Appointment"].height
     assert set(visits["time_zone"]) == {"Australia/Sydney", "Australia/Brisbane", "Australia/Perth"}
     assert visits["hour"].min() == 9 and visits["hour"].max() == 16

@@ -14,21 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.loopback import all_pages
 from toolkit.client import Client
 from toolkit.errors import IgnoredFilter
-from toolkit.mock import Deployment
-
-
-def _all(api: httpx.Client, path: str, **params: Any) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    url: str | None = path
-    query: dict[str, Any] | None = {"_count": 100, **params}
-    while url is not None:
-        body = api.get(url, params=query).json()
-        out += [e["resource"] for e in body.get("entry", [])]
-        url = next((x["url"] for x in body["link"] if x["relation"] == "next"), None)
-        query = None
-    return out
 
 
 def _self(body: dict[str, Any]) -> httpx.URL:
@@ -40,7 +28,7 @@ def _emails(patient: dict[str, Any]) -> list[str]:
 
 
 def test_patient_email_finds_exactly_the_patients_with_it(mock_api: httpx.Client) -> None:
-    patients = _all(mock_api, "Patient")
+    patients = all_pages(mock_api, "Patient")
     email = next(e for p in patients for e in _emails(p))
     holders = {p["id"] for p in patients if email.lower() in (e.lower() for e in _emails(p))}
     body = mock_api.get("Patient", params={"email": email.upper(), "_count": 1}).json()
@@ -52,7 +40,7 @@ def test_patient_email_finds_exactly_the_patients_with_it(mock_api: httpx.Client
 
 
 def test_appointment_actor_takes_type_and_id(mock_api: httpx.Client) -> None:
-    everything = _all(mock_api, "Appointment")
+    everything = all_pages(mock_api, "Appointment")
     patient = next(
         p["actor"]["reference"].rsplit("/", 1)[-1]
         for a in everything
@@ -64,11 +52,13 @@ def test_appointment_actor_takes_type_and_id(mock_api: httpx.Client) -> None:
         for a in everything
         if any(p["actor"]["reference"].endswith(f"/Patient/{patient}") for p in a["participant"])
     }
-    got = _all(mock_api, "Appointment", actor=f"Patient/{patient}")
+    got = all_pages(mock_api, "Appointment", actor=f"Patient/{patient}")
     assert {a["id"] for a in got} == expected
     assert 0 < len(expected) < len(everything)
     role = mock_api.get("PractitionerRole", params={"_count": 1}).json()["entry"][0]["resource"]
-    by_role = _all(mock_api, "Appointment", actor=f"PractitionerRole/{role['id']}", date="ge2026")
+    by_role = all_pages(
+        mock_api, "Appointment", actor=f"PractitionerRole/{role['id']}", date="ge2026"
+    )
     assert by_role and all(
         any(
             p["actor"]["reference"].endswith(f"/PractitionerRole/{role['id']}")
@@ -83,7 +73,7 @@ def test_appointment_actor_takes_type_and_id(mock_api: httpx.Client) -> None:
 def test_slot_window_for_one_role_and_one_practitioner(mock_api: httpx.Client) -> None:
     role = mock_api.get("PractitionerRole", params={"_count": 1}).json()["entry"][0]["resource"]
     practitioner = role["practitioner"]["reference"].rsplit("/", 1)[-1]
-    one_day = _all(
+    one_day = all_pages(
         mock_api,
         "Slot",
         **{"practitioner-role": role["id"], "start": "ge2026-11-02", "end": "le2026-11-03"},
@@ -156,23 +146,16 @@ def test_a_modifier_a_parameter_does_not_take_is_refused(mock_api: httpx.Client)
     assert mock_api.get("Patient", params={"family:exact": "Nguyen"}).status_code == 200
 
 
-def test_the_client_raises_when_the_mock_ignores_a_filter(mock_deployment: Deployment) -> None:
-    mock_deployment.reset_rate_limit()
-    with Client(
-        mock_deployment.base_url,
-        mock_deployment.client_id,
-        mock_deployment.client_secret,
-        progress=False,
-    ) as client:
-        with pytest.raises(IgnoredFilter, match="colour"):
-            client.frame("Patient", params={"colour": "red"})
-        assert client.frame("Patient", email="nobody@example.invalid").height == 0
-        tagged = next(
-            t["value"]
-            for p in client.records("Patient")
-            for t in p.get("telecom", [])
-            if t["system"] == "email" and "+" in t["value"]
-        )
-        # the "+" goes encoded (the vendor's page on request structure), and matches
-        found = client.frame("Patient", email=tagged)
-        assert found.height == 1
+def test_the_client_raises_when_the_mock_ignores_a_filter(mock_client: Client) -> None:
+    with pytest.raises(IgnoredFilter, match="colour"):
+        mock_client.frame("Patient", params={"colour": "red"})
+    assert mock_client.frame("Patient", email="nobody@example.invalid").height == 0
+    tagged = next(
+        t["value"]
+        for p in mock_client.records("Patient")
+        for t in p.get("telecom", [])
+        if t["system"] == "email" and "+" in t["value"]
+    )
+    # the "+" goes encoded (the vendor's page on request structure), and matches
+    found = mock_client.frame("Patient", email=tagged)
+    assert found.height == 1

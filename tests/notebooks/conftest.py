@@ -91,6 +91,28 @@ def chromium() -> Callable[[Path], str]:
     return dump_dom
 
 
+# The test that fails when any cell of notebooks 02 to 05 fails in ``executed_notebooks``.
+EVERY_CELL_RUNS = "test_every_cell_runs_when_rendering"
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m have deselected what they deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run notebooks 02 to 05 once: not also as nbmake items when the render tests run.
+
+    ``executed_notebooks`` executes them for the render tests, and
+    ``test_every_cell_runs_when_rendering`` fails on a failing cell just as nbmake
+    would; nbmake still runs notebook 01, and any notebook when the render tests
+    are not selected.
+    """
+    if not any(item.name == EVERY_CELL_RUNS for item in items):
+        return
+    charted = {p.resolve() for p in notebook_paths(NOTEBOOK_DIR, CHARTED)}
+    again = [i for i in items if i.path.suffix == ".ipynb" and i.path.resolve() in charted]
+    if again:
+        config.hook.pytest_deselected(items=again)
+        items[:] = [i for i in items if i not in again]
+
+
 @pytest.fixture(scope="session")
 def executed_notebooks() -> list[tuple[Path, Any, str | None, float]]:
     """Notebooks 02 to 05 executed once (notebook, executed node, error, seconds)."""

@@ -1,6 +1,6 @@
 """``pmtk notebooks --html``: the charting notebooks render to pages that draw offline.
 
-Rendering executes the notebooks again (the notebook tests already ran them), so
+Rendering executes the notebooks (nbmake then leaves 02 to 05 to these tests), so
 one execution of notebooks 02 to 05 (``executed_notebooks`` in ``conftest.py``) is
 shared by every assertion, and by the reports of ``test_report.py``, including the
 one that opens each page in headless Chromium with the network blocked and
