@@ -90,6 +90,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--test-controls", action="store_true", help="The target is a mock: use its /_test/"
     )
+    group.addoption(
+        "--category",
+        action="append",
+        default=[],
+        help="Run only this category's checks (repeatable)",
+    )
     group.addoption("--pm-no-summary", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -133,6 +139,7 @@ def _options(config: pytest.Config) -> Options:
         schema_examples=max(1, int(opt("--schema-examples"))),
         data=str(opt("--data")),
         test_controls=bool(opt("--test-controls")),
+        categories=tuple(opt("--category") or ()),
     )
 
 
@@ -273,7 +280,15 @@ def _outside_spec(item: pytest.Item) -> bool:
     return resource is not None and cat.endpoint_source(resource, "list") not in (None, "spec")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # --category: the other categories' checks are deselected, not skipped, so the
+    # report lists only what ran (and names the scope) instead of a wall of skips.
+    wanted = set(_options(config).categories)
+    if wanted:
+        dropped = [item for item in items if _marker(item)[1] not in wanted]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if _marker(item)[1] in wanted]
     # The checks of resources outside the spec run last, so that a request budget goes
     # to the spec's checks first (walking every Slot page can cost hundreds of requests).
     items.sort(key=lambda item: (_outside_spec(item), _rank(item)))
@@ -372,6 +387,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     finished = dt.datetime.now(dt.UTC)
     report = build_report(
         target=run.target_info(),
+        scope=run.scope(),
         started=run.started.isoformat(timespec="seconds"),
         finished=finished.isoformat(timespec="seconds"),
         elapsed=(finished - run.started).total_seconds(),

@@ -5,6 +5,7 @@
     {
       "format": 2,
       "target": {"base_url": "https://.../main", "embedded_mock": false},
+      "scope": null | [category, ...],   (``--category``: only these were run)
       "started": ISO-8601, "finished": ISO-8601, "elapsed_seconds": float,
       "checks": [{"id", "category", "status": "passed|failed|skipped", "message",
                   "evidence": [{"request", "response", "curl"} | {"note"}],
@@ -257,6 +258,7 @@ def compare_baseline(current: list[CheckRecord], baseline: dict[str, Any]) -> di
 def build_report(
     *,
     target: dict[str, Any],
+    scope: list[str] | None = None,
     started: str,
     finished: str,
     elapsed: float,
@@ -284,6 +286,7 @@ def build_report(
     return {
         "format": REPORT_FORMAT,
         "target": target,
+        "scope": scope,
         "started": started,
         "finished": finished,
         "elapsed_seconds": round(elapsed, 3),
@@ -476,7 +479,10 @@ def _category_table(report: dict[str, Any]) -> Table:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"pmtk check: {escape(target_label(report.get('target')))}")
+    title = f"pmtk check: {escape(target_label(report.get('target')))}"
+    if report.get("scope"):
+        title += f" (only {', '.join(report['scope'])})"
+    table = Table(title=title)
     table.add_column("Category")
     table.add_column("Passed", justify="right", style="green")
     table.add_column("Failed", justify="right", style="red")

@@ -108,6 +108,9 @@ class Options:
     test_controls: bool = False
     """``--test-controls``: the target is a mock whose ``/_test/`` controls may be used.
     Without it, no request under ``/_test/`` is sent to anything but the embedded mock."""
+    categories: tuple[str, ...] = ()
+    """``--category`` (repeatable): run only the checks of these categories; empty for all.
+    The report names them (``scope``), so a partial run never reads as a whole one."""
 
 
 class OptionError(ValueError):
@@ -135,6 +138,12 @@ def validate_options(options: Options) -> None:
             raise OptionError(f"{flag} {value!r}: must be a whole number from {low} to {high}")
     if options.data not in DATA_MODES:
         raise OptionError(f"--data {options.data!r}: must be one of {', '.join(DATA_MODES)}")
+    from contracts.report import CATEGORIES
+
+    for category in options.categories:
+        if category not in CATEGORIES:
+            known = ", ".join(CATEGORIES)
+            raise OptionError(f"--category {category!r}: must be one of {known}")
     if options.baseline is not None:
         try:
             options.baseline_report = read_baseline(options.baseline)
@@ -314,6 +323,10 @@ class Run:
     def target_info(self) -> dict[str, Any]:
         """The report's ``target``: the base URL without secrets, and whether it is the mock."""
         return {"base_url": self.target, "embedded_mock": self.options.embedded_mock}
+
+    def scope(self) -> list[str] | None:
+        """The report's ``scope``: the categories run (``--category``), or None for all."""
+        return list(self.options.categories) or None
 
     # ------------------------------------------------------------------ data sample
 

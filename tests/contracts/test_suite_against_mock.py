@@ -67,7 +67,9 @@ def test_clean_mock_with_every_opt_in_is_conformant_within_90_seconds(tmp_path: 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_fault_profile_is_reported_in_its_category(fault: str, tmp_path: Path) -> None:
     category = FAULT_PROFILES[fault].category
-    extra = ["--request-budget", "200"]
+    # Only the fault's own category runs (the other categories' checks are deselected):
+    # each fault is still caught by the checks that own it, in a fraction of the time.
+    extra = ["--request-budget", "200", "--category", str(category)]
     if category == "rate-limit":
         extra.append("--probe-rate-limit")
     if category == "write":
@@ -77,6 +79,32 @@ def test_fault_profile_is_reported_in_its_category(fault: str, tmp_path: Path) -
     failed = {c["category"] for c in report.get("checks", []) if c["status"] == "failed"}
     assert code == 1, output
     assert category in failed, f"{fault}: failed categories {sorted(failed)}"
+    assert report["scope"] == [category]
+
+
+def test_a_category_run_checks_only_that_category_and_says_so(tmp_path: Path) -> None:
+    # bad-phone breaks the format category; a run of prefix and enum alone cannot see it,
+    # and must not read as a whole-contract verdict.
+    assert FAULT_PROFILES["bad-phone"].category == "format"
+    with serve(test_controls=True, fault="bad-phone") as dep:
+        code, report, output = _check(dep, tmp_path, "--category", "prefix", "--category", "enum")
+    assert code == 0, output
+    assert report["scope"] == ["prefix", "enum"]
+    assert {c["category"] for c in report["checks"]} == {"prefix", "enum"}
+    assert set(report["summary"]["by_category"]) == {"prefix", "enum"}
+    assert "conformant (only prefix, enum checked)" in output
+    assert "(only prefix, enum)" in output  # the table's title
+
+
+def test_an_unknown_category_is_refused_before_any_request(tmp_path: Path) -> None:
+    with serve(test_controls=True) as dep:
+        before = dep.stats()
+        code, report, output = _check(dep, tmp_path / "r", "--category", "speed")
+        after = dep.stats()
+    assert code == 2
+    assert "--category 'speed': must be one of auth, token-lifetime" in output
+    assert report == {}
+    assert before == after
 
 
 def _closed_port() -> int:
