@@ -275,6 +275,7 @@ class Listener:
         self.url = ""
         self.port = 0
         self._read_rate: float | None = None  # changes read a second, smoothed
+        self._commit_seconds = 0.0  # a batch's commit and file removal, smoothed
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="pmtk-listen-read")
         self._worker = threading.Thread(
             target=self._supervise, name="pmtk-listen-worker", daemon=True
@@ -477,11 +478,18 @@ class Listener:
 
     def _batch_cap(self) -> int:
         """Changes the next batch may hold: what the recent read rate gets through in
-        :data:`BATCH_SECONDS` (at least one round of :data:`READERS`)."""
+        :data:`BATCH_SECONDS`, or in the time a commit takes if that is longer (at
+        least one round of :data:`READERS`).
+
+        Reading for as long as the last commit takes keeps the pipeline bound by the
+        reads: smaller batches would leave the reader idle behind the commits, each
+        with its fixed cost, and the queue would grow.
+        """
         rate = self._read_rate
         if rate is None:
             return FIRST_BATCH
-        return max(READERS, min(MAX_BATCH_EVENTS, int(rate * BATCH_SECONDS)))
+        seconds = max(BATCH_SECONDS, self._commit_seconds)
+        return max(READERS, min(MAX_BATCH_EVENTS, int(rate * seconds)))
 
     def _start_reads(self, batch: list[tuple[Path, list[Change]]]) -> _ReadBatch:
         """Send the batch's reads to the pool (side by side; the client paces them if it
@@ -494,15 +502,22 @@ class Listener:
                 to_read.append(change)
             else:
                 hold.append(change)
+        started = time.monotonic()
         futures = [self._readers.submit(self._read, change) for change in to_read]
         self.stats.requests += len(futures)
-        return _ReadBatch(
+        reading = _ReadBatch(
             paths=[path for path, _changes in batch],
             hold=hold,
             to_read=to_read,
             futures=futures,
-            started=time.monotonic(),
+            started=started,
+            finished=started,
         )
+        for future in futures:
+            # when the last read answered, not when the batch was collected (after the
+            # commit before it): the read rate must not count the wait for a commit
+            future.add_done_callback(reading.answered)
+        return reading
 
     def _drop(self, reading: _ReadBatch) -> None:
         """Forget a batch being read: its files stay on disk and are taken again."""
@@ -538,7 +553,7 @@ class Listener:
                 ups.append(value)
             done.append(change)
         if reading.to_read:
-            took = max(1e-3, time.monotonic() - reading.started)
+            took = max(1e-3, reading.finished - reading.started)
             rate = len(reading.to_read) / took
             # Smoothed, so one slow round does not shrink the next batches to nothing.
             last = self._read_rate
@@ -551,6 +566,7 @@ class Listener:
         Raises :class:`_Retry` when the store cannot be written; then nothing of the
         batch has been moved (the queue files stay, and are taken again).
         """
+        began = time.monotonic()
         dead = list(read.dead)
         for rtype, (ups, dels, done) in read.by_type.items():
             dead.extend(self._commit(rtype, ups, dels, done))
@@ -568,6 +584,8 @@ class Listener:
             self.stats.retried += 1
         self.queue.done(read.paths)
         self.stats.batches += 1
+        took = time.monotonic() - began
+        self._commit_seconds = 0.5 * self._commit_seconds + 0.5 * took
 
     def _catch_up(self) -> None:
         from toolkit.store import sync
@@ -754,11 +772,15 @@ class _ReadBatch:
     to_read: list[Change]
     futures: list[Future[tuple[str, Any]]]
     started: float
+    finished: float
     by_type: dict[str, tuple[list[dict[str, Any]], list[str], list[Change]]] = field(
         default_factory=dict
     )
     retry: list[Change] = field(default_factory=list)
     dead: list[tuple[Change, str]] = field(default_factory=list)
+
+    def answered(self, _future: Future[tuple[str, Any]]) -> None:
+        self.finished = max(self.finished, time.monotonic())
 
 
 def _latest(batch: Sequence[tuple[Path, list[Change]]]) -> dict[tuple[str, str], Change]:
