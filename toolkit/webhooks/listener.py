@@ -9,7 +9,8 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,6 +57,13 @@ RESTART_MAX = 60.0
 
 READERS = 8
 """Record reads of one batch sent side by side."""
+
+BATCH_SECONDS = 0.75
+"""About the longest the reads of one batch may take: a batch is capped at what the
+recent read rate gets through in this time, so a change never waits behind a long one."""
+
+FIRST_BATCH = 4 * READERS
+"""Changes in a batch before any read rate has been measured (a backlog after a restart)."""
 
 STORE_RETRY_MAX = 30.0
 """Longest pause between attempts at a store that cannot be written (a sync holds it)."""
@@ -266,6 +274,8 @@ class Listener:
         self._started = False
         self.url = ""
         self.port = 0
+        self._read_rate: float | None = None  # changes read a second, smoothed
+        self._commit_seconds = 0.0  # a batch's commit and file removal, smoothed
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="pmtk-listen-read")
         self._worker = threading.Thread(
             target=self._supervise, name="pmtk-listen-worker", daemon=True
@@ -418,31 +428,164 @@ class Listener:
                 self.stats.catch_up = "skipped"
             self.caught_up.set()
         store_delay = 0.0
+        # A two-stage pipeline: while one batch is committed (in this thread), the
+        # next one is read (in the pool). Reading never waits for a commit, and a
+        # change waits for at most the batch in progress, not a read and a commit.
+        # Two rules keep it safe:
+        # - the next batch's reads start only once every read of the batch before
+        #   has answered, so a later read of a record never answers before an
+        #   earlier one;
+        # - batches are committed in the order they were read, and when a commit
+        #   fails the batch already read is dropped unapplied (its files stay on
+        #   disk) and both are taken again in queue order: an earlier read is never
+        #   committed over a later one.
+        pending: _ReadBatch | None = None  # read, waiting for its commit
         while not self._stop.is_set():
             self.wake.clear()
             self._release_waiting()
-            batch = self.queue.take(MAX_BATCH_EVENTS)
-            if not batch:
+            skip = frozenset(pending.paths) if pending is not None else frozenset()
+            batch = self.queue.take(self._batch_cap(), skip=skip)
+            reading = self._start_reads(batch) if batch else None
+            if reading is not None or pending is not None:
+                self._idle.clear()
+            if pending is not None:
+                try:
+                    self._commit_batch(pending)
+                    store_delay = 0.0
+                except _Retry as exc:
+                    # The store cannot be written now (a sync holds it, a full disk): every
+                    # change stays queued as it is and is taken again, in queue order.
+                    if reading is not None:
+                        self._drop(reading)
+                    store_delay = min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
+                    self.record_error("writing the store failed", exc)
+                    note(
+                        logging.WARNING,
+                        "writing the store failed (%s); trying again in %.1f s",
+                        describe(exc),
+                        store_delay,
+                    )
+                    pending = None
+                    self._stop.wait(store_delay)
+                    continue
+                pending = None
+            if reading is None:
                 self._idle.set()
                 due = self.queue.seconds_to_next_due()
                 self.wake.wait(0.5 if due is None else min(0.5, due + 0.001))
                 continue
-            self._idle.clear()
-            try:
-                self._apply(batch)
-                store_delay = 0.0
-            except _Retry as exc:
-                # The store cannot be written now (a sync holds it, a full disk): every
-                # change stays queued as it is and the batch is tried again.
-                store_delay = min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
-                self.record_error("writing the store failed", exc)
-                note(
-                    logging.WARNING,
-                    "writing the store failed (%s); trying again in %.1f s",
-                    describe(exc),
-                    store_delay,
-                )
-                self._stop.wait(store_delay)
+            pending = self._collect(reading)
+
+    def _batch_cap(self) -> int:
+        """Changes the next batch may hold: what the recent read rate gets through in
+        :data:`BATCH_SECONDS`, or in the time a commit takes if that is longer (at
+        least one round of :data:`READERS`).
+
+        Reading for as long as the last commit takes keeps the pipeline bound by the
+        reads: smaller batches would leave the reader idle behind the commits, each
+        with its fixed cost, and the queue would grow.
+        """
+        rate = self._read_rate
+        if rate is None:
+            return FIRST_BATCH
+        seconds = max(BATCH_SECONDS, self._commit_seconds)
+        return max(READERS, min(MAX_BATCH_EVENTS, int(rate * seconds)))
+
+    def _start_reads(self, batch: list[tuple[Path, list[Change]]]) -> _ReadBatch:
+        """Send the batch's reads to the pool (side by side; the client paces them if it
+        must) and return at once."""
+        synced = synced_types(self.store)
+        hold: list[Change] = []
+        to_read: list[Change] = []
+        for change in _latest(batch).values():
+            if change.event.resource_type in synced:
+                to_read.append(change)
+            else:
+                hold.append(change)
+        started = time.monotonic()
+        futures = [self._readers.submit(self._read, change) for change in to_read]
+        self.stats.requests += len(futures)
+        reading = _ReadBatch(
+            paths=[path for path, _changes in batch],
+            hold=hold,
+            to_read=to_read,
+            futures=futures,
+            started=started,
+            finished=started,
+        )
+        for future in futures:
+            # when the last read answered, not when the batch was collected (after the
+            # commit before it): the read rate must not count the wait for a commit
+            future.add_done_callback(reading.answered)
+        return reading
+
+    def _drop(self, reading: _ReadBatch) -> None:
+        """Forget a batch being read: its files stay on disk and are taken again."""
+        for future in reading.futures:
+            if future.cancel():
+                self.stats.requests -= 1  # never sent
+
+    def _collect(self, reading: _ReadBatch) -> _ReadBatch:
+        """Wait for the batch's reads; sort what they answered into commits, retries and
+        dead letters."""
+        for change, future in zip(reading.to_read, reading.futures, strict=True):
+            kind, value = future.result()
+            event = change.event
+            if kind == "retry":
+                self._failed(change, value, reading.retry, reading.dead)
+                continue
+            if kind == "dead":
+                change.attempts += 1
+                reading.dead.append((change, value))
+                continue
+            ups, dels, done = reading.by_type.setdefault(event.resource_type, ([], [], []))
+            if value is None:
+                dels.append(event.id)
+            else:
+                if event.action == "delete":
+                    note(
+                        logging.INFO,
+                        "delete of %s/%s not confirmed (the record is still served): "
+                        "applied as an update",
+                        event.resource_type,
+                        event.id,
+                    )
+                ups.append(value)
+            done.append(change)
+        if reading.to_read:
+            took = max(1e-3, reading.finished - reading.started)
+            rate = len(reading.to_read) / took
+            # Smoothed, so one slow round does not shrink the next batches to nothing.
+            last = self._read_rate
+            self._read_rate = rate if last is None else 0.5 * last + 0.5 * rate
+        return reading
+
+    def _commit_batch(self, read: _ReadBatch) -> None:
+        """Commit what a batch read, keep the rest on disk, then forget its files.
+
+        Raises :class:`_Retry` when the store cannot be written; then nothing of the
+        batch has been moved (the queue files stay, and are taken again).
+        """
+        began = time.monotonic()
+        dead = list(read.dead)
+        for rtype, (ups, dels, done) in read.by_type.items():
+            dead.extend(self._commit(rtype, ups, dels, done))
+        # Everything that was not applied is on disk again before its file goes.
+        for change in read.hold:
+            self.queue.hold(change)
+            self.stats.held += 1
+        for change, reason in dead:
+            self.queue.bury(change, reason)
+            self.stats.failures += 1
+        for change in read.retry:
+            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (change.attempts - 1))
+            due = time.time_ns() + int(delay * random.uniform(0.9, 1.1) * 1e9)
+            self.queue.put_changes([change], due)
+            self.stats.retried += 1
+        self.queue.done(read.paths)
+        self.stats.batches += 1
+        took = time.monotonic() - began
+        self._commit_seconds = 0.5 * self._commit_seconds + 0.5 * took
 
     def _catch_up(self) -> None:
         from toolkit.store import sync
@@ -508,68 +651,6 @@ class Listener:
                 diagnostics=f"the answer holds id {str(record.get('id'))[:40]!r}",
             )
         return dict(record)
-
-    def _apply(self, batch: Sequence[tuple[Path, list[Change]]]) -> None:
-        """Read each change of the batch once, commit what was read, keep the rest on disk.
-
-        Raises :class:`_Retry` when the store cannot be written; then nothing of the
-        batch has been moved (the queue files stay, and are taken again).
-        """
-        synced = synced_types(self.store)
-        by_type: dict[str, tuple[list[dict[str, Any]], list[str], list[Change]]] = {}
-        retry: list[Change] = []
-        dead: list[tuple[Change, str]] = []
-        hold: list[Change] = []
-        to_read: list[Change] = []
-        for change in _latest(batch).values():
-            if change.event.resource_type in synced:
-                to_read.append(change)
-            else:
-                hold.append(change)
-        # The reads of a batch run side by side (the client paces them if it must):
-        # at tens of changes a second, one at a time would be the bottleneck.
-        for change, (kind, value) in zip(
-            to_read, self._readers.map(self._read, to_read), strict=True
-        ):
-            self.stats.requests += 1
-            event = change.event
-            if kind == "retry":
-                self._failed(change, value, retry, dead)
-                continue
-            if kind == "dead":
-                change.attempts += 1
-                dead.append((change, value))
-                continue
-            ups, dels, done = by_type.setdefault(event.resource_type, ([], [], []))
-            if value is None:
-                dels.append(event.id)
-            else:
-                if event.action == "delete":
-                    note(
-                        logging.INFO,
-                        "delete of %s/%s not confirmed (the record is still served): "
-                        "applied as an update",
-                        event.resource_type,
-                        event.id,
-                    )
-                ups.append(value)
-            done.append(change)
-        for rtype, (ups, dels, done) in by_type.items():
-            dead.extend(self._commit(rtype, ups, dels, done))
-        # Everything that was not applied is on disk again before its file goes.
-        for change in hold:
-            self.queue.hold(change)
-            self.stats.held += 1
-        for change, reason in dead:
-            self.queue.bury(change, reason)
-            self.stats.failures += 1
-        for change in retry:
-            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (change.attempts - 1))
-            due = time.time_ns() + int(delay * random.uniform(0.9, 1.1) * 1e9)
-            self.queue.put_changes([change], due)
-            self.stats.retried += 1
-        self.queue.done([path for path, _changes in batch])
-        self.stats.batches += 1
 
     def _read(self, change: Change) -> tuple[str, Any]:
         """``("ok", record or None)``, ``("retry", reason)`` or ``("dead", reason)``."""
@@ -680,6 +761,26 @@ class Listener:
         while len(marks) > APPLIED_MARKS:  # oldest first: dicts keep insertion order
             del marks[next(iter(marks))]
         self.stats.applied += len(changes)
+
+
+@dataclass(eq=False, slots=True)
+class _ReadBatch:
+    """A batch taken from the queue: its reads in flight, then what they answered."""
+
+    paths: list[Path]
+    hold: list[Change]
+    to_read: list[Change]
+    futures: list[Future[tuple[str, Any]]]
+    started: float
+    finished: float
+    by_type: dict[str, tuple[list[dict[str, Any]], list[str], list[Change]]] = field(
+        default_factory=dict
+    )
+    retry: list[Change] = field(default_factory=list)
+    dead: list[tuple[Change, str]] = field(default_factory=list)
+
+    def answered(self, _future: Future[tuple[str, Any]]) -> None:
+        self.finished = max(self.finished, time.monotonic())
 
 
 def _latest(batch: Sequence[tuple[Path, list[Change]]]) -> dict[tuple[str, str], Change]:

@@ -394,14 +394,22 @@ class EventQueue:
 
     # -- reading ---------------------------------------------------------------------
 
-    def take(self, max_events: int = MAX_BATCH_EVENTS) -> list[tuple[Path, list[Change]]]:
-        """The files due now, oldest key first, up to about ``max_events`` changes."""
+    def take(
+        self, max_events: int = MAX_BATCH_EVENTS, skip: frozenset[Path] = frozenset()
+    ) -> list[tuple[Path, list[Change]]]:
+        """The files due now, oldest key first, up to about ``max_events`` changes.
+
+        ``skip``: files already taken and not yet :meth:`done` (a batch still being
+        committed while the next one is read).
+        """
         now = time.time_ns()
         found: list[tuple[Path, list[Change]]] = []
         total = 0
         for entry in self.refresh():
             if entry.key_ns > now or total >= max_events:
                 break
+            if entry.path in skip:
+                continue
             try:
                 data = orjson.loads(entry.path.read_bytes())
                 changes = [Change.from_json(c) for c in data["changes"]]
