@@ -244,9 +244,12 @@ def main(argv: list[str] | None = None) -> int:
 
     verdicts = _verdicts(work, only)
     counts = Counter(verdicts.values())
-    survivors = [f"{n}  [{s}]" for n, s in verdicts.items() if s not in _DEAD | {"skipped"}]
+    survivors = [
+        f"{n}  [{s}]" for n, s in verdicts.items() if s not in _DEAD | {"skipped", "not checked"}
+    ]
     (work / "survivors.txt").write_text("".join(f"{s}\n" for s in survivors), encoding="utf-8")
-    total = len(verdicts) - counts["skipped"]
+    # "not checked": a run stopped before it reached them; scored on what was checked.
+    total = len(verdicts) - counts["skipped"] - counts["not checked"]
     killed = sum(counts[s] for s in _DEAD)
     score = 100.0 * killed / total if total else 0.0
     print(f"\n{args.module}: {target.source}, tests {' '.join(tests)}")
