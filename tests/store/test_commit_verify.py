@@ -172,7 +172,8 @@ def test_a_commit_deletes_superseded_data_files_and_nothing_else(
     for name in stale:
         (folder / name).write_bytes(b"an older version")
     with new_client(dep) as c:
-        sync(c, resynced, resources=[RESOURCE], progress=False)
+        summary = sync(c, resynced, resources=[RESOURCE], progress=False)
+    assert summary.resources[0].repaired == []  # an intact store is not rebuilt
     left = {p.name for p in folder.iterdir()}
     assert keep_names <= left
     assert not left & set(stale)
