@@ -182,7 +182,7 @@ class Throttle:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if requests_per_minute is not None and requests_per_minute < 0:
-            msg = f"requests_per_minute must be positive, got {requests_per_minute}"
+            msg = f"requests_per_minute must be 0 (no pacing) or more, got {requests_per_minute}"
             raise ValueError(msg)
         self.requests_per_minute = requests_per_minute or None
         self._clock = clock
@@ -206,7 +206,9 @@ class Throttle:
         reason = self._hold_reason
         limit = self.requests_per_minute
         if limit is not None:
-            while self._sent and self._sent[0] <= now - WINDOW:
+            # A request stays in the window for the round-trip margin too: the server
+            # stamped it on arrival, up to one round trip after we sent it.
+            while self._sent and self._sent[0] <= now - WINDOW - self._margin:
                 self._sent.popleft()
             if len(self._sent) >= limit:
                 oldest = self._sent[len(self._sent) - limit]

@@ -1,0 +1,204 @@
+"""The store's commit and verify, each guard pinned: what is deleted, what is reported.
+
+A store of one resource is synced from the embedded mock over loopback HTTP,
+then copied per test and damaged by hand: a data file removed, a byte flipped,
+a file the OS cannot read (a symlink to ``/proc/self/mem``, whose first page
+answers EIO even to root), foreign files left in a table folder.
+``tools/mutation.py commit`` runs these tests against mutants of the commit
+(``toolkit/store/syncer.py``) and of ``verify`` (``toolkit/store/checksums.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from toolkit.store import StoreError, sync, verify
+
+RESOURCE = "Organization"
+
+
+@pytest.fixture(scope="module")
+def synced_one(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of one resource synced from the mock (built once per mutation run when
+    ``PMTK_MUTATION_STORE`` names a folder: tools/mutation.py runs every mutant in a
+    fresh process, and the tests of verify need no mock of their own)."""
+    cached = os.environ.get("PMTK_MUTATION_STORE")
+    path = Path(cached) if cached else tmp_path_factory.mktemp("store") / "pmtk-store"
+    if not (path / "manifest.json").is_file():
+        dep = request.getfixturevalue("dep")
+        new_client = request.getfixturevalue("new_client")
+        with new_client(dep) as c:
+            sync(c, path, resources=[RESOURCE], progress=False)
+    return path
+
+
+@pytest.fixture
+def store(synced_one: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "pmtk-store"
+    shutil.copytree(synced_one, copy)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def synced_here(dep: Any, new_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of the module's own deployment (a store refuses another one's sync)."""
+    path = tmp_path_factory.mktemp("store") / "pmtk-store"
+    with new_client(dep) as c:
+        sync(c, path, resources=[RESOURCE], progress=False)
+    return path
+
+
+@pytest.fixture
+def resynced(synced_here: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "pmtk-store"
+    shutil.copytree(synced_here, copy)
+    return copy
+
+
+def tables(store: Path) -> dict[str, dict[str, Any]]:
+    manifest = orjson.loads((store / "manifest.json").read_bytes())
+    found: dict[str, dict[str, Any]] = manifest["resources"][RESOURCE]["tables"]
+    return found
+
+
+def data_file(store: Path, table: str = "Organization") -> Path:
+    return store / tables(store)[table]["path"]
+
+
+def test_an_intact_store_verifies_every_file_and_counts_its_bytes(store: Path) -> None:
+    report = verify(store)
+    info = tables(store)
+    assert report.ok
+    assert report.problems == []
+    assert report.files == [str(t["path"]) for t in info.values()]
+    assert len(report.files) >= 2  # the main table and child tables
+    assert report.bytes == sum((store / t["path"]).stat().st_size for t in info.values())
+    assert report.elapsed >= 0.0
+    report.raise_for_problems()
+
+
+def test_the_recorded_checksum_is_the_files_sha256(store: Path) -> None:
+    for info in tables(store).values():
+        assert info["sha256"] == hashlib.sha256((store / info["path"]).read_bytes()).hexdigest()
+
+
+def test_a_missing_file_is_reported_with_its_expected_checksum(store: Path) -> None:
+    path = data_file(store)
+    expected = tables(store)["Organization"]["sha256"]
+    path.unlink()
+    report = verify(store)
+    assert not report.ok
+    [problem] = report.problems
+    assert (problem.resource, problem.table, problem.problem) == (
+        RESOURCE,
+        "Organization",
+        "missing",
+    )
+    assert problem.path == str(path.relative_to(store))
+    assert problem.expected == expected
+    assert len(report.files) == len(tables(store))  # the others were still checked
+    with pytest.raises(StoreError, match="missing"):
+        report.raise_for_problems()
+
+
+def test_one_flipped_byte_is_a_checksum_mismatch_naming_both_sums(store: Path) -> None:
+    path = data_file(store)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    [problem] = verify(store).problems
+    assert problem.problem == "checksum mismatch"
+    assert problem.expected == tables(store)["Organization"]["sha256"]
+    assert problem.actual == hashlib.sha256(bytes(data)).hexdigest()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="uses /proc/self/mem for a read error")
+def test_an_unreadable_file_is_reported_not_raised(store: Path) -> None:
+    path = data_file(store)
+    path.unlink()
+    path.symlink_to("/proc/self/mem")
+    report = verify(store)
+    [problem] = report.problems
+    assert problem.problem.startswith("unreadable (")
+    assert "Input/output error" in problem.problem
+    assert len(report.files) == len(tables(store))
+
+
+def test_a_table_without_a_checksum_is_reported(store: Path) -> None:
+    manifest_path = store / "manifest.json"
+    manifest = orjson.loads(manifest_path.read_bytes())
+    del manifest["resources"][RESOURCE]["tables"]["Organization"]["sha256"]
+    manifest_path.write_bytes(orjson.dumps(manifest))
+    try:
+        report = verify(store)
+    except StoreError:
+        pytest.skip("this store format protects its manifest; no table can lack a checksum")
+    [problem] = report.problems
+    assert problem.problem == "no checksum"
+
+
+def test_verify_of_a_resource_the_store_lacks_names_what_it_holds(store: Path) -> None:
+    with pytest.raises(StoreError, match=r"holds no Patient data \(it holds: Organization\)"):
+        verify(store, ["Patient"])
+    assert verify(store, [RESOURCE]).ok
+
+
+def test_verify_of_one_resource_checks_only_it(store: Path) -> None:
+    data_file(store).unlink()
+    assert [p.resource for p in verify(store, [RESOURCE]).problems] == [RESOURCE]
+
+
+def test_a_commit_deletes_superseded_data_files_and_nothing_else(
+    resynced: Path, dep: Any, new_client: Any
+) -> None:
+    folder = data_file(resynced).parent
+    keep_names = {
+        "notes.txt",
+        "data.parquet.bak",
+        "mydata-0123456789abcdef.parquet",
+        "data-0123456789ABCDEF.parquet",  # not the store's lower-case hex
+    }
+    for name in keep_names:
+        (folder / name).write_bytes(b"the user's own file")
+    stale = ["data-0123456789abcdef.parquet", ".data-0123456789abcdef.parquet.tmp", "data.parquet"]
+    for name in stale:
+        (folder / name).write_bytes(b"an older version")
+    with new_client(dep) as c:
+        summary = sync(c, resynced, resources=[RESOURCE], progress=False)
+    assert summary.resources[0].repaired == []  # an intact store is not rebuilt
+    left = {p.name for p in folder.iterdir()}
+    assert keep_names <= left
+    assert not left & set(stale)
+    assert data_file(resynced).is_file()
+    assert verify(resynced).ok
+
+
+def test_a_damaged_file_is_rebuilt_by_the_next_sync(
+    resynced: Path, dep: Any, new_client: Any
+) -> None:
+    path = data_file(resynced)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    with new_client(dep) as c:
+        summary = sync(c, resynced, resources=[RESOURCE], progress=False)
+    assert summary.resources[0].repaired
+    assert verify(resynced).ok
+
+
+def test_a_missing_file_is_rebuilt_by_the_next_sync(
+    resynced: Path, dep: Any, new_client: Any
+) -> None:
+    data_file(resynced, next(t for t in tables(resynced) if t != "Organization")).unlink()
+    with new_client(dep) as c:
+        summary = sync(c, resynced, resources=[RESOURCE], progress=False)
+    assert summary.resources[0].repaired
+    assert verify(resynced).ok

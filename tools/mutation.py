@@ -1,0 +1,274 @@
+"""Run mutmut over one module of pmtk, confined to that module's own test files.
+
+Usage (from the repository root)::
+
+    uv run --group dev python tools/mutation.py throttle
+    uv run --group dev python tools/mutation.py paging --tests tests/client/test_paging.py
+    uv run --group dev python tools/mutation.py rules --only 'toolkit.rules.x_check*'
+    uv run --group dev python tools/mutation.py throttle --show   # diffs of the survivors
+
+mutmut reads its settings from ``pyproject.toml`` in the directory it runs in and
+writes a ``mutants/`` copy of the sources there. To keep one module's run from
+disturbing another's (and the work tree), each module gets its own scratch
+directory ``.mutation/<module>/`` (git-ignored) holding a copy of the sources and
+tests and a ``pyproject.toml`` whose ``[tool.mutmut]`` names only that module and
+its test files. mutmut caches verdicts there, so a rerun after a change to the
+tests re-tests only what the change can affect. ``--fresh`` starts from scratch.
+
+The script prints the score (killed / all mutants) and writes the surviving
+mutants' names to ``.mutation/<module>/survivors.txt``; ``docs/testing.md``
+records the scores and why each remaining survivor is equivalent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = ROOT / ".mutation"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One module under mutation and the tests allowed to kill its mutants."""
+
+    source: str
+    """The file mutated (several: comma-separated)."""
+    tests: tuple[str, ...]
+    only: tuple[str, ...] = ()
+    """Mutant name globs scored (empty: every mutant of the module)."""
+    isolation: str = "fork"
+    """mutmut's ``process_isolation``: "forkserver" where the tests run Polars, whose
+    thread pool does not survive a fork from a process that already used it (the
+    mutants then hang and count as timeouts)."""
+
+
+TARGETS: dict[str, Target] = {
+    "throttle": Target(
+        "toolkit/throttle.py",
+        ("tests/client/test_throttle.py", "tests/client/test_config_and_pacing.py"),
+    ),
+    # paging.py has 929 mutants; the score covers the walk's guards (what stops or
+    # refuses a walk), not the recovery's arithmetic, the summary text or dedupe.
+    "paging": Target(
+        "toolkit/paging.py",
+        ("tests/client/test_paging.py",),
+        (
+            "toolkit.paging.x_next_link__mutmut_*",
+            "toolkit.paging.x__page_records__mutmut_*",
+            "toolkit.paging.xǁPageǁparse__mutmut_*",
+            "toolkit.paging.xǁWalkǁ_limit__mutmut_*",
+            "toolkit.paging.xǁWalkǁ_note__mutmut_*",
+            "toolkit.paging.xǁWalkǁ_pass__mutmut_*",
+        ),
+    ),
+    # conform.py has 528 mutants and each costs a Polars read in a fresh process; the
+    # score covers the reading of values and forms (_primitive, the form readers,
+    # struct, unknown). The extension table (extension, known, _value_text) is tested
+    # by tests/frames/test_fhir_forms.py; value/item/strip are left for a later round.
+    "conform": Target(
+        "toolkit/views/conform.py",
+        ("tests/frames/test_conform.py",),
+        (
+            "toolkit.views.conform.x__primitive__mutmut_*",
+            "toolkit.views.conform.x__one_as_array__mutmut_*",
+            "toolkit.views.conform.x__quantity_value__mutmut_*",
+            "toolkit.views.conform.x__reference_display__mutmut_*",
+            "toolkit.views.conform.x__codeable_as_coding__mutmut_*",
+            "toolkit.views.conform.xǁ_Conformerǁstruct__mutmut_*",
+            "toolkit.views.conform.xǁ_Conformerǁunknown__mutmut_*",
+        ),
+        "forkserver",
+    ),
+    # The commit (syncer.py) and verify (checksums.py): the functions, not the rest of
+    # syncer.py.
+    "commit": Target(
+        "toolkit/store/syncer.py,toolkit/store/checksums.py",
+        ("tests/store/test_commit_verify.py",),
+        (
+            "toolkit.store.syncer.xǁ_ResourceSyncerǁ_commit__mutmut_*",
+            "toolkit.store.syncer.xǁ_ResourceSyncerǁ_remove_superseded__mutmut_*",
+            "toolkit.store.syncer.x__check_table__mutmut_*",
+            "toolkit.store.syncer.x__verify_entry__mutmut_*",
+            "toolkit.store.checksums.x_verify__mutmut_*",
+        ),
+        "forkserver",
+    ),
+    # rules.py: the checks of one value and one resource; not the extension walk
+    # (tests/frames) or the generated rule-source table (being reworked, issue 26).
+    "rules": Target(
+        "toolkit/rules.py",
+        ("tests/rules/test_rules.py",),
+        tuple(
+            f"toolkit.rules.{name}__mutmut_*"
+            for name in (
+                "x_format_problem",
+                "x_reference_problem",
+                "x_id_problem",
+                "x__type_ok",
+                "x_reference_form",
+                "x__number_or_quantity",
+                "x__string_or_reference",
+                "xǁ_Walkǁfield",
+                "xǁ_Walkǁsingle",
+                "xǁ_Walkǁenum",
+                "xǁ_Walkǁreference",
+                "xǁ_Walkǁunknown_keys",
+                "x_check_resource",
+                "x_check_value",
+            )
+        ),
+    ),
+}
+"""Module name -> the file mutated and its own test files."""
+
+# The suite's addopts run xdist, nbmake and doctests; a mutant run wants one
+# process per mutant and only the module's own tests.
+_ADDOPTS = "-q --strict-markers --import-mode=importlib -p no:cacheprovider -n 0 -p no:nbmake"
+
+
+def _pyproject(target: Target, tests: list[str]) -> str:
+    """The scratch copy's pyproject.toml: the real one with mutmut's settings and quiet addopts."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    text = re.sub(r'(?m)^addopts = ".*"$', f'addopts = "{_ADDOPTS}"', text)
+    text = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[|\Z)", "", text)
+    settings = {
+        "source_paths": ["toolkit/"],
+        "only_mutate": target.source.split(","),
+        "also_copy": ["contracts/", "conftest.py"],
+        "pytest_add_cli_args_test_selection": tests,
+        "pytest_add_cli_args": ["-p", "no:randomly"],
+        "use_git_change_detection": False,
+        "process_isolation": target.isolation,
+    }
+    lines = ["", "[tool.mutmut]"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
+    return text + "\n".join(lines) + "\n"
+
+
+def _prepare(work: Path, target: Target, tests: list[str], fresh: bool) -> None:
+    """Copy sources and tests into ``work`` (keeping mutmut's cache unless ``fresh``)."""
+    # A store built by the code of an earlier run is not a fixture of this one.
+    shutil.rmtree(work / "store-cache", ignore_errors=True)
+    if fresh and work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    for name in ("toolkit", "contracts", "tests"):
+        dest = work / name
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(
+            ROOT / name, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "benchmarks")
+        )
+    shutil.copy2(ROOT / "conftest.py", work / "conftest.py")
+    (work / "pyproject.toml").write_text(_pyproject(target, tests), encoding="utf-8")
+    _forget_survivors(work)
+
+
+def _forget_survivors(work: Path) -> None:
+    """Clear the cached verdict of every mutant not killed, so new tests get their chance.
+
+    mutmut keeps a verdict until the mutated function changes; a survivor would
+    otherwise stay a survivor after a test that kills it was written.
+    """
+    for meta in (work / "mutants").rglob("*.py.meta"):
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        codes = data.get("exit_code_by_key", {})
+        for key, code in codes.items():
+            if code != _KILLED:
+                codes[key] = None
+        meta.write_text(json.dumps(data), encoding="utf-8")
+
+
+_KILLED = 1
+"""mutmut's exit code for a mutant whose tests failed."""
+
+
+def _verdicts(work: Path, only: list[str]) -> dict[str, str]:
+    """Each mutant's status from ``mutmut results``, limited to the ``only`` globs if any."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mutmut", "results", "--all", "true"],
+        cwd=work,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    out = {}
+    for line in done.stdout.splitlines():
+        name, _, status = line.strip().rpartition(": ")
+        if name and (not only or any(fnmatch.fnmatchcase(name, pat) for pat in only)):
+            out[name] = status
+    return out
+
+
+_DEAD = {"killed", "timeout"}
+"""Verdicts that count as killed (a timeout is a mutant the tests caught hanging)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run mutmut for one module; print its score and survivors."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("module", choices=sorted(TARGETS))
+    parser.add_argument("--tests", nargs="+", help="test files instead of the module's own")
+    parser.add_argument("--only", nargs="+", default=[], help="mutant name globs to (re)run")
+    parser.add_argument("--fresh", action="store_true", help="forget earlier verdicts")
+    parser.add_argument("--score-only", action="store_true", help="report the last run's verdicts")
+    parser.add_argument("--show", action="store_true", help="print the survivors' diffs")
+    parser.add_argument("--max-children", type=int, default=1, help="parallel mutant processes")
+    args = parser.parse_args(argv)
+
+    target = TARGETS[args.module]
+    tests = list(args.tests or target.tests)
+    work = SCRATCH / args.module
+    if not args.score_only:
+        _prepare(work, target, tests, args.fresh)
+    # The store tests build one synced store per run, not one per mutant.
+    store = work / "store-cache" / "pmtk-store"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PMTK_MUTATION_STORE": str(store)}
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
+    # mutmut redraws a progress line many times a second: keep it in a log, not the terminal.
+    only = list(args.only or target.only)
+    with (work / "run.log").open("a", encoding="utf-8") as log:
+        if not args.score_only:
+            subprocess.run([*command, *only], cwd=work, env=env, check=False, stdout=log)
+
+    verdicts = _verdicts(work, only)
+    counts = Counter(verdicts.values())
+    survivors = [
+        f"{n}  [{s}]" for n, s in verdicts.items() if s not in _DEAD | {"skipped", "not checked"}
+    ]
+    (work / "survivors.txt").write_text("".join(f"{s}\n" for s in survivors), encoding="utf-8")
+    # "not checked": a run stopped before it reached them; scored on what was checked.
+    total = len(verdicts) - counts["skipped"] - counts["not checked"]
+    killed = sum(counts[s] for s in _DEAD)
+    score = 100.0 * killed / total if total else 0.0
+    print(f"\n{args.module}: {target.source}, tests {' '.join(tests)}")
+    if only:
+        print(f"mutants selected: {' '.join(only)}")
+    print(f"{killed} of {total} mutants killed ({score:.1f} %); {dict(counts)}")
+    for name in survivors:
+        print(f"  survived: {name}")
+        if args.show:
+            shown = subprocess.run(
+                [sys.executable, "-m", "mutmut", "show", name.split()[0]],
+                cwd=work,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            print(shown.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
