@@ -105,6 +105,33 @@ def test_the_int64_range_is_kept_at_its_edges_and_refused_beyond():
     assert sorted(p["path"] for p in invalid(frame, 2)) == ["description", "minutesDuration"]
 
 
+@pytest.mark.parametrize("text", ["-9223372036854775809", "-1180591620717411303424", "1e30"])
+@pytest.mark.parametrize("alone", [True, False])
+def test_an_integer_beyond_64_bits_is_reported_exactly_never_rounded_into_range(
+    text: str, alone: bool
+) -> None:
+    # JSON text, not Python numbers: an integer below -2**63 is exact in the page, and a
+    # decoder that reads it as a double rounds it to -2**63, which fits an Int64 column.
+    # Alone on a clean page and beside another record's wrong type (the repair path).
+    other = "" if alone else ',{"resource":{"resourceType":"Appointment","id":"a2","status":1}}'
+    raw = (
+        '{"resourceType":"Bundle","type":"searchset","entry":[{"resource":'
+        '{"resourceType":"Appointment","id":"a1","status":"booked","minutesDuration":'
+        + text
+        + "}}"
+        + other
+        + "]}"
+    ).encode()
+    frame = flatten("Appointment", [raw, raw])
+    assert frame.get_column("minutes_duration").to_list()[0] is None
+    text_of_invalid = frame.get_column("invalid")[0]
+    assert text_of_invalid is not None
+    # read with the standard library, which keeps big integers exact (orjson does not)
+    reported = [p for p in json.loads(text_of_invalid) if p["path"] == "minutesDuration"]
+    assert len(reported) == 1
+    assert json.dumps(reported[0]["value"]) == json.dumps(json.loads(text))
+
+
 @pytest.mark.parametrize("value", ["true", 1, 0.0])
 def test_only_a_json_boolean_reads_into_a_boolean_column(value):
     org = {"resourceType": "Organization", "id": "o1", "active": value}

@@ -36,7 +36,10 @@ _AnyDtype = pl.DataType | DataTypeClass
 
 _MSGSPEC_LEAVES: dict[Any, Any] = {
     pl.String: str,
-    pl.Int64: int,
+    # msgspec decodes any JSON integer into an int, and Polars' typed read of one outside
+    # Int64 saturates it (-2**63 - 1 was read as -2**63): out of range fails the exact
+    # check, so the page takes the repair path, which keeps the value in ``invalid``.
+    pl.Int64: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)],
     pl.Float64: float,
     pl.Boolean: bool,
 }

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import orjson
+import msgspec
 import polars as pl
 
 from toolkit.views.check import _column_key
@@ -40,8 +40,8 @@ def _unparsed(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> pl.DataFram
         return typed
     invalid = typed.get_column("invalid").to_list()
     for row, problems in found.items():
-        before = orjson.loads(invalid[row]) if invalid[row] is not None else []
-        invalid[row] = orjson.dumps(before + problems).decode()
+        before = msgspec.json.decode(invalid[row]) if invalid[row] is not None else []
+        invalid[row] = msgspec.json.encode(before + problems).decode()
     return typed.with_columns(pl.Series("invalid", invalid, dtype=pl.String))
 
 
@@ -86,14 +86,14 @@ def _per_row(view: View, frame: pl.DataFrame) -> list[pl.Series]:
         for text, at in zip(column.gather(rows).to_list(), positions, strict=True):
             mine: Any
             if name == "extra":
-                mine = {k: v for k, v in orjson.loads(text).items() if owns(k, at)}
+                mine = {k: v for k, v in msgspec.json.decode(text).items() if owns(k, at)}
             else:
                 mine = [
                     {"path": p["path"], "column": p["column"], "value": p["value"]}
-                    for p in orjson.loads(text)
+                    for p in msgspec.json.decode(text)
                     if p["table"] == view.name and p["index"] == at
                 ]
-            values.append(orjson.dumps(mine).decode() if mine else None)
+            values.append(msgspec.json.encode(mine).decode() if mine else None)
         per_row = pl.repeat(None, frame.height, dtype=pl.String, eager=True).alias(name)
         out.append(per_row.scatter(rows, pl.Series(values, dtype=pl.String)))
     return out
@@ -156,7 +156,7 @@ def _extension_rows(view: View, entries: pl.DataFrame) -> pl.DataFrame:
     found = [
         {key: record, **row}
         for record, text in zip(ids, texts.gather(rows).to_list(), strict=True)
-        for row in orjson.loads(text)
+        for row in msgspec.json.decode(text)
     ]
     return pl.DataFrame(found, schema=view.schema, orient="row")
 
@@ -192,8 +192,9 @@ def flatten_tables(resource_type: str, pages: Any) -> dict[str, pl.DataFrame]:
     read page by page); columns are then projected with Polars expressions.
     Top-level keys outside the view are found exactly by a msgspec decode of
     each page that skips every value; only pages that have one are parsed a
-    second time (with orjson) to build the exact ``extra`` JSON of each record
-    (unknown keys at any depth, by path) and the rows of its extension table
+    second time (with msgspec, exact for integers beyond 64 bits) to build the
+    exact ``extra`` JSON of each record (unknown keys at any depth, by path) and
+    the rows of its extension table
     (every extension no column reads, at any depth, with its url).
 
     Parameters

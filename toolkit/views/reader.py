@@ -14,7 +14,6 @@ from functools import cache
 from typing import Any
 
 import msgspec
-import orjson
 import polars as pl
 
 from toolkit import catalogue
@@ -255,7 +254,10 @@ def _repair(comp: _Compiled, raw: bytes, failed_at: int | None = None) -> tuple[
             pos += 1
             continue
         try:
-            entry = orjson.loads(bytes(entry_raw))
+            # msgspec, not orjson: orjson reads an integer beyond the 64-bit range as a
+            # rounded float (-2**63 - 1 became -2**63, an in-range Int64), where msgspec
+            # keeps it exact and the conform step reports it instead of storing it.
+            entry = msgspec.json.decode(bytes(entry_raw))
         except ValueError:  # pragma: no cover - the skeleton decode checked the JSON
             return None
         repaired = _repair_entry(comp, entry)
@@ -276,21 +278,23 @@ def _repair_entry(
     if not isinstance(res, dict) or res.get("resourceType", comp.resource) != comp.resource:
         kind = res.get("resourceType") if isinstance(res, dict) else None
         reduced = {"resource": {"resourceType": kind} if isinstance(kind, str) else None}
-        return orjson.dumps(reduced), None, None, None
+        return _ENCODER.encode(reduced), None, None, None
     conformer = _Conformer(comp.resource, comp.unread, comp.unread_arrays, comp.known_urls)
     fixed = conformer.struct(res, comp.resource_dtype, "", "")
-    extra = orjson.dumps(conformer.extra).decode() if conformer.extra else None
+    extra = _ENCODER.encode(conformer.extra).decode() if conformer.extra else None
     problems: list[_Problem] = []
     for path, key, value in conformer.problems:
         table, index, column = _locate(comp, path, key)
         problems.append(
             {"path": path, "table": table, "index": index, "column": column, "value": value}
         )
-    invalid = orjson.dumps(problems).decode() if problems else None
+    # msgspec writes what it read: an integer beyond 64 bits stays exact in ``invalid``.
+    invalid = _ENCODER.encode(problems).decode() if problems else None
     try:
-        extensions = orjson.dumps(conformer.extensions).decode() if conformer.extensions else None
-        return orjson.dumps({"resource": fixed}), extra, invalid, extensions
-    except orjson.JSONEncodeError:
+        exts = conformer.extensions
+        extensions = _ENCODER.encode(exts).decode() if exts else None
+        return _ENCODER.encode({"resource": fixed}), extra, invalid, extensions
+    except (msgspec.EncodeError, TypeError, OverflowError):
         return None
 
 
