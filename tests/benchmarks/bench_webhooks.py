@@ -40,16 +40,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.listen.flaky
 
-from tests.listen.flaky import Policy, every_nth, flaky_upstream
+from tests.listen.flaky import Policy, every_nth, flaky_upstream, made_through
 from toolkit.client import Client
 from toolkit.mock import serve
 from toolkit.store import apply_changes, load, sync
-from toolkit.store.identity import normalise_base_url
 from toolkit.webhooks import listen
 
 USER_AGENT = "pmtk-bench (bench@example.invalid)"
@@ -74,19 +72,6 @@ def _client(base_url: str, dep: Any) -> Client:
         progress=False,
         user_agent=USER_AGENT,
     )
-
-
-def _through(base_url: str, store: Path) -> str:
-    """``base_url`` of a relay to the store's deployment, recorded in the store as its own.
-
-    The relay is the same deployment at another address; the store's deployment
-    check would otherwise (rightly) refuse a receiver reading through it.
-    """
-    manifest = store / "manifest.json"
-    data = orjson.loads(manifest.read_bytes())
-    data["deployment"]["base_url"] = normalise_base_url(base_url)
-    manifest.write_bytes(orjson.dumps(data))
-    return base_url
 
 
 def _api(dep: Any) -> httpx.Client:
@@ -161,7 +146,7 @@ def scenario(
     total = int(args.rate * args.seconds)
     with (
         flaky_upstream(dep.base_url, policy) as relay,
-        _client(_through(relay.base_url, store), dep) as client,
+        _client(made_through(store, relay.base_url), dep) as client,
         listen(store, client=client, port=port, auth_header=HEADER, catch_up=False) as receiver,
     ):
         client.read("Appointment", ids[0])  # the token, outside the figures

@@ -21,11 +21,10 @@ import pytest
 
 from tests.conftest import api_client
 from tests.listen.conftest import SECRET_HEADER, notification
-from tests.listen.flaky import every_nth, flaky_upstream
+from tests.listen.flaky import every_nth, flaky_upstream, made_through
 from toolkit.client import Client
 from toolkit.errors import PmtkError
 from toolkit.store import load, read_manifest, sync, verify
-from toolkit.store.identity import normalise_base_url
 from toolkit.webhooks import listen
 
 NAME, VALUE = SECRET_HEADER
@@ -44,10 +43,7 @@ def _relay_client(dep: Any, base_url: str, store: Path) -> Client:
     """A client reaching ``dep`` through a relay at ``base_url``; ``store`` (synced from
     ``dep`` directly) is marked as made through the relay, which is the same deployment
     at another address, so that the store's deployment check lets the receiver use it."""
-    manifest = store / "manifest.json"
-    data = orjson.loads(manifest.read_bytes())
-    data["deployment"]["base_url"] = normalise_base_url(base_url)
-    manifest.write_bytes(orjson.dumps(data))
+    made_through(store, base_url)
     return Client(
         base_url=base_url,
         client_id=dep.client_id,

@@ -30,9 +30,9 @@ import pytest
 
 from tests.conftest import api_client
 from tests.listen.conftest import SECRET_HEADER, notification
+from tests.listen.flaky import forward, made_through, send_back
 from toolkit.client import Client
 from toolkit.store import load, verify
-from toolkit.store.identity import normalise_base_url
 from toolkit.webhooks import listen
 
 NAME, VALUE = SECRET_HEADER
@@ -41,7 +41,6 @@ HEADERS = {NAME: VALUE.encode(), "Content-Type": "application/fhir+json"}
 SAME_STAMP = "2099-01-01T00:00:00Z"
 """Every relayed Appointment gets this ``meta.lastUpdated``: the store cannot order two
 versions by it, so only the worker's own ordering keeps the later one."""
-_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
 Hold = Callable[[str, int], "threading.Event | None"]
@@ -70,10 +69,7 @@ def _handler(relay: Relay, http: httpx.Client) -> type[BaseHTTPRequestHandler]:
         def _relay(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-            answer = http.request(
-                self.command, relay.upstream + self.path, headers=headers, content=body
-            )
+            answer = forward(self, http, relay.upstream, body)
             content = answer.content
             parts = self.path.split("?")[0].split("/")
             if self.command == "GET" and len(parts) == 4 and parts[2] == "Appointment":
@@ -92,13 +88,7 @@ def _handler(relay: Relay, http: httpx.Client) -> type[BaseHTTPRequestHandler]:
                     gate.wait(30)
                     with relay.lock:
                         relay.holding[rid] -= 1
-            self.send_response(answer.status_code)
-            for name, value in answer.headers.items():
-                if name.lower() not in _HOP and name.lower() != "content-encoding":
-                    self.send_header(name, value)
-            self.send_header("content-length", str(len(content)))
-            self.end_headers()
-            self.wfile.write(content)
+            send_back(self, answer, content)
 
         do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _relay
 
@@ -132,10 +122,7 @@ def api(dep: Any) -> Iterator[httpx.Client]:
 
 def _client_through(dep: Any, base_url: str, store: Path) -> Client:
     """A client reaching ``dep`` through the relay; the store is marked as made there."""
-    manifest = store / "manifest.json"
-    data = orjson.loads(manifest.read_bytes())
-    data["deployment"]["base_url"] = normalise_base_url(base_url)
-    manifest.write_bytes(orjson.dumps(data))
+    made_through(store, base_url)
     return Client(
         base_url=base_url,
         client_id=dep.client_id,
