@@ -82,8 +82,9 @@ def api_client(dep: Deployment, **kwargs: Any) -> httpx.Client:
     )
 
 
-def toolkit_client(dep: Deployment) -> Client:
-    """An unpaced ``toolkit.Client`` of ``dep``."""
+def toolkit_client(dep: Any) -> Client:
+    """An unpaced ``toolkit.Client`` of ``dep`` (the mock, a spec server, anything with
+    ``base_url``, ``client_id`` and ``client_secret``), without progress bars."""
     return Client(
         base_url=dep.base_url,
         client_id=dep.client_id,

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.conftest import toolkit_client
 from toolkit.client import Client
 from toolkit.store import sync
 
@@ -30,16 +31,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
-
-
-def make_client(dep: Any) -> Client:
-    return Client(
-        base_url=dep.base_url,
-        client_id=dep.client_id,
-        client_secret=dep.client_secret,
-        requests_per_minute=None,
-        progress=False,
-    )
 
 
 def notification(
@@ -83,7 +74,7 @@ def dep() -> Iterator[Any]:
 def template(dep: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Patient and Appointment synced once from ``dep``; copy it, never write to it."""
     path = tmp_path_factory.mktemp("template") / "store"
-    with make_client(dep) as client:
+    with toolkit_client(dep) as client:
         sync(client, path, resources=["Patient", "Appointment"], progress=False)
     return path
 
@@ -98,7 +89,7 @@ def store(template: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def client(dep: Any) -> Iterator[Client]:
-    with make_client(dep) as c:
+    with toolkit_client(dep) as c:
         yield c
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.conftest import toolkit_client
 from toolkit import catalogue
 from toolkit.client import Client
 from toolkit.store import SyncSummary, sync
@@ -25,17 +26,6 @@ class Synced:
     dep: Any
     path: Path
     summary: SyncSummary
-
-
-def make_client(dep: Any) -> Client:
-    """A client of ``dep`` with pacing off and no progress bars."""
-    return Client(
-        base_url=dep.base_url,
-        client_id=dep.client_id,
-        client_secret=dep.client_secret,
-        requests_per_minute=None,
-        progress=False,
-    )
 
 
 def mock_total(client: Client, resource_type: str) -> int:
@@ -62,14 +52,14 @@ def dep() -> Iterator[Any]:
 @pytest.fixture
 def client(dep: Any) -> Iterator[Client]:
     """A client of the module's deployment, closed after the test."""
-    with make_client(dep) as c:
+    with toolkit_client(dep) as c:
         yield c
 
 
 @pytest.fixture(scope="session")
 def new_client() -> Any:
-    """``make_client`` as a fixture (test modules cannot import conftest by name)."""
-    return make_client
+    """``tests.conftest.toolkit_client`` as a fixture."""
+    return toolkit_client
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +72,7 @@ def total_of() -> Any:
 def synced(dep: Any, tmp_path_factory: pytest.TempPathFactory) -> Synced:
     """Every listed resource synced once, in full, into a fresh store."""
     path = tmp_path_factory.mktemp("store") / "pmtk-store"
-    with make_client(dep) as c:
+    with toolkit_client(dep) as c:
         summary = sync(c, path, progress=False)
     assert [r.resource for r in summary.resources] == list(catalogue.LISTED_RESOURCES)
     return Synced(dep, path, summary)

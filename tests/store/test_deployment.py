@@ -21,6 +21,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import toolkit_client
 from tests.spec_server import CLIENT_ID, SECRET, SpecDeployment, referral, serve_spec
 from toolkit.client import Client
 from toolkit.store import (
@@ -100,16 +101,6 @@ def _cli(args: list[str], dep: SpecDeployment) -> Any:
     return CliRunner().invoke(app, full, env=env)
 
 
-def _client(dep: SpecDeployment) -> Client:
-    return Client(
-        base_url=dep.base_url,
-        client_id=dep.client_id,
-        client_secret=dep.client_secret,
-        requests_per_minute=None,
-        progress=False,
-    )
-
-
 def test_a_sync_from_another_deployment_is_refused_and_changes_nothing(
     mock_store: Path, second: SpecDeployment
 ) -> None:
@@ -130,10 +121,10 @@ def test_the_python_api_refuses_too_and_load_checks_when_asked(
     mock_store: Path, second: SpecDeployment
 ) -> None:
     before = _snapshot(mock_store)
-    with _client(second) as client, pytest.raises(WrongDeployment, match="rebind"):
+    with toolkit_client(second) as client, pytest.raises(WrongDeployment, match="rebind"):
         sync(client, mock_store, resources=["Referral"], progress=False)
     assert _snapshot(mock_store) == before
-    with _client(second) as client:
+    with toolkit_client(second) as client:
         with pytest.raises(WrongDeployment, match="the embedded mock"):
             load("Referral", mock_store, deployment=client)
         assert load("Referral", mock_store).height == 166  # no deployment asked: read as is
@@ -147,7 +138,7 @@ def test_listen_refuses_a_store_of_another_deployment(
 
     before = _snapshot(mock_store)
     with (
-        _client(second) as client,
+        toolkit_client(second) as client,
         pytest.raises(WrongDeployment, match="not of"),
         toolkit.listen(mock_store, client=client, port=0, catch_up=False, no_auth=True),
     ):
@@ -191,7 +182,7 @@ def test_the_same_address_with_another_api_key_is_another_deployment(
     second: SpecDeployment, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    with _client(second) as client:
+    with toolkit_client(second) as client:
         sync(client, store, resources=["Referral"], progress=False)
     other = Client(
         base_url=second.base_url.replace("http://", "HTTP://") + "/",
@@ -205,7 +196,7 @@ def test_the_same_address_with_another_api_key_is_another_deployment(
         sync(other, store, resources=["Referral"], progress=False)
     assert len(second.seen) == requests
     # the same address spelt differently (case, trailing slash) is the same address
-    spelt, plain = deployment_of(other), deployment_of(_client(second))
+    spelt, plain = deployment_of(other), deployment_of(toolkit_client(second))
     assert spelt is not None and plain is not None
     assert spelt.base_url == plain.base_url
 
@@ -214,14 +205,17 @@ def test_a_store_without_a_recorded_deployment_is_refused_unless_empty(
     second: SpecDeployment, tmp_path: Path
 ) -> None:
     store = tmp_path / "old"
-    with _client(second) as client:
+    with toolkit_client(second) as client:
         sync(client, store, resources=["Referral"], progress=False)
     path = store / "manifest.json"
     manifest = orjson.loads(path.read_bytes())
     del manifest["deployment"]  # as written by a pmtk before the binding existed
     path.write_bytes(orjson.dumps(manifest))
     before = _snapshot(store)
-    with _client(second) as client, pytest.raises(WrongDeployment, match="records no deployment"):
+    with (
+        toolkit_client(second) as client,
+        pytest.raises(WrongDeployment, match="records no deployment"),
+    ):
         sync(client, store, resources=["Referral"], progress=False)
     assert _snapshot(store) == before
     result = _cli(["sync", "--out", str(store), "-r", "Referral", "--rebind"], second)
@@ -233,7 +227,7 @@ def test_a_store_without_a_recorded_deployment_is_refused_unless_empty(
     (empty / "manifest.json").write_bytes(
         orjson.dumps({"kind": "pmtk-store", "format": 2, "resources": {}})
     )
-    with _client(second) as client:
+    with toolkit_client(second) as client:
         sync(client, empty, resources=["Referral"], progress=False)
     assert read_manifest(empty)["deployment"]["base_url"] == second.base_url
 
@@ -247,7 +241,7 @@ def test_the_default_folder_follows_the_settings(
     for name in ("PM_BASE_URL", "PM_REGION", "PM_CLIENT_ID", "PM_CLIENT_SECRET"):
         monkeypatch.delenv(name, raising=False)
     assert default_store() == MOCK_STORE
-    with _client(second) as client:
+    with toolkit_client(second) as client:
         assert default_store(client) == DEFAULT_STORE
     monkeypatch.setenv("PM_BASE_URL", second.base_url)
     monkeypatch.setenv("PM_CLIENT_ID", second.client_id)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import toolkit_client
 from tests.spec_server import SpecDeployment, referral, serve_spec
-from toolkit.client import Client
 from toolkit.store import StoreLinked, check_folder, load, sync
 from toolkit.store.layout import _write_json
 
@@ -28,20 +28,10 @@ def dep() -> Iterator[SpecDeployment]:
         yield deployment
 
 
-def _client(dep: SpecDeployment) -> Client:
-    return Client(
-        base_url=dep.base_url,
-        client_id=dep.client_id,
-        client_secret=dep.client_secret,
-        requests_per_minute=None,
-        progress=False,
-    )
-
-
 @pytest.fixture
 def store(dep: SpecDeployment, tmp_path: Path) -> Path:
     root = tmp_path / "store"
-    with _client(dep) as client:
+    with toolkit_client(dep) as client:
         sync(client, root, resources=["Referral"], progress=False)
     return root
 
@@ -67,7 +57,10 @@ def test_a_linked_staging_folder_is_refused_and_nothing_outside_is_deleted(
     before = _files(outside)
     shutil.rmtree(store / ".staging", ignore_errors=True)
     (store / ".staging").symlink_to(outside, target_is_directory=True)
-    with _client(dep) as client, pytest.raises(StoreLinked, match=r"\.staging .*symbolic link"):
+    with (
+        toolkit_client(dep) as client,
+        pytest.raises(StoreLinked, match=r"\.staging .*symbolic link"),
+    ):
         sync(client, store, resources=["Referral"], full=True, progress=False)
     assert _files(outside) == before
     # the command says it in one line and exits 2 before connecting
@@ -95,7 +88,7 @@ def test_a_linked_table_folder_receives_no_data(
     (store / "Referral").rmdir()
     (store / "Referral").symlink_to(target, target_is_directory=True)
     before = _files(target)
-    with _client(dep) as client, pytest.raises(StoreLinked, match="Referral"):
+    with toolkit_client(dep) as client, pytest.raises(StoreLinked, match="Referral"):
         sync(client, store, resources=["Referral"], full=True, progress=False)
     assert _files(target) == before  # no new data file, none deleted
     with pytest.raises(StoreLinked):
@@ -121,7 +114,7 @@ def test_a_linked_data_file_manifest_or_lock_is_refused(
     lock_target = tmp_path / "lock-target"
     (store / ".lock").unlink()
     (store / ".lock").symlink_to(lock_target)
-    with _client(dep) as client, pytest.raises(StoreLinked, match=r"\.lock"):
+    with toolkit_client(dep) as client, pytest.raises(StoreLinked, match=r"\.lock"):
         sync(client, store, resources=["Referral"], progress=False)
     assert not lock_target.exists()  # not even created through the link
     (store / ".lock").unlink()
@@ -132,7 +125,7 @@ def test_a_linked_data_file_manifest_or_lock_is_refused(
     manifest.unlink()
     manifest.symlink_to(real)
     before = real.read_bytes()
-    with _client(dep) as client, pytest.raises(StoreLinked, match=r"manifest\.json"):
+    with toolkit_client(dep) as client, pytest.raises(StoreLinked, match=r"manifest\.json"):
         sync(client, store, resources=["Referral"], progress=False)
     assert real.read_bytes() == before
 
