@@ -67,6 +67,7 @@ forces a full sync of that resource, as does ``full=True``.
 
 from __future__ import annotations
 
+from toolkit.store import layout as _layout
 from toolkit.store.checksums import (
     VerifyReport as VerifyReport,
 )
@@ -95,91 +96,19 @@ from toolkit.store.identity import (
     deployment_of as deployment_of,
 )
 from toolkit.store.layout import (
-    _DATA_FILE_NAME as _DATA_FILE_NAME,
-)
-from toolkit.store.layout import (
     _OWN_LEFTOVERS as _OWN_LEFTOVERS,
-)
-from toolkit.store.layout import (
-    _bind as _bind,
 )
 from toolkit.store.layout import (
     _check_manifest as _check_manifest,
 )
 from toolkit.store.layout import (
-    _claim as _claim,
-)
-from toolkit.store.layout import (
     _damaged_message as _damaged_message,
-)
-from toolkit.store.layout import (
-    _data_name as _data_name,
-)
-from toolkit.store.layout import (
-    _empty_tables as _empty_tables,
 )
 from toolkit.store.layout import (
     _fsync_dir as _fsync_dir,
 )
 from toolkit.store.layout import (
-    _fsync_file as _fsync_file,
-)
-from toolkit.store.layout import (
-    _init_manifest as _init_manifest,
-)
-from toolkit.store.layout import (
-    _instant as _instant,
-)
-from toolkit.store.layout import (
-    _later as _later,
-)
-from toolkit.store.layout import (
-    _load_manifest_for_write as _load_manifest_for_write,
-)
-from toolkit.store.layout import (
-    _locked as _locked,
-)
-from toolkit.store.layout import (
-    _manifest_path as _manifest_path,
-)
-from toolkit.store.layout import (
-    _mkdir as _mkdir,
-)
-from toolkit.store.layout import (
-    _now_iso as _now_iso,
-)
-from toolkit.store.layout import (
-    _parent_key as _parent_key,
-)
-from toolkit.store.layout import (
-    _read_json as _read_json,
-)
-from toolkit.store.layout import (
-    _replace as _replace,
-)
-from toolkit.store.layout import (
-    _scoped_to_resource as _scoped_to_resource,
-)
-from toolkit.store.layout import (
-    _sha256 as _sha256,
-)
-from toolkit.store.layout import (
-    _sink_parquet as _sink_parquet,
-)
-from toolkit.store.layout import (
-    _snake as _snake,
-)
-from toolkit.store.layout import (
-    _update_manifest as _update_manifest,
-)
-from toolkit.store.layout import (
     _views as _views,
-)
-from toolkit.store.layout import (
-    _write_json as _write_json,
-)
-from toolkit.store.layout import (
-    _write_parquet as _write_parquet,
 )
 from toolkit.store.layout import (
     check_folder as check_folder,
@@ -207,12 +136,6 @@ from toolkit.store.merge import (
 )
 from toolkit.store.merge import (
     _newest_per_id as _newest_per_id,
-)
-from toolkit.store.merge import (
-    _NoPages as _NoPages,
-)
-from toolkit.store.merge import (
-    _pending_commit as _pending_commit,
 )
 from toolkit.store.merge import (
     _stamp as _stamp,
@@ -341,44 +264,18 @@ from toolkit.store.results import (
     SyncSummary as SyncSummary,
 )
 from toolkit.store.results import (
-    _os_errno as _os_errno,
-)
-from toolkit.store.results import (
-    _repair_command as _repair_command,
-)
-from toolkit.store.results import (
-    _writing as _writing,
-)
-from toolkit.store.results import (
     one_line as one_line,
-)
-from toolkit.store.resume import (
-    _Checkpoint as _Checkpoint,
-)
-from toolkit.store.resume import (
-    _next_since as _next_since,
-)
-from toolkit.store.resume import (
-    _Prefetch as _Prefetch,
-)
-from toolkit.store.resume import (
-    _row_hashes as _row_hashes,
 )
 from toolkit.store.resume import (
     _server_time as _server_time,
 )
-from toolkit.store.resume import (
-    _since_after as _since_after,
-)
-from toolkit.store.syncer import (
-    _check_table as _check_table,
-)
-from toolkit.store.syncer import (
-    _ResourceSyncer as _ResourceSyncer,
-)
-from toolkit.store.syncer import (
-    _verify_entry as _verify_entry,
-)
+
+# toolkit.webhooks imports these layout helpers under their former private names.
+_bind = _layout.bind
+_claim = _layout.claim
+_init_manifest = _layout.init_manifest
+_locked = _layout.locked
+_now_iso = _layout.now_iso
 
 __all__ = [
     "DEFAULT_STORE",
