@@ -287,7 +287,7 @@ def test_a_crash_during_commit_is_rolled_forward(
 
     store = tmp_path / "store"
     calls = {"n": 0}
-    real = store_module._update_manifest
+    real = store_module.update_manifest
 
     def crash_on_commit(root: Path, resource_type: str, entry: dict[str, Any]) -> None:
         if entry.get("status") == "ok":
