@@ -229,6 +229,23 @@ def test_an_unknown_form_name_is_refused_with_the_known_ones() -> None:
         forms.readings(field, "x")
 
 
+def test_two_forms_of_one_value_are_refused_an_array_and_an_item_form_are_not() -> None:
+    from toolkit.errors import ConfigurationError
+
+    quantity = forms.FORMS["quantity"]
+    twice = Field("q", "number", forms=(Alternative("quantity"), Alternative("reference")))
+    declared = [("X", "q", (), twice, alt, quantity) for alt in twice.forms]
+    with pytest.raises(ConfigurationError, match=r"X\.q: two alternative forms"):
+        forms._readers(declared)
+    array_and_item = Field("q", "number", many=True, forms=(Alternative("one-or-many"),))
+    one_or_many = forms.FORMS["one-or-many"]
+    pair = [
+        ("X", "q", (), array_and_item, array_and_item.forms[0], one_or_many),
+        ("X", "q", (), array_and_item, Alternative("quantity"), quantity),
+    ]
+    assert set(forms._readers(pair)) == {("X", "q"), ("X", "q[]")}
+
+
 def test_reader_only_forms_stay_out_of_the_checker() -> None:
     payor = catalogue.field_at("Coverage", "payor")
     assert forms.checked(payor) == ()

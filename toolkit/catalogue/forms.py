@@ -313,10 +313,24 @@ def _declared() -> list[tuple[str, str, tuple[str, ...], Field, Alternative, For
 
 _DECLARED = _declared()
 
-READERS: dict[tuple[str, str], Reader] = {
-    (res, path if form.array or not f.many else f"{path}[]"): form.read
-    for res, path, _parent, f, _alt, form in _DECLARED
-}
+
+def _readers(
+    declared: list[tuple[str, str, tuple[str, ...], Field, Alternative, Form]],
+) -> dict[tuple[str, str], Reader]:
+    """The reader's table: one form per value (the reader applies one), else refused."""
+    out: dict[tuple[str, str], Reader] = {}
+    for res, path, _parent, f, _alt, form in declared:
+        key = (res, path if form.array or not f.many else f"{path}[]")
+        if key in out:
+            from toolkit.errors import ConfigurationError
+
+            msg = f"{res}.{path}: two alternative forms of one value; the reader applies one"
+            raise ConfigurationError(msg)
+        out[key] = form.read
+    return out
+
+
+READERS: dict[tuple[str, str], Reader] = _readers(_DECLARED)
 """(resource, field path) -> the reader of its alternative form (``[]``: each item of an
 array field), for the tolerant reader (``toolkit.views.conform``)."""
 
