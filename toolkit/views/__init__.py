@@ -66,9 +66,6 @@ from toolkit.views.conform import (
     _as_bytes as _as_bytes,
 )
 from toolkit.views.conform import (
-    _codeable_as_coding as _codeable_as_coding,
-)
-from toolkit.views.conform import (
     _Conformer as _Conformer,
 )
 from toolkit.views.conform import (
@@ -81,9 +78,6 @@ from toolkit.views.conform import (
     _Leftovers as _Leftovers,
 )
 from toolkit.views.conform import (
-    _one_as_array as _one_as_array,
-)
-from toolkit.views.conform import (
     _outcome_text as _outcome_text,
 )
 from toolkit.views.conform import (
@@ -91,12 +85,6 @@ from toolkit.views.conform import (
 )
 from toolkit.views.conform import (
     _Problem as _Problem,
-)
-from toolkit.views.conform import (
-    _quantity_value as _quantity_value,
-)
-from toolkit.views.conform import (
-    _reference_display as _reference_display,
 )
 from toolkit.views.conform import (
     _Skeleton as _Skeleton,
