@@ -94,6 +94,7 @@ with serve(seed=0, scale="small") as dep:
             out["found"] = type(exc).__name__
         records = [e["resource"] for e in client.request("GET", "Location").json()["entry"]]
 out["served_contact"] = {r["id"]: r["contact"] for r in records}
+out["served_name"] = {r["id"]: r["name"] for r in records}
 out["rules"], out["walker"], out["forms"] = {}, {}, {}
 seen = Seen()
 for record in records:
@@ -162,13 +163,16 @@ def test_a_form_declared_on_a_scratch_field_is_followed_everywhere(tmp_path: Pat
     # the live service's array of them.
     assert got["found"] == ["LO-2"]
     assert got["served_contact"]["LO-1"] == [{"value": "one"}]
+    # ... and serves the name in the declared live form: a Reference (display only, as the
+    # scratch form names no target type), with no line of the mock naming Location.
+    assert got["served_name"]["LO-1"] == {"display": "Site 1"}
     # The rules (live forms) and the contract walk accept both forms and report them.
     assert got["rules"] == {"LO-1": [], "LO-2": []}
     assert got["walker"] == {"LO-1": [], "LO-2": []}
     assert "Location.name:value:Reference" in got["forms"]["LO-2"]
-    assert "Location.name:value:string" in got["forms"]["LO-1"]
+    assert "Location.name:value:Reference" in got["forms"]["LO-1"]
     assert "Location.contact:array" in got["forms"]["LO-2"]
-    assert got["form_report"]["Location.name"] == {"value:Reference": 1, "value:string": 1}
+    assert got["form_report"]["Location.name"] == {"value:Reference": 2}
     # The OpenAPI document's schema takes either form.
     name, contact = got["schema"]["name"], got["schema"]["contact"]
     assert [alt["type"] for alt in name["anyOf"]] == ["string", "object"]
@@ -181,6 +185,7 @@ def test_without_the_declaration_every_consumer_refuses_the_other_form(tmp_path:
     assert site2["name"] is None and site2["invalid"] is not None
     assert got["found"] == []
     assert got["served_contact"]["LO-1"] == {"value": "one"}
+    assert got["served_name"]["LO-1"] == "Site 1"
     assert "name:type" in got["rules"]["LO-2"] and "contact:type" in got["rules"]["LO-2"]
     assert "name:schema" in got["walker"]["LO-2"]
     assert got["rules"]["LO-1"] == [] and got["walker"]["LO-1"] == []
@@ -200,6 +205,16 @@ def test_the_derived_tables_are_the_facts() -> None:
         "Referral.limitQuantity.quantity",
         "Referral.referralDefinition",
     }
+    assert {
+        res: [(".".join(path), alt.form, alt.target) for path, _many, alt, _f in items]
+        for res, items in forms.CONVERTED.items()
+    } == {
+        "Referral": [
+            ("referralDefinition", "reference", "ReferralDefinition"),
+            ("limitQuantity.quantity", "quantity", None),
+        ]
+    }
+    assert forms.NAMED_TARGETS == {"ReferralDefinition"}
     assert set(forms.READ_AS_ARRAY) == {
         ("Practitioner", "name"),
         ("Coverage", "payor"),

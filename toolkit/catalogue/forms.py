@@ -32,27 +32,35 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.catalogue.constants import API_PREFIX
 from toolkit.catalogue.model import Alternative, Field
 from toolkit.catalogue.resources import RESOURCES
 
 __all__ = [
     "ACCEPT_ARRAYS",
+    "CONVERTED",
     "FORMS",
     "LIVE_ALTERNATES",
     "LIVE_ARRAYS",
+    "NAMED_TARGETS",
+    "NO_NAMES",
     "PREFERRED",
     "READERS",
     "READ_AS_ARRAY",
     "Form",
+    "Names",
     "array_schema",
     "checked",
     "checked_array",
     "readings",
     "response_schema",
+    "to_canonical",
+    "to_live",
 ]
 
 Leftovers = dict[str, Any]
@@ -61,6 +69,35 @@ Reader = Callable[[Any, str, Leftovers], Any]
 in another form unchanged); the keys it does not use go to ``extra`` by path."""
 Classifier = Callable[[object], str | None]
 JsonSchema = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """The records of each type by name, for a form that names a record (a ``reference``
+    form's ``target``): ``by_id`` type -> id -> name, ``by_name`` type -> name -> the
+    first id of that name."""
+
+    by_id: Mapping[str, Mapping[str, str]]
+    by_name: Mapping[str, Mapping[str, str]]
+
+    @classmethod
+    def of(cls, named: Mapping[str, Iterable[tuple[str, str]]]) -> Names:
+        """From ``(id, name)`` pairs per type, in the order of the records."""
+        by_id: dict[str, dict[str, str]] = {}
+        by_name: dict[str, dict[str, str]] = {}
+        for rtype, pairs in named.items():
+            ids, names = by_id.setdefault(rtype, {}), by_name.setdefault(rtype, {})
+            for rid, name in pairs:
+                ids[rid] = name
+                names.setdefault(name, rid)
+        return cls(by_id, by_name)
+
+
+NO_NAMES = Names({}, {})
+"""No record names: a reference form then serves a Reference with a ``display`` only."""
+
+Converter = Callable[[Any, Alternative, Names], Any]
+"""``(value, declaration, names) -> value``: one value turned into another form."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +115,11 @@ class Form:
     classify: Classifier | None = None
     schema: Callable[[JsonSchema], JsonSchema] | None = None
     array: bool = False
+    live: Converter | None = None
+    """The catalogue's form as this form (the mock serves the live service's shapes)."""
+    canonical: Converter | None = None
+    """A written value in this form as the catalogue's (the mock's writes; unlike ``read``,
+    a value it cannot turn is left for the checker to refuse)."""
 
 
 # ------------------------------------------------------------------------- readers
@@ -188,6 +230,45 @@ def _reference_schema(_canonical: JsonSchema) -> JsonSchema:
     }
 
 
+# ------------------------------------------------------------------------- the mock's converters
+
+
+def _quantity_live(value: Any, _alt: Alternative, _names: Names) -> Any:
+    return {"value": value} if _is_number(value) else value
+
+
+def _quantity_canonical(value: Any, _alt: Alternative, _names: Names) -> Any:
+    if isinstance(value, dict) and set(value) <= {"value", "unit", "system", "code"}:
+        return value.get("value")
+    return value
+
+
+def _reference_live(value: Any, alt: Alternative, names: Names) -> Any:
+    """A name as a Reference to the target's record of that name (``display`` only when
+    none has it: FHIR allows a Reference with only a display)."""
+    if not isinstance(value, str):
+        return value
+    rid = names.by_name.get(alt.target or "", {}).get(value)
+    if rid is None:
+        return {"display": value}
+    return {"reference": f"{API_PREFIX}/{alt.target}/{rid}", "display": value}
+
+
+def _reference_canonical(value: Any, alt: Alternative, names: Names) -> Any:
+    """A Reference as its ``display``, else as the name of the target record it points at."""
+    if not isinstance(value, dict):
+        return value
+    if isinstance(value.get("display"), str):
+        return value["display"]
+    reference = value.get("reference")
+    if isinstance(reference, str) and alt.target:
+        kind, _, rid = reference.rstrip("/").rpartition("/")
+        name = names.by_id.get(alt.target, {}).get(rid)
+        if kind.endswith(alt.target) and name is not None:
+            return name
+    return value
+
+
 # ------------------------------------------------------------------------- the registry
 
 FORMS: dict[str, Form] = {
@@ -206,6 +287,8 @@ FORMS: dict[str, Form] = {
             _quantity_value,
             _number_or_quantity,
             _quantity_schema,
+            live=_quantity_live,
+            canonical=_quantity_canonical,
         ),
         Form(
             "reference",
@@ -213,6 +296,8 @@ FORMS: dict[str, Form] = {
             _reference_display,
             _string_or_reference,
             _reference_schema,
+            live=_reference_live,
+            canonical=_reference_canonical,
         ),
         Form(
             "codeable-concept",
@@ -374,3 +459,74 @@ def _live_arrays() -> dict[str, frozenset[str]]:
 LIVE_ARRAYS: dict[str, frozenset[str]] = _live_arrays()
 """Resource -> its top-level fields of one value that the live service sends as an array
 of them: the mock serves the array (``live``) or the single value (``spec``)."""
+
+
+Converted = tuple[tuple[str, ...], bool, Alternative, Form]
+
+
+def _converted() -> dict[str, tuple[Converted, ...]]:
+    out: dict[str, list[Converted]] = {}
+    for res, path, _parent, f, alt, form in _DECLARED:
+        if not alt.reader_only and not form.array and form.live and form.canonical:
+            out.setdefault(res, []).append((tuple(path.split(".")), f.many, alt, form))
+    return {res: tuple(items) for res, items in out.items()}
+
+
+CONVERTED: dict[str, tuple[Converted, ...]] = _converted()
+"""Resource -> (path, many, declaration, form) of each field the live service sends in
+another form than the catalogue's (checked forms that are not about array-ness): the
+mock serves it in that form (:func:`to_live`) and reads it back (:func:`to_canonical`)."""
+
+NAMED_TARGETS: frozenset[str] = frozenset(
+    alt.target for items in CONVERTED.values() for _p, _m, alt, _f in items if alt.target
+)
+"""The resource types whose records a form names (the mock builds :class:`Names` of them)."""
+
+
+def _at(value: Any, path: tuple[str, ...], many: bool, change: Callable[[Any], Any]) -> Any:
+    """``value`` with ``change`` applied at ``path`` (copied where it changes)."""
+    if isinstance(value, list):
+        return [_at(v, path, many, change) for v in value]
+    if not isinstance(value, dict) or path[0] not in value:
+        return value
+    item = value[path[0]]
+    if len(path) > 1:
+        new = _at(item, path[1:], many, change)
+    elif many and isinstance(item, list):
+        new = [change(v) for v in item]
+    else:
+        new = change(item)
+    return value if new is item else {**value, path[0]: new}
+
+
+def _convert(rtype: str, record: dict[str, Any], names: Names, *, live: bool) -> dict[str, Any]:
+    for path, many, alt, form in CONVERTED.get(rtype, ()):
+        turn = form.live if live else form.canonical
+        assert turn is not None  # CONVERTED keeps only forms with both
+        record = _at(record, path, many, functools.partial(_turn, turn, alt, names))
+    return record
+
+
+def _turn(turn: Converter, alt: Alternative, names: Names, value: Any) -> Any:
+    return turn(value, alt, names)
+
+
+def to_live(rtype: str, record: dict[str, Any], names: Names = NO_NAMES) -> dict[str, Any]:
+    """A ``rtype`` record in the catalogue's forms as the live service sends it.
+
+    >>> to_live("Referral", {"limitQuantity": {"quantity": 6}, "referralDefinition": "GP"})
+    {'limitQuantity': {'quantity': {'value': 6}}, 'referralDefinition': {'display': 'GP'}}
+    """
+    return _convert(rtype, record, names, live=True)
+
+
+def to_canonical(rtype: str, record: dict[str, Any], names: Names = NO_NAMES) -> dict[str, Any]:
+    """A written ``rtype`` record (or merge patch) with each converted field in the
+    catalogue's form; a value no form turns is left for the checker to refuse.
+
+    >>> names = Names.of({"ReferralDefinition": [("3", "GP")]})
+    >>> written = {"referralDefinition": {"reference": "ReferralDefinition/3"}}
+    >>> to_canonical("Referral", written, names)
+    {'referralDefinition': 'GP'}
+    """
+    return _convert(rtype, record, names, live=False)

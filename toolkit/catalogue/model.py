@@ -110,6 +110,9 @@ class Alternative:
     form: str
     source: Source = "facts"
     reader_only: bool = False
+    target: str | None = None
+    """For a ``reference`` form: the resource type the Reference points at, whose record
+    of the same ``name`` it names (the mock serves and reads the Reference by it)."""
 
 
 @dataclass(frozen=True, slots=True)

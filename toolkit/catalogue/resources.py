@@ -167,7 +167,7 @@ REFERRAL = Resource(
         Field(
             "referralDefinition",
             "string",
-            forms=(Alternative("reference"),),
+            forms=(Alternative("reference", target="ReferralDefinition"),),
         ),
         Field("created", "date-time", format="date-time"),
         Field("active", "boolean"),

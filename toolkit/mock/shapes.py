@@ -38,7 +38,6 @@ __all__ = [
     "STATUS_SYSTEM",
     "Shapes",
     "absolute_references",
-    "definition_name",
     "extension_name",
     "local_reference",
     "status_code",
@@ -135,35 +134,19 @@ def _spec_extension(item: Any) -> Any:
     return out
 
 
-def to_spec(value: Any) -> Any:
+def to_spec(value: Any, rtype: str | None = None, names: forms.Names = forms.NO_NAMES) -> Any:
     """A copy of a written body in the spec's form (references, extension urls, codes).
 
-    A Referral's live forms (facts) come back too: ``limitQuantity.quantity`` as a
-    Quantity gives its number, ``referralDefinition`` as a Reference its ``display``
-    (a Reference without one is kept: :func:`definition_name` resolves it against
-    the store, which this pure function does not see).
+    With ``rtype``, a field the catalogue declares in another form (facts) comes back
+    in the catalogue's form too (:func:`toolkit.catalogue.forms.to_canonical`): a
+    Referral's ``limitQuantity.quantity`` as a Quantity gives its number, its
+    ``referralDefinition`` as a Reference its ``display``, else the name of the
+    record it points at (``names``).
     """
     out = _to_spec(value)
-    if isinstance(out, dict):
-        limit = out.get("limitQuantity")
-        if isinstance(limit, dict):
-            quantity = limit.get("quantity")
-            if isinstance(quantity, dict) and set(quantity) <= {"value", "unit", "system", "code"}:
-                out["limitQuantity"] = {**limit, "quantity": quantity.get("value")}
-        definition = out.get("referralDefinition")
-        if isinstance(definition, dict) and isinstance(definition.get("display"), str):
-            out["referralDefinition"] = definition["display"]
+    if rtype is not None and isinstance(out, dict):
+        out = forms.to_canonical(rtype, out, names)
     return out
-
-
-def definition_name(value: Any, names: dict[str, str]) -> Any:
-    """A ``referralDefinition`` Reference without a display as the name of the
-    ReferralDefinition it points at (``names``: id -> name); anything else unchanged."""
-    if isinstance(value, dict) and isinstance(value.get("reference"), str):
-        kind, _, rid = local_reference(value["reference"]).rstrip("/").rpartition("/")
-        if kind.endswith("ReferralDefinition") and rid in names:
-            return names[rid]
-    return value
 
 
 def _to_spec(value: Any) -> Any:
@@ -233,36 +216,18 @@ def _spec_stored(value: Any) -> Any:
     return out
 
 
-def _live_referral(record: dict[str, Any], definitions: dict[str, str]) -> dict[str, Any]:
-    """A Referral's quantity as a Quantity and its type as a Reference (facts)."""
-    out = dict(record)
-    limit = out.get("limitQuantity")
-    if isinstance(limit, dict) and isinstance(limit.get("quantity"), int | float):
-        out["limitQuantity"] = {**limit, "quantity": {"value": limit["quantity"]}}
-    name = out.get("referralDefinition")
-    if isinstance(name, str):
-        rid = definitions.get(name)
-        reference = {"display": name}
-        if rid is not None:
-            reference = {
-                "reference": f"{catalogue.API_PREFIX}/ReferralDefinition/{rid}",
-                **reference,
-            }
-        out["referralDefinition"] = reference
-    return out
-
-
 def to_stored(
     rtype: str,
     record: dict[str, Any],
     shapes: Shapes,
-    definitions: dict[str, str] | None = None,
+    names: forms.Names = forms.NO_NAMES,
 ) -> dict[str, Any]:
     """A spec-form record (references relative) in the deployment's stored form.
 
-    ``definitions`` (ReferralDefinition name -> id) lets a live Referral's
-    ``referralDefinition`` name its record; a name it lacks becomes a Reference
-    with only a ``display`` (FHIR allows one).
+    In ``live`` shapes each field the catalogue declares in another form is served in
+    it (:func:`toolkit.catalogue.forms.to_live`); ``names`` lets a Reference name the
+    record of its target type with that name (a name none has becomes a Reference
+    with only a ``display``, which FHIR allows).
     """
     for name in sorted(forms.LIVE_ARRAYS.get(rtype, ())):
         value = record.get(name)
@@ -273,9 +238,7 @@ def to_stored(
     if shapes == "spec":
         result: dict[str, Any] = _spec_stored(record)
         return result
-    if rtype == "Referral":
-        record = _live_referral(record, definitions or {})
-    live: dict[str, Any] = _live(record)
+    live: dict[str, Any] = _live(forms.to_live(rtype, record, names))
     return live
 
 

@@ -12,7 +12,7 @@ sorting never have to materialise records.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -187,6 +187,16 @@ class Store:
 
     def __getitem__(self, name: str) -> Collection:
         return self.collections[name]
+
+    def names(self, types: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
+        """``(id, name)`` of every record of ``types`` with a string ``name``, in list order."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for rtype in sorted(types):
+            coll = self.collections.get(rtype)
+            if coll is not None:
+                records = ((coll.ids[i], coll.record(i).get("name")) for i in coll.order())
+                out[rtype] = [(rid, name) for rid, name in records if isinstance(name, str)]
+        return out
 
     def resolves(self, reference: str) -> bool:
         """Whether ``/main/<Type>/<id>`` names a record of this store."""

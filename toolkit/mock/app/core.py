@@ -11,6 +11,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from toolkit import catalogue
+from toolkit.catalogue import forms
 from toolkit.mock.app.records import origin
 from toolkit.mock.app.responses import (
     ARRAY_FORMS,
@@ -35,20 +36,8 @@ from toolkit.mock.shapes import (
     to_stored,
 )
 from toolkit.mock.state import MockState, TokenProblem
-from toolkit.mock.store import Collection, Record, Store
+from toolkit.mock.store import Collection, Record
 from toolkit.mock.validation import Problem, validate
-
-
-def definition_ids(store: Store) -> dict[str, str]:
-    """ReferralDefinition name -> id (the first of a name), from the store."""
-    coll = store.collections.get("ReferralDefinition")
-    out: dict[str, str] = {}
-    if coll is not None:
-        for i in coll.order():
-            name = coll.record(i).get("name")
-            if isinstance(name, str):
-                out.setdefault(name, coll.ids[i])
-    return out
 
 
 class MockCore:
@@ -58,8 +47,8 @@ class MockCore:
         self.state = state
         self.store = state.store
         self.role_index = {rid: i for i, rid in enumerate(state.data.roles)}
-        self.definitions = definition_ids(self.store)
-        """ReferralDefinition name -> id (a live Referral's ``referralDefinition`` names it)."""
+        self.names = forms.Names.of(self.store.names(forms.NAMED_TARGETS))
+        """The names of the records a form names (a live Referral's ``referralDefinition``)."""
 
     # ------------------------------------------------------------------ guard
     def guarded(
@@ -209,7 +198,7 @@ class MockCore:
         Serialising first means a record that cannot be written out (orjson refuses
         nesting deeper than 254) is refused instead of poisoning every later read.
         """
-        record = to_stored(rtype, record, self.state.options.shapes, self.definitions)
+        record = to_stored(rtype, record, self.state.options.shapes, self.names)
         try:
             return record, orjson.dumps(record)
         except orjson.JSONEncodeError as exc:

@@ -23,7 +23,6 @@ from toolkit.mock.data import (
     ref,
 )
 from toolkit.mock.shapes import (
-    definition_name,
     to_spec,
 )
 from toolkit.mock.store import Record
@@ -38,7 +37,7 @@ class WritingRoom(MockCore):
         if rtype not in CREATABLE:
             hint = " (book it with POST /main/Appointment/$book)" if rtype == "Appointment" else ""
             raise Problem4xx(405, "not-supported", f"{rtype} cannot be created{hint}")
-        body = self._definition_named(to_spec(await self.json_object(request)))
+        body = to_spec(await self.json_object(request), rtype, self.names)
         self.check_write(rtype, body)
         with self.state.lock:
             now = self.state.now()
@@ -58,13 +57,6 @@ class WritingRoom(MockCore):
             self.state.announce(rtype, rid, "create")
         headers = {"location": self.location(request, rtype, rid)}
         return self.respond(request, content, 201, headers)
-
-    def _definition_named(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A ``referralDefinition`` Reference with no display as its definition's name."""
-        if isinstance(body.get("referralDefinition"), dict):
-            names = {rid: name for name, rid in self.definitions.items()}
-            body["referralDefinition"] = definition_name(body["referralDefinition"], names)
-        return body
 
     def _next_id(self, rtype: str) -> str:
         prefix = CREATABLE.get(rtype, "")
@@ -109,14 +101,14 @@ class WritingRoom(MockCore):
                 "not-supported",
                 "PATCH bodies are JSON merge patches: Content-Type application/merge-patch+json",
             )
-        patch = self._definition_named(to_spec(await self.json_object(request)))
+        patch = to_spec(await self.json_object(request), rtype, self.names)
         for key in ("id", "resourceType"):
             if key in patch and patch[key] != coll.record(index).get(key):
                 raise self.invalid(rtype, [(key, "cannot be changed")])
         patch.pop("meta", None)
         with self.state.lock:
             current = coll.record(index)
-            spec_current = to_spec(current)
+            spec_current = to_spec(current, rtype, self.names)
             participants = patch.pop("participant", None) if rtype == "Appointment" else None
             merged = merge_patch(spec_current, patch)
             if isinstance(participants, list):

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
+from toolkit.catalogue import forms
 from toolkit.mock.data.appointments import (
     APPOINTMENT_BASE,
     AppointmentBuilder,
@@ -239,26 +240,18 @@ def _live_forms(store: Store) -> None:
     Patients with a second given name also get a ``usual`` name (the facts: a
     Patient may hold both a usual and an official name).
     """
-    definitions = _definition_ids(store)
+    names = forms.Names.of(store.names(forms.NAMED_TARGETS))
     for coll in store.collections.values():
         for index, rec in list(coll.records_built()):
-            rec = to_stored(coll.name, rec, "live", definitions)
+            rec = to_stored(coll.name, rec, "live", names)
             if coll.name == "Patient":
                 official = rec["name"][0]
                 if len(official["given"]) > 1:
                     usual = {"use": USUAL, "given": [official["given"][1]]}
                     rec["name"] = [*rec["name"], {**usual, "family": official["family"]}]
             coll.set_built(index, rec)
-        coll.wrap_builder(functools.partial(_to_live, coll.name, definitions))
+        coll.wrap_builder(functools.partial(_to_live, coll.name, names))
 
 
-def _definition_ids(store: Store) -> dict[str, str]:
-    """ReferralDefinition name -> id, for the live Referral's ``referralDefinition``."""
-    coll = store.collections.get("ReferralDefinition")
-    if coll is None:
-        return {}
-    return {rec["name"]: coll.ids[i] for i, rec in coll.records_built()}
-
-
-def _to_live(rtype: str, definitions: dict[str, str], record: Record) -> Record:
-    return to_stored(rtype, record, "live", definitions)
+def _to_live(rtype: str, names: forms.Names, record: Record) -> Record:
+    return to_stored(rtype, record, "live", names)
