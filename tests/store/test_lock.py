@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.store import StoreError, _locked
+from toolkit.store import StoreError
+from toolkit.store.layout import _locked
 
 
 def test_a_second_writer_is_refused_until_the_first_is_done(tmp_path: Path) -> None:
@@ -45,7 +46,8 @@ def test_without_fcntl_the_store_is_still_locked(tmp_path: Path) -> None:
         sys.modules["fcntl"] = None
         warnings.simplefilter("ignore")
         from pathlib import Path
-        from toolkit.store import StoreError, _locked
+        from toolkit.store import StoreError
+        from toolkit.store.layout import _locked
         root = Path({str(tmp_path / "store")!r})
         with _locked(root):
             try:

@@ -74,9 +74,6 @@ from toolkit.store.checksums import (
     verify as verify,
 )
 from toolkit.store.entry import (
-    _failure as _failure,
-)
-from toolkit.store.entry import (
     load as load,
 )
 from toolkit.store.entry import (
@@ -93,93 +90,6 @@ from toolkit.store.identity import (
 )
 from toolkit.store.identity import (
     deployment_of as deployment_of,
-)
-from toolkit.store.layout import (
-    _DATA_FILE_NAME as _DATA_FILE_NAME,
-)
-from toolkit.store.layout import (
-    _OWN_LEFTOVERS as _OWN_LEFTOVERS,
-)
-from toolkit.store.layout import (
-    _bind as _bind,
-)
-from toolkit.store.layout import (
-    _check_manifest as _check_manifest,
-)
-from toolkit.store.layout import (
-    _claim as _claim,
-)
-from toolkit.store.layout import (
-    _damaged_message as _damaged_message,
-)
-from toolkit.store.layout import (
-    _data_name as _data_name,
-)
-from toolkit.store.layout import (
-    _empty_tables as _empty_tables,
-)
-from toolkit.store.layout import (
-    _fsync_dir as _fsync_dir,
-)
-from toolkit.store.layout import (
-    _fsync_file as _fsync_file,
-)
-from toolkit.store.layout import (
-    _init_manifest as _init_manifest,
-)
-from toolkit.store.layout import (
-    _instant as _instant,
-)
-from toolkit.store.layout import (
-    _later as _later,
-)
-from toolkit.store.layout import (
-    _load_manifest_for_write as _load_manifest_for_write,
-)
-from toolkit.store.layout import (
-    _locked as _locked,
-)
-from toolkit.store.layout import (
-    _manifest_path as _manifest_path,
-)
-from toolkit.store.layout import (
-    _mkdir as _mkdir,
-)
-from toolkit.store.layout import (
-    _now_iso as _now_iso,
-)
-from toolkit.store.layout import (
-    _parent_key as _parent_key,
-)
-from toolkit.store.layout import (
-    _read_json as _read_json,
-)
-from toolkit.store.layout import (
-    _replace as _replace,
-)
-from toolkit.store.layout import (
-    _scoped_to_resource as _scoped_to_resource,
-)
-from toolkit.store.layout import (
-    _sha256 as _sha256,
-)
-from toolkit.store.layout import (
-    _sink_parquet as _sink_parquet,
-)
-from toolkit.store.layout import (
-    _snake as _snake,
-)
-from toolkit.store.layout import (
-    _update_manifest as _update_manifest,
-)
-from toolkit.store.layout import (
-    _views as _views,
-)
-from toolkit.store.layout import (
-    _write_json as _write_json,
-)
-from toolkit.store.layout import (
-    _write_parquet as _write_parquet,
 )
 from toolkit.store.layout import (
     check_folder as check_folder,
@@ -200,27 +110,6 @@ from toolkit.store.merge import (
     ChangeResult as ChangeResult,
 )
 from toolkit.store.merge import (
-    _is_newer as _is_newer,
-)
-from toolkit.store.merge import (
-    _locked_waiting as _locked_waiting,
-)
-from toolkit.store.merge import (
-    _newest_per_id as _newest_per_id,
-)
-from toolkit.store.merge import (
-    _NoPages as _NoPages,
-)
-from toolkit.store.merge import (
-    _pending_commit as _pending_commit,
-)
-from toolkit.store.merge import (
-    _stamp as _stamp,
-)
-from toolkit.store.merge import (
-    _stored_versions as _stored_versions,
-)
-from toolkit.store.merge import (
     apply_changes as apply_changes,
 )
 from toolkit.store.merge import (
@@ -230,9 +119,6 @@ from toolkit.store.merge import (
     upsert as upsert,
 )
 from toolkit.store.progress import (
-    _CONNECT_CAUSES as _CONNECT_CAUSES,
-)
-from toolkit.store.progress import (
     NOTICE_MIN_WAIT as NOTICE_MIN_WAIT,
 )
 from toolkit.store.progress import (
@@ -240,21 +126,6 @@ from toolkit.store.progress import (
 )
 from toolkit.store.progress import (
     SyncProgress as SyncProgress,
-)
-from toolkit.store.progress import (
-    _host as _host,
-)
-from toolkit.store.progress import (
-    _origin as _origin,
-)
-from toolkit.store.progress import (
-    _StatusColumn as _StatusColumn,
-)
-from toolkit.store.results import (
-    _ERRNO_REASONS as _ERRNO_REASONS,
-)
-from toolkit.store.results import (
-    _OS_ERROR_TEXT as _OS_ERROR_TEXT,
 )
 from toolkit.store.results import (
     COMPARE_LIMIT as COMPARE_LIMIT,
@@ -341,43 +212,7 @@ from toolkit.store.results import (
     SyncSummary as SyncSummary,
 )
 from toolkit.store.results import (
-    _os_errno as _os_errno,
-)
-from toolkit.store.results import (
-    _repair_command as _repair_command,
-)
-from toolkit.store.results import (
-    _writing as _writing,
-)
-from toolkit.store.results import (
     one_line as one_line,
-)
-from toolkit.store.resume import (
-    _Checkpoint as _Checkpoint,
-)
-from toolkit.store.resume import (
-    _next_since as _next_since,
-)
-from toolkit.store.resume import (
-    _Prefetch as _Prefetch,
-)
-from toolkit.store.resume import (
-    _row_hashes as _row_hashes,
-)
-from toolkit.store.resume import (
-    _server_time as _server_time,
-)
-from toolkit.store.resume import (
-    _since_after as _since_after,
-)
-from toolkit.store.syncer import (
-    _check_table as _check_table,
-)
-from toolkit.store.syncer import (
-    _ResourceSyncer as _ResourceSyncer,
-)
-from toolkit.store.syncer import (
-    _verify_entry as _verify_entry,
 )
 
 __all__ = [
