@@ -110,9 +110,6 @@ from toolkit.analysis.joins import (
     fee_names as fee_names,
 )
 from toolkit.analysis.joins import (
-    invoice_reconciliation as invoice_reconciliation,
-)
-from toolkit.analysis.joins import (
     patient_display_names as patient_display_names,
 )
 from toolkit.analysis.joins import (
@@ -174,6 +171,9 @@ from toolkit.analysis.reports import (
 )
 from toolkit.analysis.revenue import (
     appointments_without_invoice_line as appointments_without_invoice_line,
+)
+from toolkit.analysis.revenue import (
+    invoice_reconciliation as invoice_reconciliation,
 )
 from toolkit.analysis.revenue import (
     line_values as line_values,
