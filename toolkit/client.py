@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, Unpack
 
 import httpx
 
@@ -661,23 +661,25 @@ class Client:
         return self._send(writes.patch_write(resource_type, record_id, changes))
 
     def book(
-        self,
-        parameters: Mapping[str, Any] | None = None,
-        /,
-        *,
-        start: datetime | str | None = None,
-        end: datetime | str | None = None,
-        practitioner_role: Any = None,
-        patient: Any = None,
-        healthcare_service: Any = None,
-        location_type: str = "clinic",
-        status: str = "booked",
-        description: str | None = None,
+        self, parameters: Mapping[str, Any] | None = None, /, **booking: Unpack[writes.Booking]
     ) -> dict[str, Any]:
         """Book an appointment (``POST /main/Appointment/$book``); never retried blindly.
 
-        Either pass a ready ``Parameters`` dict, or the keyword arguments from
-        which it is built (``minutesDuration`` is computed from start and end).
+        Parameters
+        ----------
+        parameters
+            A ready ``Parameters`` body; without it the body is built from ``booking``.
+        **booking
+            The keywords of :class:`~toolkit.writes.Booking`: ``start``, ``end``,
+            ``practitioner_role`` and ``patient`` (required without ``parameters``),
+            ``healthcare_service``, ``location_type`` (``"clinic"``), ``status``
+            (``"booked"``) and ``description``. ``minutesDuration`` is computed from
+            start and end.
+
+        Returns
+        -------
+        dict
+            The deployment's answer to the booking, decoded.
 
         Raises
         ------
@@ -688,18 +690,7 @@ class Client:
         OutcomeUnknown
             When the request failed after it was sent.
         """
-        write = writes.book_write(
-            parameters,
-            start=start,
-            end=end,
-            practitioner_role=practitioner_role,
-            patient=patient,
-            healthcare_service=healthcare_service,
-            location_type=location_type,
-            status=status,
-            description=description,
-        )
-        return self._send(write)
+        return self._send(writes.book_write(parameters, **booking))
 
     def declared_search(self) -> dict[str, set[str]] | None:
         """The search parameters the deployment declares per resource type, or ``None``.
