@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import polars as pl
 
+from toolkit.analysis.joins import require_frames
 from toolkit.analysis.money import single_currency
 from toolkit.analysis.tables import PRICE_COMPONENT_SIGNS, reference_id
 
@@ -287,20 +288,16 @@ def _reconciliation_lines(
     invoices: pl.DataFrame, invoice_lines: pl.DataFrame, price_components: pl.DataFrame
 ) -> pl.DataFrame:
     """The valued lines (:func:`line_values`), after checking the three frames' columns."""
-    from toolkit.analysis.joins import require_columns
-
-    function = "invoice_reconciliation"
-    for frame, name, columns in (
+    require_frames(
+        "invoice_reconciliation",
         (invoices, "invoices", ["id", "total_net_value", "total_gross_value"]),
         (invoice_lines, "invoice_lines", ["id", "invoice_id", "quantity", "status"]),
-        (
-            price_components,
-            "price_components",
-            ["invoice_line_id", "type", "amount_value", "amount_currency"],
-        ),
-    ):
-        require_columns(frame, columns, frame_name=name, function=function)
+        (price_components, "price_components", _COMPONENT_COLUMNS),
+    )
     return line_values(invoice_lines, price_components)
+
+
+_COMPONENT_COLUMNS = ("invoice_line_id", "type", "amount_value", "amount_currency")
 
 
 def _invoice_line_sums(lines: pl.DataFrame, skipped: list[str]) -> pl.DataFrame:
