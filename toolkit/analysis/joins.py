@@ -76,6 +76,12 @@ def require_frames(function: str, *checks: tuple[pl.DataFrame, str, Sequence[str
 
 
 _SUPPORTING_COLUMNS = ("appointment_id", "supporting_information_id")
+_APPOINTMENT_PRACTITIONER_COLUMNS = (
+    "appointment_id",
+    "role_id",
+    "practitioner_id",
+    "practitioner_name",
+)
 
 
 def _joined(frame: pl.DataFrame, column: str) -> pl.Expr:
@@ -479,7 +485,7 @@ def appointments_per_practitioner_week(
     require_frames(
         "appointments_per_practitioner_week",
         (visits, "visits", ["id", "week", *(["outcome"] if excluded else [])]),
-        (practitioners, "practitioners", [*_ROLE_COLUMNS, "practitioner_name"]),
+        (practitioners, "practitioners", _APPOINTMENT_PRACTITIONER_COLUMNS),
     )
     base = _practitioner_visits(visits, practitioners, excluded)
     labels = _practitioner_labels(base)
@@ -515,9 +521,6 @@ def _labelled_weeks(counts: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
         )
         .sort(["practitioner", "week"])
     )
-
-
-_ROLE_COLUMNS = ("appointment_id", "role_id", "practitioner_id")
 
 
 def _practitioner_labels(base: pl.DataFrame) -> pl.DataFrame:
