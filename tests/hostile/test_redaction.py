@@ -115,11 +115,11 @@ def _existing_store(root: Path) -> Path:
     """An empty pmtk store, made before the sync: a failed first sync into a folder it
     made removes what it wrote, while a store that was there keeps its manifest, and
     the manifest records the failure (where an echoed secret could land)."""
-    from toolkit.store.layout import _claim, _init_manifest, _locked
+    from toolkit.store.layout import claim, init_manifest, locked
 
-    _claim(root)
-    with _locked(root):
-        _init_manifest(root)
+    claim(root)
+    with locked(root):
+        init_manifest(root)
     return root
 
 

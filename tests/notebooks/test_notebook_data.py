@@ -22,7 +22,7 @@ from toolkit import Client
 from toolkit.mock import serve
 from toolkit.notebook_data import STORE_ENV, notebook_data, notebook_store_dir, store_target
 from toolkit.store import StoreError
-from toolkit.store.layout import _locked
+from toolkit.store.layout import locked
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ("02_referral_utilisation", "03_appointments_attendance", "04_revenue")
@@ -132,7 +132,7 @@ def test_two_notebooks_on_one_store_take_turns(synced: Path, port: int) -> None:
     release = threading.Event()
 
     def hold() -> None:
-        with _locked(synced):
+        with locked(synced):
             held.set()
             release.wait(10)
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from tests.conftest import toolkit_client
 from tests.spec_server import SpecDeployment, referral, serve_spec
 from toolkit.store import StoreLinked, check_folder, load, sync
-from toolkit.store.layout import _write_json
+from toolkit.store.layout import write_json
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +134,9 @@ def test_a_file_is_created_without_following_a_link_at_its_name(tmp_path: Path) 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     target = tmp_path / "manifest.json"
-    # the temporary name _write_json uses, planted as a link to the user's file
+    # the temporary name write_json uses, planted as a link to the user's file
     (tmp_path / f".manifest.json.{os.getpid()}.tmp").symlink_to(victim)
-    _write_json(target, {"ok": True}, durable=False)
+    write_json(target, {"ok": True}, durable=False)
     assert victim.read_text() == "precious"
     assert target.read_bytes().startswith(b"{")
     assert not target.is_symlink()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.store import StoreError
-from toolkit.store.layout import _locked
+from toolkit.store.layout import locked
 
 
 def test_a_second_writer_is_refused_until_the_first_is_done(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_a_second_writer_is_refused_until_the_first_is_done(tmp_path: Path) -> N
     release = threading.Event()
 
     def writer() -> None:
-        with _locked(root):
+        with locked(root):
             held.set()
             release.wait(10)
 
@@ -28,12 +28,12 @@ def test_a_second_writer_is_refused_until_the_first_is_done(tmp_path: Path) -> N
     thread.start()
     try:
         assert held.wait(10)
-        with pytest.raises(StoreError, match="another pmtk sync is writing"), _locked(root):
+        with pytest.raises(StoreError, match="another pmtk sync is writing"), locked(root):
             pass
     finally:
         release.set()
         thread.join(10)
-    with _locked(root):  # free again once the first writer is done
+    with locked(root):  # free again once the first writer is done
         pass
 
 
@@ -47,11 +47,11 @@ def test_without_fcntl_the_store_is_still_locked(tmp_path: Path) -> None:
         warnings.simplefilter("ignore")
         from pathlib import Path
         from toolkit.store import StoreError
-        from toolkit.store.layout import _locked
+        from toolkit.store.layout import locked
         root = Path({str(tmp_path / "store")!r})
-        with _locked(root):
+        with locked(root):
             try:
-                with _locked(root):
+                with locked(root):
                     print("second writer admitted")
             except StoreError as exc:
                 print("refused:", exc)

@@ -283,11 +283,11 @@ def test_sync_failing_mid_walk_keeps_the_old_data_and_resumes(
 def test_a_crash_during_commit_is_rolled_forward(
     synced: Any, tmp_path: Path, new_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import toolkit.store.syncer as store_module  # where the commit step calls it
+    import toolkit.store.transaction as store_module  # where the commit step calls it
 
     store = tmp_path / "store"
     calls = {"n": 0}
-    real = store_module._update_manifest
+    real = store_module.update_manifest
 
     def crash_on_commit(root: Path, resource_type: str, entry: dict[str, Any]) -> None:
         if entry.get("status") == "ok":
@@ -296,10 +296,10 @@ def test_a_crash_during_commit_is_rolled_forward(
         real(root, resource_type, entry)
 
     with new_client(synced.dep) as client:
-        monkeypatch.setattr(store_module, "_update_manifest", crash_on_commit)
+        monkeypatch.setattr(store_module, "update_manifest", crash_on_commit)
         with pytest.raises(KeyboardInterrupt):
             sync(client, store, resources=["Organization"], progress=False)
-        monkeypatch.setattr(store_module, "_update_manifest", real)
+        monkeypatch.setattr(store_module, "update_manifest", real)
         assert calls["n"] == 1
         state = orjson.loads((store / ".staging" / "Organization" / "state.json").read_bytes())
         assert state["phase"] == "commit"

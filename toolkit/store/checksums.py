@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolkit.store.layout import read_manifest
 from toolkit.store.results import DEFAULT_STORE, FileProblem, StoreDamaged, StoreError
-from toolkit.store.syncer import _check_table
+from toolkit.store.transaction import check_table
 
 
 @dataclass(slots=True)
@@ -91,14 +91,20 @@ def verify(
         raise StoreError(msg)
     report = VerifyReport(store=root)
     for rt in wanted:
-        tables = held[rt].get("tables")
-        for table, info in (tables if isinstance(tables, dict) else {}).items():
-            info = info if isinstance(info, dict) else {}
-            report.files.append(str(info.get("path", table)))
-            problem = _check_table(root, rt, table, info)
-            if problem is not None:
-                report.problems.append(problem)
-            elif isinstance(info.get("path"), str):
-                report.bytes += (root / info["path"]).stat().st_size
+        _check_resource(report, rt, held[rt])
     report.elapsed = time.monotonic() - started
     return report
+
+
+def _check_resource(report: VerifyReport, resource_type: str, entry: Mapping[str, Any]) -> None:
+    """Check every file of one resource's manifest entry, adding to ``report``."""
+    root = report.store
+    tables = entry.get("tables")
+    for table, info in (tables if isinstance(tables, dict) else {}).items():
+        info = info if isinstance(info, dict) else {}
+        report.files.append(str(info.get("path", table)))
+        problem = check_table(root, resource_type, table, info)
+        if problem is not None:
+            report.problems.append(problem)
+        elif isinstance(info.get("path"), str):
+            report.bytes += (root / info["path"]).stat().st_size

@@ -1,11 +1,71 @@
-"""The entry points: :func:`sync` over every resource, and :func:`load` of a stored table."""
+"""The entry points: :func:`sync` over every resource, and :func:`load` of a stored table.
+
+How :func:`sync` fails
+----------------------
+A failure that concerns one resource -- its data failed validation, its
+page walk was incomplete, or the API answered an error for its list --
+does not stop the others: they are synced and committed, and
+:class:`SyncFailed` is raised at the end, carrying the whole summary
+(``.summary``; ``.errors`` holds the original exceptions, e.g.
+:class:`~toolkit.errors.DataValidationError`). A failure that would hit
+every resource in turn stops the run at once and is raised as it is:
+
+- :class:`NotAStore` when ``out`` exists, is not empty and is not a pmtk
+  store, :class:`ManifestDamaged` when its ``manifest.json`` is unreadable,
+  :class:`WrongDeployment` when the store records another deployment than
+  the client's, or holds data and records none (nothing is written or
+  requested in these three cases);
+- :class:`StoreWriteError` when the disk is full or the folder read-only or
+  forbidden (the data committed before is unchanged and the next run
+  resumes); :class:`StoreError` when another sync holds the store's lock;
+- :class:`~toolkit.errors.TransportError`, :class:`~toolkit.errors.AuthError`,
+  :class:`~toolkit.errors.RateLimited` when the deployment cannot be reached,
+  refuses the token or stays rate limited (the staged pages are kept and the
+  next run resumes); ``KeyboardInterrupt``.
+
+A stored file that fails its checksum makes that resource sync in full
+(listed in ``ResourceSync.repaired``). With ``progress=None`` a bar shows
+when stderr is a terminal; it says when the client waits for the rate limit
+or retries a request (``SyncProgress("lines")`` writes those notices as
+lines). A ``progress`` callable is called with a :class:`PageProgress` after
+each staged page; raising from it interrupts the sync, and the next run
+resumes. ``reconcile`` costs one list request per 100 records of the
+resource; Patient needs no walk: every incremental sync asks
+``$export-ids`` for its ids (one request) and drops deleted patients.
+
+>>> from toolkit.mock import serve
+>>> from toolkit import Client
+>>> import tempfile
+>>> with serve(scale="small") as dep, Client(
+...     dep.base_url, dep.client_id, dep.client_secret, user_agent="Docs (docs@example.org)"
+... ) as client, tempfile.TemporaryDirectory() as out:
+...     summary = sync(client, out, resources=["Referral"], progress=False)
+...     load("Referral", out).height == summary["Referral"].rows["Referral"]
+True
+
+How :func:`load` reads
+----------------------
+With ``verify=True`` (the default) the file's sha256 is compared with the
+one the manifest recorded before reading it (a full read of the file; about
+2 ms per MB, see ``docs/store.md``). It raises :class:`StoreDamaged` when the
+file is missing or fails its checksum (or, written by a pmtk before store
+format 2, has none), naming the file and the ``pmtk sync --full --resource
+...`` command that rebuilds it; :class:`WrongDeployment` when ``deployment``
+is given and the store was made from another one (or no sync of it has run);
+:class:`StoreLinked` when the manifest, the table's folder or its file is a
+symbolic link; :class:`StoreError` when the store, the resource or the table
+is missing, the file is unreadable, or was written with another schema than
+the current view.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +81,17 @@ from toolkit.store.identity import (
     deployment_of,
 )
 from toolkit.store.layout import (
-    _bind,
-    _claim,
-    _init_manifest,
-    _linked_message,
-    _locked,
-    _manifest_path,
-    _scoped_to_resource,
-    _snake,
-    _update_manifest,
+    bind,
+    claim,
     declared_schemas,
+    init_manifest,
+    linked_message,
+    locked,
+    manifest_path,
     read_manifest,
+    scoped_to_resource,
+    snake,
+    update_manifest,
 )
 from toolkit.store.merge import drop_missing
 from toolkit.store.progress import SyncProgress
@@ -48,10 +108,11 @@ from toolkit.store.results import (
     StoreLinked,
     SyncFailed,
     SyncSummary,
-    _repair_command,
     one_line,
+    repair_command,
 )
-from toolkit.store.syncer import _check_table, _ResourceSyncer
+from toolkit.store.syncer import ResourceSyncer
+from toolkit.store.transaction import check_table
 
 
 def sync(
@@ -67,158 +128,134 @@ def sync(
 ) -> SyncSummary:
     """Bring the Parquet store at ``out`` up to date with the deployment.
 
+    What fails how (one resource, or the whole run): see this module's docstring.
+
     Parameters
     ----------
     client
-        A :class:`PageSource`, normally a :class:`toolkit.Client`. ``None`` uses
-        :func:`toolkit.connect` (``PM_*`` settings, or the embedded mock).
+        A :class:`PageSource` (a :class:`toolkit.Client`); ``None``: :func:`toolkit.connect`.
     out
-        The store directory: missing, empty, or a pmtk store of the client's
-        deployment. A stored file that fails its checksum makes that resource
-        sync in full (listed in ``ResourceSync.repaired``). Default
-        ``pmtk-store``, or ``pmtk-store-mock`` for the embedded mock.
+        A missing or empty folder, or a pmtk store of this deployment (:func:`default_store`).
     resources
-        Resource types to sync; default every listed resource
-        (:data:`toolkit.catalogue.LISTED_RESOURCES`).
+        Resource types to sync; default :data:`toolkit.catalogue.LISTED_RESOURCES`.
     full
         Re-fetch everything instead of only what changed since the last sync.
     progress
-        ``None`` shows a progress bar when stderr is a terminal, ``True``
-        always, ``False`` never. The bar says when the client waits for the
-        rate limit or retries a request. A :class:`SyncProgress` is used as
-        given (``SyncProgress("lines")`` writes those notices as lines). A
-        callable is instead called with a :class:`PageProgress` after each
-        page is staged (raising from it interrupts the sync; the next run
-        resumes).
+        ``None``: a bar when stderr is a terminal; ``True``/``False``; a
+        :class:`SyncProgress`; or a callable given each :class:`PageProgress`.
     errors
-        Validation mode passed to :func:`toolkit.schemas.validate`: ``"raise"``
-        stores nothing of a resource that fails, ``"warn"`` stores the data anyway.
+        ``"raise"`` stores nothing of a resource that fails validation; ``"warn"`` stores it.
     reconcile
-        After an incremental sync of a resource, also walk its whole list and
-        drop the stored records the deployment no longer has (an incremental
-        sync by ``_lastUpdated`` never sees a deletion). It costs one list
-        request per 100 records of the resource. Patient needs no walk: every
-        incremental sync asks ``$export-ids`` for its ids (one request) and
-        drops deleted patients, with or without ``reconcile``.
+        After an incremental sync, also walk the list to drop records the deployment deleted.
     rebind
-        Make a store of another deployment (or of an unrecorded one) this
-        client's: its data is discarded and every resource synced in full.
-        Without it such a store is refused (:class:`WrongDeployment`).
+        Make a store of another (or no recorded) deployment this client's, synced in full.
 
     Returns
     -------
     SyncSummary
-        Rows, pages and time per resource; ``summary.table()`` renders it.
-
-    Notes
-    -----
-    A failure that concerns one resource -- its data failed validation, its
-    page walk was incomplete, or the API answered an error for its list --
-    does not stop the others: they are synced and committed, and
-    :class:`SyncFailed` is raised at the end, carrying the whole summary. A
-    failure that would hit every resource in turn stops the run at once and
-    is raised as it is (an unreachable deployment, a refused token, a rate
-    limit that outlasted every wait, a local write failure, Ctrl-C).
-
-    Raises
-    ------
-    NotAStore
-        When ``out`` exists, is not empty and is not a pmtk store (nothing is written).
-    ManifestDamaged
-        When the store's ``manifest.json`` is unreadable (nothing is written).
-    WrongDeployment
-        When the store records another deployment than the client's, or holds
-        data and records none (nothing is written, nothing requested).
-    StoreWriteError
-        When the disk is full or the folder read-only or forbidden; the data
-        committed before is unchanged and the next run resumes.
-    StoreError
-        When another sync holds the store's lock.
-    SyncFailed
-        At the end, when one or more resources failed on their own (a frame
-        failed its schema with ``errors="raise"``, an incomplete walk, an API
-        error for that list) while the others were synced; ``.summary`` and
-        ``.errors`` (the original exceptions, e.g.
-        :class:`~toolkit.errors.DataValidationError`) say which and why.
-    toolkit.errors.TransportError, toolkit.errors.AuthError, toolkit.errors.RateLimited
-        When the deployment cannot be reached, refuses the token, or stays
-        rate limited; the staged pages are kept and the next run resumes.
-
-    Examples
-    --------
-    >>> from toolkit.mock import serve
-    >>> from toolkit import Client
-    >>> import tempfile
-    >>> with serve(scale="small") as dep, Client(
-    ...     dep.base_url, dep.client_id, dep.client_secret, user_agent="Docs (docs@example.org)"
-    ... ) as client, tempfile.TemporaryDirectory() as out:
-    ...     summary = sync(client, out, resources=["Referral"], progress=False)
-    ...     load("Referral", out).height == summary["Referral"].rows["Referral"]
-    True
+        Rows, pages and time per resource (``summary.table()`` renders it).
     """
     wanted = _listed(resources)
-    if out is None:
-        out = default_store(client)
-    root = Path(out)
-    _claim(root)  # before connecting: refusing costs nothing
-    owned: Any = None
-    if client is None:
-        import toolkit
-
-        owned = toolkit.connect()
-        client = owned
-    current = deployment_of(client)
-    try:
+    root = Path(out if out is not None else default_store(client))
+    claim(root)  # before connecting: refusing costs nothing
+    run = _Run(root, full=full, errors=errors, reconcile=reconcile, optional=resources is None)
+    with _connected(client) as source:
+        current = deployment_of(source)
         _check_bound(root, current, rebind=rebind)  # before the lock: a refusal touches nothing
-    except BaseException:
-        if owned is not None:
-            owned.close()
-        raise
-    started = time.monotonic()
-    summary = SyncSummary(out=root)
-    display, callback = _display_for(progress)
-    failures: dict[str, BaseException] = {}
+        summary = run.all(source, wanted, current, progress, rebind=rebind)
+    return run.checked(summary)
+
+
+@contextlib.contextmanager
+def _connected(client: PageSource | None) -> Iterator[PageSource]:
+    """``client``, or one of :func:`toolkit.connect` (closed on the way out)."""
+    if client is not None:
+        yield client
+        return
+    import toolkit
+
+    owned: Any = toolkit.connect()
     try:
-        _claim(root)  # before anything is written: a user's folder is never touched
-        with (
-            _locked(root),
-            display,
-            display.attach(client),
-        ):
-            _claim(root)  # again under the lock: another process may have written meanwhile
-            _init_manifest(root)
-            _bind(root, current, rebind=rebind)
-            for rt in wanted:
-                syncer = _ResourceSyncer(
-                    root=root,
-                    resource_type=rt,
-                    client=client,
-                    full=full,
-                    errors=errors,
-                    on_page=callback or display,
-                )
-                failure = _sync_one(syncer, display, summary, optional=resources is None)
-                if failure is None and summary.resources[-1].status == NOT_SERVED:
-                    continue
-                if failure is None:
-                    failure = _drop_deleted(root, client, summary.resources[-1], reconcile)
-                if failure is not None:
-                    failures[rt] = failure
+        yield owned
     finally:
-        if owned is not None:
-            close = getattr(owned, "close", None)
-            if close is not None:
-                close()
-    summary.elapsed = time.monotonic() - started
-    if failures:
-        only = next(iter(failures.values())) if len(failures) == 1 else None
-        raise SyncFailed(summary, failures) from only
-    return summary
+        close = getattr(owned, "close", None)
+        if close is not None:
+            close()
+
+
+@dataclass
+class _Run:
+    """The options of one :func:`sync` and the resources that failed on their own."""
+
+    root: Path
+    full: bool
+    errors: ErrorsMode
+    reconcile: bool
+    optional: bool
+    """Whether the resources are the default set (a type the deployment lacks is skipped)."""
+    failures: dict[str, BaseException] = field(default_factory=dict)
+
+    def all(
+        self,
+        client: PageSource,
+        wanted: list[str],
+        current: Deployment | None,
+        progress: bool | ProgressCallback | SyncProgress | None,
+        *,
+        rebind: bool,
+    ) -> SyncSummary:
+        """Sync every wanted resource under the store's lock, one after the other."""
+        root = self.root
+        started = time.monotonic()
+        summary = SyncSummary(out=root)
+        display, callback = _display_for(progress)
+        claim(root)  # before anything is written: a user's folder is never touched
+        with locked(root), display, display.attach(client):
+            claim(root)  # again under the lock: another process may have written meanwhile
+            init_manifest(root)
+            bind(root, current, rebind=rebind)
+            for rt in wanted:
+                self.one(client, rt, display, callback or display, summary)
+        summary.elapsed = time.monotonic() - started
+        return summary
+
+    def one(
+        self,
+        client: PageSource,
+        rt: str,
+        display: SyncProgress,
+        on_page: ProgressCallback | SyncProgress,
+        summary: SyncSummary,
+    ) -> None:
+        """Sync one resource, then drop what the deployment deleted; note its own failure."""
+        syncer = ResourceSyncer(
+            root=self.root,
+            resource_type=rt,
+            client=client,
+            full=self.full,
+            errors=self.errors,
+            on_page=on_page,
+        )
+        failure = _sync_one(syncer, display, summary, optional=self.optional)
+        if failure is None and summary.resources[-1].status == NOT_SERVED:
+            return
+        if failure is None:
+            failure = _drop_deleted(self.root, client, summary.resources[-1], self.reconcile)
+        if failure is not None:
+            self.failures[rt] = failure
+
+    def checked(self, summary: SyncSummary) -> SyncSummary:
+        """``summary``; :class:`SyncFailed` if resources failed on their own (one: its cause)."""
+        if self.failures:
+            failures = self.failures
+            only = next(iter(failures.values())) if len(failures) == 1 else None
+            raise SyncFailed(summary, failures) from only
+        return summary
 
 
 def _check_bound(root: Path, current: Deployment | None, *, rebind: bool) -> None:
     """Refuse a store of another deployment before anything is locked or written."""
-    if current is None or not _manifest_path(root).is_file():
+    if current is None or not manifest_path(root).is_file():
         return
     check_deployment(root, read_manifest(root), current, rebind=rebind)
 
@@ -276,7 +313,7 @@ def _display_for(progress: Any) -> tuple[SyncProgress, ProgressCallback | None]:
 
 
 def _sync_one(
-    syncer: _ResourceSyncer, display: SyncProgress, summary: SyncSummary, *, optional: bool
+    syncer: ResourceSyncer, display: SyncProgress, summary: SyncSummary, *, optional: bool
 ) -> BaseException | None:
     """Sync one resource; its own failure is returned (and summarised), others raise.
 
@@ -293,13 +330,13 @@ def _sync_one(
         failure = _failure(syncer, exc, time.monotonic() - began)
         if optional and _not_served(syncer, exc):
             # The manifest keeps what it said before: a type never stored stays absent.
-            _update_manifest(syncer.root, syncer.rt, syncer.entry_before_failure)
+            update_manifest(syncer.root, syncer.rt, syncer.entry_before_failure)
             failure.status = NOT_SERVED
             display.done(failure)
             summary.resources.append(failure)
             return None
         display.failed(failure)
-        if isinstance(exc, KeyboardInterrupt) or not _scoped_to_resource(exc):
+        if isinstance(exc, KeyboardInterrupt) or not scoped_to_resource(exc):
             raise
         summary.resources.append(failure)
         return exc
@@ -308,14 +345,14 @@ def _sync_one(
     return None
 
 
-def _not_served(syncer: _ResourceSyncer, exc: BaseException) -> bool:
+def _not_served(syncer: ResourceSyncer, exc: BaseException) -> bool:
     """Whether ``exc`` says the deployment lacks the list of a type outside the spec."""
     if not isinstance(exc, NotFound | MethodNotAllowed) or syncer.staged_pages:
         return False
     return catalogue.endpoint_source(syncer.rt, "list") != "spec"
 
 
-def _failure(syncer: _ResourceSyncer, exc: BaseException, elapsed: float) -> ResourceSync:
+def _failure(syncer: ResourceSyncer, exc: BaseException, elapsed: float) -> ResourceSync:
     """The :class:`ResourceSync` of a resource whose run raised ``exc``."""
     cp = syncer.cp
     sent = syncer.client.requests_sent
@@ -344,6 +381,8 @@ def load(
 ) -> pl.DataFrame | pl.LazyFrame:
     """Read a stored table back with the dtypes its view declares.
 
+    What is checked and raised is in this module's docstring.
+
     Parameters
     ----------
     resource_type
@@ -357,85 +396,90 @@ def load(
     lazy
         Return a :class:`polars.LazyFrame` over the file instead of reading it.
     verify
-        Compare the file's sha256 with the one the manifest recorded before
-        reading it (a full read of the file; about 2 ms per MB, see
-        ``docs/store.md``). ``False`` skips the check.
+        Compare the file's sha256 with the one the manifest recorded before reading it.
     deployment
-        The deployment the data must come from: a :class:`toolkit.Client` (or a
-        :class:`Deployment`). A store that records another one, or none, is
-        refused (:class:`WrongDeployment`). ``None`` reads whatever the store holds.
+        The deployment the data must come from (a :class:`toolkit.Client` or a
+        :class:`Deployment`); ``None`` reads whatever the store holds.
 
     Returns
     -------
     polars.DataFrame or polars.LazyFrame
-
-    Raises
-    ------
-    StoreDamaged
-        When the file is missing or fails its checksum (or, written by a pmtk
-        before store format 2, has none); the message names the file and the
-        ``pmtk sync --full --resource ...`` command that rebuilds it.
-    WrongDeployment
-        When ``deployment`` is given and the store was made from another one.
-    StoreLinked
-        When the manifest, the table's folder or its file is a symbolic link.
-    StoreError
-        When the store, the resource or the table is missing, the file is
-        unreadable, or was written with another schema than the current view.
     """
     root = Path(store if store is not None else default_store())
     if deployment is not None:
-        current = deployment_of(deployment)
-        if current is not None and check_deployment(root, read_manifest(root), current) != "keep":
-            # no deployment recorded, but nothing another deployment's either: no sync
-            # of this one has run, so nothing vouches for the data
-            msg = (
-                f"the store at {root} is not bound to {current.describe()} yet (no sync "
-                f"of it has run); run `pmtk sync --out {root}` first"
-            )
-            raise WrongDeployment(msg)
+        _check_source(root, deployment)
     name, info = _stored_table(root, resource_type, table)
-    path = root / str(info.get("path"))
-    for hop in (_manifest_path(root), path.parent, path):
-        if hop.is_symlink():  # the data would come from outside the store
-            raise StoreLinked(_linked_message(root, hop))
-    if not path.is_file():
-        missing = FileProblem(resource_type, name, str(info.get("path")), "missing")
-        raise StoreDamaged(root, [missing])
-    if verify:
-        problem = _check_table(root, resource_type, name, info)
-        if problem is not None:
-            raise StoreDamaged(root, [problem])
-    declared = declared_schemas(resource_type).get(name)
-    # A damaged file can make Polars panic (a BaseException) rather than raise.
-    unreadable = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError)
-    try:
-        frame = pl.scan_parquet(path)
-        stored_schema = frame.collect_schema()
-    except unreadable as exc:
-        msg = (
-            f"{path} is not a readable Parquet file ({exc}); "
-            f"run `{_repair_command(root, resource_type)}`"
-        )
-        raise StoreError(msg) from exc
-    if declared is not None:
-        if list(stored_schema.names()) != list(declared.names()):
-            msg = (
-                f"{path} was written for another version of the {resource_type} view; "
-                f"run `pmtk sync --full --resource {resource_type}`"
-            )
-            raise StoreError(msg)
-        frame = frame.cast(declared)
+    path = _checked_file(root, resource_type, name, info, verify=verify)
+    frame = _read_stored(root, resource_type, path, declared_schemas(resource_type).get(name))
     if lazy:
         return frame
     try:
         return frame.collect()
-    except unreadable as exc:
+    except _UNREADABLE as exc:
+        raise _unreadable(root, resource_type, path, exc) from exc
+
+
+_UNREADABLE = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError)
+"""What reading a damaged file raises (Polars can panic, a BaseException, rather than raise)."""
+
+
+def _unreadable(root: Path, resource_type: str, path: Path, exc: BaseException) -> StoreError:
+    msg = (
+        f"{path} is not a readable Parquet file ({exc}); "
+        f"run `{repair_command(root, resource_type)}`"
+    )
+    return StoreError(msg)
+
+
+def _check_source(root: Path, deployment: Any) -> None:
+    """Refuse a store that is not bound to ``deployment`` (:class:`WrongDeployment`)."""
+    current = deployment_of(deployment)
+    if current is not None and check_deployment(root, read_manifest(root), current) != "keep":
+        # no deployment recorded, but nothing another deployment's either: no sync
+        # of this one has run, so nothing vouches for the data
         msg = (
-            f"{path} is not a readable Parquet file ({exc}); "
-            f"run `{_repair_command(root, resource_type)}`"
+            f"the store at {root} is not bound to {current.describe()} yet (no sync "
+            f"of it has run); run `pmtk sync --out {root}` first"
         )
-        raise StoreError(msg) from exc
+        raise WrongDeployment(msg)
+
+
+def _checked_file(
+    root: Path, resource_type: str, name: str, info: dict[str, Any], *, verify: bool
+) -> Path:
+    """The stored file of a table: inside the store, present and (``verify``) intact."""
+    path = root / str(info.get("path"))
+    for hop in (manifest_path(root), path.parent, path):
+        if hop.is_symlink():  # the data would come from outside the store
+            raise StoreLinked(linked_message(root, hop))
+    if not path.is_file():
+        missing = FileProblem(resource_type, name, str(info.get("path")), "missing")
+        raise StoreDamaged(root, [missing])
+    if verify:
+        problem = check_table(root, resource_type, name, info)
+        if problem is not None:
+            raise StoreDamaged(root, [problem])
+    return path
+
+
+def _read_stored(
+    root: Path, resource_type: str, path: Path, declared: pl.Schema | None
+) -> pl.LazyFrame:
+    """A scan of the file, cast to the view's dtypes; refused if its columns differ."""
+    try:
+        frame = pl.scan_parquet(path)
+        stored_schema = frame.collect_schema()
+    except _UNREADABLE as exc:
+        raise _unreadable(root, resource_type, path, exc) from exc
+    if declared is None:
+        return frame
+    if list(stored_schema.names()) != list(declared.names()):
+        msg = (
+            f"{path} was written for another version of the {resource_type} view; "
+            f"run `pmtk sync --full --resource {resource_type}`"
+        )
+        raise StoreError(msg)
+    return frame.cast(declared)
 
 
 def _stored_table(root: Path, resource_type: str, table: str | None) -> tuple[str, dict[str, Any]]:
@@ -452,8 +496,8 @@ def _stored_table(root: Path, resource_type: str, table: str | None) -> tuple[st
         raise StoreError(msg)
     tables: dict[str, Any] = entry["tables"]
     name = table or resource_type
-    if name not in tables and f"{_snake(resource_type)}_{name}" in tables:
-        name = f"{_snake(resource_type)}_{name}"
+    if name not in tables and f"{snake(resource_type)}_{name}" in tables:
+        name = f"{snake(resource_type)}_{name}"
     if name not in tables:
         msg = f"{resource_type} has no table {table!r} in {root}; tables: {', '.join(tables)}"
         raise StoreError(msg)

@@ -28,7 +28,7 @@ from toolkit.store.results import (
     StoreError,
     StoreLinked,
     StoreWriteError,
-    _writing,
+    writing,
 )
 
 _ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("pmtk_store_root", default=None)
@@ -37,7 +37,7 @@ _ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("pmtk_store_
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-def _linked_message(root: Path, link: Path) -> str:
+def linked_message(root: Path, link: Path) -> str:
     try:
         target = os.readlink(link)
     except OSError:
@@ -70,12 +70,12 @@ def _refuse_links(root: Path) -> None:
         with os.scandir(folders.pop()) as listing:
             for entry in listing:
                 if entry.is_symlink():
-                    raise StoreLinked(_linked_message(root, Path(entry.path)))
+                    raise StoreLinked(linked_message(root, Path(entry.path)))
                 if entry.is_dir(follow_symlinks=False):
                     folders.append(entry.path)
 
 
-def _guard(path: Path) -> None:
+def guard(path: Path) -> None:
     """Refuse to write at ``path`` when a link sits between the held store and it.
 
     Checked at every write (not only when a sync starts), so that a link put in
@@ -93,7 +93,7 @@ def _guard(path: Path) -> None:
     for part in rel.parts:
         current = current / part
         if current.is_symlink():
-            raise StoreLinked(_linked_message(root, current))
+            raise StoreLinked(linked_message(root, current))
 
 
 def _create_new(path: Path) -> int:
@@ -104,7 +104,7 @@ def _create_new(path: Path) -> int:
     never its target, and the file is created anew with ``O_EXCL``, so the file
     written is the one created here.
     """
-    _guard(path.parent)
+    guard(path.parent)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW
     try:
         return os.open(path, flags, 0o644)
@@ -115,15 +115,15 @@ def _create_new(path: Path) -> int:
     return os.open(path, flags | os.O_EXCL, 0o644)
 
 
-def _rmtree(path: Path) -> None:
+def rmtree(path: Path) -> None:
     """Remove a folder of the store (never through a link to a folder outside it)."""
     import shutil
 
-    _guard(path)
+    guard(path)
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _scoped_to_resource(exc: BaseException) -> bool:
+def scoped_to_resource(exc: BaseException) -> bool:
     """Whether a failure concerns one resource only, so that the others may still sync.
 
     A schema failure, a broken page walk or an API error answered for one list
@@ -143,24 +143,24 @@ def _scoped_to_resource(exc: BaseException) -> bool:
     return isinstance(exc, ApiError)
 
 
-def _now_iso() -> str:
+def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _instant(text: str) -> datetime:
+def instant(text: str) -> datetime:
     when = datetime.fromisoformat(text)
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _later(a: str | None, b: str | None) -> str | None:
+def later(a: str | None, b: str | None) -> str | None:
     if a is None:
         return b
     if b is None:
         return a
-    return b if _instant(b) > _instant(a) else a
+    return b if instant(b) > instant(a) else a
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
     """Flush a written file's bytes to the device (a rename alone orders nothing)."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -185,30 +185,30 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _mkdir(path: Path, step: str) -> None:
+def mkdir(path: Path, step: str) -> None:
     """Create ``path`` (and parents); fsync each parent whose entries changed."""
-    _guard(path)
+    guard(path)
     if path.is_dir():
         return
-    with _writing(path, step):
+    with writing(path, step):
         missing = [p for p in (path, *path.parents) if not p.exists()]
         path.mkdir(parents=True, exist_ok=True)
         for created in reversed(missing):
             _fsync_dir(created.parent)
-    _guard(path)  # a link made while the folders were created
+    guard(path)  # a link made while the folders were created
 
 
-def _replace(src: Path, dst: Path, step: str, *, durable: bool = True) -> None:
+def replace(src: Path, dst: Path, step: str, *, durable: bool = True) -> None:
     """Rename ``src`` over ``dst`` and (when ``durable``) make the rename durable."""
-    _guard(src)
-    _guard(dst)
-    with _writing(dst, step):
+    guard(src)
+    guard(dst)
+    with writing(dst, step):
         os.replace(src, dst)
         if durable:
             _fsync_dir(dst.parent)
 
 
-def _write_json(
+def write_json(
     path: Path, obj: Any, step: str = "writing the manifest", *, durable: bool = True
 ) -> None:
     """Replace ``path`` atomically (and durably): a reader sees the old or the new file."""
@@ -216,38 +216,38 @@ def _write_json(
     # The redaction boundary: an error a server echoed a secret into is stored without it.
     data = orjson.dumps(redact_json(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
     try:
-        with _writing(tmp, step), os.fdopen(_create_new(tmp), "wb") as handle:
+        with writing(tmp, step), os.fdopen(_create_new(tmp), "wb") as handle:
             handle.write(data)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
-        _replace(tmp, path, step, durable=durable)
+        replace(tmp, path, step, durable=durable)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
 
-def _write_parquet(df: pl.DataFrame, path: Path) -> None:
+def write_parquet(df: pl.DataFrame, path: Path) -> None:
     """Write a staged part file, atomically but not fsynced.
 
     Staged parts are not worth an fsync per page (it doubled the time of an
     unpaced full sync): after a power loss, a part that did not reach the disk
     is found unreadable on resume and the resource starts over
-    (:meth:`_ResourceSyncer._resume_point`).
+    (:meth:`toolkit.store.transaction.Transaction.pending`).
     """
     tmp = path.with_name(f".{path.name}.tmp")
     step = f"staging {path.parent.name}/{path.name}"
     try:
-        with _writing(tmp, step):
+        with writing(tmp, step):
             # created here, without following a link; Polars then writes into this file
             os.close(_create_new(tmp))
             df.write_parquet(tmp)
-        _replace(tmp, path, step, durable=False)
+        replace(tmp, path, step, durable=False)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
@@ -259,39 +259,37 @@ ROW_GROUP_ROWS = 32_768
 holds at once, so a sync's memory does not grow with the size of the practice."""
 
 
-def _sink_parquet(frame: pl.LazyFrame, target: Path, step: str, *, durable: bool = True) -> None:
+def sink_parquet(frame: pl.LazyFrame, target: Path, step: str, *, durable: bool = True) -> None:
     """Stream ``frame`` into ``target`` through a temporary file (fsynced when ``durable``)."""
     tmp = target.with_name(f".{target.name}.tmp")
     try:
-        with _writing(tmp, step):
+        with writing(tmp, step):
             # created here, without following a link; Polars then writes into this file
             os.close(_create_new(tmp))
             frame.sink_parquet(tmp, row_group_size=ROW_GROUP_ROWS)
             if durable:
-                _fsync_file(tmp)
-        _replace(tmp, target, step, durable=durable)
+                fsync_file(tmp)
+        replace(tmp, target, step, durable=durable)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def _data_name(digest: str) -> str:
+def data_name(digest: str) -> str:
     """The file name of a committed table: named by its content, so it never overwrites."""
     return f"data-{digest[:16]}.parquet"
 
 
-_DATA_FILE_NAME = re.compile(
-    r"(data(-[0-9a-f]{16})?\.parquet|\.data(-[0-9a-f]{16})?\.parquet\.tmp)"
-)
+DATA_FILE_NAME = re.compile(r"(data(-[0-9a-f]{16})?\.parquet|\.data(-[0-9a-f]{16})?\.parquet\.tmp)")
 
 
-def _snake(name: str) -> str:
+def snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name.replace("-", "_")).lower()
 
 
@@ -329,15 +327,15 @@ def declared_schemas(resource_type: str) -> dict[str, pl.Schema]:
     return {v.name: v.schema for v in _views(resource_type)}
 
 
-def _parent_key(resource_type: str) -> str:
+def parent_key(resource_type: str) -> str:
     """Column of a child table that holds its parent's id, e.g. ``appointment_id``."""
     for v in _views(resource_type):
         if v.key is not None:
             return str(v.key)
-    return f"{_snake(resource_type)}_id"
+    return f"{snake(resource_type)}_id"
 
 
-def _empty_tables(resource_type: str) -> dict[str, pl.DataFrame]:
+def empty_tables(resource_type: str) -> dict[str, pl.DataFrame]:
     return {
         name: pl.DataFrame(schema=schema)
         for name, schema in declared_schemas(resource_type).items()
@@ -369,13 +367,13 @@ def schema_version(resource_type: str) -> str:
     return f"{STORE_FORMAT}-{digest}"
 
 
-def _manifest_path(root: Path) -> Path:
+def manifest_path(root: Path) -> Path:
     return root / MANIFEST
 
 
 def _check_manifest(root: Path, manifest: Any) -> dict[str, Any]:
     """Accept a parsed manifest as pmtk's own, or say why it is not."""
-    path = _manifest_path(root)
+    path = manifest_path(root)
     if not isinstance(manifest, dict):
         msg = (
             f"{path} is not a pmtk manifest (a JSON {type(manifest).__name__}, not an object), "
@@ -439,13 +437,13 @@ def read_manifest(store: str | os.PathLike[str] = DEFAULT_STORE) -> dict[str, An
         When ``manifest.json`` is unreadable or malformed.
     """
     root = Path(store)
-    path = _manifest_path(root)
+    path = manifest_path(root)
     if not path.is_file():
         what = "does not exist" if not root.exists() else "has no manifest.json"
         msg = f"no pmtk store at {root}: the directory {what}; run `pmtk sync --out {root}` first"
         raise StoreError(msg)
     try:
-        manifest = _read_json(path)
+        manifest = read_json(path)
     except OSError as exc:
         raise ManifestDamaged(_damaged_message(root, exc.strerror or str(exc))) from exc
     except orjson.JSONDecodeError as exc:
@@ -475,10 +473,10 @@ def check_folder(out: str | os.PathLike[str]) -> None:
     ManifestDamaged
         ``out`` has a ``manifest.json`` that cannot be read.
     """
-    _claim(Path(out))
+    claim(Path(out))
 
 
-def _claim(root: Path) -> None:
+def claim(root: Path) -> None:
     """Refuse, before writing anything, a folder that pmtk must not write into.
 
     Accepted: a missing folder, an empty one (or one holding only pmtk's lock
@@ -492,7 +490,7 @@ def _claim(root: Path) -> None:
     if not root.is_dir():
         msg = f"{root} is a file, not a folder; choose another --out for the pmtk store"
         raise NotAStore(msg)
-    if os.path.lexists(_manifest_path(root)):
+    if os.path.lexists(manifest_path(root)):
         _refuse_links(root)  # before reading: the manifest itself may be the link
         read_manifest(root)
         return
@@ -510,7 +508,7 @@ def _claim(root: Path) -> None:
         raise NotAStore(msg)
 
 
-def _init_manifest(root: Path) -> None:
+def init_manifest(root: Path) -> None:
     """Mark a claimed folder as a pmtk store before anything else is written into it.
 
     Called under the lock, so a temporary manifest left behind is a dead
@@ -520,9 +518,9 @@ def _init_manifest(root: Path) -> None:
     for leftover in root.glob(".manifest.json.*.tmp"):
         with contextlib.suppress(OSError):
             leftover.unlink()
-    if not _manifest_path(root).exists():
-        _write_json(
-            _manifest_path(root),
+    if not manifest_path(root).exists():
+        write_json(
+            manifest_path(root),
             # "deployment": null marks a store this pmtk created and no client has bound
             # yet (records written by upsert/apply_changes alone); the first sync binds it
             {"kind": STORE_KIND, "format": STORE_FORMAT, "deployment": None, "resources": {}},
@@ -530,7 +528,7 @@ def _init_manifest(root: Path) -> None:
         )
 
 
-def _bind(root: Path, current: Any, *, rebind: bool = False) -> None:
+def bind(root: Path, current: Any, *, rebind: bool = False) -> None:
     """Record ``current`` (a :class:`~toolkit.store.identity.Deployment`) as the store's
     deployment, under the lock; refuse a store of another deployment unless ``rebind``.
 
@@ -542,7 +540,7 @@ def _bind(root: Path, current: Any, *, rebind: bool = False) -> None:
 
     if current is None:
         return
-    manifest = _load_manifest_for_write(root)
+    manifest = load_manifest_for_write(root)
     action = check_deployment(root, manifest, current, rebind=rebind)
     if action == "keep":
         return
@@ -553,32 +551,32 @@ def _bind(root: Path, current: Any, *, rebind: bool = False) -> None:
         manifest.pop("events", None)  # the old deployment's webhook events
     manifest["kind"] = STORE_KIND
     manifest["format"] = STORE_FORMAT
-    _write_json(_manifest_path(root), manifest, "recording the store's deployment")
+    write_json(manifest_path(root), manifest, "recording the store's deployment")
     if action == "rebind":
         discard_data(root, old)
 
 
-def _load_manifest_for_write(root: Path) -> dict[str, Any]:
-    if not _manifest_path(root).exists():
+def load_manifest_for_write(root: Path) -> dict[str, Any]:
+    if not manifest_path(root).exists():
         return {"kind": STORE_KIND, "format": STORE_FORMAT, "resources": {}}
     # A damaged manifest raises here: overwriting it would lose what it says.
     return read_manifest(root)
 
 
-def _update_manifest(root: Path, resource_type: str, entry: dict[str, Any] | None) -> None:
+def update_manifest(root: Path, resource_type: str, entry: dict[str, Any] | None) -> None:
     """Write ``resource_type``'s manifest entry (``None``: remove it)."""
-    manifest = _load_manifest_for_write(root)
+    manifest = load_manifest_for_write(root)
     manifest["kind"] = STORE_KIND
     manifest["format"] = STORE_FORMAT
     if entry is None:
         manifest["resources"].pop(resource_type, None)
     else:
         manifest["resources"][resource_type] = entry
-    _write_json(_manifest_path(root), manifest)
+    write_json(manifest_path(root), manifest)
 
 
 @contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
+def locked(root: Path) -> Iterator[None]:
     """Hold an exclusive lock on the store; a second writer fails fast.
 
     ``filelock`` picks the operating system's lock (``flock`` on POSIX, ``msvcrt`` on
@@ -587,16 +585,16 @@ def _locked(root: Path) -> Iterator[None]:
     """
     import filelock
 
-    _mkdir(root, "creating the store folder")
+    mkdir(root, "creating the store folder")
     path = root / ".lock"
     if path.is_symlink():
-        raise StoreLinked(_linked_message(root, path))
+        raise StoreLinked(linked_message(root, path))
     lock = filelock.FileLock(path, blocking=False, thread_local=False)
     # A read-only or forbidden folder gives the same one line as any other write.
-    with _writing(path, "creating the store's lock file"):
+    with writing(path, "creating the store's lock file"):
         try:
             lock.acquire()
-        except filelock.Timeout as exc:  # a TimeoutError, hence checked inside _writing
+        except filelock.Timeout as exc:  # a TimeoutError, hence checked inside writing
             msg = f"another pmtk sync is writing to {root}; wait for it to finish"
             raise StoreError(msg) from exc
     held = _ROOT.set(root)

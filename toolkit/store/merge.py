@@ -1,4 +1,27 @@
-"""Event changes merged into the store (:func:`apply_changes`, :func:`upsert`, :func:`delete`)."""
+"""Event changes merged into the store (:func:`apply_changes`, :func:`upsert`, :func:`delete`).
+
+This is how a webhook receiver (:mod:`toolkit.webhooks`) keeps a store
+current without a list walk. The records are flattened with the resource's
+view, validated, and merged by id into every table (child table rows of a
+replaced or removed record go with it); the new files are staged in a
+:class:`~toolkit.store.transaction.Transaction` of their own
+(``.staging/.changes-<Resource>/``), fsynced, moved in under their sha256
+names and switched in by replacing the manifest, exactly as a sync commits.
+The newest ``meta.lastUpdated`` wins: a record older than the stored version
+is skipped, so duplicate and out-of-order changes are harmless. The
+high-water mark of the resource is left alone, so the next incremental
+:func:`~toolkit.store.sync` still covers anything not announced.
+
+>>> import tempfile
+>>> from toolkit.store import load
+>>> record = {"resourceType": "Referral", "id": "7",
+...           "meta": {"lastUpdated": "2026-01-02T03:04:05Z"}}
+>>> with tempfile.TemporaryDirectory() as out:
+...     done = upsert("Referral", [record], out)
+...     gone = delete("Referral", ["7"], out)
+...     (done.upserted, gone.deleted, load("Referral", out).height)
+(['7'], ['7'], 0)
+"""
 
 from __future__ import annotations
 
@@ -14,25 +37,19 @@ import orjson
 import polars as pl
 
 from toolkit.store.layout import (
-    _DATA_FILE_NAME,
-    _claim,
-    _data_name,
-    _empty_tables,
-    _guard,
-    _init_manifest,
-    _instant,
-    _load_manifest_for_write,
-    _locked,
-    _manifest_path,
-    _mkdir,
-    _now_iso,
-    _parent_key,
-    _replace,
-    _rmtree,
-    _sha256,
-    _sink_parquet,
-    _write_json,
+    claim,
+    empty_tables,
+    init_manifest,
+    instant,
+    load_manifest_for_write,
+    locked,
+    manifest_path,
+    mkdir,
+    now_iso,
+    parent_key,
     schema_version,
+    sink_parquet,
+    write_json,
 )
 from toolkit.store.results import (
     DEFAULT_STORE,
@@ -40,12 +57,11 @@ from toolkit.store.results import (
     STORE_FORMAT,
     STORE_KIND,
     ErrorsMode,
-    PageWalk,
     StoreDamaged,
     StoreError,
     StoreWriteError,
 )
-from toolkit.store.syncer import _ResourceSyncer, _verify_entry
+from toolkit.store.transaction import Transaction, verify_entry
 
 LOCK_WAIT = 30.0
 """Seconds :func:`apply_changes` waits for a sync (or another writer) to release the store."""
@@ -53,11 +69,11 @@ LOCK_WAIT = 30.0
 
 @contextlib.contextmanager
 def _locked_waiting(root: Path, timeout: float) -> Iterator[None]:
-    """Like :func:`_locked`, but wait up to ``timeout`` s: a change arrives while a sync runs."""
+    """Like :func:`locked`, but wait up to ``timeout`` s: a change arrives while a sync runs."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with _locked(root):
+            with locked(root):
                 yield
             return
         except StoreError as exc:
@@ -133,45 +149,9 @@ def _is_newer(a: str | None, b: str | None) -> bool:
     if b is None:
         return True
     try:
-        return _instant(a.replace("Z", "+00:00")) > _instant(b.replace("Z", "+00:00"))
+        return instant(a.replace("Z", "+00:00")) > instant(b.replace("Z", "+00:00"))
     except ValueError:
         return False
-
-
-def _pending_commit(root: Path, resource_type: str) -> None:
-    """Finish a sync's commit that a crash interrupted, before changing the resource."""
-    syncer = _ResourceSyncer(
-        root=root,
-        resource_type=resource_type,
-        client=_NoPages(),
-        full=False,
-        errors="raise",
-        on_page=lambda _event: None,
-    )
-    cp = syncer._resume_point()
-    if cp is not None and cp.phase == "commit":
-        syncer._commit(cp)
-
-
-class _NoPages:
-    """A page source for a syncer that only finishes a commit (it never fetches)."""
-
-    requests_sent = 0
-
-    def walk(
-        self,
-        resource_type: str,
-        /,
-        *,
-        params: Mapping[str, Any] | None = None,
-        skipped: int = 0,
-        progress: bool | None = None,
-    ) -> PageWalk:
-        msg = f"finishing a commit of {resource_type} fetches nothing"
-        raise StoreError(msg)
-
-    def export_ids(self, resource_type: str) -> set[str] | None:
-        return None
 
 
 def apply_changes(
@@ -186,16 +166,6 @@ def apply_changes(
 ) -> ChangeResult:
     """Write single records into a store (or remove them), keeping its invariants.
 
-    This is how a webhook receiver (:mod:`toolkit.webhooks`) keeps a store
-    current without a list walk. The records are flattened with the
-    resource's view, validated, and merged by id into every table (child
-    table rows of a replaced or removed record go with it); the new files are
-    fsynced, named by their sha256 and switched in by replacing the manifest,
-    exactly as a sync commits. The newest ``meta.lastUpdated`` wins: a record
-    older than the stored version is skipped, so duplicate and out-of-order
-    changes are harmless. The high-water mark of the resource is left alone,
-    so the next incremental :func:`sync` still covers anything not announced.
-
     Parameters
     ----------
     resource_type
@@ -205,10 +175,9 @@ def apply_changes(
     upserts
         Whole records as the API serves them (``GET /main/<type>/<id>``).
     deletes
-        Ids to remove. An id both upserted and deleted here is removed.
+        Ids to remove (also when upserted here).
     event
-        A small JSON object describing the last event these changes come from;
-        recorded in the manifest under ``"events"`` (``last_applied``).
+        The last event these changes come from (kept in the manifest's ``"events"``).
     errors
         Validation mode for the new rows (:func:`toolkit.schemas.validate`).
     lock_timeout
@@ -222,39 +191,33 @@ def apply_changes(
     ------
     toolkit.errors.DataValidationError
         A record fails its schema (with ``errors="raise"``); nothing is written.
-    StoreDamaged
-        The stored files of the resource fail their checksums; repair with
-        ``pmtk sync --full --resource R`` first.
     StoreError
-        The stored tables were written for another version of the view, or the
-        store stayed locked for ``lock_timeout`` seconds.
-    NotAStore, ManifestDamaged, StoreWriteError
-        As for :func:`sync`.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from toolkit.store import load
-    >>> record = {"resourceType": "Referral", "id": "7",
-    ...           "meta": {"lastUpdated": "2026-01-02T03:04:05Z"}}
-    >>> with tempfile.TemporaryDirectory() as out:
-    ...     done = upsert("Referral", [record], out)
-    ...     gone = delete("Referral", ["7"], out)
-    ...     (done.upserted, gone.deleted, load("Referral", out).height)
-    (['7'], ['7'], 0)
+        The stored files fail their checksums (:class:`StoreDamaged`: run ``pmtk sync
+        --full --resource R``) or were written for another view; the lock stayed held for
+        ``lock_timeout`` s; or as for :func:`sync` (NotAStore, ManifestDamaged, StoreWriteError).
     """
     root = Path(store)
-    empty = _empty_tables(resource_type)  # raises ConfigurationError for a type without a view
+    # Flatten and validate before taking the lock: a bad record changes nothing.
+    wanted, removed, new_tables = _prepared(resource_type, upserts, deletes, errors)
+    claim(root)
+    with _locked_waiting(root, lock_timeout):
+        claim(root)
+        return _apply_locked(root, resource_type, wanted, removed, new_tables, event)
+
+
+def _prepared(
+    resource_type: str,
+    upserts: Sequence[Mapping[str, Any]],
+    deletes: Sequence[str],
+    errors: ErrorsMode,
+) -> tuple[dict[str, Mapping[str, Any]], set[str], dict[str, pl.DataFrame]]:
+    """The newest record per id to write, the ids to remove, and the validated new rows."""
+    empty = empty_tables(resource_type)  # raises ConfigurationError for a type without a view
     wanted = _newest_per_id(upserts)
     removed = {rid for rid in deletes if isinstance(rid, str) and rid}
     for rid in removed:
         wanted.pop(rid, None)
-    # Flatten and validate before taking the lock: a bad record changes nothing.
-    new_tables = _checked_tables(resource_type, wanted, empty, errors)
-    _claim(root)
-    with _locked_waiting(root, lock_timeout):
-        _claim(root)
-        return _apply_locked(root, resource_type, wanted, removed, new_tables, event)
+    return wanted, removed, _checked_tables(resource_type, wanted, empty, errors)
 
 
 def _apply_locked(
@@ -266,12 +229,13 @@ def _apply_locked(
     event: Mapping[str, Any] | None,
 ) -> ChangeResult:
     """:func:`apply_changes` once the store's lock is held (a sync holds it already)."""
-    empty = _empty_tables(resource_type)
+    empty = empty_tables(resource_type)
     version = schema_version(resource_type)
     result = ChangeResult(resource=resource_type)
-    _init_manifest(root)
-    _pending_commit(root, resource_type)
-    entry = _load_manifest_for_write(root)["resources"].get(resource_type)
+    init_manifest(root)
+    txn = Transaction(root, resource_type, tables=empty)
+    txn.recover()  # first finish a sync's commit that a crash interrupted
+    entry = load_manifest_for_write(root)["resources"].get(resource_type)
     stored = _stored_tables(root, resource_type, entry, version, empty)
     versions = _stored_versions(stored[resource_type], [*wanted, *removed]) if stored else {}
     for rid, record in wanted.items():
@@ -289,7 +253,7 @@ def _apply_locked(
         result.written = True
     _record_changes(root, resource_type, entry, version, tables_info, result, event, changed)
     if result.written:
-        _drop_replaced_files(root, tables_info)
+        txn.remove_superseded(tables_info)
     return result
 
 
@@ -300,7 +264,7 @@ def drop_missing(root: Path, resource_type: str, present: set[str]) -> list[str]
     (``$export-ids`` or a reconciling walk) against what the store keeps.
     Returns the ids removed (with their child-table rows).
     """
-    entry = _load_manifest_for_write(root)["resources"].get(resource_type)
+    entry = load_manifest_for_write(root)["resources"].get(resource_type)
     tables = entry.get("tables") if isinstance(entry, dict) else None
     info = tables.get(resource_type) if isinstance(tables, dict) else None
     if not isinstance(info, dict) or "path" not in info:
@@ -309,7 +273,7 @@ def drop_missing(root: Path, resource_type: str, present: set[str]) -> list[str]
     missing = {rid for rid in stored.to_list() if rid not in present}
     if not missing:
         return []
-    empty = _empty_tables(resource_type)
+    empty = empty_tables(resource_type)
     result = _apply_locked(root, resource_type, {}, missing, empty, None)
     return result.deleted
 
@@ -350,7 +314,7 @@ def _stored_tables(
             f"its view; run `pmtk sync --out {root} --full --resource {resource_type}`"
         )
         raise StoreError(msg)
-    problems = _verify_entry(root, resource_type, entry)
+    problems = verify_entry(root, resource_type, entry)
     if problems:
         raise StoreDamaged(root, problems)
     return {t: root / str(entry["tables"][t]["path"]) for t in empty}
@@ -366,11 +330,12 @@ def _write_changed(
     changed: list[str],
 ) -> dict[str, Any]:
     """Every table merged with the changes, fsynced and moved to its sha256 name."""
-    key = _parent_key(resource_type)
+    key = parent_key(resource_type)
     keep = pl.DataFrame({"id": result.upserted}, schema={"id": pl.String})
     staging = root / STAGING / f".changes-{resource_type}"
-    _rmtree(staging)
-    _mkdir(staging, f"staging changes of {resource_type}")
+    txn = Transaction(root, resource_type, stage=staging, tables=empty)
+    txn.cleanup()
+    mkdir(staging, f"staging changes of {resource_type}")
     tables_info: dict[str, Any] = {}
     try:
         for table, schema_frame in empty.items():
@@ -381,23 +346,14 @@ def _write_changed(
                 old = pl.scan_parquet(stored[table]).filter(~pl.col(k).is_in(changed))
                 parts.insert(0, old.select(schema_frame.columns))
             target = staging / f"{table}.parquet"
-            _sink_parquet(
+            sink_parquet(
                 pl.concat(parts).cast(schema_frame.schema),
                 target,
                 f"writing the changed {table} table",
             )
-            digest = _sha256(target)
-            final = root / table / _data_name(digest)
-            tables_info[table] = {
-                "path": f"{table}/{_data_name(digest)}",
-                "rows": pl.scan_parquet(target).select(pl.len()).collect().item(),
-                "bytes": target.stat().st_size,
-                "sha256": digest,
-            }
-            _mkdir(final.parent, f"committing {table}")
-            _replace(target, final, f"committing {table}")
+            tables_info[table] = txn.publish(table, target)
     finally:
-        _rmtree(staging)
+        txn.cleanup()
     return tables_info
 
 
@@ -418,8 +374,8 @@ def _record_changes(
         new_entry.setdefault("schema_version", version)
         new_entry.setdefault("high_water_mark", None)  # a later sync fetches in full
         new_entry["tables"] = tables_info
-        new_entry["changed_at"] = _now_iso()
-    manifest = _load_manifest_for_write(root)
+        new_entry["changed_at"] = now_iso()
+    manifest = load_manifest_for_write(root)
     manifest["kind"] = STORE_KIND
     manifest["format"] = STORE_FORMAT
     if new_entry:
@@ -429,20 +385,9 @@ def _record_changes(
         events: dict[str, Any] = dict(held) if isinstance(held, dict) else {}
         events["applied"] = int(events.get("applied") or 0) + len(changed)
         if event is not None:
-            events["last_applied"] = {**dict(event), "applied_at": _now_iso()}
+            events["last_applied"] = {**dict(event), "applied_at": now_iso()}
         manifest["events"] = events
-        _write_json(_manifest_path(root), manifest)
-
-
-def _drop_replaced_files(root: Path, tables_info: dict[str, Any]) -> None:
-    """Delete each table's data files other than the one the manifest now names."""
-    for table, info in tables_info.items():
-        keep_name = Path(str(info["path"])).name
-        _guard(root / table)
-        with contextlib.suppress(OSError):
-            for path in (root / table).iterdir():
-                if path.name != keep_name and _DATA_FILE_NAME.fullmatch(path.name):
-                    path.unlink()
+        write_json(manifest_path(root), manifest)
 
 
 def upsert(

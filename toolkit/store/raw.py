@@ -202,7 +202,7 @@ def write_views(store: str | os.PathLike[str], views: list[Any]) -> dict[str, Pa
     import re
 
     from toolkit.errors import ViewDefinitionError
-    from toolkit.store.layout import _write_parquet
+    from toolkit.store.layout import write_parquet
     from toolkit.viewdefs import load_view, run_view
 
     checked = []
@@ -223,6 +223,6 @@ def write_views(store: str | os.PathLike[str], views: list[Any]) -> dict[str, Pa
     for name, loaded in checked:
         frame = run_view(loaded, raw_records(store, loaded.resource))
         path = folder / f"{name}.parquet"
-        _write_parquet(frame, path)
+        write_parquet(frame, path)
         written[name] = path
     return written

@@ -132,11 +132,11 @@ class FileProblem:
             detail += f" (recorded sha256 {self.expected[:16]}..., file has {self.actual[:16]}...)"
         return (
             f"{root / self.path} ({self.resource}, table {self.table}): {detail}; "
-            f"repair: {_repair_command(root, self.resource)}"
+            f"repair: {repair_command(root, self.resource)}"
         )
 
 
-def _repair_command(root: Path, resource_type: str) -> str:
+def repair_command(root: Path, resource_type: str) -> str:
     return f"pmtk sync --out {root} --full --resource {resource_type}"
 
 
@@ -198,7 +198,7 @@ _ERRNO_REASONS: dict[int | None, str] = {
 _OS_ERROR_TEXT = re.compile(r"os error (\d+)")
 
 
-def _os_errno(exc: BaseException) -> int | None:
+def os_errno(exc: BaseException) -> int | None:
     """The OS error number behind ``exc``: an OSError's, or one Polars quotes in its text."""
     if isinstance(exc, OSError) and exc.errno is not None:
         return exc.errno
@@ -207,7 +207,7 @@ def _os_errno(exc: BaseException) -> int | None:
 
 
 @contextlib.contextmanager
-def _writing(path: Path, step: str) -> Iterator[None]:
+def writing(path: Path, step: str) -> Iterator[None]:
     """Turn a file-system failure while doing ``step`` on ``path`` into a :class:`StoreWriteError`.
 
     Polars reports an I/O failure as a ``ComputeError`` quoting ``(os error 28)``;
@@ -220,7 +220,7 @@ def _writing(path: Path, step: str) -> Iterator[None]:
     except OSError as exc:
         raise StoreWriteError(path, exc.errno, step, exc.strerror or str(exc)) from exc
     except pl.exceptions.PolarsError as exc:
-        err = _os_errno(exc)
+        err = os_errno(exc)
         if err is None:
             raise
         raise StoreWriteError(path, err, step, str(exc)) from exc

@@ -14,13 +14,13 @@ from typing import Any, Generic, Literal, TypeVar
 
 import polars as pl
 
-from toolkit.store.layout import _instant
+from toolkit.store.layout import instant
 from toolkit.store.results import PAGE_SIZE, STORE_FORMAT, Mode
 
 _T = TypeVar("_T")
 
 
-class _Prefetch(Generic[_T]):
+class Prefetch(Generic[_T]):
     """Iterate ``pages`` in a worker thread, at most ``depth`` pages ahead.
 
     Errors (and ``KeyboardInterrupt``) raised while fetching are re-raised in
@@ -87,7 +87,7 @@ class _Prefetch(Generic[_T]):
                     raise end[1]
                 return
 
-    def __enter__(self) -> _Prefetch:
+    def __enter__(self) -> Prefetch:
         return self
 
     def __exit__(
@@ -101,7 +101,7 @@ class _Prefetch(Generic[_T]):
 
 
 @dataclass(slots=True)
-class _Checkpoint:
+class Checkpoint:
     """The state file of an unfinished sync of one resource."""
 
     resource: str
@@ -145,7 +145,7 @@ class _Checkpoint:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> _Checkpoint:
+    def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
         if data.get("format") != STORE_FORMAT:
             msg = "checkpoint of another store format"
             raise ValueError(msg)
@@ -182,7 +182,7 @@ def _server_time(date_header: str | None) -> str | None:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _since_after(mark: str | None, server_time: str | None) -> str | None:
+def since_after(mark: str | None, server_time: str | None) -> str | None:
     """The ``_lastUpdated`` bound of the next incremental sync.
 
     ``mark`` is the greatest ``lastUpdated`` stored and ``server_time`` the
@@ -200,12 +200,12 @@ def _since_after(mark: str | None, server_time: str | None) -> str | None:
         return None
     if server_time is None:
         return f"ge{mark}"
-    if _instant(mark) < _instant(server_time):
+    if instant(mark) < instant(server_time):
         return f"gt{mark}"
     return f"ge{server_time}"
 
 
-def _next_since(entry: Mapping[str, Any]) -> str | None:
+def next_since(entry: Mapping[str, Any]) -> str | None:
     since = entry.get("next_since")
     if isinstance(since, str) and since[:2] in ("gt", "ge"):
         return since
@@ -213,7 +213,7 @@ def _next_since(entry: Mapping[str, Any]) -> str | None:
     return f"ge{mark}" if isinstance(mark, str) else None
 
 
-def _row_hashes(df: pl.DataFrame) -> list[int]:
+def row_hashes(df: pl.DataFrame) -> list[int]:
     if df.height == 0:
         return []
     hashes = df.select(pl.struct(pl.all()).hash(seed=0).alias("h"))["h"]

@@ -229,7 +229,10 @@ def _prepare_store(root: Path, client: Any) -> None:
     store) and give it a manifest naming the client's deployment."""
     from toolkit.store import deployment_of, read_manifest
     from toolkit.store.identity import check_deployment
-    from toolkit.store.layout import _bind, _claim, _init_manifest, _locked
+    from toolkit.store.layout import bind as _bind
+    from toolkit.store.layout import claim as _claim
+    from toolkit.store.layout import init_manifest as _init_manifest
+    from toolkit.store.layout import locked as _locked
 
     _claim(root)
     current = deployment_of(client)
@@ -445,7 +448,7 @@ def _inspect(
     each key present when asked for.
     """
     from toolkit.store import NotAStore
-    from toolkit.store.layout import _claim
+    from toolkit.store.layout import claim as _claim
 
     if not store.is_dir():
         typer.echo(f"error: there is no store at {store}", err=True)
