@@ -12,14 +12,13 @@ bodies) hold every catalogue rule: what pmtk sends.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
-from contracts.walker import ALTERNATE_SHAPES
 from toolkit import catalogue as cat
 from toolkit import rules
+from toolkit.catalogue import forms
 
 __all__ = [
-    "LIVE_ALTERNATES",
     "OPERATION_OUTCOME",
     "JsonSchema",
     "bundle_schema",
@@ -93,14 +92,21 @@ def _single_schema(
     """
     live = not for_request
     src = cat.weakest(src, field.source)
+    if live and src != "spec":
+        return {}
+    canonical = _canonical_schema(field, for_request=for_request, src=src)
+    if live and (alternates := forms.response_schema(field, canonical)) is not None:
+        return alternates  # the catalogue's alternative forms (toolkit.catalogue.forms)
+    return canonical
+
+
+def _canonical_schema(field: cat.Field, *, for_request: bool, src: cat.Source) -> JsonSchema:
+    """Schema of one value of ``field`` in the catalogue's own form (see :func:`_single_schema`)."""
+    live = not for_request
 
     def spec(aspect: cat.Aspect) -> bool:
         return for_request or cat.weakest(src, field.source_of(aspect)) == "spec"
 
-    if live and src != "spec":
-        return {}
-    if live and (classify := LIVE_ALTERNATES.get_path(field)) is not None:
-        return classify
     if live and not spec("type"):
         return {}
     if field.ref is not None:
@@ -126,42 +132,6 @@ def _single_schema(
     if field.type in ("date", "date-time", "base64", "canonical") and spec("format"):
         return _format_schema(field.type)
     return dict(_SCALARS.get(field.type, {"type": "string"}))
-
-
-class _Alternates:
-    """Response schemas of the fields :data:`toolkit.rules.LIVE_ALTERNATES` lists."""
-
-    SCHEMAS: ClassVar[dict[str, JsonSchema]] = {
-        "Referral.limitQuantity.quantity": {
-            "anyOf": [
-                {"type": "number"},
-                {"type": "object", "properties": {"value": {"type": "number"}}},
-            ]
-        },
-        "Referral.referralDefinition": {
-            "anyOf": [
-                {"type": "string"},
-                {
-                    "type": "object",
-                    "properties": {
-                        "reference": {"type": "string"},
-                        "display": {"type": "string"},
-                    },
-                },
-            ]
-        },
-    }
-
-    def __init__(self) -> None:
-        missing = set(rules.LIVE_ALTERNATES) ^ set(self.SCHEMAS)
-        assert not missing, f"alternate schemas out of step with toolkit.rules: {missing}"
-        self._by_field = {id(cat.field_at(*p.split(".", 1))): s for p, s in self.SCHEMAS.items()}
-
-    def get_path(self, field: cat.Field) -> JsonSchema | None:
-        return self._by_field.get(id(field))
-
-
-LIVE_ALTERNATES = _Alternates()
 
 
 def field_schema(
@@ -242,11 +212,8 @@ def _object_properties(
         if f.write_only and not for_request:
             continue
         schema = field_schema(f, for_request=for_request, src=src)
-        if (owner, f.name) in ALTERNATE_SHAPES:
-            if "type" in schema and schema.get("type") == "array":
-                schema = {"anyOf": [schema["items"], schema]}
-            else:
-                schema = {"anyOf": [schema, {"type": "array", "items": schema}]}
+        if forms.checked_array(f):
+            schema = forms.array_schema(f, schema)
         elif f.fields and f.type == "object" and schema:
             schema = _with_nested_extensions(owner, f, schema, for_request=for_request, src=src)
         props[f.name] = schema

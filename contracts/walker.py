@@ -2,7 +2,8 @@
 
 :func:`walk_resource` runs :func:`toolkit.rules.check_resource` in read mode with
 the live service's forms accepted (null means absent, write-only fields are
-skipped, open enums, Practitioner's name array, full extension urls, coded values
+skipped, open enums, the catalogue's alternative forms (:mod:`toolkit.catalogue.forms`:
+Practitioner's name array, a Referral's Quantity), full extension urls, coded values
 in any of ``valueCoding``/``valueCode``/``valueString`` and absolute or ``Type/id``
 references are observations) and tags each violation with the contract category
 it belongs to (``prefix``, ``enum``, ``reference``, ``format``, ``schema``; a
@@ -25,13 +26,17 @@ from typing import Any
 
 from toolkit import catalogue as cat
 from toolkit import rules
+from toolkit.catalogue import forms
 
 __all__ = ["Problem", "Seen", "walk_resource"]
 
-ALTERNATE_SHAPES: frozenset[tuple[str, str]] = frozenset({("Practitioner", "name")})
-"""(resource, field) whose spec shape and client-observed shape are both accepted."""
+_ACCEPT_ARRAYS = forms.ACCEPT_ARRAYS
 
-_ACCEPT_ARRAYS = frozenset(f"{resource}.{name}" for resource, name in ALTERNATE_SHAPES)
+ALTERNATE_SHAPES: frozenset[tuple[str, str]] = frozenset(
+    (owner, name) for owner, name in (path.rsplit(".", 1) for path in _ACCEPT_ARRAYS)
+)
+"""(resource, field) whose spec shape and client-observed shape are both accepted: the
+catalogue's checked ``one-or-many`` forms (:mod:`toolkit.catalogue.forms`)."""
 
 CATEGORY_OF_RULE: dict[str, str] = {"type": "schema", "required": "format", "unknown": "schema"}
 """Contract category (one of :data:`toolkit.catalogue.CONTRACT_CATEGORIES`) of a

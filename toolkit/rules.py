@@ -59,7 +59,7 @@ from functools import cache
 from typing import Any, Literal
 
 from toolkit import catalogue
-from toolkit.catalogue import Aspect, Field, Ref, Resource, Source, weakest
+from toolkit.catalogue import Aspect, Field, Ref, Resource, Source, forms, weakest
 
 __all__ = [
     "LIVE_ALTERNATES",
@@ -137,7 +137,9 @@ class Options:
     defaults to :data:`toolkit.catalogue.MAX_ATTACHMENT_BYTES` (read at call
     time). ``accept_arrays`` lists catalogue paths (``Practitioner.name``) whose
     value may arrive as one object or as an array of them, whichever the catalogue
-    declares. ``live_forms`` accepts the live service's forms (module docstring).
+    declares (the catalogue's checked ``one-or-many`` forms:
+    :data:`toolkit.catalogue.forms.ACCEPT_ARRAYS`). ``live_forms`` accepts the live
+    service's forms (module docstring).
     ``observe`` receives every :class:`Observation`.
     """
 
@@ -302,33 +304,11 @@ def reference_form(text: str) -> tuple[str, str]:
     return "other", text
 
 
-def _number_or_quantity(value: object) -> str | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return "number"
-    if isinstance(value, dict) and _type_ok("number", value.get("value")):
-        return "Quantity"
-    return None
-
-
-def _string_or_reference(value: object) -> str | None:
-    if isinstance(value, str):
-        return "string"
-    if (
-        isinstance(value, dict)
-        and value
-        and all(isinstance(value.get(k), str) for k in ("reference", "display") if k in value)
-    ):
-        return "Reference"
-    return None
-
-
-LIVE_ALTERNATES: dict[str, Callable[[object], str | None]] = {
-    "Referral.limitQuantity.quantity": _number_or_quantity,
-    "Referral.referralDefinition": _string_or_reference,
-}
+LIVE_ALTERNATES: dict[str, Callable[[object], str | None]] = forms.LIVE_ALTERNATES
 """Catalogue paths whose value has more than one known form (facts, "Shapes seen on the
 live service"): a classifier naming the form of a value, or None for an unknown form.
-With ``live_forms`` a value of a known form is accepted whatever the catalogue's type."""
+With ``live_forms`` a value of a known form is accepted whatever the catalogue's type.
+Derived from the catalogue's declarations (``Field.forms``, :mod:`toolkit.catalogue.forms`)."""
 
 
 # --------------------------------------------------------------------------- the walk

@@ -2,97 +2,95 @@
 
 Run::
 
-    uv run python tests/benchmarks/bench_webhooks.py [--rate 50] [--seconds 60] [--concurrency 8]
+    uv run python tests/benchmarks/bench_webhooks.py [--rate 50] [--seconds 60]
+        [--concurrency 8] [--scale small]
 
-One mock (pacing off) announces its writes to a :func:`toolkit.listen` receiver
-over loopback, as the live service would. The receiver reads each changed record
-through a small relay (``tests/listen/flaky.py``) that passes every call on to
-the mock, or, in the second scenario, answers every tenth record read with a 500.
-The mock delivers ``--concurrency`` announcements at once (its default, 8; 1 is
-the one-at-a-time sender of the first measurement).
-A writer PATCHes the ``description`` of Appointments at ``--rate`` a second for
-``--seconds`` (each write a new text), paced on a fixed schedule.
+``--seconds 15`` is the short form (about 2 minutes in all on a quiet 2-core machine);
+the default (60 s per scenario) takes about 3 to 4. ``--logs DIR`` keeps each
+process's stdout and stderr.
 
-For each write the benchmark notes when the PATCH returned and when the receiver
-committed that record next (``listener.stats.applied_at``, polled every 10 ms):
-that is the change's **freshness** (mock -> webhook -> queue -> GET -> store).
-**Lost** counts the records whose stored description is not the last one written
-once everything settled, plus dead letters. **Requests per change** is the
-receiver's client requests (tokens excluded) over the writes.
+Every part runs in a process of its own, as it would in production, so that none
+waits for another's interpreter lock:
+
+* ``pmtk mock`` (its API and its webhook sender; rate limit off) announces each
+  write to the receiver over loopback, ``--concurrency`` announcements in flight;
+* a relay (this file run with ``--relay``: ``tests/listen/flaky.py``) passes the
+  receiver's calls on to the mock or, in the second scenario, answers every tenth
+  record read with a 500;
+* ``pmtk listen --output json`` (its client's pacing off) keeps the store current,
+  reading each changed record through the relay;
+* this process: the writer, which PATCHes the ``description`` of Appointments at
+  ``--rate`` a second for ``--seconds`` on a fixed schedule (each write a new
+  text), and the watcher.
+
+**Freshness** is the time from the mock acknowledging a PATCH (its answer read by
+the writer) to the new description being visible in the store on disk. The watcher
+checks the store's ``manifest.json`` every 5 ms; a commit replaces the manifest with
+``rename``, which sets the new file's ``ctime``: that is the moment the commit became
+visible, whenever the watcher gets to it. The watcher reads the manifest and its
+``ctime`` from one open file, then the Appointment table that manifest names, so
+what it sees is exactly what that commit made visible. (The receiver's JSON log has
+one line per commit, but it names no records and is written after the commit; its
+count is printed as a check that no commit went unseen.)
+
+**Lost** counts the written records whose stored description differs from the
+mock's once everything settled (and the mock's from the last text written), plus dead
+letters. **Requests per change** is the record reads the relay received over the writes.
 
 Baseline, measured in the same run: the floor of one change, the same GET and
-:func:`toolkit.store.apply_changes` called directly for one record at a time, with
-no webhook, queue or HTTP receiver in between; its requests per change is 1.00.
-With a tenth of the reads failing the fewest requests any reader can send is
-1 / 0.9 = 1.11 per change.
+:func:`toolkit.store.apply_changes` called directly for one record at a time, in this
+process, with no webhook, queue or HTTP receiver in between; its requests per change
+is 1.00. With a tenth of the reads failing the fewest requests any reader can send
+is 1 / 0.9 = 1.11 per change.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import queue
+import re
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.listen.flaky
 
-from tests.listen.flaky import Policy, every_nth, flaky_upstream, made_through
+from tests.listen.flaky import every_nth, flaky_upstream, made_through
 from toolkit.client import Client
-from toolkit.mock import serve
 from toolkit.store import apply_changes, load, sync
-from toolkit.webhooks import listen
 
 USER_AGENT = "pmtk-bench (bench@example.invalid)"
 HEADER = "Authorization: Bearer bench-webhook-secret"
+PMTK = str(Path(sys.executable).parent / "pmtk")  # what `uv run pmtk` runs
+START_TIMEOUT = 120.0
+SETTLE_TIMEOUT = 120.0
+_QUEUE_FILE = re.compile(r"\d{20}-\d{20}-\d{8}-(\d+)e-")
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
 
 
-def _client(base_url: str, dep: Any) -> Client:
-    return Client(
-        base_url=base_url,
-        client_id=dep.client_id,
-        client_secret=dep.client_secret,
-        requests_per_minute=None,
-        progress=False,
-        user_agent=USER_AGENT,
-    )
-
-
-def _api(dep: Any) -> httpx.Client:
-    token = httpx.post(
-        f"{dep.base_url}/oauth/token",
-        json={
-            "grant_type": "client_credentials",
-            "client_id": dep.client_id,
-            "client_secret": dep.client_secret,
-        },
-        headers={"User-Agent": USER_AGENT},
-    ).json()["access_token"]
-    return httpx.Client(
-        base_url=dep.base_url + "/",
-        headers={
-            "Authorization": f"Bearer {token}",
-            "User-Agent": USER_AGENT,
-            "Content-Type": "application/merge-patch+json",
-        },
-        timeout=30,
-    )
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -102,112 +100,408 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-class Tracker(threading.Thread):
-    """Notes each new application time of each record (``stats.applied_at``), and the
-    deepest backlog seen at each stage: the mock's undelivered announcements, the
-    receiver's queue."""
+# -- child processes -------------------------------------------------------------------
 
-    def __init__(self, marks: dict[str, float], dep: Any, receiver: Any) -> None:
+
+class Child:
+    """A child process; a thread reads its stdout lines (so the pipe never fills).
+
+    ``stop`` sends SIGINT (Ctrl-C: the pmtk commands stop cleanly), then kills it
+    if it has not ended in 20 s.
+    """
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], logs: Path) -> None:
+        self.name = name
+        self.err_path = logs / f"{name}.stderr"
+        self._err = self.err_path.open("w")
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.kept: list[str] = []
+        self.out_path = logs / f"{name}.stdout"
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.kept.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def expect(self, pattern: str, timeout: float = START_TIMEOUT) -> re.Match[str]:
+        """The first stdout line (from now on) matching ``pattern``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self._fail(f"no line matching {pattern!r} within {timeout:.0f} s")
+            if line is None:
+                self._fail(f"ended (exit {self.proc.wait()}) before a line matching {pattern!r}")
+            assert line is not None
+            matched = re.search(pattern, line)
+            if matched:
+                return matched
+
+    def _fail(self, what: str) -> None:
+        tail = self.err_path.read_text(errors="replace")[-2000:]
+        msg = f"{self.name} {what}; its stderr ends with:\n{tail}"
+        raise RuntimeError(msg)
+
+    def ask(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        self._reader.join(timeout=5)
+        self._err.close()
+        self.out_path.write_text("".join(self.kept))
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def child(name: str, argv: list[str], env: dict[str, str], logs: Path) -> Iterator[Child]:
+    """A :class:`Child`, stopped when the block ends (also on an error or Ctrl-C)."""
+    running = Child(name, argv, env, logs)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PM_")}
+    env.update(PM_USER_AGENT=USER_AGENT, NO_COLOR="1", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def start_mock(args: argparse.Namespace, receiver_port: int, logs: Path) -> Any:
+    argv = [
+        PMTK,
+        "mock",
+        "--port",
+        "0",
+        "--scale",
+        args.scale,
+        "--rate-limit",
+        "100000000",
+        "--webhook",
+        f"http://127.0.0.1:{receiver_port}/webhook",
+        "--webhook-concurrency",
+        str(args.concurrency),
+    ]
+    return child("mock", argv, _env(PM_WEBHOOK_AUTH_HEADER=HEADER), logs)
+
+
+def start_relay(upstream: str, break_every: int, logs: Path) -> Any:
+    argv = [sys.executable, __file__, "--relay", upstream, "--break-every", str(break_every)]
+    return child(f"relay-{break_every}", argv, _env(), logs)
+
+
+def start_receiver(store: Path, port: int, relay: str, creds: dict[str, str], logs: Path) -> Any:
+    argv = [
+        PMTK,
+        "listen",
+        "--store",
+        str(store),
+        "--port",
+        str(port),
+        "--base-url",
+        relay,
+        "--no-catch-up",
+        "--requests-per-minute",
+        "0",
+        "--output",
+        "json",
+    ]
+    env = _env(PM_CLIENT_ID=creds["id"], PM_CLIENT_SECRET=creds["secret"], PM_WEBHOOK_AUTH=HEADER)
+    return child("listen", argv, env, logs)
+
+
+def relay_main(upstream: str, break_every: int) -> None:
+    """``--relay``: serve a relay until stdin ends; ``stats`` on stdin prints its counts."""
+    policy = every_nth(break_every) if break_every else (lambda *_: None)
+    with flaky_upstream(upstream, policy) as relay:
+        print(f"relay: {relay.base_url}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            for line in sys.stdin:
+                if line.strip() == "stats":
+                    with relay.lock:
+                        reads = sum(relay.reads.values())
+                    print(json.dumps({"reads": reads, "broken": relay.broken}), flush=True)
+
+
+def relay_stats(relay: Child) -> dict[str, int]:
+    relay.ask("stats")
+    return dict(json.loads(relay.expect(r"^\{.*\}$").group(0)))
+
+
+# -- watching the store ----------------------------------------------------------------
+
+
+class Watcher(threading.Thread):
+    """Sees each commit of the store: which written texts became visible, and when.
+
+    ``pending`` maps a record id to its writes not yet seen, ``(n, acked_at)`` in
+    write order (``n`` is in the text, ``bench-<scenario>-<n>``); a write counts as
+    visible when the stored text is that write's or a later one of the same record.
+    """
+
+    def __init__(self, store: Path, scenario: str) -> None:
         super().__init__(daemon=True)
-        self.marks = marks
-        self.dep = dep
-        self.receiver = receiver
-        self.applied: dict[str, list[float]] = {}
-        self.undelivered = 0
+        self.manifest = store / "manifest.json"
+        self.queue_dir = store / ".webhooks" / "queue"
+        self.store = store
+        self.prefix = f"bench-{scenario}-"
+        self.lock = threading.Lock()
+        self.pending: dict[str, list[tuple[int, float]]] = {}
+        self.fresh: dict[int, float] = {}
+        self.commits = 0
         self.queued = 0
-        self.worst_at = 0.0  # seconds into the run when the mock's backlog was deepest
         self.stop = threading.Event()
 
+    def wrote(self, rid: str, n: int, acked_at: float) -> None:
+        with self.lock:
+            self.pending.setdefault(rid, []).append((n, acked_at))
+
+    def outstanding(self) -> int:
+        with self.lock:
+            return sum(len(v) for v in self.pending.values())
+
     def run(self) -> None:
-        began = time.perf_counter()
-        while not self.stop.wait(0.01):
-            pending = self.dep.webhook_stats()["pending"]
-            if pending > self.undelivered:
-                self.undelivered = pending
-                self.worst_at = time.perf_counter() - began
-            self.queued = max(self.queued, self.receiver.queue.count())
-            for mark, at in list(self.marks.items()):
-                times = self.applied.setdefault(mark.split("/", 1)[1], [])
-                if not times or times[-1] != at:
-                    times.append(at)
+        seen: tuple[int, int] | None = None
+        ticks = 0
+        while not self.stop.wait(0.005):
+            ticks += 1
+            if ticks % 10 == 0:
+                self._sample_queue()
+            try:
+                stat = self.manifest.stat()
+            except FileNotFoundError:
+                continue
+            if (stat.st_ino, stat.st_ctime_ns) == seen:
+                continue
+            got = self._read_commit()
+            if got is None:
+                continue  # replaced again while being read: read the newer one
+            seen, committed_ns, table = got
+            self.commits += 1
+            self._match(table, committed_ns / 1e9)
+
+    def _read_commit(self) -> tuple[tuple[int, int], int, dict[str, str]] | None:
+        try:
+            with self.manifest.open("rb") as handle:
+                stat = os.fstat(handle.fileno())
+                manifest = orjson.loads(handle.read())
+            path = manifest["resources"]["Appointment"]["tables"]["Appointment"]["path"]
+            frame = pl.read_parquet(self.store / path, columns=["id", "description"])
+        except (FileNotFoundError, orjson.JSONDecodeError, KeyError):
+            return None
+        table = dict(zip(frame["id"].to_list(), frame["description"].to_list(), strict=True))
+        return (stat.st_ino, stat.st_ctime_ns), stat.st_ctime_ns, table
+
+    def _match(self, table: dict[str, str], at: float) -> None:
+        with self.lock:
+            for rid in list(self.pending):
+                text = table.get(rid) or ""
+                if not text.startswith(self.prefix):
+                    continue
+                shown = int(text.removeprefix(self.prefix))
+                writes = self.pending[rid]
+                left = [(n, acked) for n, acked in writes if n > shown]
+                for n, acked in writes:
+                    if n <= shown:
+                        self.fresh[n] = max(0.0, at - acked)
+                if left:
+                    self.pending[rid] = left
+                else:
+                    del self.pending[rid]
+
+    def _sample_queue(self) -> None:
+        events = 0
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self.queue_dir):
+                matched = _QUEUE_FILE.match(name)
+                if matched:
+                    events += int(matched.group(1))
+        self.queued = max(self.queued, events)
+
+
+# -- one scenario ----------------------------------------------------------------------
+
+
+def _api(base_url: str, creds: dict[str, str]) -> httpx.Client:
+    token = httpx.post(
+        f"{base_url}/oauth/token",
+        json={
+            "grant_type": "client_credentials",
+            "client_id": creds["id"],
+            "client_secret": creds["secret"],
+        },
+        headers={"User-Agent": USER_AGENT},
+        trust_env=False,
+    ).json()["access_token"]
+    return httpx.Client(
+        base_url=base_url + "/",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "User-Agent": USER_AGENT,
+            "Content-Type": "application/merge-patch+json",
+        },
+        timeout=30,
+        trust_env=False,
+    )
+
+
+def _write_paced(
+    api: httpx.Client, watcher: Watcher, ids: list[str], name: str, args: argparse.Namespace
+) -> tuple[dict[str, str], float, int]:
+    """PATCH at ``args.rate`` on a fixed schedule: the last text per id, the rate, late ones."""
+    total = int(args.rate * args.seconds)
+    last: dict[str, str] = {}
+    late = 0
+    started = time.perf_counter()
+    for n in range(total):
+        pause = started + n / args.rate - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        else:
+            late += 1
+        rid = ids[n % len(ids)]
+        text = f"bench-{name}-{n}"
+        api.patch(f"Appointment/{rid}", json={"description": text}).raise_for_status()
+        watcher.wrote(rid, n, time.time())
+        last[rid] = text
+    return last, total / (time.perf_counter() - started), late
+
+
+def _lost(direct: Client, store: Path, last: dict[str, str]) -> tuple[int, int]:
+    """Written records whose stored description differs from the mock's, and records
+    whose mock description is not the last text written (the writer's own check)."""
+    served = {
+        str(r["id"]): r.get("description")
+        for r in direct.records("Appointment")
+        if str(r.get("id")) in last
+    }
+    stored_frame = pl.DataFrame(load("Appointment", store)).filter(pl.col("id").is_in(list(last)))
+    stored = dict(
+        zip(stored_frame["id"].to_list(), stored_frame["description"].to_list(), strict=True)
+    )
+    lost = sum(1 for rid in last if stored.get(rid) != served.get(rid))
+    unwritten = sum(1 for rid, text in last.items() if served.get(rid) != text)
+    return lost, unwritten
 
 
 def scenario(
-    name: str,
-    dep: Any,
-    api: httpx.Client,
-    store: Path,
-    ids: list[str],
-    port: int,
-    args: argparse.Namespace,
-    policy: Policy,
+    name: str, break_every: int, setup: dict[str, Any], args: argparse.Namespace
 ) -> dict[str, Any]:
     """One run of ``args.rate`` writes a second for ``args.seconds``; its figures."""
-    total = int(args.rate * args.seconds)
+    store: Path = setup["store"]
+    logs: Path = setup["logs"]
+    ids: list[str] = setup["ids"]
+    load_start = os.getloadavg()
     with (
-        flaky_upstream(dep.base_url, policy) as relay,
-        _client(made_through(store, relay.base_url), dep) as client,
-        listen(store, client=client, port=port, auth_header=HEADER, catch_up=False) as receiver,
+        start_relay(setup["base_url"], break_every, logs) as relay,
+        _api(setup["base_url"], setup["creds"]) as api,
     ):
-        client.read("Appointment", ids[0])  # the token, outside the figures
-        before = client.requests_sent
-        tracker = Tracker(receiver.stats.applied_at, dep, receiver)
-        tracker.start()
-        written: list[tuple[str, str, float]] = []
-        started = time.perf_counter()
-        late = 0
-        for n in range(total):
-            due = started + n / args.rate
-            pause = due - time.perf_counter()
-            if pause > 0:
-                time.sleep(pause)
-            else:
-                late += 1
-            rid = ids[n % len(ids)]
-            text = f"bench-{name}-{n}"
-            api.patch(f"Appointment/{rid}", json={"description": text}).raise_for_status()
-            written.append((rid, text, time.time()))
-        elapsed = time.perf_counter() - started
-        settled = dep.webhooks_sent(120) and receiver.wait_idle(120)
-        time.sleep(0.05)
-        tracker.stop.set()
-        tracker.join()
-        requests = client.requests_sent - before
-        status = receiver.status()
-        broken = relay.broken
-    fresh: list[float] = []
-    missing = 0
-    for rid, _text, at in written:
-        after = [t for t in tracker.applied.get(rid, []) if t >= at]
-        if after:
-            fresh.append(after[0] - at)
-        else:
-            missing += 1
-    last = {rid: text for rid, text, _at in written}
-    stored = load("Appointment", store).filter(pl.col("id").is_in(list(last)))
-    final = dict(zip(stored["id"].to_list(), stored["description"].to_list(), strict=True))
-    lost = sum(1 for rid, text in last.items() if final.get(rid) != text)
+        relay_url = relay.expect(r"relay: (\S+)").group(1)
+        made_through(store, relay_url)
+        watcher = Watcher(store, name)
+        watcher.start()
+        try:
+            with start_receiver(store, setup["port"], relay_url, setup["creds"], logs) as rx:
+                rx.expect(r'"event": "listening"')
+                # warm up outside the figures: the receiver's token, the connections
+                api.patch(f"Appointment/{ids[-1]}", json={"description": f"bench-{name}-{10**9}"})
+                watcher.wrote(ids[-1], 10**9, time.time())
+                _wait(lambda: watcher.outstanding() == 0, 60)
+                watcher.fresh.clear()
+                commits_before = watcher.commits
+                logged_before = _commit_lines(rx)
+                reads_before = relay_stats(relay)
+                last, rate, late = _write_paced(api, watcher, ids[:-1], name, args)
+                settled = _wait(lambda: watcher.outstanding() == 0, SETTLE_TIMEOUT)
+                reads = relay_stats(relay)
+                rx.stop()
+                final = _stopped_status(rx)
+                logged_commits = _commit_lines(rx) - logged_before
+        finally:
+            watcher.stop.set()
+            watcher.join()
+    lost, unwritten = _lost(setup["direct"], store, last)
+    writes = int(args.rate * args.seconds)
     return {
         "name": name,
-        "writes": total,
-        "rate": total / elapsed,
+        "writes": writes,
+        "rate": rate,
         "late": late,
         "settled": settled,
-        "lost": lost + status["dead_letters"],
-        "unseen": missing,
-        "fresh": fresh,
-        "requests": requests,
-        "broken": broken,
-        "retried": status["retried"],
-        "undelivered": tracker.undelivered,
-        "queued": tracker.queued,
-        "worst_at": tracker.worst_at,
-        "batches": receiver.stats.batches,
-        "group_commits": receiver.queue.group_commits,
-        "grouped": receiver.queue.grouped,
-        "in_flight": dep.webhook_stats()["most_in_flight"],
-        "load": os.getloadavg(),
+        "lost": lost + unwritten + int(final.get("dead_letters") or 0),
+        "unseen": writes - len(watcher.fresh),
+        "fresh": list(watcher.fresh.values()),
+        "requests": reads["reads"] - reads_before["reads"],
+        "broken": reads["broken"] - reads_before["broken"],
+        "worker_requests": final.get("requests"),
+        "retried": final.get("retried"),
+        "queued": watcher.queued,
+        "commits_seen": watcher.commits - commits_before,
+        "commits_logged": logged_commits,
+        "load": (load_start, os.getloadavg()),
     }
+
+
+def _wait(done: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(0.02)
+    return bool(done())
+
+
+def _stopped_status(rx: Child) -> dict[str, Any]:
+    for line in reversed(rx.kept):
+        with contextlib.suppress(json.JSONDecodeError):
+            item = json.loads(line)
+            if item.get("event") == "stopped":
+                return dict(item["status"])
+    return {}
+
+
+def _commit_lines(rx: Child) -> int:
+    """The receiver's log lines of an Appointment commit (one per commit)."""
+    count = 0
+    for line in rx.kept:
+        with contextlib.suppress(json.JSONDecodeError):
+            item = json.loads(line)
+            if item.get("event") == "log" and str(item.get("message", "")).startswith(
+                "Appointment: "
+            ):
+                count += 1
+    return count
+
+
+# -- the baseline and the report -------------------------------------------------------
 
 
 def floor(client: Client, store: Path, ids: list[str]) -> list[float]:
@@ -221,46 +515,11 @@ def floor(client: Client, store: Path, ids: list[str]) -> list[float]:
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--scale", default="small")
-    parser.add_argument("--rate", type=float, default=50.0)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--floor-changes", type=int, default=100)
-    parser.add_argument(
-        "--concurrency", type=int, default=8, help="announcements the mock has in flight at once"
-    )
-    args = parser.parse_args()
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    port = _free_port()
-    with (
-        serve(
-            seed=0,
-            scale=args.scale,
-            rate_limit=1_000_000,
-            test_controls=True,
-            webhook=f"http://127.0.0.1:{port}/webhook",
-            webhook_header=HEADER,
-            webhook_concurrency=args.concurrency,
-        ) as dep,
-        _client(dep.base_url, dep) as direct,
-        _api(dep) as api,
-        tempfile.TemporaryDirectory() as tmp,
-    ):
-        store = Path(tmp) / "store"
-        t0 = time.perf_counter()
-        sync(direct, store, resources=["Patient", "Appointment"], progress=False)
-        print(f"initial sync: {time.perf_counter() - t0:.1f} s ({args.scale} scale)")
-        ids = load("Appointment", store)["id"].to_list()
-        base = floor(direct, store, ids[: args.floor_changes])
-        runs = [
-            scenario("clean", dep, api, store, ids, port, args, lambda *_: None),
-            scenario("flaky", dep, api, store, ids, port, args, every_nth(10)),
-        ]
+def report(args: argparse.Namespace, base: list[float], runs: list[dict[str, Any]], n: int) -> None:
     print(
-        f"{args.rate:g} writes/s for {args.seconds:g} s per scenario, over "
-        f"{len(ids)} Appointments, {args.concurrency} deliveries in flight at most; "
-        f"freshness = PATCH returned -> record committed"
+        f"{args.rate:g} writes/s for {args.seconds:g} s per scenario, over {n} Appointments, "
+        f"{args.concurrency} deliveries in flight at most; mock, relay, receiver and writer "
+        f"in processes of their own; freshness = PATCH acknowledged -> visible in the store"
     )
     print()
     head = (
@@ -289,18 +548,100 @@ def main() -> None:
         )
     print()
     for run in runs:
+        (a, b) = run["load"]
         print(
             f"{run['name']}: {run['broken']} reads broken by the relay, {run['retried']} "
-            f"changes retried, {run['unseen']} writes without a later commit, "
-            f"{run['late']} writes sent late by the pacer, settled={run['settled']}; "
-            f"deepest backlog: {run['undelivered']} announcements not yet delivered by the "
-            f"mock (at {run['worst_at']:.0f} s), {run['queued']} changes queued in the "
-            f"receiver; {run['batches']} batches; {run['grouped']} deliveries written in "
-            f"{run['group_commits']} group commits; at most {run['in_flight']} in flight; "
-            f"load average at the end {' '.join(f'{x:.2f}' for x in run['load'])}"
+            f"changes retried, {run['worker_requests']} reads sent by the worker; "
+            f"{run['unseen']} writes never seen in the store, {run['late']} writes sent "
+            f"late by the pacer, settled={run['settled']}; deepest receiver queue "
+            f"{run['queued']} changes; {run['commits_seen']} commits seen by the watcher, "
+            f"{run['commits_logged']} logged by the receiver "
+            f"({run['writes'] / max(1, run['commits_seen']):.0f} changes a commit); load average "
+            f"{' '.join(f'{x:.2f}' for x in a)} -> {' '.join(f'{x:.2f}' for x in b)}"
         )
     print("ideal requests per change: 1.00 clean, 1.11 with a tenth of reads failing")
     print("targets: 0 lost, freshness p99 < 2 s, requests per change near the ideal")
+
+
+def run(args: argparse.Namespace) -> None:
+    now = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    print(f"load average at start: {_load()} ({now}, {os.cpu_count()} cores)")
+    port = _free_port()  # the receiver's: the mock must know where to announce
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(args.logs) if args.logs else Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
+        _run_in(args, Path(tmp), logs, port)
+
+
+def _run_in(args: argparse.Namespace, tmp: Path, logs: Path, port: int) -> None:
+    with start_mock(args, port, logs) as mock:
+        base_url = mock.expect(r"base URL:\s+(\S+)").group(1)
+        creds = {
+            "id": mock.expect(r"client id:\s+(\S+)").group(1),
+            "secret": mock.expect(r"client secret:\s+(\S+)").group(1),
+        }
+        store = Path(tmp) / "store"
+        with Client(
+            base_url=base_url,
+            client_id=creds["id"],
+            client_secret=creds["secret"],
+            requests_per_minute=None,
+            progress=False,
+            user_agent=USER_AGENT,
+        ) as direct:
+            t0 = time.perf_counter()
+            sync(direct, store, resources=["Patient", "Appointment"], progress=False)
+            print(f"initial sync: {time.perf_counter() - t0:.1f} s ({args.scale} scale)")
+            ids = pl.DataFrame(load("Appointment", store))["id"].to_list()
+            base = floor(direct, store, ids[: args.floor_changes])
+            setup = {
+                "store": store,
+                "logs": logs,
+                "ids": ids,
+                "base_url": base_url,
+                "creds": creds,
+                "port": port,
+                "direct": direct,
+            }
+            runs = [scenario(name, every, setup, args) for name, every in args.scenarios]
+    report(args, base, runs, len(ids) - 1)
+    print(f"load average at the end: {_load()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scale", default="small", choices=["small", "medium", "large"])
+    parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--floor-changes", type=int, default=100)
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="announcements the mock has in flight at once"
+    )
+    parser.add_argument(
+        "--only", choices=["clean", "flaky"], help="run one scenario instead of both"
+    )
+    parser.add_argument(
+        "--logs", metavar="DIR", help="keep each process's stdout and stderr in DIR"
+    )
+    parser.add_argument("--relay", metavar="UPSTREAM", help=argparse.SUPPRESS)
+    parser.add_argument("--break-every", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.relay:
+        relay_main(args.relay, args.break_every)
+        return
+    args.scenarios = [(n, e) for n, e in (("clean", 0), ("flaky", 10)) if args.only in (None, n)]
+    # SIGTERM stops the children as Ctrl-C does (the `with` blocks end). SIGINT is set
+    # too: a shell starts a background job with SIGINT ignored, and the children would
+    # inherit that and ignore the Ctrl-C that stops them cleanly.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        run(args)
+    except KeyboardInterrupt:
+        print("interrupted; every child process was stopped", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

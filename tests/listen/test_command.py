@@ -143,3 +143,73 @@ def test_status_of_a_folder_that_is_not_a_store_is_refused(dep: Any, tmp_path: P
     done = _run(["--store", str(tmp_path), "--status"], _env(dep))
     assert done.returncode == 2
     assert not (tmp_path / ".webhooks").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "paced"),
+    [([], 500), (["--requests-per-minute", "120"], 120), (["--requests-per-minute", "0"], None)],
+)
+def test_requests_per_minute_reaches_the_receivers_client(
+    dep: Any, store: Path, monkeypatch: pytest.MonkeyPatch, given: list[str], paced: int | None
+) -> None:
+    """``--requests-per-minute`` paces the record reads (0: none, for a private mock
+    or a higher limit); without it the API's 500 a minute. The real receiver serves
+    and its worker reads a record over loopback with the client the option made."""
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+    from toolkit.webhooks import Listener, command
+
+    seen: dict[str, Any] = {}
+
+    def served(_doing: str) -> None:  # instead of waiting for Ctrl-C: one delivery
+        listener = seen["listener"]
+        seen["paced"] = listener.client.throttle.requests_per_minute
+        answer = httpx.post(
+            listener.url,
+            content=notification(("Appointment", _first_id(store))),
+            headers={"Content-Type": "application/json"},
+        )
+        seen["answer"] = answer.status_code
+        seen["idle"] = listener.wait_idle(60)
+        seen["requests"] = listener.stats.requests
+
+    started = Listener.start_worker
+
+    def start_worker(listener: Listener) -> None:
+        seen["listener"] = listener
+        started(listener)
+
+    monkeypatch.setattr(command, "until_interrupted", served)
+    monkeypatch.setattr(Listener, "start_worker", start_worker)
+    monkeypatch.delenv("PM_WEBHOOK_AUTH", raising=False)
+    args = ["listen", "--store", str(store), "--port", "0", "--no-auth", "--no-catch-up"]
+    args += ["--base-url", dep.base_url, "--client-id", dep.client_id]
+    args += ["--client-secret", dep.client_secret, *given]
+    result = CliRunner().invoke(app, args, env={"PM_USER_AGENT": "pmtk tests (t@example.org)"})
+    assert result.exit_code == 0, result.output
+    assert seen["paced"] == paced
+    assert (seen["answer"], seen["idle"], seen["requests"]) == (202, True, 1)
+
+
+def test_requests_per_minute_below_zero_is_refused(dep: Any, tmp_path: Path) -> None:
+    done = _run(
+        [
+            "--store",
+            str(tmp_path / "s"),
+            "--no-auth",
+            "--base-url",
+            dep.base_url,
+            "--requests-per-minute",
+            "-1",
+        ],
+        _env(dep),
+    )
+    assert done.returncode == 2
+    assert "requests-per-minute" in done.stderr
+
+
+def _first_id(store: Path) -> str:
+    from toolkit.store import load
+
+    return str(load("Appointment", store)["id"][0])

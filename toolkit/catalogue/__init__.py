@@ -65,7 +65,6 @@ from toolkit.catalogue.endpoints import (
     INCLUDE_PARAMETER_NAMES,
     INCLUDES,
     LISTED_RESOURCES,
-    NAME_ARRAYS,
     OWNER_SEARCH,
     PATCH_ANSWERS_EMPTY_405,
     PATCHABLE,
@@ -85,6 +84,7 @@ from toolkit.catalogue.lookup import (
 )
 from toolkit.catalogue.model import (
     SOURCE_RANK,
+    Alternative,
     Aspect,
     Endpoint,
     Extension,
@@ -161,7 +161,6 @@ __all__ = [
     "META",
     "METADATA_PATH",
     "MONEY",
-    "NAME_ARRAYS",
     "ORGANIZATION",
     "ORGANIZATION_TYPE_SYSTEM",
     "ORG_ANY",
@@ -191,6 +190,7 @@ __all__ = [
     "SOURCE_RANK",
     "TELECOM",
     "TOKEN_LIFETIME_STATED",
+    "Alternative",
     "Aspect",
     "Endpoint",
     "Extension",

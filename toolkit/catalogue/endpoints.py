@@ -161,10 +161,6 @@ INCLUDES: dict[str, dict[str, Include]] = {
 }
 """Per listed resource type, its ``_include`` names (see :func:`includes_of`)."""
 
-NAME_ARRAYS: frozenset[str] = frozenset({"Practitioner.name"})
-"""Catalogue paths the live service sends as an array of names although the spec shows
-one object (facts, "Shapes seen on the live service")."""
-
 CONTRACT_CATEGORIES: tuple[str, ...] = (
     "auth",
     "token-lifetime",

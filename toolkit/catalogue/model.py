@@ -96,6 +96,23 @@ class Extension:
 
 
 @dataclass(frozen=True, slots=True)
+class Alternative:
+    """Another form a field's value may arrive in: one of :data:`toolkit.catalogue.forms.FORMS`.
+
+    ``form`` names the form (``one-or-many``, ``quantity``, ``reference``,
+    ``codeable-concept``); ``source`` says where it is known from (``facts``: seen on the
+    live service). The tolerant reader reads every declared form; the checker (the rules'
+    live forms, the contract walk, the OpenAPI document, the mock's writes) accepts it
+    too unless ``reader_only`` (a form FHIR R4 allows that the live service is not known
+    to send: the checker keeps the catalogue's form).
+    """
+
+    form: str
+    source: Source = "facts"
+    reader_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Field:
     """One field of a resource or of a nested object.
 
@@ -126,6 +143,13 @@ class Field:
     aspects: tuple[tuple[Aspect, Source], ...] = ()
     """Per-aspect sources where they differ from ``source``: the spec names Coverage
     ``status`` but its values come from the facts, so ``(("enum", "facts"),)``."""
+    forms: tuple[Alternative, ...] = ()
+    """The other forms its value may arrive in (:mod:`toolkit.catalogue.forms`): the
+    reader, the rules, the OpenAPI document, the contract walk and the mock follow them."""
+    prefer: tuple[str, str] | None = None
+    """``(sub-field, value)`` of a repeating object's preferred entry, whose members also
+    give the main table's columns (``("use", "official")``: the official name, else the
+    first)."""
 
     def source_of(self, aspect: Aspect) -> Source:
         """Where this field's ``aspect`` rule comes from (never stronger than ``source``)."""

@@ -7,7 +7,16 @@ to them. Adding a resource type starts here.
 from __future__ import annotations
 
 from toolkit.catalogue.constants import ATTACHMENT_CONTENT_TYPES
-from toolkit.catalogue.model import Endpoint, Extension, Field, Ref, Resource, Source, Target
+from toolkit.catalogue.model import (
+    Alternative,
+    Endpoint,
+    Extension,
+    Field,
+    Ref,
+    Resource,
+    Source,
+    Target,
+)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -155,7 +164,11 @@ REFERRAL = Resource(
         ),
         _reference_field("performer", _ref(PR)),
         _reference_field("requester", _ref(("PractitionerRole", ("EP-",)))),
-        Field("referralDefinition", "string"),
+        Field(
+            "referralDefinition",
+            "string",
+            forms=(Alternative("reference"),),
+        ),
         Field("created", "date-time", format="date-time"),
         Field("active", "boolean"),
         Field(
@@ -166,6 +179,7 @@ REFERRAL = Resource(
                     "quantity",
                     "integer",
                     aspects=(("type", "pmtk"),),
+                    forms=(Alternative("quantity"),),
                     doc="Untyped in the spec; the facts show a Quantity {value}.",
                 ),
                 Field("quantityOffset", "integer"),
@@ -297,6 +311,7 @@ COVERAGE = Resource(
             "payor",
             _ref("Patient", ("Organization", ("FD-", "OG-"))),
             aspects=(("reference", "pmtk"),),
+            forms=(Alternative("one-or-many", "pmtk", reader_only=True),),
             doc="The spec allows any Organization; pmtk expects a funder or organization id.",
         ),
         Field(
@@ -329,6 +344,7 @@ COVERAGE = Resource(
             "identifier",
             "object",
             spec_name="identifier (Medicare / DVA coverages)",
+            forms=(Alternative("one-or-many", "pmtk", reader_only=True),),
             fields=(
                 Field("system", "string", source="pmtk"),
                 Field("value", "string", source="pmtk"),
@@ -353,7 +369,13 @@ ORGANIZATION = Resource(
     "Organization",
     _common(
         Field("active", "boolean"),
-        Field("type", "object", many=True, fields=CODING),
+        Field(
+            "type",
+            "object",
+            many=True,
+            fields=CODING,
+            forms=(Alternative("codeable-concept", "pmtk", reader_only=True),),
+        ),
         Field("name", "string"),
         TELECOM,
         ADDRESS,
@@ -395,6 +417,8 @@ PRACTITIONER = Resource(
                 Field("family", "string"),
                 Field("prefix", "string", many=True),
             ),
+            forms=(Alternative("one-or-many"),),
+            prefer=("use", "official"),
             doc="The spec says one object; the live service sends an array of HumanName "
             "(facts). The views read it as an array and accept both.",
         ),
@@ -492,6 +516,8 @@ PATIENT = Resource(
                 Field("given", "string", many=True),
                 Field("family", "string"),
             ),
+            forms=(Alternative("one-or-many", "pmtk", reader_only=True),),
+            prefer=("use", "official"),
         ),
         TELECOM,
         Field("gender", "code", enum=("male", "female", "other", "unknown")),

@@ -30,6 +30,7 @@ import re
 from typing import Any, Literal
 
 from toolkit import catalogue
+from toolkit.catalogue import forms
 
 __all__ = [
     "EXTENSION_BASE",
@@ -263,14 +264,15 @@ def to_stored(
     ``referralDefinition`` name its record; a name it lacks becomes a Reference
     with only a ``display`` (FHIR allows one).
     """
-    name = record.get("name")
+    for name in sorted(forms.LIVE_ARRAYS.get(rtype, ())):
+        value = record.get(name)
+        if shapes == "spec" and isinstance(value, list) and len(value) == 1:
+            record = {**record, name: value[0]}
+        elif shapes == "live" and isinstance(value, dict):
+            record = {**record, name: [value]}
     if shapes == "spec":
-        if rtype == "Practitioner" and isinstance(name, list) and len(name) == 1:
-            record = {**record, "name": name[0]}
         result: dict[str, Any] = _spec_stored(record)
         return result
-    if rtype == "Practitioner" and isinstance(name, dict):
-        record = {**record, "name": [name]}
     if rtype == "Referral":
         record = _live_referral(record, definitions or {})
     live: dict[str, Any] = _live(record)

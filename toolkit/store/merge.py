@@ -3,7 +3,8 @@
 This is how a webhook receiver (:mod:`toolkit.webhooks`) keeps a store
 current without a list walk. The records are flattened with the resource's
 view, validated, and merged by id into every table (child table rows of a
-replaced or removed record go with it); the new files are staged in a
+replaced or removed record go with it) and into the raw records (so views over
+them and ``pmtk sync --rebuild`` see the change); the new files are staged in a
 :class:`~toolkit.store.transaction.Transaction` of their own
 (``.staging/.changes-<Resource>/``), fsynced, moved in under their sha256
 names and switched in by replacing the manifest, exactly as a sync commits.
@@ -51,6 +52,7 @@ from toolkit.store.layout import (
     sink_parquet,
     write_json,
 )
+from toolkit.store.raw import RAW_SCHEMA, raw_frame, raw_table
 from toolkit.store.results import (
     DEFAULT_STORE,
     STAGING,
@@ -229,13 +231,13 @@ def _apply_locked(
     event: Mapping[str, Any] | None,
 ) -> ChangeResult:
     """:func:`apply_changes` once the store's lock is held (a sync holds it already)."""
-    empty = empty_tables(resource_type)
     version = schema_version(resource_type)
     result = ChangeResult(resource=resource_type)
     init_manifest(root)
-    txn = Transaction(root, resource_type, tables=empty)
+    txn = Transaction(root, resource_type)
     txn.recover()  # first finish a sync's commit that a crash interrupted
     entry = load_manifest_for_write(root)["resources"].get(resource_type)
+    empty, new_tables = _with_raw(resource_type, entry, wanted, new_tables)
     stored = _stored_tables(root, resource_type, entry, version, empty)
     versions = _stored_versions(stored[resource_type], [*wanted, *removed]) if stored else {}
     for rid, record in wanted.items():
@@ -255,6 +257,32 @@ def _apply_locked(
     if result.written:
         txn.remove_superseded(tables_info)
     return result
+
+
+def _with_raw(
+    resource_type: str,
+    entry: Any,
+    wanted: Mapping[str, Mapping[str, Any]],
+    new_tables: dict[str, pl.DataFrame],
+) -> tuple[dict[str, pl.DataFrame], dict[str, pl.DataFrame]]:
+    """The tables a change writes, with the raw records when the store keeps them.
+
+    The raw records are what ViewDefinitions and ``pmtk sync --rebuild`` read: a
+    change that skipped them would show the old record there, and a rebuild would
+    restore it (or a deleted one). A store synced before raw records were kept has
+    none, and a change does not start a table that would hold only the changed
+    records: :func:`~toolkit.store.raw.raw_records` keeps asking for a full sync.
+    """
+    empty = empty_tables(resource_type)
+    raw = raw_table(resource_type)
+    tables = entry.get("tables") if isinstance(entry, dict) else None
+    if isinstance(tables, dict) and tables and raw not in tables:
+        return empty, new_tables
+    records = list(wanted.values())
+    return (
+        {**empty, raw: pl.DataFrame(schema=RAW_SCHEMA)},
+        {**new_tables, raw: raw_frame(resource_type, [dict(r) for r in records])},
+    )
 
 
 def drop_missing(root: Path, resource_type: str, present: set[str]) -> list[str]:
@@ -339,7 +367,7 @@ def _write_changed(
     tables_info: dict[str, Any] = {}
     try:
         for table, schema_frame in empty.items():
-            k = "id" if table == resource_type else key
+            k = "id" if table in (resource_type, raw_table(resource_type)) else key
             fresh = new_tables[table].join(keep.rename({"id": k}), on=k, how="semi")
             parts = [fresh.lazy().select(schema_frame.columns)]
             if stored:

@@ -10,6 +10,7 @@ import msgspec
 import orjson
 import polars as pl
 
+from toolkit.catalogue.forms import READERS
 from toolkit.errors import DataValidationError
 from toolkit.views.check import _AnyDtype
 
@@ -53,63 +54,11 @@ _Leftovers = dict[str, Any]
 _SKIP = object()
 
 
-def _one_as_array(value: Any, path: str, extra: _Leftovers) -> Any:
-    """The spec's single HumanName object, as the live service's one-element array."""
-    return [value] if isinstance(value, dict) else value
-
-
-def _quantity_value(value: Any, path: str, extra: _Leftovers) -> Any:
-    """A Quantity ``{"value": 10, ...}`` (the live form) read as its number."""
-    if not isinstance(value, dict) or "value" not in value:
-        return value
-    for key, other in value.items():
-        if key != "value":
-            extra[f"{path}.{key}"] = other
-    return value["value"]
-
-
-def _reference_display(value: Any, path: str, extra: _Leftovers) -> Any:
-    """A Reference ``{"reference": ..., "display": ...}`` read as its display, else reference."""
-    if not isinstance(value, dict):
-        return value
-    chosen = "display" if isinstance(value.get("display"), str) else "reference"
-    for key, other in value.items():
-        if key != chosen:
-            extra[f"{path}.{key}"] = other
-    return value.get(chosen)
-
-
-def _codeable_as_coding(value: Any, path: str, extra: _Leftovers) -> Any:
-    """A FHIR CodeableConcept ``{"coding": [{system, code, display}]}`` read as its first coding.
-
-    The spec gives Organization ``type`` items as ``{system, code, display}``;
-    FHIR servers (and pmtk's mock) wrap them in ``coding``. Further codings and
-    other keys (``text``) are kept in ``extra``.
-    """
-    if not isinstance(value, dict) or not isinstance(value.get("coding"), list) or "code" in value:
-        return value
-    coding = value["coding"]
-    for key, other in value.items():
-        if key != "coding":
-            extra[f"{path}.{key}"] = other
-    for i, other in enumerate(coding[1:], 1):
-        extra[f"{path}.coding[{i}]"] = other
-    return coding[0] if coding else None
-
-
-_ALTERNATIVE_FORMS: dict[tuple[str, str], Any] = {
-    ("Organization", "type[]"): _codeable_as_coding,
-    ("Practitioner", "name"): _one_as_array,
-    ("Patient", "name"): _one_as_array,
-    ("Coverage", "payor"): _one_as_array,
-    ("Coverage", "identifier"): _one_as_array,
-    ("Referral", "limitQuantity.quantity"): _quantity_value,
-    ("Referral", "referralDefinition"): _reference_display,
-}
-"""Known alternative forms of a field (facts, "Shapes seen on the live service"),
-keyed by resource and field path (``[]``: each element of an array), with the
-function that reads one as the canonical form. Anything the form does not use is
-kept in ``extra``."""
+_ALTERNATIVE_FORMS: dict[tuple[str, str], Any] = READERS
+"""Known alternative forms of a field, keyed by resource and field path (``[]``: each
+element of an array), with the function that reads one as the canonical form: the
+catalogue's declarations (``Field.forms``, :mod:`toolkit.catalogue.forms`). Anything
+the form does not use is kept in ``extra``."""
 
 
 _EXTENSION_CONTAINERS = frozenset({"extension", "modifierExtension"})

@@ -10,7 +10,7 @@ from typing import Literal
 import polars as pl
 
 from toolkit import catalogue
-from toolkit.catalogue import Field, Resource, Source
+from toolkit.catalogue import Field, Resource, Source, forms
 from toolkit.errors import unknown_name
 
 Role = Literal["value", "id", "ref_id", "ref_type", "key", "index", "extra", "invalid", "precision"]
@@ -359,10 +359,8 @@ def _value_column(f: Field, name: str, path: str, prefix: str, root: bool, src: 
 
 # Repeating objects whose preferred element also gives main-table columns: the
 # ``official`` entry, else the first (``name_family`` beside the ``<type>_name`` table).
-_PREFERRED: dict[tuple[str, str], tuple[str, str]] = {
-    ("Practitioner", "name"): ("use", "official"),
-    ("Patient", "name"): ("use", "official"),
-}
+# The catalogue's ``Field.prefer``.
+_PREFERRED: dict[tuple[str, str], tuple[str, str]] = forms.PREFERRED
 
 
 _INVALID_DOC = (
@@ -388,16 +386,14 @@ def _invalid_column() -> Column:
     )
 
 
-_READ_AS_ARRAY: frozenset[tuple[str, str]] = frozenset(
-    {("Practitioner", "name"), ("Coverage", "payor"), ("Coverage", "identifier")}
-)
+_READ_AS_ARRAY: frozenset[tuple[str, str]] = forms.READ_AS_ARRAY
 """Fields the spec gives as one object and the live service (facts) or FHIR R4
-(Coverage ``payor``, ``identifier``) sends as an array: read as an array, so
-that the live form takes the fast path (the spec's single object is one of the
-alternative forms, :data:`_ALTERNATIVE_FORMS`); the first entry also gives the
-main table's columns, the one of the spec's object. The
-catalogue keeps the spec's form, which the mock's write checks and the contract
-suite use."""
+(Coverage ``payor``, ``identifier``) sends as an array (a ``one-or-many`` form in the
+catalogue, :mod:`toolkit.catalogue.forms`): read as an array, so that the live form
+takes the fast path (the spec's single object is one of the alternative forms,
+:data:`_ALTERNATIVE_FORMS`); the first entry also gives the main table's columns, the
+one of the spec's object. The catalogue keeps the spec's form, which the mock's write
+checks and the contract suite use."""
 
 
 def _reader_fields(res: Resource) -> tuple[Field, ...]:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from toolkit import catalogue
 from toolkit._cli import is_plain
 from toolkit._options import BaseUrl, ClientId, ClientSecret, connection_settings
 from toolkit._protocol import Limits, guarded_protocol
@@ -30,10 +31,10 @@ from toolkit.webhooks.listener import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_ATTEMPTS,
     Listener,
-    _make_app,
     disk_status,
 )
 from toolkit.webhooks.queue import AuthHeader, EventQueue
+from toolkit.webhooks.receiver import _make_app
 
 LOOPBACK = "127.0.0.1"
 
@@ -72,17 +73,15 @@ def listen(
     Parameters
     ----------
     store
-        The store directory (missing, empty or a pmtk store). The event queue
-        lives in its ``.webhooks/`` folder. ``None``: ``pmtk-store``, or
-        ``pmtk-store-mock`` for the embedded mock (as ``pmtk sync``).
+        The store directory (missing, empty or a pmtk store; the queue is in its
+        ``.webhooks/``). ``None``: ``pmtk-store`` (``pmtk-store-mock`` for the mock).
     client
         A :class:`toolkit.Client` used for the catch-up sync and one GET per
         changed record; ``None`` uses :func:`toolkit.connect`.
     port
         Port to bind (``0`` picks a free one; see ``listener.port``).
     host
-        Address to bind: ``127.0.0.1`` (put a reverse proxy in front for the
-        internet) unless you know better.
+        Address to bind: keep ``127.0.0.1`` and put a reverse proxy in front.
     auth_header
         The authentication header every webhook must carry, as an
         :class:`AuthHeader` or ``"NAME:VALUE"``. Required unless ``no_auth``.
@@ -111,8 +110,7 @@ def listen(
     Yields
     ------
     Listener
-        ``listener.url`` to configure in the sender, ``listener.stats``,
-        ``listener.status()``.
+        ``listener.url`` for the sender, ``listener.stats``, ``listener.status()``.
 
     Raises
     ------
@@ -126,32 +124,32 @@ def listen(
     """
     header = AuthHeader.parse(auth_header) if isinstance(auth_header, str) else auth_header
     check_auth(header, no_auth, host)
-    owned = None
-    if client is None:
-        import toolkit
-
-        owned = client = toolkit.connect()
-    try:
+    with _connected(client) as connected:
         from toolkit.store.identity import default_store
 
-        root = Path(default_store(client) if store is None else store)
-        _prepare_store(root, client)
-    except BaseException:
-        if owned is not None:
-            owned.close()
-        raise
-    listener = Listener(
-        root,
-        client,
-        auth_header=header,
-        max_body_bytes=max_body_bytes,
-        catch_up=catch_up,
-        errors=errors,
-        max_queue_bytes=max_queue_bytes,
-        max_attempts=max_attempts,
-        max_age=max_age,
-    )
-    limits = Limits(
+        root = Path(default_store(connected) if store is None else store)
+        _prepare_store(root, connected)
+        listener = Listener(
+            root,
+            connected,
+            auth_header=header,
+            max_body_bytes=max_body_bytes,
+            catch_up=catch_up,
+            errors=errors,
+            max_queue_bytes=max_queue_bytes,
+            max_attempts=max_attempts,
+            max_age=max_age,
+        )
+        limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
+        with _served(listener, _receiver_config(listener, host, port, log_level, limits), host):
+            yield listener
+
+
+def _wire_limits(
+    max_body_bytes: int, max_connections: int | None, header_timeout: float, body_timeout: float
+) -> Limits:
+    """The receiver's limits on the wire (the mock's, from the shared protocol)."""
+    return Limits(
         max_header_bytes=MAX_HEADER_BYTES,
         header_timeout=header_timeout,
         body_timeout=body_timeout,
@@ -159,7 +157,23 @@ def listen(
         max_body_bytes=max_body_bytes,
         max_connections=connection_cap(max_connections),
     )
-    config = _receiver_config(listener, host, port, log_level, limits)
+
+
+@contextlib.contextmanager
+def _connected(client: Any) -> Iterator[Any]:
+    """``client``, or a :func:`toolkit.connect` client closed when the block ends."""
+    if client is not None:
+        yield client
+        return
+    import toolkit
+
+    with toolkit.connect() as owned:
+        yield owned
+
+
+@contextlib.contextmanager
+def _served(listener: Listener, config: Any, host: str) -> Iterator[None]:
+    """Serve the receiver and run its worker until the block ends; both always stopped."""
     running = None
     try:
         running = start(config, name="pmtk-listen", what="the webhook receiver", timeout=30)
@@ -167,13 +181,11 @@ def listen(
         shown = f"[{host}]" if ":" in host else host
         listener.url = f"http://{shown}:{running.port}/webhook"
         listener.start_worker()
-        yield listener
+        yield
     finally:
         if running is not None:
             running.stop()
         listener.stop_worker()
-        if owned is not None:
-            owned.close()
 
 
 def is_loopback(host: str) -> bool:
@@ -317,6 +329,14 @@ MaxConnections = Annotated[
 MaxAttempts = Annotated[
     int, typer.Option(help="Reads of one change before it goes to the dead letters.")
 ]
+RequestsPerMinute = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Pace the record reads to this many a minute (the API allows 500); 0: no "
+        "pacing, for a deployment with a higher limit or a local mock.",
+    ),
+]
 Status = Annotated[
     bool,
     typer.Option(
@@ -350,6 +370,7 @@ def listen_command(
     max_queue_bytes: MaxQueueBytes = DEFAULT_MAX_QUEUE_BYTES,
     max_connections: MaxConnections = None,
     max_attempts: MaxAttempts = DEFAULT_MAX_ATTEMPTS,
+    requests_per_minute: RequestsPerMinute = catalogue.RATE_LIMIT_PER_MINUTE,
     status: Status = False,
     retry_dead: RetryDead = False,
     output: Output = "text",
@@ -360,9 +381,6 @@ def listen_command(
     and --retry-dead look at the store's queue and exit. --output json writes JSON
     Lines while receiving, and one JSON document for --status and --retry-dead.
     """
-    from toolkit.errors import ConfigurationError, PmtkError
-    from toolkit.store import NotAStore, StoreLinked, WrongDeployment
-
     if output not in ("text", "json"):
         raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
     if status or retry_dead:
@@ -372,48 +390,73 @@ def listen_command(
         _inspect(folder, port, host, status=status, retry_dead=retry_dead, output=output)
         return
     lines = _log_to(output)
-    try:
-        header = AuthHeader.parse(auth_header) if auth_header else None
-        check_auth(header, no_auth, host)  # before any connection or store write
-        if header is None:
-            typer.echo(
-                f"warning: --no-auth: any program on this machine that can reach "
-                f"{host}:{port} can post webhooks (each change is still read from the API "
-                "before it is applied)",
-                err=True,
-            )
-        import toolkit
+    with _exit_codes():
+        header = _checked_header(auth_header, no_auth, host, port)
+        connection: dict[str, Any] = {**connection_settings(base_url, client_id, client_secret)}
+        connection["requests_per_minute"] = requests_per_minute or None
+        served = {"port": port, "host": host, "auth_header": header, "no_auth": no_auth}
+        limits: dict[str, int | None] = {"max_body_bytes": max_body_bytes}
+        limits |= {"max_queue_bytes": max_queue_bytes}
+        limits |= {"max_connections": max_connections, "max_attempts": max_attempts}
+        options = {**served, **limits, "catch_up": catch_up}
+        _receive(store, connection, options, output, lines)
 
-        kwargs = connection_settings(base_url, client_id, client_secret)
-        with (
-            toolkit.connect(**kwargs) as client,
-            listen(
-                store,
-                client=client,
-                port=port,
-                host=host,
-                auth_header=header,
-                no_auth=no_auth,
-                catch_up=catch_up,
-                max_body_bytes=max_body_bytes,
-                max_queue_bytes=max_queue_bytes,
-                max_connections=max_connections,
-                max_attempts=max_attempts,
-            ) as listener,
-        ):
-            _banner(listener.url, listener.store, header, output=output, catch_up=catch_up)
-            if isinstance(lines, JsonLines):
-                lines.flush_held()
-            until_interrupted("listening")
-        if output == "json":  # the worker has stopped: nothing is logged after this line
-            echo_json({"event": "stopped", "status": listener.status()})
+
+def _checked_header(
+    auth_header: str | None, no_auth: bool, host: str, port: int
+) -> AuthHeader | None:
+    """The authentication header, checked before any connection or store write; with
+    ``--no-auth`` (loopback only) a warning on stderr."""
+    header = AuthHeader.parse(auth_header) if auth_header else None
+    check_auth(header, no_auth, host)
+    if header is None:
+        typer.echo(
+            f"warning: --no-auth: any program on this machine that can reach "
+            f"{host}:{port} can post webhooks (each change is still read from the API "
+            "before it is applied)",
+            err=True,
+        )
+    return header
+
+
+@contextlib.contextmanager
+def _exit_codes() -> Iterator[None]:
+    """A refusal before serving exits 2 (a usage error, as ``pmtk sync``); any other
+    :class:`~toolkit.errors.PmtkError` exits 1; each says why on stderr."""
+    from toolkit.errors import ConfigurationError, PmtkError
+    from toolkit.store import NotAStore, StoreLinked, WrongDeployment
+
+    try:
+        yield
     except (ConfigurationError, NotAStore, StoreLinked, WrongDeployment) as exc:
-        # refused before serving: a usage error, exit 2 as pmtk sync
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     except PmtkError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _receive(
+    store: Path | None,
+    connection: dict[str, Any],
+    options: dict[str, Any],
+    output: str,
+    lines: logging.Handler,
+) -> None:
+    """``pmtk listen`` proper: connect, receive until Ctrl-C, then say it stopped."""
+    import toolkit
+
+    with (
+        toolkit.connect(**connection) as client,
+        listen(store, client=client, **options) as listener,
+    ):
+        header = options["auth_header"]
+        _banner(listener.url, listener.store, header, output=output, catch_up=options["catch_up"])
+        if isinstance(lines, JsonLines):
+            lines.flush_held()
+        until_interrupted("listening")
+    if output == "json":  # the worker has stopped: nothing is logged after this line
+        echo_json({"event": "stopped", "status": listener.status()})
 
 
 def _log_to(output: str) -> logging.Handler:

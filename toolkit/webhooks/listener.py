@@ -21,20 +21,16 @@ from toolkit.webhooks.events import (
     APPLIED_MARKS,
     DEFAULT_MAX_QUEUE_BYTES,
     MAX_BATCH_EVENTS,
-    MEDIA_TYPES,
     WEBHOOK_DIR,
     Event,
-    NotificationError,
     describe,
     note,
-    parse_notification,
 )
 from toolkit.webhooks.queue import (
     AuthHeader,
     Change,
     EventQueue,
     ListenerStats,
-    _outcome,
     _Retry,
     _write_durable,
 )
@@ -67,140 +63,6 @@ FIRST_BATCH = 4 * READERS
 
 STORE_RETRY_MAX = 30.0
 """Longest pause between attempts at a store that cannot be written (a sync holds it)."""
-
-_FORWARDED = ("forwarded", "x-forwarded-for", "x-real-ip", "x-forwarded-host")
-
-
-def _make_app(listener: Listener) -> Any:
-    """The receiver: ``GET /status`` (loopback only) and a POST on any path."""
-    from starlette.applications import Starlette
-    from starlette.requests import ClientDisconnect, Request
-    from starlette.responses import Response
-    from starlette.routing import Route
-
-    async def status(request: Request) -> Response:
-        client = request.client.host if request.client else ""
-        proxied = any(name in request.headers for name in _FORWARDED)
-        if not _is_loopback(client) or proxied:
-            # Behind a reverse proxy every caller is 127.0.0.1: a forwarding header
-            # says the call came from outside, and the status is for the operator.
-            return _outcome(404, "not-found", "no such endpoint")
-        body = orjson.dumps(listener.status(), option=orjson.OPT_INDENT_2)
-        return Response(body, media_type="application/json")
-
-    async def receive(request: Request) -> Response:
-        refusal = _refusal(listener, request)
-        if refusal is not None:
-            listener.stats.refused += 1
-            return refusal
-        try:
-            # the wire protocol has already refused a body over the cap (413)
-            body = await request.body()
-        except ClientDisconnect:
-            listener.stats.refused += 1
-            return _outcome(400, "incomplete", "the body was not sent in full")
-        try:
-            events = parse_notification(body)
-        except NotificationError as exc:
-            listener.stats.refused += 1
-            note(logging.WARNING, "refused a webhook body: %s", exc)
-            return _outcome(400, "structure", f"not a history Bundle notification: {exc}")
-        kept = _storable(listener, events)
-        if kept:
-            refusal = await _enqueue(listener, kept)
-            if refusal is not None:
-                listener.stats.refused += 1
-                return refusal
-        listener.stats.received += 1
-        text = f"queued {len(kept)} event(s)" + (
-            f"; {len(events) - len(kept)} of a type pmtk keeps no table of, not applied"
-            if len(kept) != len(events)
-            else ""
-        )
-        return _outcome(202, "informational", text, severity="information")
-
-    methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-    return Starlette(
-        routes=[
-            Route("/status", status, methods=["GET"]),
-            Route("/{path:path}", receive, methods=methods),
-        ]
-    )
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _refusal(listener: Listener, request: Any) -> Any:
-    """The answer to a call refused before its body is read (method, auth, media, state)."""
-    if request.method != "POST":
-        # OPTIONS too, with no CORS header: a browser's preflight fails, so a page
-        # cannot post the JSON the receiver requires.
-        return _outcome(405, "not-supported", "webhooks are delivered with POST")
-    auth = listener.auth_header
-    if auth is not None and not auth.matches(request.headers.getlist(auth.name)):
-        note(logging.WARNING, "refused a webhook without the right %s header", auth.name)
-        return _outcome(401, "login", f"missing or wrong {auth.name} header")
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media not in MEDIA_TYPES:
-        shown = repr(media[:60]) if media else "none"
-        return _outcome(
-            415,
-            "not-supported",
-            f"the body must be sent as Content-Type application/json (or application/fhir+json), "
-            f"not {shown}",
-        )
-    busy = listener.unavailable()
-    if busy is not None:
-        text, wait = busy
-        response = _outcome(503, "transient", text)
-        response.headers["retry-after"] = str(wait)
-        return response
-    return None
-
-
-def _storable(listener: Listener, events: list[Event]) -> list[Event]:
-    """The events of types pmtk has a view of; the others are counted and logged."""
-    kept: list[Event] = []
-    for event in events:
-        if event.resource_type in listener.viewed:
-            kept.append(event)
-            continue
-        listener.stats.ignored += 1
-        note(
-            logging.WARNING,
-            "accepted %s/%s (%s) but not applied: pmtk keeps no %s table",
-            event.resource_type,
-            event.id,
-            event.action or "change",
-            event.resource_type,
-        )
-    return kept
-
-
-async def _enqueue(listener: Listener, kept: list[Event]) -> Any:
-    """Queue the events durably and wake the worker; the answer refusing them otherwise."""
-    from starlette.concurrency import run_in_threadpool
-
-    from toolkit.store.layout import now_iso as _now_iso
-
-    try:
-        # the fsyncs run on a worker thread, so other calls are not held up
-        await run_in_threadpool(listener.queue.put, kept, _now_iso())
-    except OSError as exc:
-        listener.record_error("writing the event queue failed", exc)
-        response = _outcome(503, "transient", "the event could not be stored; retry later")
-        response.headers["retry-after"] = "10"
-        return response
-    listener.stats.events_queued += len(kept)
-    listener.wake.set()
-    return None
 
 
 def synced_types(store: Path) -> frozenset[str]:
@@ -357,21 +219,7 @@ class Listener:
         except OSError as exc:
             # the folder cannot be read now (EMFILE, a vanished disk): the counts kept in
             # memory still say what is known
-            report = {
-                "store": str(self.store.resolve()),
-                "queue": {
-                    "events": self.queue.count(),
-                    "bytes": self.queue.bytes(),
-                    "max_bytes": self.queue.max_bytes,
-                    "oldest_unapplied_age_s": None,
-                    "next_retry_in_s": None,
-                    "waiting_for_sync": {},
-                },
-                "dead_letters": None,
-                "dead_letter_folder": str(self.queue.dead_dir),
-                "last_error": None,
-                "disk_unreadable": describe(exc),
-            }
+            report = self._memory_status(exc)
         report.update(
             {
                 "worker": worker,
@@ -392,6 +240,24 @@ class Listener:
                 "age_s": round(time.time() - (self.stats.last_error_at or 0.0), 1),
             }
         return report
+
+    def _memory_status(self, exc: OSError) -> dict[str, Any]:
+        """The status part :func:`disk_status` gives, from the counts in memory."""
+        return {
+            "store": str(self.store.resolve()),
+            "queue": {
+                "events": self.queue.count(),
+                "bytes": self.queue.bytes(),
+                "max_bytes": self.queue.max_bytes,
+                "oldest_unapplied_age_s": None,
+                "next_retry_in_s": None,
+                "waiting_for_sync": {},
+            },
+            "dead_letters": None,
+            "dead_letter_folder": str(self.queue.dead_dir),
+            "last_error": None,
+            "disk_unreadable": describe(exc),
+        }
 
     # -- the worker ------------------------------------------------------------------
 
@@ -421,13 +287,7 @@ class Listener:
                 self._down_until = None
 
     def _work(self) -> None:
-        if not self.caught_up.is_set():
-            if self.catch_up:
-                self._catch_up()
-            else:
-                self.stats.catch_up = "skipped"
-            self.caught_up.set()
-        store_delay = 0.0
+        self._catch_up_once()
         # A two-stage pipeline: while one batch is committed (in this thread), the
         # next one is read (in the pool). Reading never waits for a commit, and a
         # change waits for at most the batch in progress, not a read and a commit.
@@ -440,6 +300,7 @@ class Listener:
         #   disk) and both are taken again in queue order: an earlier read is never
         #   committed over a later one.
         pending: _ReadBatch | None = None  # read, waiting for its commit
+        store_delay = 0.0
         while not self._stop.is_set():
             self.wake.clear()
             self._release_waiting()
@@ -449,32 +310,49 @@ class Listener:
             if reading is not None or pending is not None:
                 self._idle.clear()
             if pending is not None:
-                try:
-                    self._commit_batch(pending)
-                    store_delay = 0.0
-                except _Retry as exc:
-                    # The store cannot be written now (a sync holds it, a full disk): every
-                    # change stays queued as it is and is taken again, in queue order.
-                    if reading is not None:
-                        self._drop(reading)
-                    store_delay = min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
-                    self.record_error("writing the store failed", exc)
-                    note(
-                        logging.WARNING,
-                        "writing the store failed (%s); trying again in %.1f s",
-                        describe(exc),
-                        store_delay,
-                    )
-                    pending = None
-                    self._stop.wait(store_delay)
-                    continue
+                store_delay = self._commit_or_pause(pending, reading, store_delay)
                 pending = None
+                if store_delay:
+                    continue  # everything is taken again, in queue order
             if reading is None:
                 self._idle.set()
                 due = self.queue.seconds_to_next_due()
                 self.wake.wait(0.5 if due is None else min(0.5, due + 0.001))
                 continue
             pending = self._collect(reading)
+
+    def _catch_up_once(self) -> None:
+        """The catch-up sync (or its skipping) before the first batch, once per receiver."""
+        if self.caught_up.is_set():
+            return
+        if self.catch_up:
+            self._catch_up()
+        else:
+            self.stats.catch_up = "skipped"
+        self.caught_up.set()
+
+    def _commit_or_pause(
+        self, pending: _ReadBatch, reading: _ReadBatch | None, store_delay: float
+    ) -> float:
+        """Commit ``pending``: ``0.0``; or, when the store cannot be written now (a sync
+        holds it, a full disk), drop ``reading`` unapplied, wait, and return the pause
+        (doubled each time): every change stays queued as it is."""
+        try:
+            self._commit_batch(pending)
+        except _Retry as exc:
+            if reading is not None:
+                self._drop(reading)
+            delay = min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
+            self.record_error("writing the store failed", exc)
+            note(
+                logging.WARNING,
+                "writing the store failed (%s); trying again in %.1f s",
+                describe(exc),
+                delay,
+            )
+            self._stop.wait(delay)
+            return delay
+        return 0.0
 
     def _batch_cap(self) -> int:
         """Changes the next batch may hold: what the recent read rate gets through in
@@ -552,6 +430,7 @@ class Listener:
                     )
                 ups.append(value)
             done.append(change)
+        self._requeue(reading.retry)
         if reading.to_read:
             took = max(1e-3, reading.finished - reading.started)
             rate = len(reading.to_read) / took
@@ -559,6 +438,24 @@ class Listener:
             last = self._read_rate
             self._read_rate = rate if last is None else 0.5 * last + 0.5 * rate
         return reading
+
+    def _requeue(self, retry: list[Change]) -> None:
+        """Queue the changes whose read failed again, due after their backoff.
+
+        Done as soon as the reads answered, not after the batch's commit: the backoff
+        runs while the batch commits, and a retried change does not wait for a commit
+        it has no part in. Its file stays until the batch is done, so a crash or a
+        failed commit leaves it queued twice (applying a record twice is harmless),
+        never lost. Changes with as many attempts share a file (one fsync pair).
+        """
+        by_attempts: dict[int, list[Change]] = {}
+        for change in retry:
+            by_attempts.setdefault(change.attempts, []).append(change)
+        for attempts, changes in sorted(by_attempts.items()):
+            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (attempts - 1))
+            due = time.time_ns() + int(delay * random.uniform(0.9, 1.1) * 1e9)
+            self.queue.put_changes(changes, due)
+            self.stats.retried += len(changes)
 
     def _commit_batch(self, read: _ReadBatch) -> None:
         """Commit what a batch read, keep the rest on disk, then forget its files.
@@ -577,11 +474,6 @@ class Listener:
         for change, reason in dead:
             self.queue.bury(change, reason)
             self.stats.failures += 1
-        for change in read.retry:
-            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (change.attempts - 1))
-            due = time.time_ns() + int(delay * random.uniform(0.9, 1.1) * 1e9)
-            self.queue.put_changes([change], due)
-            self.stats.retried += 1
         self.queue.done(read.paths)
         self.stats.batches += 1
         took = time.monotonic() - began

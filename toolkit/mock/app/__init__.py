@@ -41,9 +41,6 @@ from toolkit.mock.app.responses import (
     LISTED as LISTED,
 )
 from toolkit.mock.app.responses import (
-    NAME_ARRAYS as NAME_ARRAYS,
-)
-from toolkit.mock.app.responses import (
     OWNER_PARAM as OWNER_PARAM,
 )
 from toolkit.mock.app.responses import (

@@ -13,8 +13,9 @@ from starlette.responses import Response
 from toolkit import catalogue
 from toolkit.mock.app.records import origin
 from toolkit.mock.app.responses import (
+    ARRAY_FORMS,
     BODY_TYPES,
-    NAME_ARRAYS,
+    LIVE_ARRAYS,
     PATCH_TYPES,
     READABLE,
     TOKEN_BODY_LIMIT,
@@ -191,13 +192,14 @@ class MockCore:
             resolves=self.store.resolves,
             max_attachment_bytes=self.state.options.max_attachment_bytes,
             check_attachment_types=self.state.fault.checks_attachment_types,
-            accept_arrays=NAME_ARRAYS,
+            accept_arrays=ARRAY_FORMS,
         )
-        if rtype == "Practitioner" and self.state.options.shapes == "spec":
-            names = record.get("name")
-            if isinstance(names, list) and len(names) > 1:
-                message = "this deployment serves the spec's single name object: send one name"
-                problems.append(("name", message))
+        spec_shapes = self.state.options.shapes == "spec"
+        for name in sorted(LIVE_ARRAYS.get(rtype, ())) if spec_shapes else ():
+            items = record.get(name)
+            if isinstance(items, list) and len(items) > 1:
+                message = f"this deployment serves the spec's single {name} object: send one {name}"
+                problems.append((name, message))
         if problems:
             raise self.invalid(rtype, problems)
 

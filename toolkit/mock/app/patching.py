@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from toolkit import catalogue
-from toolkit.catalogue import Field
+from toolkit.catalogue import Field, forms
 from toolkit.mock.store import Record
 from toolkit.mock.validation import Problem
 
@@ -52,13 +52,19 @@ def _names_of(record: Record, resource: str, part: str) -> list[str]:
 
     The catalogue's declaration of the type's ``name`` field gives its form: an
     ``object`` with sub-fields is a HumanName (parts ``family``, ``given``, ``text``),
-    a ``string`` is the name itself. No resource type is named here.
+    a ``string`` is the name itself. A name in one of the field's alternative forms
+    (``Field.forms``: a Reference whose ``display`` is the name, say) is also read as
+    the form's reader reads it (:func:`toolkit.catalogue.forms.readings`). No resource
+    type is named here.
     """
     field = _name_field(resource)
     if field is None:
         return []
     human = field.type == "object" and any(f.name in _HUMAN_PARTS for f in field.fields)
-    return list(_name_texts(record.get("name"), part, human))
+    texts: list[str] = []
+    for value in forms.readings(field, record.get("name")):
+        texts.extend(_name_texts(value, part, human))
+    return texts
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

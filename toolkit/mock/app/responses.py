@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from toolkit import catalogue
+from toolkit.catalogue import forms
 from toolkit.mock.validation import Problem
 
 # The API's facts, from the catalogue (stated there once, with their sources).
@@ -17,7 +18,8 @@ FHIR_JSON = catalogue.FHIR_JSON
 PATCH_TYPES = frozenset({catalogue.MERGE_PATCH_JSON, "application/json", FHIR_JSON})
 BODY_TYPES = frozenset({"application/json", FHIR_JSON})
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
-NAME_ARRAYS = catalogue.NAME_ARRAYS
+ARRAY_FORMS = forms.ACCEPT_ARRAYS  # paths whose value may also come as an array (or one)
+LIVE_ARRAYS = forms.LIVE_ARRAYS  # type -> fields of one value the live service serves as arrays
 PATCHABLE = catalogue.PATCHABLE
 CREATABLE = {  # type -> the id prefix the mock gives a created record
     rtype: (catalogue.RESOURCES[rtype].create_prefixes or ("",))[0]
