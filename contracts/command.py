@@ -334,16 +334,7 @@ def check_command(
     Exit 0 conformant, 1 findings, 2 not checked (bad option, unreachable, wrong
     address, refused credentials), 130 interrupted.
     """
-    import sys
-
-    from toolkit._cli import make_console
-
-    if output not in ("text", "json"):
-        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
-    out = make_console()  # plain full lines off a terminal: never cut, never wrapped
-    # Bound to the stderr of now: run_suite captures what pytest writes to sys.stderr,
-    # and the progress lines must not be captured with it.
-    err = make_console(file=sys.stderr)
+    out, err = _consoles(output)
     try:
         code = _check(
             out,
@@ -368,6 +359,21 @@ def check_command(
         code = EXIT_INTERRUPTED
         _interrupted(err, report_dir)
     raise typer.Exit(code)
+
+
+def _consoles(output: str) -> tuple[Console, Console]:
+    """The stdout and stderr consoles, after refusing an unknown ``--output``."""
+    import sys
+
+    from toolkit._cli import make_console
+
+    if output not in ("text", "json"):
+        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
+    out = make_console()  # plain full lines off a terminal: never cut, never wrapped
+    # Bound to the stderr of now: run_suite captures what pytest writes to sys.stderr,
+    # and the progress lines must not be captured with it.
+    err = make_console(file=sys.stderr)
+    return out, err
 
 
 def _check(out: Console, err: Console, *, output: str = "text", **settings: Any) -> int:

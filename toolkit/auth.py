@@ -186,6 +186,19 @@ class ClientCredentialsAuth(httpx.Auth):
         )
 
     def _store(self, response: httpx.Response) -> Secret:
+        """Keep the token of a 200 answer, with its expiry; raise a typed error otherwise."""
+        self._refuse_failed_answer(response)
+        token, expires_in = self._token_of(response)
+        redaction.register_token(token)
+        lifetime, self.lifetime_note = token_lifetime(expires_in)
+        # A short-lived token keeps at least half its life rather than none.
+        usable = lifetime - EXPIRY_MARGIN if lifetime > 2 * EXPIRY_MARGIN else lifetime / 2
+        self._token = Secret(token)
+        self._expires_at = self._clock() + usable
+        return self._token
+
+    def _refuse_failed_answer(self, response: httpx.Response) -> None:
+        """Raise for a redirect, a wrong base URL (404/405) or any other non-200 answer."""
         if 300 <= response.status_code < 400:
             # The token POST carries the secret: it is never sent on to a Location.
             location = response.headers.get("location")
@@ -223,6 +236,9 @@ class ClientCredentialsAuth(httpx.Auth):
                 diagnostics=diagnostics or "the token request was refused; check the credentials",
                 outcome=outcome,
             )
+
+    def _token_of(self, response: httpx.Response) -> tuple[str, Any]:
+        """The ``access_token`` (a non-empty string) and ``expires_in`` of a 200 answer."""
         try:
             payload = orjson.loads(response.content)
             token = payload["access_token"]
@@ -241,13 +257,7 @@ class ClientCredentialsAuth(httpx.Auth):
                 url=self.token_url,
                 diagnostics="the token response has an empty access_token",
             )
-        redaction.register_token(token)
-        lifetime, self.lifetime_note = token_lifetime(expires_in)
-        # A short-lived token keeps at least half its life rather than none.
-        usable = lifetime - EXPIRY_MARGIN if lifetime > 2 * EXPIRY_MARGIN else lifetime / 2
-        self._token = Secret(token)
-        self._expires_at = self._clock() + usable
-        return self._token
+        return token, expires_in
 
     def _fresh_token(
         self, stale: Secret | None

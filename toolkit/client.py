@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, Unpack
 
 import httpx
 
@@ -276,16 +276,10 @@ class Client:
 
         Parameters
         ----------
-        method
-            HTTP method.
-        path
-            ``"Referral"``, ``"/main/Referral"`` or an absolute URL.
-        params
-            Raw query parameters.
-        json
-            Body, serialized as JSON.
-        content_type
-            Request ``Content-Type``.
+        method, path
+            HTTP method, and ``"Referral"``, ``"/main/Referral"`` or an absolute URL.
+        params, json, content_type
+            Raw query parameters; the body, serialized as JSON, and its content type.
         retry
             Whether a failure after sending may be retried; default: GET and PATCH yes,
             POST no (a POST failing after it was sent raises
@@ -397,40 +391,34 @@ class Client:
 
         Parameters
         ----------
-        resource_type
-            ``"Referral"``, ``"Appointment"``, ...
-        params
-            Raw query parameters, passed unchanged: a mapping, or ``(name, value)``
-            pairs when a name repeats (``[("date", "ge..."), ("date", "lt...")]``).
+        resource_type, params
+            ``"Referral"``, ...; raw query parameters, passed unchanged: a mapping, or
+            ``(name, value)`` pairs when a name repeats (``[("date", "ge..."), ...]``).
         max_pages
-            Pages one pass may take (default: the client's ``max_pages``, else
-            what ``Bundle.total`` allows, else 10,000).
+            Pages one pass may take (default: the client's, else what ``Bundle.total``
+            allows, else 10,000).
         recover
-            Recover when records change during the walk (default). ``False``
-            raises :class:`~toolkit.errors.IncompleteResult` instead.
+            Recover when records change during the walk (default); ``False`` raises
+            :class:`~toolkit.errors.IncompleteResult` instead.
         **search
-            Search parameters by Python name (see :func:`search_params`), for
-            example ``last_updated="gt2026-01-01T00:00:00Z"``, ``subject=...``.
+            Search parameters by Python name (:func:`search_params`), ``subject=...``.
 
         Yields
         ------
         bytes
-            Each Bundle page's body, in order; then, when records changed during
-            the walk, the recovery pages (``_lastUpdated=ge<start>``, and if a
-            record slid past a page boundary, ``lt<start>``). A record may then
-            appear in more than one page: keep, per id, the greatest
-            ``meta.lastUpdated`` (ties: the later page), as :meth:`frame`,
-            :meth:`frames`, :meth:`records` and the store's sync do.
-            ``client.last_summary.recovered`` tells whether that happened.
+            Each Bundle page's body, in order; then, when records changed during the
+            walk, the recovery pages (``_lastUpdated=ge<start>``, and ``lt<start>`` if
+            a record slid past a page boundary). A record may then appear twice: keep,
+            per id, the greatest ``meta.lastUpdated`` (ties: the later page), as
+            :meth:`frame`, :meth:`records` and the store's sync do
+            (``client.last_summary.recovered`` tells whether that happened).
 
         Raises
         ------
-        IncompleteResult
-            When the walk ends short of ``Bundle.total`` and recovery cannot make
-            it whole (:class:`~toolkit.errors.PagingLoop` for a loop).
-        MalformedPage
-            An entry of another type, more records than ``total``, or too many
-            pages (:class:`~toolkit.errors.PageLimitExceeded`).
+        IncompleteResult, MalformedPage
+            A walk short of ``Bundle.total`` that recovery cannot make whole (a
+            ``PagingLoop`` for a loop); another type's entry, more records than
+            ``total``, or too many pages (``PageLimitExceeded``).
         ForeignLink
             A ``next`` link off the configured origin; it is not requested.
         ApiError, TransportError
@@ -661,23 +649,25 @@ class Client:
         return self._send(writes.patch_write(resource_type, record_id, changes))
 
     def book(
-        self,
-        parameters: Mapping[str, Any] | None = None,
-        /,
-        *,
-        start: datetime | str | None = None,
-        end: datetime | str | None = None,
-        practitioner_role: Any = None,
-        patient: Any = None,
-        healthcare_service: Any = None,
-        location_type: str = "clinic",
-        status: str = "booked",
-        description: str | None = None,
+        self, parameters: Mapping[str, Any] | None = None, /, **booking: Unpack[writes.Booking]
     ) -> dict[str, Any]:
         """Book an appointment (``POST /main/Appointment/$book``); never retried blindly.
 
-        Either pass a ready ``Parameters`` dict, or the keyword arguments from
-        which it is built (``minutesDuration`` is computed from start and end).
+        Parameters
+        ----------
+        parameters
+            A ready ``Parameters`` body; without it the body is built from ``booking``.
+        **booking
+            The keywords of :class:`~toolkit.writes.Booking`: ``start``, ``end``,
+            ``practitioner_role`` and ``patient`` (required without ``parameters``),
+            ``healthcare_service``, ``location_type`` (``"clinic"``), ``status``
+            (``"booked"``) and ``description``. ``minutesDuration`` is computed from
+            start and end.
+
+        Returns
+        -------
+        dict
+            The deployment's answer to the booking, decoded.
 
         Raises
         ------
@@ -688,18 +678,7 @@ class Client:
         OutcomeUnknown
             When the request failed after it was sent.
         """
-        write = writes.book_write(
-            parameters,
-            start=start,
-            end=end,
-            practitioner_role=practitioner_role,
-            patient=patient,
-            healthcare_service=healthcare_service,
-            location_type=location_type,
-            status=status,
-            description=description,
-        )
-        return self._send(write)
+        return self._send(writes.book_write(parameters, **booking))
 
     def declared_search(self) -> dict[str, set[str]] | None:
         """The search parameters the deployment declares per resource type, or ``None``.

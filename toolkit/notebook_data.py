@@ -29,10 +29,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from toolkit.store.results import SyncSummary
 
 __all__ = [
     "STORE_ENV",
@@ -223,6 +226,24 @@ class NotebookData:
         assert isinstance(frame, pl.DataFrame)  # lazy=False
         return frame
 
+    @classmethod
+    def from_sync(cls, folder: Path, summary: SyncSummary, failed: dict[str, str]) -> NotebookData:
+        """What a sync of ``folder`` did; ``failed`` gives the errors of failed resources."""
+        return cls(
+            store=folder,
+            requests=summary.requests,
+            seconds=summary.elapsed,
+            modes={r.resource: r.mode for r in summary.resources},
+            unavailable={
+                **{
+                    r.resource: r.error or r.status
+                    for r in summary.resources
+                    if r.status == "not served"
+                },
+                **failed,
+            },
+        )
+
     def line(self) -> str:
         """One line saying what the sync did, for the notebook's output."""
         modes = set(self.modes.values())
@@ -272,42 +293,37 @@ def notebook_data(
     toolkit.errors.PmtkError
         When the deployment cannot be reached or refuses the credentials.
     """
-    from toolkit.store import StoreError, SyncFailed, sync
-
     folder = Path(store) if store is not None else notebook_store_dir(client)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + wait
     # The notebook store is pmtk's own cache, named after its target: one of the embedded
     # mock that records no or another mock's deployment (an older pmtk, another seed)
     # holds nothing a user made, so it is started over instead of refused.
     rebind = _embedded_options(client) is not None and store is None
+    summary, failed = _sync_waiting(client, folder, resources, rebind=rebind, wait=wait)
+    data = NotebookData.from_sync(folder, summary, failed)
+    if not quiet:
+        print(data.line(), file=sys.stderr)
+    return data
+
+
+def _sync_waiting(
+    client: Any, folder: Path, resources: Sequence[str] | None, *, rebind: bool, wait: float
+) -> tuple[SyncSummary, dict[str, str]]:
+    """Sync ``folder``, retrying for ``wait`` seconds while another sync holds it.
+
+    Returns the sync summary and, when some resources failed, their errors by resource.
+    """
+    from toolkit.store import StoreError, SyncFailed, sync
+
+    deadline = time.monotonic() + wait
     while True:
         try:
             summary = sync(client, folder, resources=resources, progress=False, rebind=rebind)
-            failed: dict[str, str] = {}
-            break
+            return summary, {}
         except SyncFailed as exc:
-            summary = exc.summary
-            failed = {r.resource: r.error or "failed" for r in summary.failed}
-            break
+            failed = {r.resource: r.error or "failed" for r in exc.summary.failed}
+            return exc.summary, failed
         except StoreError as exc:
             if _BUSY not in str(exc) or time.monotonic() >= deadline:
                 raise
         time.sleep(0.5)
-    data = NotebookData(
-        store=folder,
-        requests=summary.requests,
-        seconds=summary.elapsed,
-        modes={r.resource: r.mode for r in summary.resources},
-        unavailable={
-            **{
-                r.resource: r.error or r.status
-                for r in summary.resources
-                if r.status == "not served"
-            },
-            **failed,
-        },
-    )
-    if not quiet:
-        print(data.line(), file=sys.stderr)
-    return data

@@ -315,12 +315,9 @@ def validate(
 
     Parameters
     ----------
-    df
-        A frame from :func:`toolkit.views.flatten` (or one of the same shape).
-    resource_type
-        A listed resource type.
-    table
-        The table ``df`` holds; ``None`` for the main table.
+    df, resource_type, table
+        A frame from :func:`toolkit.views.flatten` (or one of the same shape), its
+        listed resource type and the table it holds (``None`` for the main table).
     errors
         ``"raise"`` (the default: never silently wrong) raises
         :class:`~toolkit.errors.DataValidationError`; ``"warn"`` emits a
@@ -343,6 +340,23 @@ def validate(
         msg = f"errors must be 'raise' or 'warn', not {errors!r}"
         raise ValueError(msg)
     frame = df.collect() if isinstance(df, pl.LazyFrame) else df
+    failures, observed = _failure_cases(frame, resource_type, table)
+    name = table or resource_type
+    if observed is not None:
+        warnings.warn(PmtkDataWarning(_observed(name, observed), observed), stacklevel=2)
+    if failures is None:
+        return frame
+    message = f"{name}: {failures.height} failure(s) against its schema:\n{summarise(failures)}"
+    if errors == "raise":
+        raise DataValidationError(message, failures)
+    warnings.warn(PmtkDataWarning(message, failures), stacklevel=2)
+    return frame
+
+
+def _failure_cases(
+    frame: pl.DataFrame, resource_type: str, table: str | None
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """The failures against the spec's rules and the observations against the others."""
     v = view(resource_type, table)
     unread = _unread_cases(frame, v)
     failures = _with_ids(
@@ -355,21 +369,16 @@ def validate(
         frame,
         v,
     )
-    name = table or resource_type
-    if observed is not None:
-        message = (
-            f"{name}: {observed.height} value(s) break rules that come from the facts or "
-            f"pmtk's own reading, not the spec (an observation, not a failure):\n"
-            f"{summarise(observed)}"
-        )
-        warnings.warn(PmtkDataWarning(message, observed), stacklevel=2)
-    if failures is None:
-        return frame
-    message = f"{name}: {failures.height} failure(s) against its schema:\n{summarise(failures)}"
-    if errors == "raise":
-        raise DataValidationError(message, failures)
-    warnings.warn(PmtkDataWarning(message, failures), stacklevel=2)
-    return frame
+    return failures, observed
+
+
+def _observed(name: str, observed: pl.DataFrame) -> str:
+    """The warning's text for values that break only non-spec rules."""
+    return (
+        f"{name}: {observed.height} value(s) break rules that come from the facts or "
+        f"pmtk's own reading, not the spec (an observation, not a failure):\n"
+        f"{summarise(observed)}"
+    )
 
 
 _CASES_SCHEMA = pl.Schema(

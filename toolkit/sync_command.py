@@ -29,6 +29,8 @@ with ``NO_COLOR``/``TERM=dumb``, plain lines never cut nor wrapped; with
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -154,15 +156,8 @@ def sync_command(
     view: Views = None,
 ) -> None:
     """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
-    import sys
-
-    from toolkit.store import SyncProgress
-
     # Every argument problem is a usage error (exit 2), found before any request.
-    if errors not in ("raise", "warn"):
-        raise typer.BadParameter("must be 'raise' or 'warn'", param_hint="'--errors'")
-    if output not in ("text", "json"):
-        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
+    _check_choices(errors=errors, output=output)
     wanted = _resources(resource)
     err = make_console(stderr=True)  # one error, one line: never wrapped, never cut
     _check_views(err, view or [])
@@ -179,26 +174,50 @@ def sync_command(
     else:
         client = _connect(err, base_url, client_id, client_secret)
     quiet_run = quiet or output == "json"
-    display = SyncProgress(
-        "off" if quiet_run else "lines" if is_plain(sys.stderr) else "bars", console=err
-    )
+    display = _progress(err, quiet=quiet_run)
     options = {
         "full": full or rebuild,
         "errors": errors,
         "reconcile": reconcile and not rebuild,
         "rebind": rebind,
     }
-    try:
+    with _forgotten_if_nothing_staged(out, fresh, display):
         summary = _run(err, display, client, out, wanted, options, quiet=quiet, output=output)
+    _print_repaired(err, summary)
+    _print_summary(summary, quiet=quiet, output=output)
+    if view:
+        _write_views(err, out, view, quiet=quiet_run)
+
+
+@contextlib.contextmanager
+def _forgotten_if_nothing_staged(out: Path, fresh: bool | None, display: Any) -> Iterator[None]:
+    """On a failed exit, undo a first sync of a new store that staged no page."""
+    try:
+        yield
     except typer.Exit:
         staged = sum(f.staged_pages for f in display.failures)
         if fresh is not None and not staged:
             _forget_failed_first_sync(out, created=fresh)
         raise
-    _print_repaired(err, summary)
-    _print_summary(summary, quiet=quiet, output=output)
-    if view:
-        _write_views(err, out, view, quiet=quiet_run)
+
+
+def _check_choices(*, errors: str, output: str) -> None:
+    """Refuse an ``--errors`` or ``--output`` value outside its choices (a usage error)."""
+    if errors not in ("raise", "warn"):
+        raise typer.BadParameter("must be 'raise' or 'warn'", param_hint="'--errors'")
+    if output not in ("text", "json"):
+        raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
+
+
+def _progress(err: Any, *, quiet: bool) -> Any:
+    """The progress display on stderr: none, plain lines off a terminal, or bars."""
+    import sys
+
+    from toolkit.store import SyncProgress
+
+    return SyncProgress(
+        "off" if quiet else "lines" if is_plain(sys.stderr) else "bars", console=err
+    )
 
 
 def _print_summary(summary: Any, *, quiet: bool, output: str) -> None:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from toolkit import catalogue, rules
 from toolkit.catalogue import Field
@@ -37,6 +37,7 @@ __all__ = [
     "CREATABLE",
     "NOT_PATCHABLE",
     "PATCHABLE",
+    "Booking",
     "Write",
     "as_body",
     "book_parameters",
@@ -401,42 +402,57 @@ def patch_write(resource_type: str, record_id: str, changes: Any) -> Write:
     )
 
 
-def book_write(
-    parameters: Mapping[str, Any] | None,
-    *,
-    start: datetime | str | None = None,
-    end: datetime | str | None = None,
-    practitioner_role: Any = None,
-    patient: Any = None,
-    healthcare_service: Any = None,
-    location_type: str = "clinic",
-    status: str = "booked",
-    description: str | None = None,
-) -> Write:
-    """The checked ``POST .../Appointment/$book``: from ``parameters``, else from the keywords.
+class Booking(TypedDict, total=False):
+    """The keywords of a booking: :meth:`toolkit.Client.book` and :func:`book_write`.
 
-    Without ``parameters``, ``start``, ``end``, ``practitioner_role`` and
-    ``patient`` are required and the body is built by :func:`book_parameters`.
+    Without a ready ``Parameters`` body, ``start``, ``end``, ``practitioner_role`` and
+    ``patient`` are required; :func:`book_parameters` builds the body from them.
+
+    Attributes
+    ----------
+    start, end : datetime or str
+        When the appointment starts and ends (``minutesDuration`` is computed).
+    practitioner_role, patient, healthcare_service : str or dict
+        An id (``"PR-1234"``), a ``/main/...`` path or a reference dict; the service
+        is optional.
+    location_type : str
+        ``"clinic"`` when not given.
+    status : str
+        ``"booked"`` when not given.
+    description : str or None
+        Free text shown with the appointment.
     """
+
+    start: datetime | str
+    end: datetime | str
+    practitioner_role: Any
+    patient: Any
+    healthcare_service: Any
+    location_type: str
+    status: str
+    description: str | None
+
+
+_BOOK_REQUIRED = ("start", "end", "practitioner_role", "patient")
+
+
+def book_write(parameters: Mapping[str, Any] | None, /, **booking: Unpack[Booking]) -> Write:
+    """The checked ``POST .../Appointment/$book``: from ``parameters``, else from ``booking``.
+
+    Raises
+    ------
+    TypeError
+        For a keyword that is not a :class:`Booking` key, as a plain signature would.
+    RequestValidationError
+        Without ``parameters``, when a required :class:`Booking` key is missing or None.
+    """
+    unknown = sorted(set(booking) - set(Booking.__optional_keys__))
+    if unknown:
+        msg = f"book() got an unexpected keyword argument {unknown[0]!r}"
+        raise TypeError(msg)
     if parameters is None:
-        required = {
-            "start": start,
-            "end": end,
-            "practitioner_role": practitioner_role,
-            "patient": patient,
-        }
-        missing = [(n, "is required to book") for n, v in required.items() if v is None]
+        missing = [(n, "is required to book") for n in _BOOK_REQUIRED if booking.get(n) is None]
         if missing:
             raise RequestValidationError("Appointment", missing)
-        assert start is not None and end is not None
-        parameters = book_parameters(
-            start=start,
-            end=end,
-            practitioner_role=practitioner_role,
-            patient=patient,
-            healthcare_service=healthcare_service,
-            location_type=location_type,
-            status=status,
-            description=description,
-        )
+        parameters = book_parameters(**booking)
     return Write("POST", _BOOK_PATH, check_book(parameters), retry=False)

@@ -256,9 +256,15 @@ def main(argv: list[str] | None = None) -> int:
     if only:
         print(f"mutants selected: {' '.join(only)}")
     print(f"{killed} of {total} mutants killed ({score:.1f} %); {dict(counts)}")
+    _print_survivors(work, survivors, show=args.show)
+    return 0
+
+
+def _print_survivors(work: Path, survivors: list[str], *, show: bool) -> None:
+    """One line per surviving mutant, each followed by its diff with ``show``."""
     for name in survivors:
         print(f"  survived: {name}")
-        if args.show:
+        if show:
             shown = subprocess.run(
                 [sys.executable, "-m", "mutmut", "show", name.split()[0]],
                 cwd=work,
@@ -267,7 +273,6 @@ def main(argv: list[str] | None = None) -> int:
                 check=False,
             )
             print(shown.stdout)
-    return 0
 
 
 if __name__ == "__main__":

@@ -59,7 +59,8 @@ import polars as pl
 
 from toolkit import catalogue
 from toolkit.schemas import validate
-from toolkit.views import _batches, _compiled_table, flatten, flatten_tables
+from toolkit.views import flatten, flatten_tables
+from toolkit.views.reader import _batches, _compiled_table
 
 TARGET_RATE = 300_000
 TARGET_RATIO = 10.0

@@ -223,3 +223,54 @@ def test_coverage_create_uses_the_spec_path_with_trailing_slash(fake_api):
     }
     with fake_api.client() as client:
         assert client.create("Coverage", body)["id"] == "C1"
+
+
+def test_book_keywords_are_the_booking_fields_once():
+    # Client.book and book_write take their keywords from one TypedDict, so the two can
+    # no longer drift: each field of Booking reaches the body built by book_parameters.
+    import inspect
+    import typing
+
+    from toolkit import Client
+
+    fields = set(writes.Booking.__optional_keys__)
+    assert fields == {
+        "start",
+        "end",
+        "practitioner_role",
+        "patient",
+        "healthcare_service",
+        "location_type",
+        "status",
+        "description",
+    }
+    assert fields == set(inspect.signature(writes.book_parameters).parameters)
+    hints = typing.get_type_hints(Client.book, include_extras=True)
+    assert hints["booking"] == typing.Unpack[writes.Booking]
+    write = writes.book_write(
+        None,
+        start="2026-11-23T09:00:00+10:00",
+        end="2026-11-23T09:30:00+10:00",
+        practitioner_role="PR-1234",
+        patient="123",
+        healthcare_service="9",
+        location_type="home",
+        status="pending",
+        description="first visit",
+    )
+    parameter = {p["name"]: p for p in write.body["parameter"]}
+    assert parameter["location-type"]["valueCode"] == "home"
+    assert parameter["status"]["valueCode"] == "pending"
+    assert parameter["appt-resource"]["resource"]["description"] == "first visit"
+    assert parameter["healthcare-service-id"]["valueReference"]["reference"].endswith("/9")
+
+
+def test_book_refuses_an_unknown_keyword_and_names_the_missing_ones(fake_api):
+    with pytest.raises(TypeError, match="'practitioner'"):
+        writes.book_write(None, practitioner="PR-1")  # type: ignore[call-arg]
+    with pytest.raises(RequestValidationError) as info:
+        writes.book_write(None, start="2026-11-23T10:00:00Z", patient="1")
+    assert paths(info) == {"end", "practitioner_role"}
+    with fake_api.client() as client, pytest.raises(TypeError, match="'practitioner'"):
+        client.book(practitioner="PR-1")  # type: ignore[call-arg]
+    assert fake_api.requests == []

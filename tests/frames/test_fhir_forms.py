@@ -151,7 +151,7 @@ def test_element_extensions_beside_known_ones_on_appointment_participants() -> N
 
 
 def test_a_page_of_known_extensions_only_takes_the_fast_path_and_fills_no_rows() -> None:
-    from toolkit.views import _compiled
+    from toolkit.views.reader import _compiled
 
     page = orjson.dumps(
         forms.bundle({"resourceType": "Patient", "id": "1", "extension": [

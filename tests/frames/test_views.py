@@ -373,7 +373,7 @@ def test_read_schema_is_explicit_and_derived_from_the_catalogue() -> None:
 def test_the_exact_check_flags_exactly_the_pages_a_fast_read_would_get_wrong() -> None:
     import msgspec
 
-    from toolkit.views import _compiled
+    from toolkit.views.reader import _compiled
 
     decoder = _compiled("Appointment").strict
 
@@ -535,7 +535,7 @@ _DATE_TIMES = st.one_of(
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.one_of(st.none(), _DATE_TIMES), max_size=20))
 def test_the_fast_date_time_path_gives_exactly_what_chrono_gives(values: list[str | None]) -> None:
-    from toolkit.views import _datetime_exact, _datetime_fast
+    from toolkit.views.expressions import _datetime_exact, _datetime_fast
 
     text = pl.Series("t", values, dtype=pl.String)
     fast = text.to_frame().select(_datetime_fast(pl.col("t"))).to_series()

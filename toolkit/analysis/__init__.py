@@ -50,12 +50,6 @@ from toolkit.analysis.activity import (
     weekly_volume as weekly_volume,
 )
 from toolkit.analysis.clock import (
-    _AU_STATE_NAMES as _AU_STATE_NAMES,
-)
-from toolkit.analysis.clock import (
-    _ZONES_BY_COUNTRY as _ZONES_BY_COUNTRY,
-)
-from toolkit.analysis.clock import (
     AU_STATE_ZONES as AU_STATE_ZONES,
 )
 from toolkit.analysis.clock import (
@@ -69,12 +63,6 @@ from toolkit.analysis.clock import (
 )
 from toolkit.analysis.clock import (
     PracticeClock as PracticeClock,
-)
-from toolkit.analysis.clock import (
-    _address_rank as _address_rank,
-)
-from toolkit.analysis.clock import (
-    _country_zones as _country_zones,
 )
 from toolkit.analysis.clock import (
     check_zone as check_zone,
@@ -122,9 +110,6 @@ from toolkit.analysis.joins import (
     fee_names as fee_names,
 )
 from toolkit.analysis.joins import (
-    invoice_reconciliation as invoice_reconciliation,
-)
-from toolkit.analysis.joins import (
     patient_display_names as patient_display_names,
 )
 from toolkit.analysis.joins import (
@@ -153,9 +138,6 @@ from toolkit.analysis.money import (
 )
 from toolkit.analysis.money import (
     single_currency as single_currency,
-)
-from toolkit.analysis.referrals import (
-    _participants as _participants,
 )
 from toolkit.analysis.referrals import (
     appointment_visits as appointment_visits,
@@ -191,6 +173,9 @@ from toolkit.analysis.revenue import (
     appointments_without_invoice_line as appointments_without_invoice_line,
 )
 from toolkit.analysis.revenue import (
+    invoice_reconciliation as invoice_reconciliation,
+)
+from toolkit.analysis.revenue import (
     line_values as line_values,
 )
 from toolkit.analysis.revenue import (
@@ -200,9 +185,6 @@ from toolkit.analysis.revenue import (
     revenue_total as revenue_total,
 )
 from toolkit.analysis.tables import (
-    _STATUS_OUTCOME as _STATUS_OUTCOME,
-)
-from toolkit.analysis.tables import (
     ATTENDANCE_OUTCOMES as ATTENDANCE_OUTCOMES,
 )
 from toolkit.analysis.tables import (
@@ -210,21 +192,6 @@ from toolkit.analysis.tables import (
 )
 from toolkit.analysis.tables import (
     RecordReader as RecordReader,
-)
-from toolkit.analysis.tables import (
-    _as_dates as _as_dates,
-)
-from toolkit.analysis.tables import (
-    _as_utc as _as_utc,
-)
-from toolkit.analysis.tables import (
-    _ratio as _ratio,
-)
-from toolkit.analysis.tables import (
-    _units_used as _units_used,
-)
-from toolkit.analysis.tables import (
-    _utc as _utc,
 )
 from toolkit.analysis.tables import (
     data_as_of as data_as_of,

@@ -251,21 +251,10 @@ def slot_utilisation(
         ``by`` plus ``booked_minutes``, ``free_minutes``, ``booked_appointments``,
         ``free_slots`` and ``utilisation``, busiest first.
     """
-    lo, hi = _utc(start), _utc(end)
-
-    def minutes(frame: pl.DataFrame) -> pl.DataFrame:
-        return (_as_utc(frame, "start", "end").rename({"start": "_s", "end": "_e"})).with_columns(
-            ((pl.col("_e") - pl.col("_s")).dt.total_seconds() / 60.0).alias("_minutes"),
-            reference_id(by).alias("_who"),
-        )
-
+    in_window = (pl.col("_s") >= pl.lit(_utc(start))) & (pl.col("_s") < pl.lit(_utc(end)))
     booked = (
-        minutes(visits)
-        .filter(
-            (pl.col("_s") >= pl.lit(lo))
-            & (pl.col("_s") < pl.lit(hi))
-            & (pl.col("outcome") != "cancelled")
-        )
+        _slot_minutes(visits, by)
+        .filter(in_window & (pl.col("outcome") != "cancelled"))
         .group_by("_who")
         .agg(
             pl.col("_minutes").sum().alias("booked_minutes"),
@@ -273,11 +262,24 @@ def slot_utilisation(
         )
     )
     free = (
-        minutes(proposed)
-        .filter((pl.col("_s") >= pl.lit(lo)) & (pl.col("_s") < pl.lit(hi)))
+        _slot_minutes(proposed, by)
+        .filter(in_window)
         .group_by("_who")
         .agg(pl.col("_minutes").sum().alias("free_minutes"), pl.len().alias("free_slots"))
     )
+    return _utilisation(booked, free, by)
+
+
+def _slot_minutes(frame: pl.DataFrame, by: str) -> pl.DataFrame:
+    """``frame`` with UTC ``_s``/``_e``, its length in ``_minutes`` and the ``_who`` id."""
+    return (_as_utc(frame, "start", "end").rename({"start": "_s", "end": "_e"})).with_columns(
+        ((pl.col("_e") - pl.col("_s")).dt.total_seconds() / 60.0).alias("_minutes"),
+        reference_id(by).alias("_who"),
+    )
+
+
+def _utilisation(booked: pl.DataFrame, free: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Booked beside free time per practitioner, with their ratio, busiest first."""
     return (
         booked.join(free, on="_who", how="full", coalesce=True)
         .with_columns(

@@ -160,32 +160,51 @@ def zone_for_address(state: str | None, country: str | None, *, where: str = "ad
     from toolkit.errors import TimeZoneError
 
     code = (country or "").strip().upper()
-    region = (state or "").strip().upper().replace(".", "")
-    hint = "; set PM_TIMEZONE or pass tz= to choose the zone"
     if not code:
-        msg = f"{where}: the address has no country, so its time zone is unknown{hint}"
+        msg = f"{where}: the address has no country, so its time zone is unknown{_ZONE_HINT}"
         raise TimeZoneError(msg)
     if code == "AU":
-        abbr = _AU_STATE_NAMES.get(region, region)
-        if abbr in AU_STATE_ZONES:
-            return AU_STATE_ZONES[abbr]
-        shown = f"state {state!r}" if region else "no state"
-        msg = (
-            f"{where}: an Australian address with {shown} has no single time zone "
-            f"(expected one of {', '.join(AU_STATE_ZONES)}){hint}"
-        )
-        raise TimeZoneError(msg)
+        return _australian_zone(state, where)
     if code in COUNTRY_ZONES:
         return COUNTRY_ZONES[code]
+    return _single_country_zone(code, country, where)
+
+
+_ZONE_HINT = "; set PM_TIMEZONE or pass tz= to choose the zone"
+
+
+def _australian_zone(state: str | None, where: str) -> str:
+    """The zone of an Australian state or territory, by abbreviation or full name."""
+    from toolkit.errors import TimeZoneError
+
+    region = (state or "").strip().upper().replace(".", "")
+    abbr = _AU_STATE_NAMES.get(region, region)
+    if abbr in AU_STATE_ZONES:
+        return AU_STATE_ZONES[abbr]
+    shown = f"state {state!r}" if region else "no state"
+    msg = (
+        f"{where}: an Australian address with {shown} has no single time zone "
+        f"(expected one of {', '.join(AU_STATE_ZONES)}){_ZONE_HINT}"
+    )
+    raise TimeZoneError(msg)
+
+
+def _single_country_zone(code: str, country: str | None, where: str) -> str:
+    """The tz database's one zone for country ``code``; an error when it has none or several."""
+    from toolkit.errors import TimeZoneError
+
     if not _ZONES_BY_COUNTRY:
         _ZONES_BY_COUNTRY.update(_country_zones())
     zones = _ZONES_BY_COUNTRY.get(code)
     if not zones:
-        msg = f"{where}: country {country!r} is not an ISO 3166 code the tz database knows{hint}"
+        msg = (
+            f"{where}: country {country!r} is not an ISO 3166 code the tz database "
+            f"knows{_ZONE_HINT}"
+        )
         raise TimeZoneError(msg)
     if len(zones) > 1:
         shown = ", ".join(zones[:4]) + (", ..." if len(zones) > 4 else "")
-        msg = f"{where}: country {code} has {len(zones)} time zones ({shown}){hint}"
+        msg = f"{where}: country {code} has {len(zones)} time zones ({shown}){_ZONE_HINT}"
         raise TimeZoneError(msg)
     return zones[0]
 
@@ -222,11 +241,10 @@ def organization_zones(
 
     Parameters
     ----------
-    organization
-        ``client.frames("Organization")["Organization"]`` (``id``, ``name``).
-    address
-        The ``organization_address`` child table (``organization_id``, ``use``,
-        ``type``, ``state``, ``country``, ``index``).
+    organization, address
+        ``client.frames("Organization")``: the ``Organization`` table (``id``,
+        ``name``) and its ``organization_address`` child table (``organization_id``,
+        ``use``, ``type``, ``state``, ``country``, ``index``).
     tz
         A zone for every organization, overriding addresses and ``PM_TIMEZONE``.
     prefixes
@@ -243,27 +261,32 @@ def organization_zones(
     ------
     toolkit.errors.TimeZoneError
         When an organization's address gives no single zone (the message names it);
-        an organization with no address at all is left out instead, so that a
-        caller falls back to the practice's zone.
+        one with no address at all is left out, so a caller uses the practice's zone.
     """
     chosen = override_zone(tz)
     source = "tz" if tz is not None else PM_TIMEZONE
     wanted = organization.filter(
         pl.any_horizontal(pl.col("id").str.starts_with(p) for p in prefixes)
-    ).select(
-        pl.col("id").alias("organization_id"),
-        pl.coalesce(pl.col("name"), pl.col("id")).alias("organization"),
-    )
-    schema = {
-        "organization_id": pl.String,
-        "organization": pl.String,
-        "time_zone": pl.String,
-        "zone_source": pl.String,
-    }
+    ).select(pl.col("id").alias("organization_id"), _NAME_ELSE_ID.alias("organization"))
     if chosen is not None:
         return wanted.with_columns(
             pl.lit(chosen).alias("time_zone"), pl.lit(source).alias("zone_source")
-        ).cast(schema)  # type: ignore[arg-type]
+        ).cast(_ZONE_SCHEMA)  # type: ignore[arg-type]
+    return _zones_from_addresses(wanted, address)
+
+
+_NAME_ELSE_ID = pl.coalesce(pl.col("name"), pl.col("id"))
+
+_ZONE_SCHEMA = {
+    "organization_id": pl.String,
+    "organization": pl.String,
+    "time_zone": pl.String,
+    "zone_source": pl.String,
+}
+
+
+def _zones_from_addresses(wanted: pl.DataFrame, address: pl.DataFrame) -> pl.DataFrame:
+    """Each wanted organization that has an address, with the zone of its best one."""
     best = (
         address.with_columns(_address_rank().alias("_rank"))
         .sort(["organization_id", "_rank", "index"])
@@ -276,7 +299,7 @@ def organization_zones(
     ).iter_rows():
         zone = zone_for_address(state, country, where=f"Organization {org_id}")
         rows.append((org_id, name, zone, "address"))
-    return pl.DataFrame(rows, schema=schema, orient="row").sort("organization_id")
+    return pl.DataFrame(rows, schema=_ZONE_SCHEMA, orient="row").sort("organization_id")
 
 
 def practice_zone(zones: pl.DataFrame) -> str:
@@ -500,21 +523,17 @@ def local_times(
 
     Rows are converted zone by zone (a Polars datetime column holds one zone), so
     appointments of a Sydney and a Perth clinic in one frame are each read in their
-    own. Around daylight-saving changes the fields follow the local clock: an
-    appointment at 01:30 UTC on 2026-10-25 is at 01:30 GMT in London, the second
-    01:30 of that night.
+    own. Around daylight-saving changes the fields follow the local clock: 01:30 UTC
+    on 2026-10-25 is the second 01:30 GMT of that night in London.
 
     Parameters
     ----------
-    frame
-        A frame with the instant ``column`` (zoned, naive read as UTC, or ISO text).
-    column
-        The instant to read, for example ``"start"`` or ``"entered_date"``.
-    tz
-        One zone for every row (also ``PM_TIMEZONE``). Without it the zone of each
-        row is taken from ``zone_column``.
-    zone_column
-        Column of IANA zone names per row; written with ``tz`` when that is given.
+    frame, column
+        A frame and its instant column to read (zoned, naive read as UTC, or ISO
+        text), for example ``"start"`` or ``"entered_date"``.
+    tz, zone_column
+        One zone for every row (also ``PM_TIMEZONE``), written to ``zone_column``;
+        without it each row's zone is read from ``zone_column`` (IANA names).
     prefix
         Put before each added column name (``"booked_"`` gives ``booked_date``, ...).
 
@@ -522,10 +541,9 @@ def local_times(
     -------
     pl.DataFrame
         ``frame`` (in its order) plus ``{prefix}local`` (naive wall-clock datetime),
-        ``{prefix}date``, ``{prefix}week`` (Monday of the local week),
-        ``{prefix}month`` (first day of the local month), ``{prefix}weekday``
-        (``Mon`` ... ``Sun``), ``{prefix}weekday_number`` (1 = Monday) and
-        ``{prefix}hour`` (0-23), and ``zone_column``.
+        ``{prefix}date``, ``{prefix}week`` (Monday), ``{prefix}month`` (its first
+        day), ``{prefix}weekday`` (``Mon`` ... ``Sun``), ``{prefix}weekday_number``
+        (1 = Monday), ``{prefix}hour`` (0-23) and ``zone_column``.
 
     Raises
     ------
@@ -539,6 +557,15 @@ def local_times(
     >>> local_times(f, "start", tz="Australia/Sydney").select("date", "hour").row(0)
     (datetime.date(2026, 1, 16), 10)
     """
+    out = _zoned_rows(frame, column, tz=tz, zone_column=zone_column)
+    wall = f"{prefix}local"
+    return _wall_clock(out, column, zone_column, wall).with_columns(_calendar(wall, prefix))
+
+
+def _zoned_rows(
+    frame: pl.DataFrame, column: str, *, tz: str | None, zone_column: str
+) -> pl.DataFrame:
+    """``frame`` with ``column`` in UTC, a ``_row`` index and a checked zone on every row."""
     from toolkit.errors import TimeZoneError
 
     chosen = override_zone(tz)
@@ -563,7 +590,11 @@ def local_times(
         raise TimeZoneError(msg)
     for zone in out[zone_column].drop_nulls().unique().to_list():
         check_zone(str(zone), where=zone_column)
-    wall = f"{prefix}local"
+    return out
+
+
+def _wall_clock(out: pl.DataFrame, column: str, zone_column: str, wall: str) -> pl.DataFrame:
+    """``out`` in its ``_row`` order plus ``wall``: ``column`` on its row's zone's clock."""
     parts = []
     for zone, part in out.group_by(zone_column, maintain_order=True):
         name = zone[0]
@@ -573,20 +604,20 @@ def local_times(
         parts.append(part.with_columns(instant.dt.replace_time_zone(None).alias(wall)))
     if not parts:
         parts = [out.with_columns(pl.lit(None, dtype=pl.Datetime("us")).alias(wall))]
+    return pl.concat(parts, how="vertical").sort("_row").drop("_row")
+
+
+def _calendar(wall: str, prefix: str) -> list[pl.Expr]:
+    """The date, week, month, weekday (name, number) and hour of the wall-clock column."""
     local = pl.col(wall)
-    return (
-        pl.concat(parts, how="vertical")
-        .sort("_row")
-        .drop("_row")
-        .with_columns(
-            local.dt.date().alias(f"{prefix}date"),
-            local.dt.truncate("1w").dt.date().alias(f"{prefix}week"),
-            local.dt.month_start().dt.date().alias(f"{prefix}month"),
-            local.dt.strftime("%a").alias(f"{prefix}weekday"),
-            local.dt.weekday().alias(f"{prefix}weekday_number"),
-            local.dt.hour().alias(f"{prefix}hour"),
-        )
-    )
+    return [
+        local.dt.date().alias(f"{prefix}date"),
+        local.dt.truncate("1w").dt.date().alias(f"{prefix}week"),
+        local.dt.month_start().dt.date().alias(f"{prefix}month"),
+        local.dt.strftime("%a").alias(f"{prefix}weekday"),
+        local.dt.weekday().alias(f"{prefix}weekday_number"),
+        local.dt.hour().alias(f"{prefix}hour"),
+    ]
 
 
 def financial_year_start(country: str | None) -> tuple[int, int]:

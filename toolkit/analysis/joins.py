@@ -1,4 +1,4 @@
-"""Names for the ids: practitioners, clinics, services, referral types and fees; invoice totals.
+"""Names for the ids: practitioners, clinics, services, referral types and fees.
 
 The frames name each other by id: an appointment's practitioner participant names a
 PractitionerRole (``PR-``), the role names its Practitioner and its clinic, the
@@ -69,6 +69,21 @@ def require_columns(
         raise MissingColumnError(msg, frame=frame_name, missing=missing, function=function)
 
 
+def require_frames(function: str, *checks: tuple[pl.DataFrame, str, Sequence[str]]) -> None:
+    """:func:`require_columns` for each ``(frame, frame_name, columns)``, in order."""
+    for frame, frame_name, columns in checks:
+        require_columns(frame, columns, frame_name=frame_name, function=function)
+
+
+_SUPPORTING_COLUMNS = ("appointment_id", "supporting_information_id")
+_APPOINTMENT_PRACTITIONER_COLUMNS = (
+    "appointment_id",
+    "role_id",
+    "practitioner_id",
+    "practitioner_name",
+)
+
+
 def _joined(frame: pl.DataFrame, column: str) -> pl.Expr:
     """``column`` as one string: a list of strings is joined with spaces."""
     if isinstance(frame.schema[column], pl.List):
@@ -113,21 +128,8 @@ def practitioner_display_names(practitioners: pl.DataFrame) -> pl.DataFrame:
     >>> practitioner_display_names(df).row(0)
     ('PR-1', 'Dr Ana Li Kim')
     """
-    function = "practitioner_display_names"
-    cols = practitioners.columns if isinstance(practitioners, pl.DataFrame) else []
-    if "id" in cols and ({"name_given", "name_family"} & set(cols)):
-        key, use, names = "id", "name_use", ("name_prefix", "name_given", "name_family")
-    elif "practitioner_id" in cols and ({"given", "family"} & set(cols)):
-        key, use, names = "practitioner_id", "use", ("prefix", "given", "family")
-    else:
-        # the message names the main table's columns: the shape users hand in most
-        require_columns(
-            practitioners,
-            ["id", "name_given", "name_family"],
-            frame_name="practitioners",
-            function=function,
-        )
-        raise AssertionError  # pragma: no cover - require_columns raised
+    key, use, names = _name_columns(practitioners)
+    cols = practitioners.columns
     rank = [pl.col(use).fill_null("") != "official"] if use in cols else []
     if key == "practitioner_id" and "index" in cols:
         rank.append(pl.col("index"))
@@ -142,6 +144,23 @@ def practitioner_display_names(practitioners: pl.DataFrame) -> pl.DataFrame:
         )
         .filter(pl.col("practitioner_id").is_not_null())
     )
+
+
+def _name_columns(practitioners: pl.DataFrame) -> tuple[str, str, tuple[str, str, str]]:
+    """The id, ``use`` and name-part columns of whichever practitioner table this is."""
+    cols = practitioners.columns if isinstance(practitioners, pl.DataFrame) else []
+    if "id" in cols and ({"name_given", "name_family"} & set(cols)):
+        return "id", "name_use", ("name_prefix", "name_given", "name_family")
+    if "practitioner_id" in cols and ({"given", "family"} & set(cols)):
+        return "practitioner_id", "use", ("prefix", "given", "family")
+    # the message names the main table's columns: the shape users hand in most
+    require_columns(
+        practitioners,
+        ["id", "name_given", "name_family"],
+        frame_name="practitioners",
+        function="practitioner_display_names",
+    )
+    raise AssertionError  # pragma: no cover - require_columns raised
 
 
 def patient_display_names(patients: pl.DataFrame) -> pl.DataFrame:
@@ -194,6 +213,20 @@ def _organization_names(organizations: pl.DataFrame, function: str) -> pl.DataFr
     ).unique("organization_id", keep="first", maintain_order=True)
 
 
+def _with_organization_names(
+    frame: pl.DataFrame, organizations: pl.DataFrame | None, function: str
+) -> pl.DataFrame:
+    """``frame`` plus ``organization_name`` when ``organizations`` is given, rows kept."""
+    if organizations is None:
+        return frame
+    return frame.join(
+        _organization_names(organizations, function),
+        on="organization_id",
+        how="left",
+        maintain_order="left",
+    )
+
+
 def practitioner_names(
     roles: pl.DataFrame,
     practitioners: pl.DataFrame,
@@ -240,14 +273,7 @@ def practitioner_names(
         .join(names, on="practitioner_id", how="left", maintain_order="left")
         .select("role_id", "practitioner_id", "practitioner_name", "organization_id")
     )
-    if organizations is not None:
-        out = out.join(
-            _organization_names(organizations, function),
-            on="organization_id",
-            how="left",
-            maintain_order="left",
-        )
-    return out
+    return _with_organization_names(out, organizations, function)
 
 
 def _role_rows(roles: pl.DataFrame, function: str) -> pl.DataFrame:
@@ -303,16 +329,39 @@ def appointment_practitioners(
     """
     function = "appointment_practitioners"
     require_columns(appointments, ["id"], frame_name="appointments", function=function)
+    first = _first_practitioner(participants)
+    by_role = _role_rows(roles, function)
+    out = (
+        _appointment_ids(appointments)
+        .join(first, on="appointment_id", how="left", maintain_order="left")
+        .join(by_role, on="role_id", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("practitioner_id", "_direct").alias("practitioner_id"))
+        .drop("_direct")
+        .join(practitioner_display_names(practitioners), on="practitioner_id", how="left")
+    )
+    columns = ["appointment_id", "role_id", "practitioner_id", "practitioner_name"]
+    columns += ["organization_id", *(["organization_name"] if organizations is not None else [])]
+    return _with_organization_names(out, organizations, function).select(columns)
+
+
+def _appointment_ids(appointments: pl.DataFrame) -> pl.DataFrame:
+    """``appointment_id``: one row per appointment id, in order."""
+    return appointments.select(pl.col("id").alias("appointment_id")).unique(
+        "appointment_id", keep="first", maintain_order=True
+    )
+
+
+def _first_practitioner(participants: pl.DataFrame) -> pl.DataFrame:
+    """Per appointment, its first practitioner participant: ``role_id`` or ``_direct``."""
     require_columns(
         participants,
         ["appointment_id", "actor_id", "actor_type"],
         frame_name="participants",
-        function=function,
+        function="appointment_practitioners",
     )
-    by_role = _role_rows(roles, function)
     kind = pl.col("actor_type").fill_null("")
     order = [pl.col("index")] if "index" in participants.columns else []
-    first = (
+    return (
         participants.with_row_index(_ORDER)
         .filter(kind.is_in(["PractitionerRole", "Practitioner"]))
         .sort([*order, pl.col(_ORDER)], nulls_last=True)
@@ -329,26 +378,6 @@ def appointment_practitioners(
             .alias("_direct"),
         )
     )
-    out = (
-        appointments.select(pl.col("id").alias("appointment_id"))
-        .unique("appointment_id", keep="first", maintain_order=True)
-        .join(first, on="appointment_id", how="left", maintain_order="left")
-        .join(by_role, on="role_id", how="left", maintain_order="left")
-        .with_columns(pl.coalesce("practitioner_id", "_direct").alias("practitioner_id"))
-        .drop("_direct")
-        .join(practitioner_display_names(practitioners), on="practitioner_id", how="left")
-    )
-    columns = ["appointment_id", "role_id", "practitioner_id", "practitioner_name"]
-    columns.append("organization_id")
-    if organizations is not None:
-        out = out.join(
-            _organization_names(organizations, function),
-            on="organization_id",
-            how="left",
-            maintain_order="left",
-        )
-        columns.append("organization_name")
-    return out.select(columns)
 
 
 def service_names(
@@ -358,22 +387,18 @@ def service_names(
 ) -> pl.DataFrame:
     """One row per appointment with the name of the HealthcareService it is for.
 
-    An appointment's ``supportingInformation`` lists HealthcareService references
-    (the ``appointment_supporting_information`` child table). The first (lowest
-    ``index``) is the appointment's service, as ``$book`` sets it;
-    ``service_count`` says how many the appointment names, so a second one is not
-    hidden. An appointment naming none, or a service missing from ``services``,
-    keeps its row with a null name.
+    An appointment's ``supportingInformation`` lists HealthcareService references; the
+    first (lowest ``index``) is its service, as ``$book`` sets it, and
+    ``service_count`` says how many it names, so a second one is not hidden. An
+    appointment naming none, or a service missing from ``services``, keeps its row
+    with a null name.
 
     Parameters
     ----------
-    appointments
-        The ``Appointment`` table (``id``).
-    supporting_information
-        ``appointment_supporting_information`` (``appointment_id``,
-        ``supporting_information_id``, optionally ``index``).
-    services
-        The ``HealthcareService`` table (``id``, ``name``).
+    appointments, supporting_information, services
+        The ``Appointment`` table (``id``), the ``appointment_supporting_information``
+        child table (``appointment_id``, ``supporting_information_id``, optionally
+        ``index``) and the ``HealthcareService`` table (``id``, ``name``).
 
     Returns
     -------
@@ -388,38 +413,35 @@ def service_names(
     >>> service_names(appts, info, services).rows()
     [('A1', '8001', 'Initial consultation', 1), ('A2', None, None, 0)]
     """
-    function = "service_names"
-    require_columns(appointments, ["id"], frame_name="appointments", function=function)
-    require_columns(
-        supporting_information,
-        ["appointment_id", "supporting_information_id"],
-        frame_name="supporting_information",
-        function=function,
+    require_frames(
+        "service_names",
+        (appointments, "appointments", ["id"]),
+        (supporting_information, "supporting_information", _SUPPORTING_COLUMNS),
+        (services, "services", ["id", "name"]),
     )
-    require_columns(services, ["id", "name"], frame_name="services", function=function)
+    names = services.select(
+        pl.col("id").alias("service_id"), pl.col("name").alias("service_name")
+    ).unique("service_id", keep="first", maintain_order=True)
+    first = _first_services(supporting_information)
+    count = pl.col("service_count").fill_null(0).cast(pl.Int64)
+    return (
+        _appointment_ids(appointments)
+        .join(first, on="appointment_id", how="left", maintain_order="left")
+        .join(names, on="service_id", how="left", maintain_order="left")
+        .select("appointment_id", "service_id", "service_name", count)
+    )
+
+
+def _first_services(supporting_information: pl.DataFrame) -> pl.DataFrame:
+    """Per appointment, its first service reference (lowest ``index``) and how many it names."""
     order = [pl.col("index")] if "index" in supporting_information.columns else []
-    named = (
+    return (
         supporting_information.with_row_index(_ORDER)
         .with_columns(reference_id("supporting_information_id").alias("service_id"))
         .filter(pl.col("service_id").is_not_null())
         .sort([*order, pl.col(_ORDER)], nulls_last=True)
         .group_by("appointment_id", maintain_order=True)
         .agg(pl.col("service_id").first(), pl.len().alias("service_count"))
-    )
-    names = services.select(
-        pl.col("id").alias("service_id"), pl.col("name").alias("service_name")
-    ).unique("service_id", keep="first", maintain_order=True)
-    return (
-        appointments.select(pl.col("id").alias("appointment_id"))
-        .unique("appointment_id", keep="first", maintain_order=True)
-        .join(named, on="appointment_id", how="left", maintain_order="left")
-        .join(names, on="service_id", how="left", maintain_order="left")
-        .select(
-            "appointment_id",
-            "service_id",
-            "service_name",
-            pl.col("service_count").fill_null(0).cast(pl.Int64),
-        )
     )
 
 
@@ -459,28 +481,51 @@ def appointments_per_practitioner_week(
         ``iso_week`` (``"2026-W05"``) and ``appointments``, sorted by practitioner
         and week.
     """
-    function = "appointments_per_practitioner_week"
     excluded = list(exclude_outcomes)
-    require_columns(
-        visits,
-        ["id", "week", *(["outcome"] if excluded else [])],
-        frame_name="visits",
-        function=function,
+    require_frames(
+        "appointments_per_practitioner_week",
+        (visits, "visits", ["id", "week", *(["outcome"] if excluded else [])]),
+        (practitioners, "practitioners", _APPOINTMENT_PRACTITIONER_COLUMNS),
     )
-    require_columns(
-        practitioners,
-        ["appointment_id", "role_id", "practitioner_id", "practitioner_name"],
-        frame_name="practitioners",
-        function=function,
-    )
+    base = _practitioner_visits(visits, practitioners, excluded)
+    labels = _practitioner_labels(base)
+    counts = base.group_by("practitioner_id", "week").agg(pl.len().alias("appointments"))
+    if fill_weeks and counts.height:
+        counts = _every_week(counts, labels)
+    return _labelled_weeks(counts, labels)
+
+
+def _practitioner_visits(
+    visits: pl.DataFrame, practitioners: pl.DataFrame, excluded: list[str]
+) -> pl.DataFrame:
+    """``id``, ``week``, ``practitioner_id`` (else the role id), ``practitioner_name``."""
     who = practitioners.select(
         pl.col("appointment_id").alias("id"),
         pl.coalesce("practitioner_id", "role_id").alias("practitioner_id"),
         "practitioner_name",
     ).unique("id", keep="first", maintain_order=True)
     kept = visits if not excluded else visits.filter(~pl.col("outcome").is_in(excluded))
-    base = kept.select("id", "week").join(who, on="id", how="left")
-    labels = (
+    return kept.select("id", "week").join(who, on="id", how="left")
+
+
+def _labelled_weeks(counts: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
+    """The weekly counts with their practitioner's label and ISO week, sorted."""
+    return (
+        counts.join(labels, on="practitioner_id", how="left", nulls_equal=True)
+        .select(
+            "practitioner",
+            "practitioner_id",
+            "week",
+            pl.col("week").dt.strftime("%G-W%V").alias("iso_week"),
+            pl.col("appointments").cast(pl.Int64),
+        )
+        .sort(["practitioner", "week"])
+    )
+
+
+def _practitioner_labels(base: pl.DataFrame) -> pl.DataFrame:
+    """One label per practitioner id: its name, else its id; a shared name gets the id added."""
+    return (
         base.group_by("practitioner_id")
         .agg(pl.col("practitioner_name").drop_nulls().first())
         .with_columns(
@@ -496,191 +541,18 @@ def appointments_per_practitioner_week(
         )
         .select("practitioner_id", "practitioner")
     )
-    counts = base.group_by("practitioner_id", "week").agg(pl.len().alias("appointments"))
-    if fill_weeks and counts.height:
-        first, last = counts["week"].min(), counts["week"].max()
-        weeks = pl.DataFrame(
-            {"week": pl.date_range(first, last, interval="1w", eager=True)}  # type: ignore[arg-type]
-        )
-        grid = labels.select("practitioner_id").join(weeks, how="cross")
-        counts = grid.join(
-            counts, on=["practitioner_id", "week"], how="left", nulls_equal=True
-        ).with_columns(pl.col("appointments").fill_null(0))
-    return (
-        counts.join(labels, on="practitioner_id", how="left", nulls_equal=True)
-        .select(
-            "practitioner",
-            "practitioner_id",
-            "week",
-            pl.col("week").dt.strftime("%G-W%V").alias("iso_week"),
-            pl.col("appointments").cast(pl.Int64),
-        )
-        .sort(["practitioner", "week"])
-    )
 
 
-def invoice_reconciliation(
-    invoices: pl.DataFrame,
-    invoice_lines: pl.DataFrame,
-    price_components: pl.DataFrame,
-    *,
-    exclude_statuses: Iterable[str] = (),
-    tolerance: float = 0.005,
-) -> pl.DataFrame:
-    """Per invoice, the value of its lines beside its totals, the gap and a finding.
-
-    Each line is valued as in :func:`line_values` (``quantity × Σ(sign × |amount|)``,
-    tax included), and the lines of an invoice are added up. ``gross_gap`` is
-    ``total_gross_value − lines_value`` and ``net_gap`` is
-    ``total_net_value − lines_value`` (a deployment whose ``totalNet`` leaves tax out
-    shows ``net_gap = −lines_tax``). Nothing is dropped: an invoice without lines,
-    a line whose invoice is not in ``invoices``, and a line with no invoice each
-    get a row.
-
-    Parameters
-    ----------
-    invoices
-        The ``Invoice`` table (``id``, ``total_net_value``, ``total_gross_value``;
-        ``status`` and ``total_gross_currency`` when present).
-    invoice_lines
-        The ``InvoiceLine`` table (``id``, ``invoice_id``, ``quantity``, ``status``).
-    price_components
-        ``invoice_line_price_component`` (``invoice_line_id``, ``type``,
-        ``amount_value``, ``amount_currency``).
-    exclude_statuses
-        Line statuses left out of ``lines_value`` (reported in ``excluded_value``).
-        None by default: the invoice totals of the embedded mock count every line,
-        voided ones included; pass ``("voided",)`` for a deployment that drops them.
-    tolerance
-        A gap up to this (in the invoice's currency) still reconciles.
-
-    Returns
-    -------
-    pl.DataFrame
-        ``invoice_id``, ``invoice_status``, ``currency``, ``lines``, ``lines_value``,
-        ``lines_tax``, ``excluded_value``, ``total_net_value``, ``total_gross_value``,
-        ``net_gap``, ``gross_gap``, ``finding`` (``ok``, ``gap``, ``no lines``,
-        ``no total``, ``currency differs``, ``invoice not found``,
-        ``line without invoice``) and ``reconciled`` (finding is ``ok``); invoices
-        first, in their order, then the lines' orphans.
-
-    Raises
-    ------
-    toolkit.errors.MixedCurrencyError
-        When one line prices its components in two currencies (:func:`line_values`).
-    """
-    from toolkit.analysis.revenue import line_values
-
-    function = "invoice_reconciliation"
-    require_columns(
-        invoices,
-        ["id", "total_net_value", "total_gross_value"],
-        frame_name="invoices",
-        function=function,
+def _every_week(counts: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
+    """``counts`` with a 0 row for each practitioner and week between the first and last."""
+    first, last = counts["week"].min(), counts["week"].max()
+    weeks = pl.DataFrame(
+        {"week": pl.date_range(first, last, interval="1w", eager=True)}  # type: ignore[arg-type]
     )
-    require_columns(
-        invoice_lines,
-        ["id", "invoice_id", "quantity", "status"],
-        frame_name="invoice_lines",
-        function=function,
-    )
-    require_columns(
-        price_components,
-        ["invoice_line_id", "type", "amount_value", "amount_currency"],
-        frame_name="price_components",
-        function=function,
-    )
-    skipped = list(exclude_statuses)
-    lines = line_values(invoice_lines, price_components).with_columns(
-        reference_id("invoice_id").alias("invoice_id"),
-        pl.col("line_status").is_in(skipped).alias("_excluded"),
-    )
-    per_invoice = lines.group_by("invoice_id").agg(
-        pl.len().alias("lines"),
-        pl.col("net_value").filter(~pl.col("_excluded")).sum().alias("lines_value"),
-        pl.col("tax").filter(~pl.col("_excluded")).sum().alias("lines_tax"),
-        pl.col("net_value").filter(pl.col("_excluded")).sum().alias("excluded_value"),
-        pl.col("currency").drop_nulls().first().alias("_line_currency"),
-        pl.col("currency").drop_nulls().n_unique().alias("_line_currencies"),
-    )
-    status = pl.col("status") if "status" in invoices.columns else pl.lit(None, pl.String)
-    currency = (
-        pl.col("total_gross_currency")
-        if "total_gross_currency" in invoices.columns
-        else pl.lit(None, pl.String)
-    )
-    heads = (
-        invoices.filter(pl.col("id").is_not_null())
-        .unique("id", keep="first", maintain_order=True)
-        .select(
-            pl.col("id").alias("invoice_id"),
-            status.alias("invoice_status"),
-            currency.alias("_invoice_currency"),
-            pl.col("total_net_value").cast(pl.Float64),
-            pl.col("total_gross_value").cast(pl.Float64),
-            pl.lit(True).alias("_known"),
-        )
-    )
-    joined = pl.concat(
-        [
-            heads.join(per_invoice, on="invoice_id", how="left", maintain_order="left"),
-            per_invoice.join(heads, on="invoice_id", how="anti", nulls_equal=True)
-            .sort("invoice_id", nulls_last=True)
-            .with_columns(
-                pl.lit(None, pl.String).alias("invoice_status"),
-                pl.lit(None, pl.String).alias("_invoice_currency"),
-                pl.lit(None, pl.Float64).alias("total_net_value"),
-                pl.lit(None, pl.Float64).alias("total_gross_value"),
-                pl.lit(False).alias("_known"),
-            ),
-        ],
-        how="diagonal",
-    ).with_columns(
-        pl.col("lines").fill_null(0).cast(pl.Int64),
-        *(pl.col(c).fill_null(0.0) for c in ("lines_value", "lines_tax", "excluded_value")),
-    )
-    gap_net = (pl.col("total_net_value") - pl.col("lines_value")).round(6)
-    gap_gross = (pl.col("total_gross_value") - pl.col("lines_value")).round(6)
-    out = joined.with_columns(
-        pl.coalesce("_invoice_currency", "_line_currency").alias("currency"),
-        gap_net.alias("net_gap"),
-        gap_gross.alias("gross_gap"),
-    )
-    differs = (pl.col("_line_currencies").fill_null(0) > 1) | (
-        pl.col("_invoice_currency").is_not_null()
-        & pl.col("_line_currency").is_not_null()
-        & (pl.col("_invoice_currency") != pl.col("_line_currency"))
-    )
-    finding = (
-        pl.when(pl.col("invoice_id").is_null())
-        .then(pl.lit("line without invoice"))
-        .when(~pl.col("_known"))
-        .then(pl.lit("invoice not found"))
-        .when(pl.col("lines") == 0)
-        .then(pl.lit("no lines"))
-        .when(pl.col("net_gap").is_null() | pl.col("gross_gap").is_null())
-        .then(pl.lit("no total"))
-        .when(differs)
-        .then(pl.lit("currency differs"))
-        .when((pl.col("net_gap").abs() > tolerance) | (pl.col("gross_gap").abs() > tolerance))
-        .then(pl.lit("gap"))
-        .otherwise(pl.lit("ok"))
-    )
-    return out.with_columns(finding.alias("finding")).select(
-        "invoice_id",
-        "invoice_status",
-        "currency",
-        "lines",
-        "lines_value",
-        "lines_tax",
-        "excluded_value",
-        "total_net_value",
-        "total_gross_value",
-        "net_gap",
-        "gross_gap",
-        "finding",
-        (pl.col("finding") == "ok").alias("reconciled"),
-    )
+    grid = labels.select("practitioner_id").join(weeks, how="cross")
+    return grid.join(
+        counts, on=["practitioner_id", "week"], how="left", nulls_equal=True
+    ).with_columns(pl.col("appointments").fill_null(0))
 
 
 def referral_types(referrals: pl.DataFrame, definitions: pl.DataFrame) -> pl.DataFrame:
@@ -715,22 +587,49 @@ def referral_types(referrals: pl.DataFrame, definitions: pl.DataFrame) -> pl.Dat
     >>> referral_types(refs, defs).select("id", "definition_id", "definition_limit_quantity").rows()
     [('R1', '504', 20), ('R2', None, None)]
     """
-    function = "referral_types"
-    require_columns(
-        referrals, ["id", "referral_definition"], frame_name="referrals", function=function
+    require_frames(
+        "referral_types",
+        (referrals, "referrals", ["id", "referral_definition"]),
+        (definitions, "definitions", ["id", "name"]),
     )
-    require_columns(definitions, ["id", "name"], frame_name="definitions", function=function)
-    carried = [
-        c
-        for c in (
-            "active",
-            "funder_id",
-            "limit_quantity",
-            "limit_money_value",
-            "limit_money_currency",
-        )
-        if c in definitions.columns
-    ]
+    by_name, by_id = _definition_lookups(definitions)
+    text = pl.col("referral_definition").cast(pl.String).str.strip_chars()
+    keyed = referrals.with_columns(
+        text.alias("_name"),
+        pl.when(text.str.contains("/")).then(reference_id(text)).otherwise(None).alias("_ref"),
+    )
+    named = keyed.join(by_name, on="_name", how="left", maintain_order="left")
+    return _matched_by_id(named, by_id)
+
+
+def _matched_by_id(named: pl.DataFrame, by_id: pl.DataFrame) -> pl.DataFrame:
+    """Fill the ``definition_*`` columns a name left null from the ``_ref`` id, if any."""
+    added = by_id.columns
+    fallback = named.join(
+        by_id.rename({c: f"_byid_{c}" for c in added}),
+        left_on="_ref",
+        right_on="_byid_definition_id",
+        how="left",
+        maintain_order="left",
+        coalesce=False,
+    )
+    return fallback.with_columns(pl.coalesce(c, f"_byid_{c}").alias(c) for c in added).drop(
+        "_name", "_ref", *(f"_byid_{c}" for c in added)
+    )
+
+
+_CARRIED_DEFINITION_COLUMNS = (
+    "active",
+    "funder_id",
+    "limit_quantity",
+    "limit_money_value",
+    "limit_money_currency",
+)
+
+
+def _definition_lookups(definitions: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The definitions keyed by stripped ``_name`` (active first) and by ``definition_id``."""
+    carried = [c for c in _CARRIED_DEFINITION_COLUMNS if c in definitions.columns]
     # an inactive definition ranks after an active one of the same name
     inactive = (
         ~pl.col("active").fill_null(False) if "active" in definitions.columns else pl.lit(False)
@@ -750,24 +649,7 @@ def referral_types(referrals: pl.DataFrame, definitions: pl.DataFrame) -> pl.Dat
     by_id = table.unique("definition_id", keep="first", maintain_order=True).drop(
         _ORDER, _RANK, "_name"
     )
-    text = pl.col("referral_definition").cast(pl.String).str.strip_chars()
-    keyed = referrals.with_columns(
-        text.alias("_name"),
-        pl.when(text.str.contains("/")).then(reference_id(text)).otherwise(None).alias("_ref"),
-    )
-    named = keyed.join(by_name, on="_name", how="left", maintain_order="left")
-    added = by_id.columns
-    fallback = named.join(
-        by_id.rename({c: f"_byid_{c}" for c in added}),
-        left_on="_ref",
-        right_on="_byid_definition_id",
-        how="left",
-        maintain_order="left",
-        coalesce=False,
-    )
-    return fallback.with_columns(pl.coalesce(c, f"_byid_{c}").alias(c) for c in added).drop(
-        "_name", "_ref", *(f"_byid_{c}" for c in added)
-    )
+    return by_name, by_id
 
 
 def fee_names(invoice_lines: pl.DataFrame, charge_items: pl.DataFrame) -> pl.DataFrame:
@@ -815,7 +697,6 @@ __all__: Sequence[str] = (
     "appointment_practitioners",
     "appointments_per_practitioner_week",
     "fee_names",
-    "invoice_reconciliation",
     "practitioner_display_names",
     "practitioner_names",
     "referral_types",

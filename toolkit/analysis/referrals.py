@@ -79,75 +79,78 @@ def appointment_visits(
 ) -> pl.DataFrame:
     """One row per appointment with its practitioner, patient, outcome and local time.
 
-    Week, weekday, hour and dates are read on the clock of the appointment's clinic:
-    ``tz=`` (or ``PM_TIMEZONE``) puts every appointment in one zone; otherwise
-    ``zones`` gives each practitioner role its clinic's zone (:func:`role_zones`),
-    and ``default_zone`` covers appointments whose role is not in it.
+    Dates and hours are read on the clock of the appointment's clinic: ``tz=`` (or
+    ``PM_TIMEZONE``) puts every appointment in one zone, else ``zones`` gives each role
+    its clinic's zone.
 
     Parameters
     ----------
-    appointment
-        The appointment frame (``id``, ``start``, ``end``, ``created``, ...).
-    participant
-        The ``appointment_participant`` child table (``appointment_id``,
-        ``actor_id``, ``actor_type``, ``status``, ``invoice_id``).
+    appointment, participant
+        The appointment frame (``id``, ``start``, ``end``, ``created``, ...) and its
+        ``appointment_participant`` child table (``appointment_id``, ``actor_id``,
+        ``actor_type``, ``status``, ``invoice_id``).
     now
         The moment that separates past appointments from upcoming ones.
     tz
-        One IANA zone for every appointment; wins over ``PM_TIMEZONE`` and ``zones``.
-        ``tz="UTC"`` reads everything in UTC.
-    zones
-        ``practitioner_id`` (the PractitionerRole id) and ``time_zone``, plus any
-        columns to carry along (``clinic_id``, ``clinic``): :func:`role_zones`.
-    default_zone
-        Zone of appointments with no role in ``zones`` (:func:`practice_zone`).
+        One IANA zone for every appointment (``"UTC"`` reads all in UTC); wins over
+        ``PM_TIMEZONE`` and ``zones``.
+    zones, default_zone
+        :func:`role_zones` (``practitioner_id``: the role id, ``time_zone``, columns
+        to carry such as ``clinic``); the zone of others (:func:`practice_zone`).
 
     Returns
     -------
     pl.DataFrame
-        The appointment columns plus ``practitioner_id``, ``patient_id``,
-        ``status``, ``invoice_id``, ``outcome`` (one of
-        :data:`ATTENDANCE_OUTCOMES`), ``is_past``, ``time_zone``, ``local``
-        (wall-clock start), ``date``, ``week`` (Monday of the local week),
-        ``month``, ``weekday`` (``Mon`` ... ``Sun``), ``weekday_number``, ``hour``,
-        ``booked_date`` (local day the appointment was created), ``lead_time_days``
-        (start minus created, in days) and ``booked_days_ahead`` (local calendar
-        days from booking to appointment; 0 is a same-day booking).
-
-    Raises
-    ------
-    toolkit.errors.TimeZoneError
-        When an appointment has no zone (no ``tz``, ``PM_TIMEZONE``, matching role
-        or ``default_zone``), or a zone name is unknown.
+        The appointment columns plus ``practitioner_id``, ``patient_id``, ``status``,
+        ``invoice_id``, ``outcome`` (:data:`ATTENDANCE_OUTCOMES`), ``is_past``, the
+        :func:`local_times` columns of ``start`` with ``time_zone``, ``booked_date``
+        (local day of ``created``), ``lead_time_days`` (start minus created) and
+        ``booked_days_ahead`` (local days from booking to appointment; 0 is same-day).
+        An appointment with no zone, or an unknown zone, raises
+        :class:`~toolkit.errors.TimeZoneError`.
     """
-    moment = _utc(now)
-    people = _participants(participant)
     times = [c for c in ("start", "end", "created") if c in appointment.columns]
     visits = _as_utc(appointment, *times).join(
-        people, left_on="id", right_on="appointment_id", how="left"
+        _participants(participant), left_on="id", right_on="appointment_id", how="left"
     )
     chosen = override_zone(tz)
-    if chosen is None and zones is not None:
+    if chosen is None:
+        visits = _with_role_zones(visits, zones, default_zone)
+    visits = _booked_date(local_times(visits, "start", tz=chosen), chosen)
+    return visits.with_columns(_outcome_and_lead_times(_utc(now), "created" in visits.columns))
+
+
+def _with_role_zones(
+    visits: pl.DataFrame, zones: pl.DataFrame | None, default_zone: str | None
+) -> pl.DataFrame:
+    """``visits`` with each role's ``time_zone`` (and carried columns), else the default."""
+    if zones is not None:
         carried = zones.unique("practitioner_id", keep="first", maintain_order=True)
         extra = [c for c in carried.columns if c != "practitioner_id" and c in visits.columns]
         visits = visits.drop(extra).join(carried, on="practitioner_id", how="left")
-    if chosen is None and default_zone is not None:
-        fill = pl.lit(check_zone(default_zone, where="default_zone"), dtype=pl.String)
-        if "time_zone" in visits.columns:
-            visits = visits.with_columns(pl.col("time_zone").fill_null(fill))
-        else:
-            visits = visits.with_columns(fill.alias("time_zone"))
-    visits = local_times(visits, "start", tz=chosen)
-    if "created" in visits.columns:
-        visits = local_times(visits, "created", tz=chosen, prefix="_c_")
-        scratch = [c for c in visits.columns if c.startswith("_c_") and c != "_c_date"]
-        visits = visits.drop(scratch).rename({"_c_date": "booked_date"})
-    else:
-        visits = visits.with_columns(pl.lit(None, dtype=pl.Date).alias("booked_date"))
+    if default_zone is None:
+        return visits
+    fill = pl.lit(check_zone(default_zone, where="default_zone"), dtype=pl.String)
+    if "time_zone" in visits.columns:
+        return visits.with_columns(pl.col("time_zone").fill_null(fill))
+    return visits.with_columns(fill.alias("time_zone"))
+
+
+def _booked_date(visits: pl.DataFrame, chosen: str | None) -> pl.DataFrame:
+    """``visits`` plus ``booked_date``: the local day of ``created`` (null without it)."""
+    if "created" not in visits.columns:
+        return visits.with_columns(pl.lit(None, dtype=pl.Date).alias("booked_date"))
+    visits = local_times(visits, "created", tz=chosen, prefix="_c_")
+    scratch = [c for c in visits.columns if c.startswith("_c_") and c != "_c_date"]
+    return visits.drop(scratch).rename({"_c_date": "booked_date"})
+
+
+def _outcome_and_lead_times(moment: dt.datetime, has_created: bool) -> list[pl.Expr]:
+    """``is_past``, ``outcome``, ``lead_time_days`` and ``booked_days_ahead``."""
     known = pl.col("status").replace_strict(_STATUS_OUTCOME, default=None, return_dtype=pl.String)
     is_past = pl.col("start") < pl.lit(moment)
-    created = pl.col("created") if "created" in visits.columns else pl.lit(None, pl.Datetime)
-    return visits.with_columns(
+    created = pl.col("created") if has_created else pl.lit(None, pl.Datetime)
+    return [
         is_past.alias("is_past"),
         pl.when(known.is_not_null())
         .then(known)
@@ -157,7 +160,7 @@ def appointment_visits(
         .alias("outcome"),
         ((pl.col("start") - created).dt.total_seconds() / 86_400.0).alias("lead_time_days"),
         (pl.col("date") - pl.col("booked_date")).dt.total_days().alias("booked_days_ahead"),
-    )
+    ]
 
 
 def referral_recount(
@@ -314,7 +317,14 @@ def referrals_needing_attention(
         )
         .filter(pl.col("active").fill_null(False) & (pl.col("nearly_used_up") | pl.col("expiring")))
     )
-    reason = pl.concat_str(
+    return flagged.with_columns(_attention_reason().alias("reason")).sort(
+        ["days_left", "share"], descending=[False, True], nulls_last=True
+    )
+
+
+def _attention_reason() -> pl.Expr:
+    """``"85% used; ends in 12 days"``: the flags of a referral needing attention, in words."""
+    return pl.concat_str(
         pl.when(pl.col("nearly_used_up"))
         .then(pl.format("{}% used", (pl.col("share") * 100).round(0).cast(pl.Int64)))
         .otherwise(None),
@@ -323,9 +333,6 @@ def referrals_needing_attention(
         .otherwise(None),
         separator="; ",
         ignore_nulls=True,
-    )
-    return flagged.with_columns(reason.alias("reason")).sort(
-        ["days_left", "share"], descending=[False, True], nulls_last=True
     )
 
 

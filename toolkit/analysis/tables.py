@@ -307,10 +307,8 @@ def top_n(
 
     Parameters
     ----------
-    frame
-        Any frame with a string ``column``.
-    column
-        The label column.
+    frame, column
+        Any frame, and its string label column.
     n
         How many labels to keep.
     weight

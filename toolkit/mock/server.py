@@ -129,6 +129,33 @@ def build_state(**options: Any) -> MockState:
         raise ConfigurationError(f"bad mock option: {exc}") from None
 
 
+def _server_config(state: MockState, *, port: int, log_level: str) -> uvicorn.Config:
+    """The uvicorn settings of the mock: loopback, its limits, no access log or lifespan."""
+    opts = state.options
+    limits = Limits(
+        max_header_bytes=opts.max_header_bytes,
+        header_timeout=opts.header_timeout,
+        body_timeout=opts.body_timeout,
+        clock=state.now,
+    )
+    return uvicorn.Config(
+        create_app(state),
+        host=HOST,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        # httptools with the head-size limit and deadlines uvicorn lacks (protocol.py)
+        http=guarded_protocol(limits),
+        timeout_keep_alive=opts.timeout_keep_alive,
+        limit_concurrency=opts.limit_concurrency,
+        h11_max_incomplete_event_size=opts.max_header_bytes,  # if h11 is ever chosen
+        date_header=False,  # the app sends Date from the virtual clock
+        server_header=False,
+    )
+
+
 @contextmanager
 def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Iterator[Deployment]:
     """Serve a mock deployment on 127.0.0.1 until the ``with`` block ends.
@@ -145,28 +172,7 @@ def serve(*, port: int = 0, log_level: str = "warning", **options: Any) -> Itera
     """
     state = build_state(**options)
     opts = state.options
-    limits = Limits(
-        max_header_bytes=opts.max_header_bytes,
-        header_timeout=opts.header_timeout,
-        body_timeout=opts.body_timeout,
-        clock=state.now,
-    )
-    config = uvicorn.Config(
-        create_app(state),
-        host=HOST,
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        lifespan="off",
-        timeout_graceful_shutdown=2,
-        # httptools with the head-size limit and deadlines uvicorn lacks (protocol.py)
-        http=guarded_protocol(limits),
-        timeout_keep_alive=opts.timeout_keep_alive,
-        limit_concurrency=opts.limit_concurrency,
-        h11_max_incomplete_event_size=opts.max_header_bytes,  # if h11 is ever chosen
-        date_header=False,  # the app sends Date from the virtual clock
-        server_header=False,
-    )
+    config = _server_config(state, port=port, log_level=log_level)
     running = start(config, name="pmtk-mock", what="the mock", timeout=START_TIMEOUT)
     bound = running.port
     if opts.webhook is not None:

@@ -67,15 +67,11 @@ forces a full sync of that resource, as does ``full=True``.
 
 from __future__ import annotations
 
-from toolkit.store import layout as _layout
 from toolkit.store.checksums import (
     VerifyReport as VerifyReport,
 )
 from toolkit.store.checksums import (
     verify as verify,
-)
-from toolkit.store.entry import (
-    _failure as _failure,
 )
 from toolkit.store.entry import (
     load as load,
@@ -96,21 +92,6 @@ from toolkit.store.identity import (
     deployment_of as deployment_of,
 )
 from toolkit.store.layout import (
-    _OWN_LEFTOVERS as _OWN_LEFTOVERS,
-)
-from toolkit.store.layout import (
-    _check_manifest as _check_manifest,
-)
-from toolkit.store.layout import (
-    _damaged_message as _damaged_message,
-)
-from toolkit.store.layout import (
-    _fsync_dir as _fsync_dir,
-)
-from toolkit.store.layout import (
-    _views as _views,
-)
-from toolkit.store.layout import (
     check_folder as check_folder,
 )
 from toolkit.store.layout import (
@@ -129,21 +110,6 @@ from toolkit.store.merge import (
     ChangeResult as ChangeResult,
 )
 from toolkit.store.merge import (
-    _is_newer as _is_newer,
-)
-from toolkit.store.merge import (
-    _locked_waiting as _locked_waiting,
-)
-from toolkit.store.merge import (
-    _newest_per_id as _newest_per_id,
-)
-from toolkit.store.merge import (
-    _stamp as _stamp,
-)
-from toolkit.store.merge import (
-    _stored_versions as _stored_versions,
-)
-from toolkit.store.merge import (
     apply_changes as apply_changes,
 )
 from toolkit.store.merge import (
@@ -153,9 +119,6 @@ from toolkit.store.merge import (
     upsert as upsert,
 )
 from toolkit.store.progress import (
-    _CONNECT_CAUSES as _CONNECT_CAUSES,
-)
-from toolkit.store.progress import (
     NOTICE_MIN_WAIT as NOTICE_MIN_WAIT,
 )
 from toolkit.store.progress import (
@@ -163,21 +126,6 @@ from toolkit.store.progress import (
 )
 from toolkit.store.progress import (
     SyncProgress as SyncProgress,
-)
-from toolkit.store.progress import (
-    _host as _host,
-)
-from toolkit.store.progress import (
-    _origin as _origin,
-)
-from toolkit.store.progress import (
-    _StatusColumn as _StatusColumn,
-)
-from toolkit.store.results import (
-    _ERRNO_REASONS as _ERRNO_REASONS,
-)
-from toolkit.store.results import (
-    _OS_ERROR_TEXT as _OS_ERROR_TEXT,
 )
 from toolkit.store.results import (
     COMPARE_LIMIT as COMPARE_LIMIT,
@@ -266,16 +214,6 @@ from toolkit.store.results import (
 from toolkit.store.results import (
     one_line as one_line,
 )
-from toolkit.store.resume import (
-    _server_time as _server_time,
-)
-
-# toolkit.webhooks imports these layout helpers under their former private names.
-_bind = _layout.bind
-_claim = _layout.claim
-_init_manifest = _layout.init_manifest
-_locked = _layout.locked
-_now_iso = _layout.now_iso
 
 __all__ = [
     "DEFAULT_STORE",

@@ -207,28 +207,39 @@ def check_deployment(
     recorded = recorded_deployment(manifest)
     if recorded is not None and recorded.same_as(current):
         return "keep"
-    if recorded is None and (
-        not _holds_data(manifest)
-        or (DEPLOYMENT_KEY in manifest and manifest[DEPLOYMENT_KEY] is None)
-    ):
-        # Nothing stored yet, or a store this pmtk created whose only records were
-        # written by upsert/apply_changes (no client, so no deployment to record):
-        # nothing of another deployment to mix; bound by this first client.
+    if recorded is None and _holds_nothing_of_another(manifest):
         return "bind"
     if rebind:
         return "rebind"
+    raise _refusal(root, recorded, current)
+
+
+def _holds_nothing_of_another(manifest: dict[str, Any]) -> bool:
+    """Whether a store that records no deployment may be bound by its first client.
+
+    True when nothing is stored yet, or when this pmtk created the store and its only
+    records were written by upsert/apply_changes (no client, so no deployment to
+    record): there is nothing of another deployment to mix.
+    """
+    return not _holds_data(manifest) or (
+        DEPLOYMENT_KEY in manifest and manifest[DEPLOYMENT_KEY] is None
+    )
+
+
+def _refusal(root: Path, recorded: Deployment | None, current: Deployment) -> WrongDeployment:
+    """The error for a store of another deployment, or of an unrecorded one."""
     if recorded is None:
         msg = (
             f"refused: the store at {root} records no deployment (written by an earlier pmtk), "
             f"so pmtk cannot tell whether its data comes from {current.describe()}; nothing "
             f"was written. {_fix(root, current)}"
         )
-        raise WrongDeployment(msg)
+        return WrongDeployment(msg)
     msg = (
         f"refused: the store at {root} holds data of {recorded.describe()}, not of "
         f"{current.describe()}; nothing was written. {_fix(root, current)}"
     )
-    raise WrongDeployment(msg)
+    return WrongDeployment(msg)
 
 
 def discard_data(root: Path, manifest: dict[str, Any]) -> None:

@@ -426,28 +426,7 @@ class SyncSummary:
         if problems:
             t.add_column("problem", no_wrap=True, overflow="ellipsis", max_width=90)
         for r in self.resources:
-            main = r.rows.get(r.resource, 0)
-            children = sum(n for table, n in r.rows.items() if table != r.resource)
-            status = Text(r.status + (" (repaired)" if r.repaired else ""))
-            if r.status == "failed":
-                status.stylize("bold red")
-            elif r.status == NOT_SERVED:
-                status.stylize("yellow")
-            cells = [
-                Text(r.resource),
-                Text(r.mode + (" (resumed)" if r.resumed else "")),
-                status,
-                Text(f"{r.fetched:,}"),
-                Text(f"{main:,}" if r.rows else "-"),
-                Text(f"{children:,}" if r.rows else "-"),
-                *((Text(f"{r.deleted:,}"),) if deleted else ()),
-                Text(str(r.pages)),
-                Text(str(r.requests)),
-                Text(f"{r.elapsed:.1f} s"),
-            ]
-            if problems:
-                cells.append(Text(r.error or ""))
-            t.add_row(*cells)
+            t.add_row(*_table_cells(r, deleted=deleted, problems=problems))
         caption = f"{self.requests} requests ({self.pages} pages) in {self.elapsed:.1f} s"
         if failed:
             caption += f"; {len(failed)} of {len(self.resources)} resources failed"
@@ -456,6 +435,34 @@ class SyncSummary:
             caption += f"; not served by this deployment (outside the spec): {', '.join(absent)}"
         t.caption = Text(caption)
         return t
+
+
+def _table_cells(r: ResourceSync, *, deleted: bool, problems: bool) -> list[Any]:
+    """One resource's row of :meth:`SyncSummary.table`, every cell a plain ``Text``."""
+    from rich.text import Text
+
+    main = r.rows.get(r.resource, 0)
+    children = sum(n for table, n in r.rows.items() if table != r.resource)
+    status = Text(r.status + (" (repaired)" if r.repaired else ""))
+    if r.status == "failed":
+        status.stylize("bold red")
+    elif r.status == NOT_SERVED:
+        status.stylize("yellow")
+    cells = [
+        Text(r.resource),
+        Text(r.mode + (" (resumed)" if r.resumed else "")),
+        status,
+        Text(f"{r.fetched:,}"),
+        Text(f"{main:,}" if r.rows else "-"),
+        Text(f"{children:,}" if r.rows else "-"),
+        *((Text(f"{r.deleted:,}"),) if deleted else ()),
+        Text(str(r.pages)),
+        Text(str(r.requests)),
+        Text(f"{r.elapsed:.1f} s"),
+    ]
+    if problems:
+        cells.append(Text(r.error or ""))
+    return cells
 
 
 class SyncFailed(PmtkError):

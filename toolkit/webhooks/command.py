@@ -239,8 +239,12 @@ def connection_cap(requested: int | None) -> int:
 def _prepare_store(root: Path, client: Any) -> None:
     """Claim the folder as a store (refusing a user's folder or another deployment's
     store) and give it a manifest naming the client's deployment."""
-    from toolkit.store import _bind, _claim, _init_manifest, _locked, deployment_of, read_manifest
+    from toolkit.store import deployment_of, read_manifest
     from toolkit.store.identity import check_deployment
+    from toolkit.store.layout import bind as _bind
+    from toolkit.store.layout import claim as _claim
+    from toolkit.store.layout import init_manifest as _init_manifest
+    from toolkit.store.layout import locked as _locked
 
     _claim(root)
     current = deployment_of(client)
@@ -486,7 +490,8 @@ def _inspect(
     With ``output="json"``, one document: ``{"retry_dead": {...}, "status": {...}}``,
     each key present when asked for.
     """
-    from toolkit.store import NotAStore, _claim
+    from toolkit.store import NotAStore
+    from toolkit.store.layout import claim as _claim
 
     if not store.is_dir():
         typer.echo(f"error: there is no store at {store}", err=True)

@@ -153,7 +153,7 @@ async def _enqueue(listener: Listener, kept: list[Event]) -> Any:
     """Queue the events durably and wake the worker; the answer refusing them otherwise."""
     from starlette.concurrency import run_in_threadpool
 
-    from toolkit.store import _now_iso
+    from toolkit.store.layout import now_iso as _now_iso
 
     try:
         # the fsyncs run on a worker thread, so other calls are not held up

@@ -8,34 +8,10 @@ FHIR OperationOutcome; nothing answers with a traceback.
 from __future__ import annotations
 
 from toolkit.mock.app.patching import (
-    _actor_key as _actor_key,
-)
-from toolkit.mock.app.patching import (
-    _merge_extensions as _merge_extensions,
-)
-from toolkit.mock.app.patching import (
-    _names_of as _names_of,
-)
-from toolkit.mock.app.patching import (
     merge_participants as merge_participants,
 )
 from toolkit.mock.app.patching import (
     merge_patch as merge_patch,
-)
-from toolkit.mock.app.records import (
-    _appointment_slot as _appointment_slot,
-)
-from toolkit.mock.app.records import (
-    _date_of as _date_of,
-)
-from toolkit.mock.app.records import (
-    _owner_of as _owner_of,
-)
-from toolkit.mock.app.records import (
-    _participant_status as _participant_status,
-)
-from toolkit.mock.app.records import (
-    _status_ext as _status_ext,
 )
 from toolkit.mock.app.records import (
     origin as origin,
@@ -120,27 +96,6 @@ from toolkit.mock.app.routes import (
 )
 from toolkit.mock.app.routes import (
     route_key as route_key,
-)
-from toolkit.mock.app.search import (
-    _INSTANT as _INSTANT,
-)
-from toolkit.mock.app.search import (
-    _date_predicate as _date_predicate,
-)
-from toolkit.mock.app.search import (
-    _depth_problem as _depth_problem,
-)
-from toolkit.mock.app.search import (
-    _fold as _fold,
-)
-from toolkit.mock.app.search import (
-    _int_param as _int_param,
-)
-from toolkit.mock.app.search import (
-    _last_segment as _last_segment,
-)
-from toolkit.mock.app.search import (
-    _parse_instant as _parse_instant,
 )
 
 __all__ = ["create_app"]

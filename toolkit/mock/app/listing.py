@@ -40,13 +40,11 @@ class ListingRoom(MockCore):
     ) -> tuple[Sequence[int], list[str]]:
         """The indices a search selects, in order, and the parameters it ignored.
 
-        FHIR's rule (facts): a parameter the server does not support is ignored
+        FHIR's rule (facts): an unsupported parameter, or an empty value, is ignored
         and left out of the Bundle's ``self`` link, unless the request says
-        ``Prefer: handling=strict`` (:meth:`list_` then answers 400). An empty
-        value is ignored too (it filters nothing). A modifier a supported
-        parameter does not take is refused with 400, as FHIR requires.
+        ``Prefer: handling=strict`` (:meth:`list_` then answers 400). A modifier a
+        supported parameter does not take is refused with 400, as FHIR requires.
         """
-        indices: Sequence[int] = coll.order()
         filters: list[Callable[[int], bool]] = []
         ignored: list[str] = []
         sort_spec: str | None = None
@@ -67,33 +65,32 @@ class ListingRoom(MockCore):
                     400, "not-supported", f"{rtype} search {name!r} takes no :{modifier} modifier"
                 )
             if name == "_id":
-                wanted = {v.strip() for v in value.split(",") if v.strip()}
-                wanted = {self.state.fault.stored_id(rtype, w) for w in wanted}
-                filters.append(lambda i, w=wanted: coll.ids[i] in w)  # type: ignore[misc]
+                filters.append(self._id_filter(rtype, coll, value))
             elif name == "_lastUpdated":
-                test = _date_predicate(name, value)
-                filters.append(lambda i, t=test: t(coll.updated[i]))  # type: ignore[misc]
+                filters.append(_instant_filter(coll.updated, name, value))
             elif name == "_sort":
                 sort_spec = value
             elif (rtype, name) in _SPECIAL:
                 filters.append(_SPECIAL[(rtype, name)](self, coll, value))
             elif name in DATE_SORT.get(rtype, ()):
-                test = _date_predicate(name, value)
-                filters.append(lambda i, t=test: t(coll.date[i]))  # type: ignore[misc]
+                filters.append(_instant_filter(coll.date, name, value))
             elif name == OWNER_PARAM.get(rtype):
-                owners = {_last_segment(v.strip()) for v in value.split(",") if v.strip()}
-                filters.append(lambda i, o=owners: coll.owner[i] in o)  # type: ignore[misc]
+                filters.append(_owner_filter(coll, value))
             elif name in _NAME_PARTS:
                 filters.append(_name_filter(coll, rtype, name, modifier, value))
             elif catalogue.field_at(rtype, name).type == "reference":
                 filters.append(_reference_filter(coll, rtype, name, value))
             else:
                 filters.append(_token_filter(coll, name, value))
-        if filters:
-            indices = [i for i in indices if all(f(i) for f in filters)]
-        if sort_spec:
-            indices = self.sort(rtype, coll, indices, sort_spec)
-        return indices, ignored
+        order = coll.order()
+        indices = [i for i in order if all(f(i) for f in filters)] if filters else order
+        return (self.sort(rtype, coll, indices, sort_spec) if sort_spec else indices), ignored
+
+    def _id_filter(self, rtype: str, coll: Collection, value: str) -> Callable[[int], bool]:
+        """``_id=a,b``: any of the ids, as the fault profile stores them."""
+        wanted = {v.strip() for v in value.split(",") if v.strip()}
+        stored = {self.state.fault.stored_id(rtype, w) for w in wanted}
+        return lambda i: coll.ids[i] in stored
 
     def slot_role(self, index: int) -> str:
         """The PractitionerRole id of the Slot at ``index`` (from the grid, no record built)."""
@@ -353,6 +350,20 @@ _SPECIAL: dict[tuple[str, str], Callable[[ListingRoom, Collection, str], Callabl
     ("Slot", "end"): _slot_end_filter,
 }
 """Searches the facts name that select on something other than one field of the record."""
+
+
+def _instant_filter(
+    instants: Sequence[float | None], name: str, value: str
+) -> Callable[[int], bool]:
+    """A date search (``ge2026-01-01``) on one instant per record (``_lastUpdated``, dates)."""
+    test = _date_predicate(name, value)
+    return lambda i: test(instants[i])
+
+
+def _owner_filter(coll: Collection, value: str) -> Callable[[int], bool]:
+    """A search on the owning record (comma-separated references or ids: any of)."""
+    owners = {_last_segment(v.strip()) for v in value.split(",") if v.strip()}
+    return lambda i: coll.owner[i] in owners
 
 
 def _token_filter(coll: Collection, name: str, value: str) -> Callable[[int], bool]:
