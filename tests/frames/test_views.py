@@ -403,6 +403,61 @@ def test_the_exact_check_flags_exactly_the_pages_a_fast_read_would_get_wrong() -
     assert flags == [False, False, True, True, False, True, False, True, True, True, False]
 
 
+def test_a_known_extension_under_another_base_takes_the_repair_path_and_reads_the_same() -> None:
+    # The exact check accepts a known url only as the catalogue and the live
+    # service write it (a set lookup, not a regex per extension); any other form
+    # of it goes to the repair path, which reads it by its last segment, as the
+    # view does: the same rows, nothing in the extension table.
+    import msgspec
+
+    from toolkit.views import _compiled, _compiled_table
+
+    other = "http://example.org/fhir/StructureDefinition/"
+    status = [{"url": other + "appointment-participant-status", "valueCoding": {"code": "booked"}}]
+    participant = [{"actor": ref("Patient", "1"), "modifierExtension": status}]
+    forms = {
+        base: orjson.dumps(
+            bundle(
+                appointment(
+                    1,
+                    extension=[{"url": base + "location-type", "valueCode": "clinic"}],
+                    participant=participant
+                    if base == other
+                    else [
+                        {
+                            "actor": ref("Patient", "1"),
+                            "modifierExtension": [
+                                {**status[0], "url": base + status[0]["url"].rsplit("/", 1)[1]}
+                            ],
+                        }
+                    ],
+                )
+            )
+        )
+        for base in ("", LIVE, other)
+    }
+    for base, page in forms.items():
+        for decoder in (
+            _compiled("Appointment").strict,
+            _compiled_table("Appointment", "Appointment").strict,
+        ):
+            try:
+                decoder.decode(page)
+            except msgspec.ValidationError:
+                assert base == other
+            else:
+                assert base != other
+    tables = {base: flatten_tables("Appointment", [page]) for base, page in forms.items()}
+    for name, table in tables[""].items():
+        assert tables[other][name].equals(table), name
+        assert tables[LIVE][name].equals(table), name
+    assert tables[other]["Appointment"].item(0, "location_type") == "clinic"
+    assert tables[other]["appointment_participant"].item(0, "status") == "booked"
+    extension_tables = [name for name in tables[other] if name.endswith("_extension")]
+    assert extension_tables
+    assert all(tables[other][name].height == 0 for name in extension_tables)
+
+
 def test_one_table_reads_only_its_fields_and_still_reports_every_odd_value() -> None:
     # participant is not read for the main table, but the exact check knows
     # every field: a wrong type there is reported on the record, never lost.

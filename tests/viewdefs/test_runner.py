@@ -9,11 +9,14 @@ from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from toolkit.errors import DataValidationError, PmtkError, ViewDefinitionError
 from toolkit.schemas import PmtkDataWarning
 from toolkit.viewdefs import load_view, resources_frame, run_view
+from toolkit.viewdefs.compile import _replacer
 
 PATIENTS: list[dict[str, Any]] = [
     {
@@ -405,3 +408,29 @@ def test_a_key_or_type_only_in_pages_outside_the_sample_is_still_read() -> None:
     assert frame.row(1) == ("p1", "G", "other", None)
     assert frame.get_column("given").null_count() == 39
     assert frame.get_column("active").to_list()[2:6] == [None, True, True, True]
+
+
+_TEXTS = st.lists(
+    st.none() | st.text(alphabet=st.sampled_from(["a", "1", "-", "é", "\n", "\r", "T", ":"])),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=_TEXTS)
+def test_whole_text_replacements_match_the_regex_engine(texts: list[str | None]) -> None:
+    # The compiler replaces ^.*$ without a regex (the exported views' precision
+    # columns): on any text, line feeds and empty texts included, the result is
+    # the regex engine's.
+    frame = pl.DataFrame({"t": texts}, schema={"t": pl.String})
+    text = pl.col("t")
+    fast = frame.select(_replacer("^.*$", "year")(text)).to_series().to_list()
+    assert fast == frame.select(text.str.replace_all("^.*$", "year")).to_series().to_list()
+
+
+def test_other_replacements_still_use_the_regex_engine() -> None:
+    frame = pl.DataFrame({"t": ["ab", "abc", None]})
+    got = frame.select(_replacer("b(c)", "[$1]")(pl.col("t"))).to_series().to_list()
+    assert got == ["ab", "a[c]", None]
+    got = frame.select(_replacer("^.*$", "<$0>")(pl.col("t"))).to_series().to_list()
+    assert got == ["<ab>", "<abc>", None]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import polars as pl
@@ -45,14 +45,19 @@ _MSGSPEC_LEAVES: dict[Any, Any] = {
 }
 
 
-def _known_url(names: frozenset[str]) -> Any:
-    """A string type that accepts only an extension url naming one of ``names``.
+def _known_url(urls: frozenset[str]) -> Any:
+    """A string type that accepts only one of ``urls``, as they are written.
 
-    Bare or as the last path segment, as the view's ``where(url=...)`` matches
-    (:func:`toolkit.views.expressions._url_is`).
+    ``urls`` are the names the columns read and their full urls as the
+    catalogue declares them (:func:`toolkit.views.declare._known_extensions`).
+    A ``Literal`` is a hash lookup; the pattern it replaced ("the name, bare or
+    as the last path segment") ran Python's regex engine for every extension,
+    which took half of the check's time. Any other url, even one whose last
+    segment is a known name, fails the check, and the repair path reads that
+    entry with the view's own rule (the last path segment,
+    :class:`toolkit.views.conform._Conformer`): the same rows, only slower.
     """
-    alts = "|".join(re.escape(n) for n in sorted(names))
-    return Annotated[str, msgspec.Meta(pattern=f"(?:^|/)(?:{alts})$")]
+    return Literal[tuple(sorted(urls))]
 
 
 def _msgspec_type(

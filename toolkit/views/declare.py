@@ -510,17 +510,34 @@ def _extension_view(res: Resource) -> View:
     )
 
 
-def _known_extensions(fields: tuple[Field, ...], prefix: str = "") -> dict[str, frozenset[str]]:
-    """Extension containers (by field path, no indices) → the url names their columns read."""
+_LIVE_EXTENSION_BASE = "https://terminology.halaxy.com/StructureDefinition/"
+"""The live service writes extension urls in full, under this base
+(public-docs-facts.md, "Extension urls are full canonical urls")."""
+
+
+def _known_extensions(
+    fields: tuple[Field, ...], prefix: str = "", *, declared: bool = False
+) -> dict[str, frozenset[str]]:
+    """Extension containers (by field path, no indices) → the url names their columns read.
+
+    With ``declared``, also each name as the catalogue writes it and in the
+    live service's full form (:data:`_LIVE_EXTENSION_BASE`): the urls the exact
+    check accepts as they are (:func:`toolkit.views.check._known_url`); any
+    other form of a known url still reads, through the repair path.
+    """
     out: dict[str, set[str]] = {}
     for f in fields:
         if f.write_only:
             continue
         if f.extension is not None:
             key = f"{prefix}.{f.extension.container}" if prefix else f.extension.container
-            out.setdefault(key, set()).add(f.extension.url.rsplit("/", 1)[-1])
+            name = f.extension.url.rsplit("/", 1)[-1]
+            forms = {name, f.extension.url, _LIVE_EXTENSION_BASE + name} if declared else {name}
+            out.setdefault(key, set()).update(forms)
         elif f.type == "object":
-            sub = _known_extensions(f.fields, f"{prefix}.{f.name}" if prefix else f.name)
+            sub = _known_extensions(
+                f.fields, f"{prefix}.{f.name}" if prefix else f.name, declared=declared
+            )
             for key, names in sub.items():
                 out.setdefault(key, set()).update(names)
     return {k: frozenset(v) for k, v in out.items()}

@@ -57,6 +57,7 @@ class _Compiled:
     views: tuple[View, ...]
     columns: tuple[tuple[str, str | None, str, str], ...]  # see _column_keys
     known_urls: dict[str, frozenset[str]]  # extension urls the columns read (_known_extensions)
+    checked_urls: dict[str, frozenset[str]]  # ... and their declared full urls (the exact check's)
 
     @property
     def bundle_schema(self) -> dict[str, Any]:
@@ -83,7 +84,8 @@ def _compiled(resource_type: str) -> _Compiled:
     resource_struct = _level_read_dtype(fields)
     resource_dtype = pl.Struct({"resourceType": pl.String(), **resource_struct.to_schema()})
     known_urls = _known_extensions(fields)
-    strict, strict_entry = _strict_decoder(resource_dtype, known_urls=known_urls)
+    checked_urls = _known_extensions(fields, declared=True)
+    strict, strict_entry = _strict_decoder(resource_dtype, known_urls=checked_urls)
     return _Compiled(
         resource=resource_type,
         resource_dtype=resource_dtype,
@@ -95,6 +97,7 @@ def _compiled(resource_type: str) -> _Compiled:
         views=views,
         columns=_column_keys(views),
         known_urls=known_urls,
+        checked_urls=checked_urls,
     )
 
 
@@ -121,7 +124,7 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
         for f in full.resource_dtype.fields
         if f.name in unread and isinstance(f.dtype, pl.List)
     )
-    strict, strict_entry = _strict_decoder(slim, unread, arrays, full.known_urls)
+    strict, strict_entry = _strict_decoder(slim, unread, arrays, full.checked_urls)
     return dataclasses.replace(
         full,
         resource_dtype=slim,
