@@ -214,7 +214,7 @@ def test_the_derived_tables_are_the_facts() -> None:
             ("limitQuantity.quantity", "quantity", None),
         ]
     }
-    assert forms.NAMED_TARGETS == {"ReferralDefinition"}
+    assert set(forms.NAMED_TARGETS) == {"ReferralDefinition"}
     assert set(forms.READ_AS_ARRAY) == {
         ("Practitioner", "name"),
         ("Coverage", "payor"),
