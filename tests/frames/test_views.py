@@ -410,7 +410,7 @@ def test_a_known_extension_under_another_base_takes_the_repair_path_and_reads_th
     # view does: the same rows, nothing in the extension table.
     import msgspec
 
-    from toolkit.views import _compiled, _compiled_table
+    from toolkit.views.reader import _compiled, _compiled_table
 
     other = "http://example.org/fhir/StructureDefinition/"
     status = [{"url": other + "appointment-participant-status", "valueCoding": {"code": "booked"}}]
