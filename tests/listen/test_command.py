@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -186,8 +187,13 @@ def test_requests_per_minute_reaches_the_receivers_client(
     args = ["listen", "--store", str(store), "--port", "0", "--no-auth", "--no-catch-up"]
     args += ["--base-url", dep.base_url, "--client-id", dep.client_id]
     args += ["--client-secret", dep.client_secret, *given]
+    root, httpx_logger = logging.getLogger(), logging.getLogger("httpx")
+    before = (list(root.handlers), root.level, httpx_logger.level)
     result = CliRunner().invoke(app, args, env={"PM_USER_AGENT": "pmtk tests (t@example.org)"})
     assert result.exit_code == 0, result.output
+    # Run in-process, the command leaves logging as it found it: no handler left writing
+    # to the runner's closed stream, httpx's requests still logged for the next caller.
+    assert (list(root.handlers), root.level, httpx_logger.level) == before
     assert seen["paced"] == paced
     assert (seen["answer"], seen["idle"], seen["requests"]) == (202, True, 1)
 

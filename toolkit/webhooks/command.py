@@ -34,7 +34,7 @@ from toolkit.webhooks.listener import (
     disk_status,
 )
 from toolkit.webhooks.queue import AuthHeader, EventQueue
-from toolkit.webhooks.receiver import _make_app
+from toolkit.webhooks.receiver import make_app
 
 LOOPBACK = "127.0.0.1"
 
@@ -263,7 +263,7 @@ def _receiver_config(
     import uvicorn
 
     return uvicorn.Config(
-        _make_app(listener),
+        make_app(listener),
         host=host,
         port=port,
         log_level=log_level,
@@ -389,8 +389,7 @@ def listen_command(
         folder = Path(default_store()) if store is None else store
         _inspect(folder, port, host, status=status, retry_dead=retry_dead, output=output)
         return
-    lines = _log_to(output)
-    with _exit_codes():
+    with _log_to(output) as lines, _exit_codes():
         header = _checked_header(auth_header, no_auth, host, port)
         connection: dict[str, Any] = {**connection_settings(base_url, client_id, client_secret)}
         connection["requests_per_minute"] = requests_per_minute or None
@@ -459,17 +458,26 @@ def _receive(
         echo_json({"event": "stopped", "status": listener.status()})
 
 
-def _log_to(output: str) -> logging.Handler:
-    """Send the receiver's log records where ``output`` says: stderr lines, or JSON Lines."""
+@contextlib.contextmanager
+def _log_to(output: str) -> Iterator[logging.Handler]:
+    """Send the receiver's log records where ``output`` says: stderr lines, or JSON Lines.
+
+    Everything it sets (the handler, the root level, httpx's level) is put back when the
+    command ends, so a command run in-process (a notebook, a test) leaves logging as it
+    found it, and no handler outlives the stream it writes to.
+    """
     handler: logging.Handler = JsonLines() if output == "json" else LineHandler()
-    root = logging.getLogger()
-    for old in list(root.handlers):  # an earlier run's in this process: one line per record
-        if isinstance(old, JsonLines | LineHandler):
-            root.removeHandler(old)
+    root, httpx_logger = logging.getLogger(), logging.getLogger("httpx")
+    levels = (root.level, httpx_logger.level)
     root.addHandler(handler)
     root.setLevel(logging.INFO)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per GET is noise
-    return handler
+    httpx_logger.setLevel(logging.WARNING)  # one line per GET is noise
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(levels[0])
+        httpx_logger.setLevel(levels[1])
 
 
 def _banner(

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 _FORWARDED = ("forwarded", "x-forwarded-for", "x-real-ip", "x-forwarded-host")
 
 
-def _make_app(listener: Listener) -> Any:
+def make_app(listener: Listener) -> Any:
     """The receiver: ``GET /status`` (loopback only) and a POST on any path."""
     from starlette.applications import Starlette
     from starlette.requests import Request
