@@ -480,3 +480,77 @@ def test_the_default_attachment_limit_is_the_catalogues(monkeypatch: pytest.Monk
 def test_format_when_skips_the_format_but_not_the_type() -> None:
     org = {"name": "X", "telecom": [{"system": "email", "value": 5}]}
     assert where(check_resource("Organization", org, CREATE)) == [("telecom[0].value", "type")]
+
+
+# --------------------------------------------------------------------------- unknown keys (closed)
+
+APPT: dict[str, Any] = {
+    "start": "2026-11-23T09:00:00Z",
+    "end": "2026-11-23T09:30:00Z",
+    "extension": [{"url": "location-type", "valueCode": "clinic"}],
+    "participant": [
+        {
+            "actor": {"reference": "/main/PractitionerRole/PR-1", "type": "PractitionerRole"},
+            "modifierExtension": [
+                {"url": "appointment-participant-status", "valueCoding": {"code": "booked"}}
+            ],
+            "extension": [],
+        }
+    ],
+}
+
+
+def full(violations: list[Violation]) -> list[tuple[str, str, str, str]]:
+    return [(v.path, v.category, v.message, v.source) for v in violations]
+
+
+def test_closed_checks_accept_the_extension_containers_a_resource_declares() -> None:
+    assert check_resource("Appointment", APPT, CLOSED) == []
+    assert check_resource("Appointment", {**APPT, "resourceType": "Appointment"}, CLOSED) == []
+
+
+def test_closed_checks_report_unknown_keys_with_pmtk_as_their_source() -> None:
+    body = {**APPT, "colour": "red", "location-type": "clinic"}
+    assert full(check_resource("Appointment", body, CLOSED)) == [
+        ("colour", "unknown", "is not a field known to the catalogue", "pmtk"),
+        (
+            "location-type",
+            "unknown",
+            "is an extension field: send it as extension[url='location-type'].valueCode",
+            "pmtk",
+        ),
+    ]
+    nested = {**APPT, "participant": [{**APPT["participant"][0], "status": "booked"}]}
+    assert full(check_resource("Appointment", nested, CLOSED)) == [
+        ("participant[0].status", "unknown", "is not a field known to the catalogue", "pmtk")
+    ]
+    # a container the object does not use is no field of it
+    org = {"name": "X", "modifierExtension": []}
+    assert full(check_resource("Organization", org, CLOSED)) == [
+        ("modifierExtension", "unknown", "is not a field known to the catalogue", "pmtk")
+    ]
+    # server fields are known at the top level only
+    server = Options(mode="create", closed=True, server_fields=frozenset({"meta", "id"}))
+    assert check_resource("Organization", {"name": "X", "id": "CL-1", "meta": {}}, server) == []
+
+
+def test_unknown_keys_are_observed_not_reported_when_open() -> None:
+    options, seen = seen_with()
+    body = {**APPT, "colour": "red", "resourceType": "Appointment", "id": "7"}
+    assert check_resource("Appointment", body, options) == []
+    assert [(o.kind, o.field_path, o.path, o.value) for o in seen if o.kind == "unknown-key"] == [
+        ("unknown-key", "Appointment", "colour", "colour")
+    ]
+
+
+def test_a_live_reference_to_a_type_not_allowed_says_which_type_and_what_is_allowed() -> None:
+    sent = "https://au-api.halaxy.com/main/Practitioner/PR-1"
+    [v] = check_resource("Coverage", payor(sent, type="Practitioner"), Options(live_forms=True))
+    assert v.message == (
+        f"{sent!r} (/main/Practitioner/PR-1): points at Practitioner; "
+        "allowed: Patient, Organization"
+    )
+    [v] = check_resource("Coverage", payor("Organization/FD"), Options(live_forms=True))
+    assert v.message == (
+        "'Organization/FD' (/main/Organization/FD): a Organization id here starts with FD- or OG-"
+    )
