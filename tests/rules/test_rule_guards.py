@@ -554,3 +554,127 @@ def test_a_live_reference_to_a_type_not_allowed_says_which_type_and_what_is_allo
     assert v.message == (
         "'Organization/FD' (/main/Organization/FD): a Organization id here starts with FD- or OG-"
     )
+
+
+# --------------------------------------------------------------------------- sources and observations
+
+# Patient is described by the facts, not the spec: every rule it breaks is a facts rule.
+PATIENT_BREAKS = [
+    ({"gender": "robot"}, "gender", "enum"),
+    ({"birthDate": "1990-02-30"}, "birthDate", "format"),
+    ({"gender": None}, "gender", "type"),
+    ({"name": [{"use": "nope"}]}, "name[0].use", "enum"),
+    (
+        {"generalPractitioner": [{"reference": "/main/Patient/1"}]},
+        "generalPractitioner[0].reference",
+        "reference",
+    ),
+    (
+        {"generalPractitioner": [{"reference": "Practitioner/PR-1"}]},
+        "generalPractitioner[0].reference",
+        "reference",
+    ),
+    ({"generalPractitioner": [{"reference": 5}]}, "generalPractitioner[0].reference", "reference"),
+    (
+        {"generalPractitioner": [{"reference": "/main/Practitioner/PR-1", "type": "Organization"}]},
+        "generalPractitioner[0].type",
+        "reference",
+    ),
+    (
+        {"generalPractitioner": {"reference": "/main/Practitioner/PR-1"}},
+        "generalPractitioner",
+        "type",
+    ),
+    ({"generalPractitioner": [None]}, "generalPractitioner[0]", "type"),
+]
+
+
+@pytest.mark.parametrize(("body", "path", "category"), PATIENT_BREAKS)
+def test_every_rule_a_facts_resource_breaks_is_a_facts_rule(
+    body: dict[str, Any], path: str, category: str
+) -> None:
+    [v] = check_resource("Patient", body, CREATE)
+    assert (v.path, v.category, v.source) == (path, category, "facts")
+
+
+def test_a_missing_record_of_a_facts_resource_is_a_facts_rule() -> None:
+    body = {"generalPractitioner": [{"reference": "/main/Practitioner/PR-1"}]}
+    [v] = check_resource("Patient", body, Options(resolves=lambda _ref: False))
+    assert (v.category, v.message, v.source) == (
+        "reference",
+        "/main/Practitioner/PR-1 does not exist",
+        "facts",
+    )
+    [v] = check_resource("Patient", [], READ)
+    assert (v.message, v.source) == ("expected a Patient object, got an array", "facts")
+    [v] = check_resource("Patient", {"resourceType": "Person", "id": "1"}, READ)
+    assert (v.path, v.source) == ("resourceType", "facts")
+
+
+def test_the_fields_own_source_is_the_least_authoritative_one() -> None:
+    # Appointment.supportingInformation's array type and participant.actor are facts rules
+    appt = {**APPT, "supportingInformation": {"reference": "/main/HealthcareService/1"}}
+    assert full(check_resource("Appointment", appt, CREATE)) == [
+        ("supportingInformation", "type", "expected an array, got an object", "facts")
+    ]
+    actor = {**APPT["participant"][0], "actor": {"reference": "PractitionerRole/PR-1"}}
+    [v] = check_resource("Appointment", {**APPT, "participant": [actor]}, CREATE)
+    assert (v.path, v.category, v.source) == (
+        "participant[0].actor.reference",
+        "reference",
+        "facts",
+    )
+    [v] = check_resource("Coverage", {**payor("/main/Patient/1"), "status": "gone"}, CREATE)
+    assert (v.path, v.category, v.source) == ("status", "enum", "facts")
+    # a HealthcareService is pmtk's own: an id it refuses on create is pmtk's rule
+    [v] = check_resource("HealthcareService", {"id": "a b"}, CREATE)
+    assert (v.path, v.category, v.source) == ("id", "prefix", "pmtk")
+    assert v.message.startswith("'a b' is not a HealthcareService id")
+
+
+def test_null_messages_and_enums_that_list_null() -> None:
+    line = {"resourceType": "InvoiceLine", "id": "1", "status": "paid"}
+    [v] = check_resource("InvoiceLine", line, READ)
+    assert v.message == (
+        "'paid' is not one of 'voided', 'unassigned', 'write-off', 'locked' or null"
+    )
+    [v] = check_resource("Organization", {"name": "X", "telecom": [None]}, CREATE)
+    assert full([v]) == [("telecom[0]", "type", "must not be null", "spec")]
+    [v] = check_resource("Organization", {"name": 5}, CREATE)
+    assert v.message == "expected a string, got integer 5"
+    options, seen = seen_with(mode="create")
+    check_resource("InvoiceLine", {"status": None}, options)
+    assert Observation("enum", "InvoiceLine.status", "status", "null") in seen
+
+
+def test_observations_name_the_catalogue_path_and_the_json_path() -> None:
+    options, seen = seen_with(mode="read", live_forms=True)
+    check_resource("Coverage", payor("Patient/4", type="Patient"), options)
+    assert Observation("present", "Coverage.payor", "payor", "") in seen
+    assert Observation("form", "Coverage.payor", "payor.reference", "reference:type-id") in seen
+    options, seen = seen_with(live_forms=True)
+    check_value(QUANTITY, {"value": 1}, options, path="q")
+    assert seen[0] == Observation("present", "quantity", "q", "")
+    options, seen = seen_with(accept_arrays=frozenset({"Organization.telecom"}))
+    body = {"name": "X", "telecom": {"system": "phone", "value": "+61298765432", "use": "pager"}}
+    violations = check_resource("Organization", body, options)
+    assert full(violations) == [
+        ("telecom.use", "enum", "'pager' is not one of 'home', 'work', 'mobile'", "spec")
+    ]
+    assert Observation("shape", "Organization.telecom", "telecom", "object") in seen
+    listed = {"name": "X", "telecom": [{"system": "phone", "value": "+61298765432"}]}
+    options, seen = seen_with(accept_arrays=frozenset({"Organization.telecom"}))
+    assert check_resource("Organization", listed, options) == []
+    assert Observation("shape", "Organization.telecom", "telecom", "array") in seen
+
+
+def test_modes_decide_the_id_prefixes_and_the_create_requirements() -> None:
+    [v] = check_resource("Organization", {"resourceType": "Organization", "id": "XX-1"}, READ)
+    assert v.message == "'XX-1' does not start with an allowed prefix (PG-, CL-, OG-, FD-, SP-)"
+    [v] = check_resource("Organization", {"name": "X", "id": "CL-1"}, CREATE)
+    assert v.message == "'CL-1' does not start with an allowed prefix (SP-)"
+    assert (
+        check_resource("Organization", {"resourceType": "Organization", "id": "CL-1"}, READ) == []
+    )
+    assert check_resource("Appointment", {"description": "x"}, Options(mode="patch")) == []
+    assert check_resource(catalogue.resource("Organization"), {"name": "X"}) == []
