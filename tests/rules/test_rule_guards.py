@@ -556,7 +556,7 @@ def test_a_live_reference_to_a_type_not_allowed_says_which_type_and_what_is_allo
     )
 
 
-# --------------------------------------------------------------------------- sources and observations
+# ------------------------------------------------------------------ sources and observations
 
 # Patient is described by the facts, not the spec: every rule it breaks is a facts rule.
 PATIENT_BREAKS = [
