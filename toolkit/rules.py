@@ -600,7 +600,11 @@ class _Walk:
         problem = reference_problem(ref, canonical)
         if problem is not None:
             if canonical != text:
-                problem = f"{text!r} ({canonical}): {problem.split(': ', 1)[-1]}"
+                # reference_problem's messages start with the text it was given (the
+                # canonical form); only that part is replaced, not up to the first ": ",
+                # which in "points at X; allowed: A, B" would drop what is wrong
+                detail = problem.removeprefix(repr(canonical)).removeprefix(":").strip()
+                problem = f"{text!r} ({canonical}): {detail}"
             parts = canonical.split("/")
             shaped = len(parts) == 4 and parts[0] == "" and f"/{parts[1]}" == catalogue.API_PREFIX
             self.fail(

@@ -94,7 +94,7 @@ TARGETS: dict[str, Target] = {
     # syncer.py.
     "commit": Target(
         "toolkit/store/syncer.py,toolkit/store/checksums.py",
-        ("tests/store/test_commit_verify.py",),
+        ("tests/store/test_commit_verify.py", "tests/store/test_commit_bites.py"),
         (
             "toolkit.store.syncer.xǁ_ResourceSyncerǁ_commit__mutmut_*",
             "toolkit.store.syncer.xǁ_ResourceSyncerǁ_remove_superseded__mutmut_*",
@@ -108,7 +108,7 @@ TARGETS: dict[str, Target] = {
     # (tests/frames) or the generated rule-source table (being reworked, issue 26).
     "rules": Target(
         "toolkit/rules.py",
-        ("tests/rules/test_rules.py",),
+        ("tests/rules/test_rules.py", "tests/rules/test_rule_guards.py"),
         tuple(
             f"toolkit.rules.{name}__mutmut_*"
             for name in (
