@@ -77,56 +77,61 @@ TARGETS: dict[str, Target] = {
     # struct, unknown). The extension table (extension, known, _value_text) is tested
     # by tests/frames/test_fhir_forms.py; value/item/strip are left for a later round.
     "conform": Target(
-        "toolkit/views/conform.py",
-        ("tests/frames/test_conform.py",),
+        "toolkit/views/conform.py,toolkit/catalogue/forms.py",
+        ("tests/frames/test_conform.py", "tests/catalogue/test_forms.py"),
         (
             "toolkit.views.conform.x__primitive__mutmut_*",
-            "toolkit.views.conform.x__one_as_array__mutmut_*",
-            "toolkit.views.conform.x__quantity_value__mutmut_*",
-            "toolkit.views.conform.x__reference_display__mutmut_*",
-            "toolkit.views.conform.x__codeable_as_coding__mutmut_*",
+            # the form readers the conform step applies live in the forms registry
+            "toolkit.catalogue.forms.x__one_as_array__mutmut_*",
+            "toolkit.catalogue.forms.x__quantity_value__mutmut_*",
+            "toolkit.catalogue.forms.x__reference_display__mutmut_*",
+            "toolkit.catalogue.forms.x__codeable_as_coding__mutmut_*",
             "toolkit.views.conform.xǁ_Conformerǁstruct__mutmut_*",
             "toolkit.views.conform.xǁ_Conformerǁunknown__mutmut_*",
         ),
         "forkserver",
     ),
-    # The commit (syncer.py) and verify (checksums.py): the functions, not the rest of
-    # syncer.py.
+    # The commit and verify (the store's Transaction, transaction.py, and checksums.py):
+    # those functions, not the rest of the transaction (staging, dedupe, merge).
     "commit": Target(
-        "toolkit/store/syncer.py,toolkit/store/checksums.py",
+        "toolkit/store/transaction.py,toolkit/store/checksums.py",
         ("tests/store/test_commit_verify.py", "tests/store/test_commit_bites.py"),
         (
-            "toolkit.store.syncer.xǁ_ResourceSyncerǁ_commit__mutmut_*",
-            "toolkit.store.syncer.xǁ_ResourceSyncerǁ_remove_superseded__mutmut_*",
-            "toolkit.store.syncer.x__check_table__mutmut_*",
-            "toolkit.store.syncer.x__verify_entry__mutmut_*",
+            "toolkit.store.transaction.xǁTransactionǁcommit__mutmut_*",
+            "toolkit.store.transaction.xǁTransactionǁremove_superseded__mutmut_*",
+            "toolkit.store.transaction.x_check_table__mutmut_*",
+            "toolkit.store.transaction.x_verify_entry__mutmut_*",
             "toolkit.store.checksums.x_verify__mutmut_*",
+            "toolkit.store.checksums.x__check_resource__mutmut_*",
         ),
         "forkserver",
     ),
     # rules.py: the checks of one value and one resource; not the extension walk
     # (tests/frames) or the generated rule-source table (being reworked, issue 26).
     "rules": Target(
-        "toolkit/rules.py",
+        "toolkit/rules.py,toolkit/catalogue/forms.py",
         ("tests/rules/test_rules.py", "tests/rules/test_rule_guards.py"),
-        tuple(
-            f"toolkit.rules.{name}__mutmut_*"
-            for name in (
-                "x_format_problem",
-                "x_reference_problem",
-                "x_id_problem",
-                "x__type_ok",
-                "x_reference_form",
-                "x__number_or_quantity",
-                "x__string_or_reference",
-                "xǁ_Walkǁfield",
-                "xǁ_Walkǁsingle",
-                "xǁ_Walkǁenum",
-                "xǁ_Walkǁreference",
-                "xǁ_Walkǁunknown_keys",
-                "x_check_resource",
-                "x_check_value",
-            )
+        (
+            # the classifiers of the live alternates live in the forms registry
+            "toolkit.catalogue.forms.x__number_or_quantity__mutmut_*",
+            "toolkit.catalogue.forms.x__string_or_reference__mutmut_*",
+            *(
+                f"toolkit.rules.{name}__mutmut_*"
+                for name in (
+                    "x_format_problem",
+                    "x_reference_problem",
+                    "x_id_problem",
+                    "x__type_ok",
+                    "x_reference_form",
+                    "xǁ_Walkǁfield",
+                    "xǁ_Walkǁsingle",
+                    "xǁ_Walkǁenum",
+                    "xǁ_Walkǁreference",
+                    "xǁ_Walkǁunknown_keys",
+                    "x_check_resource",
+                    "x_check_value",
+                )
+            ),
         ),
     ),
 }

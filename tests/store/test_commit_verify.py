@@ -5,7 +5,8 @@ then copied per test and damaged by hand: a data file removed, a byte flipped,
 a file the OS cannot read (a symlink to ``/proc/self/mem``, whose first page
 answers EIO even to root), foreign files left in a table folder.
 ``tools/mutation.py commit`` runs these tests against mutants of the commit
-(``toolkit/store/syncer.py``) and of ``verify`` (``toolkit/store/checksums.py``).
+(the store's ``Transaction``, ``toolkit/store/transaction.py``) and of ``verify``
+(``toolkit/store/checksums.py``).
 """
 
 from __future__ import annotations
