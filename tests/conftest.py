@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -92,6 +94,21 @@ def toolkit_client(dep: Any) -> Client:
         requests_per_minute=None,
         progress=False,
     )
+
+
+def synced_store(dep: Any, path: Path, resources: list[str]) -> Path:
+    """``path`` holding ``resources`` synced in full from ``dep`` by an unpaced client."""
+    from toolkit.store import sync
+
+    with toolkit_client(dep) as client:
+        sync(client, path, resources=resources, progress=False)
+    return path
+
+
+def copied_store(template: Path, into: Path) -> Path:
+    """A private copy of a synced store at ``into``: a test writes to it, never to the template."""
+    shutil.copytree(template, into)
+    return into
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ in the forms a real deployment may use (absolute and relative references, the
 
 from __future__ import annotations
 
-import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,9 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import toolkit_client
+from tests.conftest import copied_store, synced_store, toolkit_client
 from toolkit.client import Client
-from toolkit.store import sync
 
 RATE = 100_000
 SECRET_HEADER = ("X-Hook-Auth", 'hook-s3cret-never-shown-\u00e9"\\-42')
@@ -73,18 +71,14 @@ def dep() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def template(dep: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Patient and Appointment synced once from ``dep``; copy it, never write to it."""
-    path = tmp_path_factory.mktemp("template") / "store"
-    with toolkit_client(dep) as client:
-        sync(client, path, resources=["Patient", "Appointment"], progress=False)
-    return path
+    resources = ["Patient", "Appointment"]
+    return synced_store(dep, tmp_path_factory.mktemp("template") / "store", resources)
 
 
 @pytest.fixture
 def store(template: Path, tmp_path: Path) -> Path:
     """A private copy of the synced template."""
-    target = tmp_path / "store"
-    shutil.copytree(template, target)
-    return target
+    return copied_store(template, tmp_path / "store")
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import orjson
 import polars as pl
 import pytest
 
+from tests.conftest import copied_store, synced_store
 from toolkit.store import StoreError, load, sync, verify
 
 RESOURCE = "Organization"
@@ -61,26 +62,18 @@ def assert_only_named_files(store: Path) -> None:
 @pytest.fixture
 def synced(dep: Any, new_client: Any, tmp_path: Path) -> Path:
     """A store of one resource, freshly synced from the module's deployment."""
-    path = tmp_path / "pmtk-store"
-    with new_client(dep) as c:
-        sync(c, path, resources=[RESOURCE], progress=False)
-    return path
+    return synced_store(dep, tmp_path / "pmtk-store", [RESOURCE])
 
 
 @pytest.fixture(scope="module")
 def synced_once(dep: Any, new_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("store") / "pmtk-store"
-    with new_client(dep) as c:
-        sync(c, path, resources=[RESOURCE], progress=False)
-    return path
+    return synced_store(dep, tmp_path_factory.mktemp("store") / "pmtk-store", [RESOURCE])
 
 
 @pytest.fixture
 def stored(synced_once: Path, tmp_path: Path) -> Path:
     """A copy of a synced store, for the tests of verify (which never fetch)."""
-    path = tmp_path / "pmtk-store"
-    shutil.copytree(synced_once, path)
-    return path
+    return copied_store(synced_once, tmp_path / "pmtk-store")
 
 
 # --------------------------------------------------------------------------- a crash at each step

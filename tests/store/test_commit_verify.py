@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.conftest import copied_store, synced_store
 from toolkit.store import StoreError, sync, verify
 
 RESOURCE = "Organization"
@@ -35,33 +35,24 @@ def synced_one(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     path = Path(cached) if cached else tmp_path_factory.mktemp("store") / "pmtk-store"
     if not (path / "manifest.json").is_file():
         dep = request.getfixturevalue("dep")
-        new_client = request.getfixturevalue("new_client")
-        with new_client(dep) as c:
-            sync(c, path, resources=[RESOURCE], progress=False)
+        synced_store(dep, path, [RESOURCE])
     return path
 
 
 @pytest.fixture
 def store(synced_one: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "pmtk-store"
-    shutil.copytree(synced_one, copy)
-    return copy
+    return copied_store(synced_one, tmp_path / "pmtk-store")
 
 
 @pytest.fixture(scope="module")
 def synced_here(dep: Any, new_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store of the module's own deployment (a store refuses another one's sync)."""
-    path = tmp_path_factory.mktemp("store") / "pmtk-store"
-    with new_client(dep) as c:
-        sync(c, path, resources=[RESOURCE], progress=False)
-    return path
+    return synced_store(dep, tmp_path_factory.mktemp("store") / "pmtk-store", [RESOURCE])
 
 
 @pytest.fixture
 def resynced(synced_here: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "pmtk-store"
-    shutil.copytree(synced_here, copy)
-    return copy
+    return copied_store(synced_here, tmp_path / "pmtk-store")
 
 
 def tables(store: Path) -> dict[str, dict[str, Any]]:

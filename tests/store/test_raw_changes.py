@@ -22,8 +22,8 @@ import orjson
 import polars as pl
 import pytest
 
-from tests.conftest import api_client
-from toolkit.store import apply_changes, load, sync, verify
+from tests.conftest import api_client, synced_store
+from toolkit.store import apply_changes, load, verify
 from toolkit.store.raw import raw_records, rebuild
 
 RESOURCE = "Appointment"
@@ -36,11 +36,8 @@ def api(dep: Any) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture
-def store(dep: Any, new_client: Any, tmp_path: Path) -> Path:
-    out = tmp_path / "store"
-    with new_client(dep) as client:
-        sync(client, out, resources=[RESOURCE], progress=False)
-    return out
+def store(dep: Any, tmp_path: Path) -> Path:
+    return synced_store(dep, tmp_path / "store", [RESOURCE])
 
 
 def _raw_by_id(store: Path) -> dict[str, dict[str, Any]]:
