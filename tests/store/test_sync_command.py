@@ -340,15 +340,20 @@ def test_a_broken_page_walk_fails_its_resource_only_and_sync_raises_at_the_end(
 
 
 class _VirtualTime:
-    """A clock and a sleep that move the mock's virtual clock instead of waiting."""
+    """A clock and a sleep that move the mock's virtual clock instead of waiting.
+
+    The clock moves only when the client sleeps, never with real time: a wait is then
+    exactly what the pacing asks (60 s), however long a request takes on a loaded machine.
+    """
 
     def __init__(self, dep: Any) -> None:
         self.dep = dep
+        self.start = time.monotonic()
         self.offset = 0.0
         self.on_sleep: list[Any] = []
 
     def clock(self) -> float:
-        return time.monotonic() + self.offset
+        return self.start + self.offset
 
     def sleep(self, seconds: float) -> None:
         for hook in self.on_sleep:
