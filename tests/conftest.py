@@ -84,6 +84,17 @@ def api_client(dep: Deployment, **kwargs: Any) -> httpx.Client:
     )
 
 
+def describe(api: httpx.Client, rid: str, text: str) -> None:
+    """Change Appointment ``rid``'s ``description`` on the deployment (a merge patch, as a
+    user's write would be), asserting the deployment took it."""
+    answer = api.patch(
+        f"Appointment/{rid}",
+        json={"description": text},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert answer.status_code == 200, answer.text
+
+
 def toolkit_client(dep: Any) -> Client:
     """An unpaced ``toolkit.Client`` of ``dep`` (the mock, a spec server, anything with
     ``base_url``, ``client_id`` and ``client_secret``), without progress bars."""

@@ -23,7 +23,7 @@ import httpx
 import polars as pl
 import pytest
 
-from tests.conftest import api_client
+from tests.conftest import api_client, describe
 from tests.listen.conftest import SECRET_HEADER, notification
 from toolkit.client import Client
 from toolkit.store import load, read_manifest, verify
@@ -36,15 +36,6 @@ NAME, VALUE = SECRET_HEADER
 def api(dep: Any) -> Iterator[httpx.Client]:
     with api_client(dep) as c:
         yield c
-
-
-def _patch(api: httpx.Client, rid: str, description: str) -> None:
-    response = api.patch(
-        f"Appointment/{rid}",
-        json={"description": description},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status_code == 200, response.text
 
 
 def _description(store: Path, rid: str) -> str | None:
@@ -84,7 +75,7 @@ def test_events_acknowledged_before_a_kill_9_are_applied_after_restart(
             lock = (store / ".lock").open("a+")
             fcntl.flock(lock, fcntl.LOCK_EX)
             for n, rid in enumerate(changed):
-                _patch(api, rid, f"after the crash {n}")
+                describe(api, rid, f"after the crash {n}")
             dep.delete("Appointment", [deleted])
             headers = {NAME: VALUE.encode(), "Content-Type": "application/fhir+json"}
             bodies = [
@@ -131,7 +122,7 @@ def test_the_catch_up_sync_covers_changes_made_while_the_receiver_was_down(
     shutil.copytree(store, control)
     rid = str(load("Appointment", store)["id"][30])
     dep.advance_clock(5)
-    _patch(api, rid, "changed while nobody listened")
+    describe(api, rid, "changed while nobody listened")
     with listen(control, client=client, catch_up=False, no_auth=True) as receiver:
         assert receiver.wait_idle(30)
         assert receiver.stats.catch_up == "skipped"

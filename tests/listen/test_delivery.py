@@ -19,7 +19,7 @@ import orjson
 import polars as pl
 import pytest
 
-from tests.conftest import api_client
+from tests.conftest import api_client, describe
 from tests.listen.conftest import SECRET_HEADER, notification
 from tests.listen.flaky import every_nth, flaky_upstream, made_through
 from toolkit.client import Client
@@ -55,12 +55,7 @@ def _relay_client(dep: Any, base_url: str, store: Path) -> Client:
 
 def _describe(api: httpx.Client, rids: list[str], text: str) -> None:
     for n, rid in enumerate(rids):
-        response = api.patch(
-            f"Appointment/{rid}",
-            json={"description": f"{text} {n}"},
-            headers={"Content-Type": "application/merge-patch+json"},
-        )
-        assert response.status_code == 200, response.text
+        describe(api, rid, f"{text} {n}")
 
 
 def _descriptions(store: Path, rids: list[str]) -> dict[str, str | None]:

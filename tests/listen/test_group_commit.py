@@ -38,7 +38,7 @@ import orjson
 import polars as pl
 import pytest
 
-from tests.conftest import api_client
+from tests.conftest import api_client, describe
 from tests.listen.conftest import RATE, SECRET_HEADER, notification
 from tests.listen.killpoint import STEPS
 from toolkit.client import Client
@@ -138,15 +138,6 @@ def dep(relay: Relay) -> Iterator[Any]:
 def api(dep: Any) -> Iterator[httpx.Client]:
     with api_client(dep) as c:
         yield c
-
-
-def _patch(api: httpx.Client, rid: str, text: str) -> None:
-    answer = api.patch(
-        f"Appointment/{rid}",
-        json={"description": text},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert answer.status_code == 200, answer.text
 
 
 def _queued_ids(store: Path) -> set[str]:
@@ -314,10 +305,10 @@ def test_a_kill_at_each_step_of_a_group_commit_loses_nothing_acknowledged(
             # A writer holds the store: the child acknowledges and queues, applies nothing.
             fcntl.flock(lock, fcntl.LOCK_EX)
             for rid in ids[:4]:
-                _patch(api, rid, texts[rid])
+                describe(api, rid, texts[rid])
                 _wait_for(lambda rid=rid: rid in relay.acknowledged())
             for rid in ids[4:]:
-                _patch(api, rid, texts[rid])
+                describe(api, rid, texts[rid])
             proc.wait(timeout=60)  # it dies in its sixth group commit
             acknowledged = relay.acknowledged()
             on_disk = _queued_ids(store)
@@ -369,7 +360,7 @@ def test_the_receiver_keeps_up_with_several_deliveries_in_flight(
     with listen(store, client=client, auth_header=HEADER_TEXT, catch_up=False) as receiver:
         relay.target = receiver.url
         for rid in ids:
-            _patch(api, rid, f"in flight {rid}")
+            describe(api, rid, f"in flight {rid}")
         assert dep.webhooks_sent(60), dep.webhook_stats()
         assert receiver.wait_idle(60), receiver.stats
         assert receiver.queue.grouped >= len(ids)

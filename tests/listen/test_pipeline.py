@@ -28,7 +28,7 @@ import orjson
 import polars as pl
 import pytest
 
-from tests.conftest import api_client
+from tests.conftest import api_client, describe
 from tests.listen.conftest import SECRET_HEADER, notification
 from tests.listen.flaky import forward, made_through, send_back
 from toolkit.client import Client
@@ -132,15 +132,6 @@ def _client_through(dep: Any, base_url: str, store: Path) -> Client:
     )
 
 
-def _describe(api: httpx.Client, rid: str, text: str) -> None:
-    response = api.patch(
-        f"Appointment/{rid}",
-        json={"description": text},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status_code == 200, response.text
-
-
 def _post(url: str, *rids: str) -> None:
     body = notification(*[("Appointment", rid) for rid in rids])
     answer = httpx.post(url, content=body, headers=HEADERS)
@@ -171,12 +162,12 @@ def test_a_slow_earlier_read_never_lands_over_a_fast_later_one(
         _client_through(dep, relay.base_url, store) as client,
         listen(store, client=client, auth_header=HEADER_TEXT, catch_up=False) as receiver,
     ):
-        _describe(api, rid, "earlier")
+        describe(api, rid, "earlier")
         _post(receiver.url, rid)
         # The first read has its answer ("earlier") and is held back, slow.
         assert _until(lambda: relay.holding[rid] == 1), relay.reads
-        _describe(api, rid, "later")
-        _describe(api, other, "later too")
+        describe(api, rid, "later")
+        describe(api, other, "later too")
         _post(receiver.url, rid, other)  # the second batch, queued behind the slow read
         time.sleep(0.3)
         gate.set()
@@ -197,7 +188,7 @@ def test_a_commit_failing_while_the_next_batch_is_read_loses_nothing(
     # The first read of each batch's first record waits for that batch's gate.
     gates = {first[0]: threading.Event(), second[0]: threading.Event()}
     for n, rid in enumerate(rids):
-        _describe(api, rid, f"pipelined {how} {n}")
+        describe(api, rid, f"pipelined {how} {n}")
     with (
         relay_to(
             dep.base_url, lambda r, n: gates.get(r) if n == 0 else None, list(gates.values())

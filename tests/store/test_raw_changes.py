@@ -22,7 +22,7 @@ import orjson
 import polars as pl
 import pytest
 
-from tests.conftest import api_client, synced_store
+from tests.conftest import api_client, describe, synced_store
 from toolkit.store import apply_changes, load, verify
 from toolkit.store.raw import raw_records, rebuild
 
@@ -46,12 +46,7 @@ def _raw_by_id(store: Path) -> dict[str, dict[str, Any]]:
 
 
 def _changed_on_the_mock(api: httpx.Client, rid: str, description: str) -> dict[str, Any]:
-    response = api.patch(
-        f"{RESOURCE}/{rid}",
-        json={"description": description},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    assert response.status_code == 200, response.text
+    describe(api, rid, description)
     served = api.get(f"{RESOURCE}/{rid}")
     assert served.status_code == 200, served.text
     record: dict[str, Any] = served.json()
