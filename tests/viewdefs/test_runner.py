@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from toolkit.errors import DataValidationError, PmtkError, ViewDefinitionError
 from toolkit.schemas import PmtkDataWarning
 from toolkit.viewdefs import load_view, resources_frame, run_view
-from toolkit.viewdefs.compile import _replacer
+from toolkit.viewdefs.compile import _matcher, _replacer
 
 PATIENTS: list[dict[str, Any]] = [
     {
@@ -434,3 +434,28 @@ def test_other_replacements_still_use_the_regex_engine() -> None:
     assert got == ["ab", "a[c]", None]
     got = frame.select(_replacer("^.*$", "<$0>")(pl.col("t"))).to_series().to_list()
     assert got == ["<ab>", "<abc>", None]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=_TEXTS,
+    pattern=st.sampled_from(
+        ["^.{4}$", "^.{0}$", "^.{1}$", "^(.{4}|.{7}|.{10})$", "^(.{2}|.{1})$", "^(.{3})$"]
+    ),
+)
+def test_length_patterns_match_the_regex_engine(texts: list[str | None], pattern: str) -> None:
+    # matches() of a pattern that only fixes the length counts characters (the
+    # precision columns): on any text, line feeds, multi-byte characters and empty
+    # texts included, the result is the regex engine's.
+    frame = pl.DataFrame({"t": texts}, schema={"t": pl.String})
+    text = pl.col("t")
+    fast = frame.select(_matcher(pattern)(text)).to_series().to_list()
+    assert fast == frame.select(text.str.contains(pattern)).to_series().to_list()
+
+
+def test_other_patterns_still_use_the_regex_engine() -> None:
+    frame = pl.DataFrame({"t": ["2026", "ab", "2026-01", None]})
+    got = frame.select(_matcher("^[0-9]{4}$")(pl.col("t"))).to_series().to_list()
+    assert got == [True, False, False, None]
+    got = frame.select(_matcher("^.{4}")(pl.col("t"))).to_series().to_list()  # no end anchor
+    assert got == [True, False, True, None]

@@ -609,8 +609,31 @@ def _string_function(name: str, base: Val, node: fp.Call, scope: Scope) -> Val:
     except re.error as exc:
         raise scope.fail(f"{name}() has a bad regular expression {first!r}: {exc}") from None
     if name == "matches":
-        return _map(base, lambda e: e.str.contains(first), pl.Boolean())
+        return _map(base, _matcher(first), pl.Boolean())
     return _map(base, _replacer(first, str(args[1])), pl.String())
+
+
+_LENGTHS = re.compile(r"\^(?:\.\{(\d+)\}|\((\.\{\d+\}(?:\|\.\{\d+\})*)\))\$")
+"""``^.{4}$`` or ``^(.{4}|.{7}|.{10})$``: a text of one of these lengths."""
+
+
+def _matcher(pattern: str) -> Callable[[pl.Expr], pl.Expr]:
+    """``matches(pattern)``; a pattern that only fixes the length without a regex.
+
+    The exported views' precision columns ask ``matches('^.{4}$')`` and the like
+    four times per date-time column. In Rust's regex ``.`` is any character but a
+    line feed and ``$`` the end of the text, so ``^.{4}$`` holds exactly for a
+    text of four characters none of which is a line feed: the shortcut counts
+    characters instead of running the regex.
+    """
+    fixed = _LENGTHS.fullmatch(pattern)
+    if fixed is None:
+        return lambda e: e.str.contains(pattern)
+    spec = fixed.group(1) or fixed.group(2)
+    lengths = sorted({int(n) for n in re.findall(r"\d+", spec)})
+    if len(lengths) == 1:
+        return lambda e: (e.str.len_chars() == lengths[0]) & ~e.str.contains("\n", literal=True)
+    return lambda e: e.str.len_chars().is_in(lengths) & ~e.str.contains("\n", literal=True)
 
 
 def _replacer(pattern: str, replacement: str) -> Callable[[pl.Expr], pl.Expr]:

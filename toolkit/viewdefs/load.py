@@ -204,36 +204,29 @@ def _projected_decoder(resource: pl.Struct, roots: set[str]) -> msgspec.json.Dec
     return msgspec.json.Decoder(page)
 
 
-def _read_projected_block(
-    pages: list[bytes], resource_type: str, decoder: msgspec.json.Decoder[Any], schema: pl.Schema
-) -> list[pl.DataFrame] | None:
-    """Check, re-encode and read consecutive pages; None at the first page that fails."""
-    frames: list[pl.DataFrame] = []
-    kept: list[Any] = []
-    for raw in pages:
-        # msgspec checks only the strings it decodes; Polars refuses a page that is not
-        # UTF-8 throughout, which the general path then reports
-        if not raw.isascii():
-            try:
-                raw.decode()
-            except UnicodeDecodeError:
-                return None
+def _check_page(
+    raw: bytes, resource_type: str, decoder: msgspec.json.Decoder[Any]
+) -> list[Any] | None:
+    """The resources of ``resource_type`` in one page, checked exact; None when it fails."""
+    # msgspec checks only the strings it decodes; Polars refuses a page that is not
+    # UTF-8 throughout, which the general path then reports
+    if not raw.isascii():
         try:
-            page = decoder.decode(raw)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+            raw.decode()
+        except UnicodeDecodeError:
             return None
-        if page.resourceType != "Bundle":
-            return None
-        for entry in page.entry or ():
-            res = None if entry is None else entry.resource
-            if res is not None and res.f0 == resource_type:
-                kept.append(res)
-        if len(kept) >= _CHUNK:
-            frames.append(pl.read_json(_ENCODER.encode(kept), schema=schema))
-            kept = []
-    if kept:
-        frames.append(pl.read_json(_ENCODER.encode(kept), schema=schema))
-    return frames
+    try:
+        page = decoder.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    if page.resourceType != "Bundle":
+        return None
+    kept = []
+    for entry in page.entry or ():
+        res = None if entry is None else entry.resource
+        if res is not None and res.f0 == resource_type:
+            kept.append(res)
+    return kept
 
 
 def _sample_schema(pages: list[bytes], roots: set[str]) -> pl.Struct | None:
@@ -287,37 +280,41 @@ def read_pages_projected(
     :func:`read_pages` (None). What the pages decoded to is written back as JSON
     arrays of resources, a fraction of the bytes, which Polars reads with the
     known schema: the values are exactly those of the pages, since each was
-    decoded with the type Polars reads it as. The pages are processed in
-    contiguous blocks on the reader threads of :mod:`toolkit.views` (Polars'
-    read releases the GIL while another block is decoded).
+    decoded with the type Polars reads it as. This thread decodes the pages in
+    order; each chunk it writes back is read by Polars on a reader thread of
+    :mod:`toolkit.views` (Polars' read releases the GIL while the next chunk is
+    decoded).
     """
     resource_dtype = _sample_schema(pages, roots)
     if resource_dtype is None:
         return None
-    kept = list(resource_dtype.fields)
-    schema = pl.Schema({f.name: f.dtype for f in kept})
+    schema = pl.Schema({f.name: f.dtype for f in resource_dtype.fields})
     decoder = _projected_decoder(resource_dtype, roots)
-    from toolkit.views.reader import _WORKERS, _executor
+    from toolkit.views.reader import _executor
 
-    size = max(1, -(-len(pages) // _WORKERS))
-    futures: list[Future[list[pl.DataFrame] | None]] = [
-        _executor().submit(
-            _read_projected_block, pages[i : i + size], resource_type, decoder, schema
-        )
-        for i in range(0, len(pages), size)
-    ]
-    frames: list[pl.DataFrame] = []
-    failed = False
-    for future in futures:
-        try:
-            block = future.result()
-        except (pl.exceptions.PolarsError, ValueError):  # pragma: no cover - re-encoded exactly
-            block = None
-        if block is None:
-            failed = True
-        else:
-            frames.extend(block)
-    if failed or not frames:
+    # One thread (this one) decodes and re-encodes, which holds the interpreter lock;
+    # Polars reads each chunk on a reader thread meanwhile (its read releases the
+    # lock). Two threads decoding at once only took turns with the lock, and the
+    # switching cost more CPU than the decoding itself.
+    futures: list[Future[pl.DataFrame]] = []
+    kept: list[Any] = []
+    for raw in pages:
+        resources = _check_page(raw, resource_type, decoder)
+        if resources is None:
+            for future in futures:
+                future.cancel()
+            return None
+        kept.extend(resources)
+        if len(kept) >= _CHUNK:
+            futures.append(_executor().submit(pl.read_json, _ENCODER.encode(kept), schema=schema))
+            kept = []
+    if kept:
+        futures.append(_executor().submit(pl.read_json, _ENCODER.encode(kept), schema=schema))
+    if not futures:
+        return None
+    try:
+        frames = [future.result() for future in futures]
+    except (pl.exceptions.PolarsError, ValueError):  # pragma: no cover - re-encoded exactly
         return None
     return pl.concat(frames).select(pl.struct(pl.all()).alias("__c"))
 

@@ -121,6 +121,9 @@ _OFFSETS: dict[str, int] = {"Z": 0} | {
     for h in range(24)
     for m in range(60)
 }
+_OFFSET_TEXTS = pl.Series(list(_OFFSETS), dtype=pl.String)
+_OFFSET_MINUTES = pl.Series(list(_OFFSETS.values()), dtype=pl.Int64)
+"""The same as two Series, built once: a dict is converted again by every call."""
 
 
 def _temporal_fast(text: pl.Expr, col: Column) -> pl.Expr:
@@ -128,7 +131,9 @@ def _temporal_fast(text: pl.Expr, col: Column) -> pl.Expr:
     if col.ansi == "Date":
         return text.str.to_date("%Y-%m-%d", strict=False).alias(col.name)
     naive = text.str.slice(0, 19).str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False)
-    offset = text.str.slice(19).replace_strict(_OFFSETS, default=None, return_dtype=pl.Int64)
+    offset = text.str.slice(19).replace_strict(
+        _OFFSET_TEXTS, _OFFSET_MINUTES, default=None, return_dtype=pl.Int64
+    )
     return (naive - pl.duration(minutes=offset)).dt.replace_time_zone("UTC").alias(col.name)
 
 
