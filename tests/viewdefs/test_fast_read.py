@@ -27,10 +27,12 @@ from typing import Any
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from toolkit.cli import app
-from toolkit.viewdefs import load_view, resources_frame, run_view
+from toolkit.errors import DataValidationError
+from toolkit.viewdefs import load, load_view, resources_frame, run_view
 from toolkit.viewdefs.declared import NOT_EXPORTED
 from toolkit.viewdefs.definition import root_fields
 from toolkit.viewdefs.load import read_pages_projected
@@ -369,7 +371,7 @@ def test_the_first_of_a_union_is_the_first_item_of_the_first_branch_that_has_one
     ]
 
 
-def test_partial_dates_in_a_temporal_column_fail_alike() -> None:
+def test_partial_dates_in_a_temporal_column_fail_alike(parts: str) -> None:
     pages = [_page([_appointment(p)]) for p in range(20)]
     fast, general = _both(TEMPORAL, pages)
     assert fast == general and fast[0] == "ok"
@@ -381,7 +383,58 @@ def test_partial_dates_in_a_temporal_column_fail_alike() -> None:
     assert fast[0] == "error" and "2026-01" in fast[2]
 
 
-def test_fuzzed_page_sets_give_the_general_outcome() -> None:
+def test_errors_in_several_parts_are_those_of_the_whole_data(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a part that raises makes run_view evaluate all the resources once more: the
+    # error counts and shows the bad values of every part, not of the first
+    monkeypatch.setattr(load, "_PART", 4)
+    monkeypatch.setattr(load, "_CHUNK", 2)
+    resources = [_appointment(i) for i in range(20)]
+    resources[1]["start"] = "2026-01"
+    resources[17]["start"] = "2026"
+    pages = [_page(resources[i : i + 2]) for i in range(0, 20, 2)]
+    checked = load_view(TEMPORAL)
+    roots = root_fields(checked)
+    assert roots is not None
+    split = load.read_parts_projected(pages, checked.resource, roots, None)
+    assert split is not None and len(split) == 5
+    with pytest.raises(DataValidationError, match=r"2 value\(s\).*'2026-01', '2026'"):
+        run_view(TEMPORAL, pages)
+
+
+def test_parts_give_the_rows_of_one_evaluation_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # forEachOrNull rows, the where filter and the row order across parts of 7
+    resources = [_appointment(i) for i in range(50)]
+    for i in range(0, 50, 9):
+        resources[i]["status"] = "entered-in-error"
+    pages = [_page(resources[i : i + 3]) for i in range(0, 50, 3)]
+    whole = run_view(VIEW, pages)
+    monkeypatch.setattr(load, "_PART", 7)
+    monkeypatch.setattr(load, "_CHUNK", 2)
+    checked = load_view(VIEW)
+    roots = root_fields(checked)
+    assert roots is not None
+    split = load.read_parts_projected(pages, checked.resource, roots, None)
+    assert split is not None and len(split) == 6
+    assert_frame_equal(run_view(VIEW, pages), whole)
+    assert whole.height == 2 * (50 - 6)
+
+
+@pytest.fixture(params=["one part", "parts of 5"])
+def parts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The projected read in one part, or in parts of 5 resources (chunks of 3).
+
+    ``run_view`` evaluates each part on a reader thread while the next is decoded;
+    with the default sizes (some 40,000 resources a part) these page sets fit in one.
+    """
+    if request.param != "one part":
+        monkeypatch.setattr(load, "_PART", 5)
+        monkeypatch.setattr(load, "_CHUNK", 3)
+    return str(request.param)
+
+
+def test_fuzzed_page_sets_give_the_general_outcome(parts: str) -> None:
     rng = random.Random(27)
     accepted = 0
     kinds: set[str] = set()

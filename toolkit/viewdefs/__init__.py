@@ -29,7 +29,13 @@ import polars as pl
 
 from toolkit.errors import DataValidationError, ViewDefinitionError
 from toolkit.viewdefs.definition import View, load_view, root_fields
-from toolkit.viewdefs.load import read_pages, read_pages_projected, read_resources
+from toolkit.viewdefs.load import (
+    Part,
+    read_pages,
+    read_pages_projected,
+    read_parts_projected,
+    read_resources,
+)
 from toolkit.viewdefs.runner import evaluate
 
 __all__ = ["View", "ViewDefinitionError", "load_view", "resources_frame", "run_view"]
@@ -72,8 +78,8 @@ def resources_frame(data: Any, resource_type: str, fields: set[str] | None = Non
     fields of Bundle pages are read (the others cannot change the view's rows).
     """
     items = _items(data)
-    if items and all(_is_page(i) for i in items):
-        pages = [i.encode("utf-8") if isinstance(i, str) else bytes(i) for i in items]
+    pages = _pages(items)
+    if pages is not None:
         fast = None
         if fields is not None:
             fast = read_pages_projected(pages, resource_type, fields)
@@ -81,6 +87,18 @@ def resources_frame(data: Any, resource_type: str, fields: set[str] | None = Non
             fast = read_pages(pages, resource_type)
         if fast is not None:
             return fast
+    return _read_items(items, resource_type)
+
+
+def _pages(items: list[Any]) -> list[bytes] | None:
+    """The items as Bundle pages' bytes, when every item is one (text or bytes)."""
+    if items and all(_is_page(i) for i in items):
+        return [i.encode("utf-8") if isinstance(i, str) else bytes(i) for i in items]
+    return None
+
+
+def _read_items(items: list[Any], resource_type: str) -> pl.DataFrame:
+    """The general path: every page parsed, the resources read after normalisation."""
     resources: list[dict[str, Any]] = []
     for index, item in enumerate(items):
         doc = item
@@ -135,5 +153,30 @@ def run_view(view: Any, data: Any) -> pl.DataFrame:
     raw_records = getattr(data, "raw_records", None)
     if callable(raw_records):
         data = raw_records(checked.resource)
-    resources = resources_frame(data, checked.resource, root_fields(checked))
-    return evaluate(checked, resources)
+    items = _items(data)
+    pages = _pages(items)
+    fields = root_fields(checked)
+    if pages is not None and fields is not None:
+        # evaluated part by part while the next part is decoded (see read_parts_projected)
+        parts = read_parts_projected(
+            pages, checked.resource, fields, lambda frame: evaluate(checked, frame)
+        )
+        if parts is not None:
+            return _joined(checked, parts)
+        fields = None  # the projected read refused the pages: the general read decides
+    return evaluate(checked, resources_frame(items, checked.resource, fields))
+
+
+def _joined(view: View, parts: list[Part]) -> pl.DataFrame:
+    """The parts' rows in order: what one evaluation of all the resources gives.
+
+    A view's rows come from each resource alone, so the parts' rows together are
+    the whole frame's. Where a part raised (a value that is not a date-time, ...)
+    or the parts' columns differ in type, the view is evaluated once more on all
+    the resources, so that the error or the types are those of the whole data.
+    """
+    results = [part.result for part in parts]
+    frames = [r for r in results if isinstance(r, pl.DataFrame)]
+    if len(frames) == len(results) and all(f.schema == frames[0].schema for f in frames):
+        return pl.concat(frames) if len(frames) > 1 else frames[0]
+    return evaluate(view, pl.concat([part.frame for part in parts]))
