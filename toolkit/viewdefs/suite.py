@@ -30,7 +30,8 @@ class SuiteCase:
     title: str
     tags: tuple[str, ...]
     test: dict[str, Any]
-    resources: list[dict[str, Any]]
+    resources: list[Any]
+    """The test file's resources (dicts), or Bundle pages holding them."""
 
     @property
     def shareable(self) -> bool:
