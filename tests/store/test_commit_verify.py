@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from tests.conftest import copied_store, synced_store
-from toolkit.store import StoreError, sync, verify
+from toolkit.store import FileProblem, StoreDamaged, StoreError, apply_changes, sync, verify
 
 RESOURCE = "Organization"
 
@@ -194,3 +194,115 @@ def test_a_missing_file_is_rebuilt_by_the_next_sync(
         summary = sync(c, resynced, resources=[RESOURCE], progress=False)
     assert summary.resources[0].repaired
     assert verify(resynced).ok
+
+
+def write_manifest_tables(store: Path, entries: Any) -> None:
+    path = store / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    manifest["resources"][RESOURCE]["tables"] = entries
+    path.write_bytes(orjson.dumps(manifest))
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="uses /proc/self/mem")
+def test_each_kind_of_problem_names_its_resource_table_and_file(store: Path) -> None:
+    """Four tables damaged four ways in one store: every field of every problem."""
+    info = tables(store)
+    main, *children = list(info)
+    flipped, gone, unsummed, unreadable = main, children[0], children[1], children[2]
+    data = bytearray(data_file(store, flipped).read_bytes())
+    data[len(data) // 3] ^= 0x04
+    data_file(store, flipped).write_bytes(bytes(data))
+    data_file(store, gone).unlink()
+    data_file(store, unreadable).unlink()
+    data_file(store, unreadable).symlink_to("/proc/self/mem")
+    damaged = dict(info)
+    damaged[unsummed] = {**info[unsummed], "sha256": ""}
+    write_manifest_tables(store, damaged)
+    report = verify(store)
+    expected = {
+        flipped: FileProblem(
+            RESOURCE,
+            flipped,
+            info[flipped]["path"],
+            "checksum mismatch",
+            info[flipped]["sha256"],
+            hashlib.sha256(bytes(data)).hexdigest(),
+        ),
+        gone: FileProblem(RESOURCE, gone, info[gone]["path"], "missing", info[gone]["sha256"]),
+        unsummed: FileProblem(RESOURCE, unsummed, info[unsummed]["path"], "no checksum"),
+        unreadable: FileProblem(
+            RESOURCE, unreadable, info[unreadable]["path"], "unreadable (Input/output error)"
+        ),
+    }
+    assert report.problems == [expected[t] for t in info if t in expected]
+    assert report.files == [str(t["path"]) for t in info.values()]
+    intact = [t for t in info if t not in expected]
+    assert report.bytes == sum((store / info[t]["path"]).stat().st_size for t in intact)
+
+
+def test_verify_names_every_resource_the_store_holds(store: Path) -> None:
+    """A second resource in the manifest (its entry naming the same files)."""
+    path = store / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    manifest["resources"]["Location"] = manifest["resources"][RESOURCE]
+    path.write_bytes(orjson.dumps(manifest))
+    with pytest.raises(
+        StoreError, match=r"holds no Patient data \(it holds: Location, Organization\)"
+    ):
+        verify(store, ["Patient"])
+    report = verify(store)
+    assert report.ok
+    assert report.files == 2 * [str(t["path"]) for t in tables(store).values()]
+
+
+def test_a_resource_whose_tables_are_not_an_object_is_not_a_crash(store: Path) -> None:
+    """A forged entry whose ``tables`` is a list: verify lists no file, it does not crash."""
+    write_manifest_tables(store, [tables(store)[RESOURCE]])
+    report = verify(store)
+    assert report.files == []
+    assert report.problems == []
+
+
+def test_changes_into_a_damaged_store_name_each_damaged_file_and_write_nothing(
+    store: Path,
+) -> None:
+    """apply_changes checks the stored files first (it merges into them)."""
+    info = tables(store)
+    child = next(t for t in info if t != RESOURCE)
+    path = data_file(store, child)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x02
+    path.write_bytes(bytes(data))
+    data_file(store).unlink()
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    some_id = "does-not-matter"
+    with pytest.raises(StoreDamaged) as caught:
+        apply_changes(RESOURCE, store, deletes=[some_id])
+    assert caught.value.problems == [
+        FileProblem(
+            RESOURCE, RESOURCE, info[RESOURCE]["path"], "missing", info[RESOURCE]["sha256"]
+        ),
+        FileProblem(
+            RESOURCE,
+            child,
+            info[child]["path"],
+            "checksum mismatch",
+            info[child]["sha256"],
+            hashlib.sha256(bytes(data)).hexdigest(),
+        ),
+    ]
+    after = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_a_table_entry_that_is_not_an_object_is_rebuilt_by_the_next_sync(
+    resynced: Path, dep: Any, new_client: Any
+) -> None:
+    info = tables(resynced)
+    child = next(t for t in info if t != RESOURCE)
+    write_manifest_tables(resynced, {**info, child: info[child]["path"]})
+    with new_client(dep) as c:
+        summary = sync(c, resynced, resources=[RESOURCE], progress=False)
+    assert summary.resources[0].repaired == [f"{child}/?"]
+    assert verify(resynced).ok
+    assert tables(resynced)[child]["path"] == info[child]["path"]
