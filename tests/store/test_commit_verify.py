@@ -255,12 +255,42 @@ def test_verify_names_every_resource_the_store_holds(store: Path) -> None:
     assert report.files == 2 * [str(t["path"]) for t in tables(store).values()]
 
 
-def test_a_resource_whose_tables_are_not_an_object_is_not_a_crash(store: Path) -> None:
-    """A forged entry whose ``tables`` is a list: verify lists no file, it does not crash."""
-    write_manifest_tables(store, [tables(store)[RESOURCE]])
+@pytest.mark.parametrize("forged", [["Organization/data.parquet"], "Organization", 7])
+def test_a_resource_whose_tables_are_not_an_object_has_its_main_table_missing(
+    store: Path, forged: Any
+) -> None:
+    """A damaged entry names no file: not a crash, and not "ok" with nothing checked."""
+    write_manifest_tables(store, forged)
     report = verify(store)
-    assert report.files == []
-    assert report.problems == []
+    assert report.problems == [FileProblem(RESOURCE, RESOURCE, f"{RESOURCE}/?", "missing")]
+    assert report.files == [RESOURCE]
+    assert report.bytes == 0
+    said = rf"{RESOURCE}/\? \({RESOURCE}, table {RESOURCE}\): missing"
+    with pytest.raises(StoreDamaged, match=said):
+        report.raise_for_problems()
+
+
+def test_a_resource_entry_without_tables_has_nothing_to_check(store: Path) -> None:
+    path = store / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    del manifest["resources"][RESOURCE]["tables"]
+    path.write_bytes(orjson.dumps(manifest))
+    report = verify(store)
+    assert (report.files, report.problems, report.ok) == ([], [], True)
+
+
+@pytest.mark.parametrize("forged", [["Organization/data.parquet"], "Organization"])
+def test_changes_into_a_store_whose_tables_are_not_an_object_are_refused(
+    store: Path, forged: Any
+) -> None:
+    """apply_changes stopped with a TypeError there (it indexed the forged ``tables``)."""
+    write_manifest_tables(store, forged)
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    with pytest.raises(StoreDamaged) as caught:
+        apply_changes(RESOURCE, store, deletes=["CL-1"])
+    assert caught.value.problems == [FileProblem(RESOURCE, RESOURCE, f"{RESOURCE}/?", "missing")]
+    assert f"--full --resource {RESOURCE}" in str(caught.value)
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
 
 def test_changes_into_a_damaged_store_name_each_damaged_file_and_write_nothing(
