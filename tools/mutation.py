@@ -103,6 +103,7 @@ TARGETS: dict[str, Target] = {
         (
             "toolkit.store.transaction.xǁTransactionǁcommit__mutmut_*",
             "toolkit.store.transaction.xǁTransactionǁremove_superseded__mutmut_*",
+            "toolkit.store.transaction.x_entry_tables__mutmut_*",
             "toolkit.store.transaction.x_check_table__mutmut_*",
             "toolkit.store.transaction.x_verify_entry__mutmut_*",
             "toolkit.store.checksums.x_verify__mutmut_*",
