@@ -269,7 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     tests = list(args.tests or target.tests)
     work = SCRATCH / args.module
     if not args.score_only:
+        stamp = work / "sources.sha256"
+        changed = not stamp.is_file() or stamp.read_text(encoding="utf-8") != _sources_digest(
+            target
+        )
         _prepare(work, target, tests, args.fresh)
+        if changed:
+            # mutmut maps each function to the tests that reach it and only adds new tests to
+            # that map: a function added since would be tried against the new tests alone.
+            (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     # The store tests build one synced store per run, not one per mutant.
     store = work / "store-cache" / "pmtk-store"
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PMTK_MUTATION_STORE": str(store)}
