@@ -10,6 +10,7 @@ pmtk happens to return. ``tools/mutation.py rules`` runs both files.
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -739,3 +740,23 @@ def test_a_live_form_and_a_value_inside_an_accepted_object_name_their_catalogue_
         Observation("enum", "Organization.telecom.system", "telecom.system", "phone"),
         Observation("enum", "Organization.telecom.use", "telecom.use", "work"),
     ]
+
+
+def test_a_format_or_size_rule_of_a_weaker_source_carries_that_source() -> None:
+    """The format aspect's own source, as for the type and the enum.
+
+    No catalogue field states its format from a weaker source than its own yet, so
+    the field is Referral's attachment data with its format taken from the facts.
+    """
+    data = catalogue.field_at("Referral", "attachments.data")
+    facts_format = replace(data, aspects=(("format", "facts"),))
+    [v] = check_value(facts_format, "not base64!", path="a")
+    assert (v.path, v.category, v.source) == ("a", "format", "facts")
+    text = base64.b64encode(b"12345").decode()
+    [v] = check_value(facts_format, text, Options(max_attachment_bytes=4), path="a")
+    assert full([v]) == [
+        ("a", "attachment", "decodes to 5 bytes, more than the 4-byte limit", "facts")
+    ]
+    # the spec's own attachment limit ("each at most 200 MB decoded") is a spec rule
+    [v] = check_value(data, text, Options(max_attachment_bytes=4), path="a")
+    assert (v.category, v.source) == ("attachment", "spec")
