@@ -12,8 +12,11 @@ writes a ``mutants/`` copy of the sources there. To keep one module's run from
 disturbing another's (and the work tree), each module gets its own scratch
 directory ``.mutation/<module>/`` (git-ignored) holding a copy of the sources and
 tests and a ``pyproject.toml`` whose ``[tool.mutmut]`` names only that module and
-its test files. mutmut caches verdicts there, so a rerun after a change to the
-tests re-tests only what the change can affect. ``--fresh`` starts from scratch.
+its test files. mutmut caches verdicts there. It re-runs every mutant a name or
+glob selects, killed or not, so a rerun of a module scored on a selection, whose
+mutated files are unchanged since the last run, names only the mutants not killed
+then; after a change to those files every selected mutant runs again.
+``--fresh`` starts from scratch.
 
 The script prints the score (killed / all mutants) and writes the surviving
 mutants' names to ``.mutation/<module>/survivors.txt``; ``docs/testing.md``
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -99,6 +103,7 @@ TARGETS: dict[str, Target] = {
         (
             "toolkit.store.transaction.xǁTransactionǁcommit__mutmut_*",
             "toolkit.store.transaction.xǁTransactionǁremove_superseded__mutmut_*",
+            "toolkit.store.transaction.x_entry_tables__mutmut_*",
             "toolkit.store.transaction.x_check_table__mutmut_*",
             "toolkit.store.transaction.x_verify_entry__mutmut_*",
             "toolkit.store.checksums.x_verify__mutmut_*",
@@ -199,6 +204,34 @@ _KILLED = 1
 """mutmut's exit code for a mutant whose tests failed."""
 
 
+def _sources_digest(target: Target) -> str:
+    """The sha256 of the mutated files: mutmut's cached mutants hold only while it is unchanged."""
+    digest = hashlib.sha256()
+    for name in target.source.split(","):
+        digest.update(name.encode())
+        digest.update((ROOT / name).read_bytes())
+    return digest.hexdigest()
+
+
+def _not_killed(work: Path, target: Target, only: list[str]) -> list[str] | None:
+    """The selected mutants the last run did not kill, or ``None`` when all must run.
+
+    ``None`` when there was no run yet or the mutated files changed since (the
+    cached mutant names would not be this code's).
+    """
+    stamp = work / "sources.sha256"
+    if not stamp.is_file() or stamp.read_text(encoding="utf-8") != _sources_digest(target):
+        return None
+    names = []
+    for meta in (work / "mutants").rglob("*.py.meta"):
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        for key, code in data.get("exit_code_by_key", {}).items():
+            selected = not only or any(fnmatch.fnmatchcase(key, pat) for pat in only)
+            if selected and code != _KILLED:
+                names.append(key)
+    return sorted(names)
+
+
 def _verdicts(work: Path, only: list[str]) -> dict[str, str]:
     """Each mutant's status from ``mutmut results``, limited to the ``only`` globs if any."""
     done = subprocess.run(
@@ -236,16 +269,31 @@ def main(argv: list[str] | None = None) -> int:
     tests = list(args.tests or target.tests)
     work = SCRATCH / args.module
     if not args.score_only:
+        stamp = work / "sources.sha256"
+        changed = not stamp.is_file() or stamp.read_text(encoding="utf-8") != _sources_digest(
+            target
+        )
         _prepare(work, target, tests, args.fresh)
+        if changed:
+            # mutmut maps each function to the tests that reach it and only adds new tests to
+            # that map: a function added since would be tried against the new tests alone.
+            (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     # The store tests build one synced store per run, not one per mutant.
     store = work / "store-cache" / "pmtk-store"
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PMTK_MUTATION_STORE": str(store)}
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
     # mutmut redraws a progress line many times a second: keep it in a log, not the terminal.
     only = list(args.only or target.only)
+    names = only
+    if not args.score_only and not args.only and only:
+        # mutmut reruns whatever it is named; without names it keeps its verdicts itself
+        pending = _not_killed(work, target, only)
+        names = only if pending is None else pending
     with (work / "run.log").open("a", encoding="utf-8") as log:
-        if not args.score_only:
-            subprocess.run([*command, *only], cwd=work, env=env, check=False, stdout=log)
+        if not args.score_only and (names or not only):
+            subprocess.run([*command, *names], cwd=work, env=env, check=False, stdout=log)
+    if not args.score_only and not args.only:
+        (work / "sources.sha256").write_text(_sources_digest(target), encoding="utf-8")
 
     verdicts = _verdicts(work, only)
     counts = Counter(verdicts.values())

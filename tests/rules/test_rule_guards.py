@@ -10,6 +10,7 @@ pmtk happens to return. ``tools/mutation.py rules`` runs both files.
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -678,3 +679,84 @@ def test_modes_decide_the_id_prefixes_and_the_create_requirements() -> None:
     )
     assert check_resource("Appointment", {"description": "x"}, Options(mode="patch")) == []
     assert check_resource(catalogue.resource("Organization"), {"name": "X"}) == []
+
+
+PATCH = Options(mode="patch")
+
+
+def test_a_rule_is_only_as_strong_as_the_aspect_that_states_it() -> None:
+    """A field whose type, format or members come from a weaker source than its resource's
+    (spec < facts < pmtk) breaks a rule of that weaker source."""
+    # Appointment.supportingInformation: one Reference in the spec, an array in the facts
+    body = {**APPT, "supportingInformation": [None]}
+    assert full(check_resource("Appointment", body, CREATE)) == [
+        ("supportingInformation[0]", "type", "must not be null", "facts")
+    ]
+    # Referral.limitQuantity.quantity: untyped in the spec; pmtk reads it as an integer
+    body = {"limitQuantity": {"quantity": "six"}}
+    assert full(check_resource("Referral", body, PATCH)) == [
+        ("limitQuantity.quantity", "type", "expected an integer, got string 'six'", "pmtk")
+    ]
+    # Appointment.participant.type (ATND) is seen only on the live service: its members too
+    participant = {**APPT["participant"][0], "type": [{"coding": [{"code": 5}]}]}
+    assert full(check_resource("Appointment", {**APPT, "participant": [participant]}, CREATE)) == [
+        (
+            "participant[0].type[0].coding[0].code",
+            "type",
+            "expected a string, got integer 5",
+            "facts",
+        )
+    ]
+    # an invoice line's price currency: the ISO 4217 format is pmtk's
+    body = {"unitPriceComponent": [{"amount": {"value": 1, "currency": "dollars"}}]}
+    assert full(check_resource("InvoiceLine", body, PATCH)) == [
+        (
+            "unitPriceComponent[0].amount.currency",
+            "format",
+            "'dollars' is not a valid currency (an ISO 4217 code such as 'AUD')",
+            "pmtk",
+        )
+    ]
+    # a Patient is a facts resource: its spec-formatted birthDate is a facts rule
+    [v] = check_resource("Patient", {"birthDate": "1990-13-45"}, PATCH)
+    assert (v.path, v.category, v.source) == ("birthDate", "format", "facts")
+
+
+def test_a_live_form_and_a_value_inside_an_accepted_object_name_their_catalogue_path() -> None:
+    options, seen = seen_with(mode="patch", live_forms=True)
+    check_resource("Referral", {"limitQuantity": {"quantity": {"value": 6}}}, options)
+    assert [o for o in seen if o.kind == "form"] == [
+        Observation(
+            "form", "Referral.limitQuantity.quantity", "limitQuantity.quantity", "value:Quantity"
+        )
+    ]
+    # Organization.telecom sent as one object where an array is accepted: its values are
+    # still checked (formats included) and observed under the field's catalogue path
+    options, seen = seen_with(mode="create", accept_arrays=frozenset({"Organization.telecom"}))
+    body = {"name": "X", "telecom": {"system": "phone", "value": "call me", "use": "work"}}
+    [v] = check_resource("Organization", body, options)
+    assert (v.path, v.category, v.source) == ("telecom.value", "format", "spec")
+    assert [o for o in seen if o.kind == "enum"] == [
+        Observation("enum", "Organization.telecom.system", "telecom.system", "phone"),
+        Observation("enum", "Organization.telecom.use", "telecom.use", "work"),
+    ]
+
+
+def test_a_format_or_size_rule_of_a_weaker_source_carries_that_source() -> None:
+    """The format aspect's own source, as for the type and the enum.
+
+    No catalogue field states its format from a weaker source than its own yet, so
+    the field is Referral's attachment data with its format taken from the facts.
+    """
+    data = catalogue.field_at("Referral", "attachments.data")
+    facts_format = replace(data, aspects=(("format", "facts"),))
+    [v] = check_value(facts_format, "not base64!", path="a")
+    assert (v.path, v.category, v.source) == ("a", "format", "facts")
+    text = base64.b64encode(b"12345").decode()
+    [v] = check_value(facts_format, text, Options(max_attachment_bytes=4), path="a")
+    assert full([v]) == [
+        ("a", "attachment", "decodes to 5 bytes, more than the 4-byte limit", "facts")
+    ]
+    # the spec's own attachment limit ("each at most 200 MB decoded") is a spec rule
+    [v] = check_value(data, text, Options(max_attachment_bytes=4), path="a")
+    assert (v.category, v.source) == ("attachment", "spec")

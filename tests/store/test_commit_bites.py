@@ -13,6 +13,7 @@ files the manifest names. ``tools/mutation.py commit`` runs this file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -25,7 +26,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import copied_store, synced_store
-from toolkit.store import StoreError, load, sync, verify
+from toolkit.store import StoreError, StoreWriteError, load, sync, verify
 
 RESOURCE = "Organization"
 
@@ -187,6 +188,135 @@ def test_a_sync_with_nothing_new_keeps_the_files_and_leaves_nothing_behind(
     assert manifest_tables(synced) == before_tables
     assert {p: p.stat().st_ino for p in synced.rglob("data-*.parquet")} == stats
     assert_only_named_files(synced)
+
+
+def data_renames(store: Path, fail_at: int, exc: BaseException, failed: list[Path]) -> Any:
+    """An ``os.replace`` that raises ``exc`` at the ``fail_at``-th commit of a data file
+    (whose target it adds to ``failed``)."""
+    real_replace = os.replace
+    seen = {"data": 0}
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        target = Path(dst)
+        if target.parent.parent == store and target.name.startswith("data-"):
+            seen["data"] += 1
+            if seen["data"] == fail_at:
+                failed.append(target)
+                raise exc
+        real_replace(src, dst, *args, **kwargs)
+
+    return replace
+
+
+def touch_some(dep: Any, store: Path, rows: slice) -> list[str]:
+    """Give some stored records a new version on the mock, so the next sync commits."""
+    main = load(RESOURCE, store)
+    assert isinstance(main, pl.DataFrame)
+    ids = [str(i) for i in main["id"][rows]]
+    dep.touch(RESOURCE, ids)
+    return ids
+
+
+def test_a_failed_rename_of_a_data_file_names_its_table_and_the_next_sync_finishes(
+    dep: Any, new_client: Any, synced: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device answers EIO when the second table's new file is moved in."""
+    before_tables, before = manifest_tables(synced), frames(synced)
+    ids = touch_some(dep, synced, slice(5, 7))
+    failed: list[Path] = []
+    eio = OSError(errno.EIO, "I/O error")
+    monkeypatch.setattr(os, "replace", data_renames(synced, 2, eio, failed))
+    with new_client(dep) as c, pytest.raises(StoreWriteError) as info:
+        sync(c, synced, resources=[RESOURCE], progress=False)
+    monkeypatch.undo()
+    [target] = failed
+    table = target.parent.name
+    assert f"an I/O error from the device (EIO) while committing {table} ({target})" in str(
+        info.value
+    )
+    assert (info.value.step, info.value.path, info.value.errno) == (
+        f"committing {table}",
+        target,
+        errno.EIO,
+    )
+    # the manifest still names the previous files, untouched
+    assert manifest_tables(synced) == before_tables
+    assert verify(synced).ok
+    assert all(frames(synced)[t].equals(before[t]) for t in before)
+    with new_client(dep) as c:
+        again = sync(c, synced, resources=[RESOURCE], progress=False)
+    assert again.resources[0].repaired == []
+    assert manifest_tables(synced) != before_tables
+    assert verify(synced).ok
+    assert_only_named_files(synced)
+    assert frames(synced)[RESOURCE].filter(pl.col("id").is_in(ids)).height == len(ids)
+
+
+def test_a_file_where_a_table_folder_belongs_fails_the_commit_naming_it(
+    dep: Any, new_client: Any, synced: Path
+) -> None:
+    """A stray file has the name of a table's folder: the commit cannot create the folder."""
+    before_tables = manifest_tables(synced)
+    child = next(t for t in before_tables if t != RESOURCE)
+    folder = synced / child
+    shutil.rmtree(folder)
+    folder.write_bytes(b"a file, not the table's folder")
+    with new_client(dep) as c, pytest.raises(StoreWriteError) as info:
+        sync(c, synced, resources=[RESOURCE], progress=False)
+    assert info.value.step == f"committing {child}"
+    assert f"while committing {child} ({folder})" in str(info.value)
+    assert manifest_tables(synced) == before_tables
+    assert folder.read_bytes() == b"a file, not the table's folder"
+    folder.unlink()
+    with new_client(dep) as c:
+        sync(c, synced, resources=[RESOURCE], progress=False)
+    assert verify(synced).ok
+    assert_only_named_files(synced)
+    assert (synced / manifest_tables(synced)[child]["path"]).is_file()
+
+
+def test_a_commit_journal_without_its_manifest_entry_is_dropped_not_a_crash(
+    dep: Any, new_client: Any, synced: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal in its commit phase whose entry is null (hand-edited, or a foreign tool's)."""
+    ids = touch_some(dep, synced, slice(7, 9))
+    before_tables = manifest_tables(synced)
+    monkeypatch.setattr(os, "replace", data_renames(synced, 1, KeyboardInterrupt(), []))
+    with new_client(dep) as c, pytest.raises(KeyboardInterrupt):
+        sync(c, synced, resources=[RESOURCE], progress=False)
+    monkeypatch.undo()
+    [journal] = synced.glob(f".staging/{RESOURCE}/state.json")
+    state = orjson.loads(journal.read_bytes())
+    assert state["phase"] == "commit" and state["entry"] is not None
+    journal.write_bytes(orjson.dumps({**state, "entry": None}))
+    with new_client(dep) as c:
+        summary = sync(c, synced, resources=[RESOURCE], progress=False)
+    # nothing to roll forward: the staged commit is dropped and the sync starts over
+    assert summary.resources[0].status == "updated"
+    assert manifest_tables(synced) != before_tables
+    assert verify(synced).ok
+    assert_only_named_files(synced)
+    assert frames(synced)[RESOURCE].filter(pl.col("id").is_in(ids)).height == len(ids)
+
+
+def test_a_folder_named_like_a_data_file_is_left_and_the_commit_stands(
+    dep: Any, new_client: Any, synced: Path
+) -> None:
+    """Removing superseded files meets one it cannot unlink (a folder): a leftover, no failure."""
+    before_tables = manifest_tables(synced)
+    stray = synced / RESOURCE / "data-0123456789abcdef.parquet"
+    stray.mkdir()
+    (stray / "kept.txt").write_bytes(b"the user's")
+    ids = touch_some(dep, synced, slice(9, 11))
+    with new_client(dep) as c:
+        summary = sync(c, synced, resources=[RESOURCE], progress=False)
+    assert summary.resources[0].status == "updated"
+    after_tables = manifest_tables(synced)
+    assert after_tables[RESOURCE]["path"] != before_tables[RESOURCE]["path"]
+    assert verify(synced).ok
+    assert (stray / "kept.txt").read_bytes() == b"the user's"
+    assert frames(synced)[RESOURCE].filter(pl.col("id").is_in(ids)).height == len(ids)
+    assert not synced.joinpath(".staging", RESOURCE).exists()
 
 
 # --------------------------------------------------------------------------- verify

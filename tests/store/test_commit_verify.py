@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from tests.conftest import copied_store, synced_store
-from toolkit.store import StoreError, sync, verify
+from toolkit.store import FileProblem, StoreDamaged, StoreError, apply_changes, sync, verify
 
 RESOURCE = "Organization"
 
@@ -194,3 +194,145 @@ def test_a_missing_file_is_rebuilt_by_the_next_sync(
         summary = sync(c, resynced, resources=[RESOURCE], progress=False)
     assert summary.resources[0].repaired
     assert verify(resynced).ok
+
+
+def write_manifest_tables(store: Path, entries: Any) -> None:
+    path = store / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    manifest["resources"][RESOURCE]["tables"] = entries
+    path.write_bytes(orjson.dumps(manifest))
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="uses /proc/self/mem")
+def test_each_kind_of_problem_names_its_resource_table_and_file(store: Path) -> None:
+    """Four tables damaged four ways in one store: every field of every problem."""
+    info = tables(store)
+    main, *children = list(info)
+    flipped, gone, unsummed, unreadable = main, children[0], children[1], children[2]
+    data = bytearray(data_file(store, flipped).read_bytes())
+    data[len(data) // 3] ^= 0x04
+    data_file(store, flipped).write_bytes(bytes(data))
+    data_file(store, gone).unlink()
+    data_file(store, unreadable).unlink()
+    data_file(store, unreadable).symlink_to("/proc/self/mem")
+    damaged = dict(info)
+    damaged[unsummed] = {**info[unsummed], "sha256": ""}
+    write_manifest_tables(store, damaged)
+    report = verify(store)
+    expected = {
+        flipped: FileProblem(
+            RESOURCE,
+            flipped,
+            info[flipped]["path"],
+            "checksum mismatch",
+            info[flipped]["sha256"],
+            hashlib.sha256(bytes(data)).hexdigest(),
+        ),
+        gone: FileProblem(RESOURCE, gone, info[gone]["path"], "missing", info[gone]["sha256"]),
+        unsummed: FileProblem(RESOURCE, unsummed, info[unsummed]["path"], "no checksum"),
+        unreadable: FileProblem(
+            RESOURCE, unreadable, info[unreadable]["path"], "unreadable (Input/output error)"
+        ),
+    }
+    assert report.problems == [expected[t] for t in info if t in expected]
+    assert report.files == [str(t["path"]) for t in info.values()]
+    intact = [t for t in info if t not in expected]
+    assert report.bytes == sum((store / info[t]["path"]).stat().st_size for t in intact)
+
+
+def test_verify_names_every_resource_the_store_holds(store: Path) -> None:
+    """A second resource in the manifest (its entry naming the same files)."""
+    path = store / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    manifest["resources"]["Location"] = manifest["resources"][RESOURCE]
+    path.write_bytes(orjson.dumps(manifest))
+    with pytest.raises(
+        StoreError, match=r"holds no Patient data \(it holds: Location, Organization\)"
+    ):
+        verify(store, ["Patient"])
+    report = verify(store)
+    assert report.ok
+    assert report.files == 2 * [str(t["path"]) for t in tables(store).values()]
+
+
+@pytest.mark.parametrize("forged", [["Organization/data.parquet"], "Organization", 7])
+def test_a_resource_whose_tables_are_not_an_object_has_its_main_table_missing(
+    store: Path, forged: Any
+) -> None:
+    """A damaged entry names no file: not a crash, and not "ok" with nothing checked."""
+    write_manifest_tables(store, forged)
+    report = verify(store)
+    assert report.problems == [FileProblem(RESOURCE, RESOURCE, f"{RESOURCE}/?", "missing")]
+    assert report.files == [RESOURCE]
+    assert report.bytes == 0
+    said = rf"{RESOURCE}/\? \({RESOURCE}, table {RESOURCE}\): missing"
+    with pytest.raises(StoreDamaged, match=said):
+        report.raise_for_problems()
+
+
+def test_a_resource_entry_without_tables_has_nothing_to_check(store: Path) -> None:
+    path = store / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    del manifest["resources"][RESOURCE]["tables"]
+    path.write_bytes(orjson.dumps(manifest))
+    report = verify(store)
+    assert (report.files, report.problems, report.ok) == ([], [], True)
+
+
+@pytest.mark.parametrize("forged", [["Organization/data.parquet"], "Organization"])
+def test_changes_into_a_store_whose_tables_are_not_an_object_are_refused(
+    store: Path, forged: Any
+) -> None:
+    """apply_changes stopped with a TypeError there (it indexed the forged ``tables``)."""
+    write_manifest_tables(store, forged)
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    with pytest.raises(StoreDamaged) as caught:
+        apply_changes(RESOURCE, store, deletes=["CL-1"])
+    assert caught.value.problems == [FileProblem(RESOURCE, RESOURCE, f"{RESOURCE}/?", "missing")]
+    assert f"--full --resource {RESOURCE}" in str(caught.value)
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+
+
+def test_changes_into_a_damaged_store_name_each_damaged_file_and_write_nothing(
+    store: Path,
+) -> None:
+    """apply_changes checks the stored files first (it merges into them)."""
+    info = tables(store)
+    child = next(t for t in info if t != RESOURCE)
+    path = data_file(store, child)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x02
+    path.write_bytes(bytes(data))
+    data_file(store).unlink()
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    some_id = "does-not-matter"
+    with pytest.raises(StoreDamaged) as caught:
+        apply_changes(RESOURCE, store, deletes=[some_id])
+    assert caught.value.problems == [
+        FileProblem(
+            RESOURCE, RESOURCE, info[RESOURCE]["path"], "missing", info[RESOURCE]["sha256"]
+        ),
+        FileProblem(
+            RESOURCE,
+            child,
+            info[child]["path"],
+            "checksum mismatch",
+            info[child]["sha256"],
+            hashlib.sha256(bytes(data)).hexdigest(),
+        ),
+    ]
+    after = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_a_table_entry_that_is_not_an_object_is_rebuilt_by_the_next_sync(
+    resynced: Path, dep: Any, new_client: Any
+) -> None:
+    info = tables(resynced)
+    child = next(t for t in info if t != RESOURCE)
+    write_manifest_tables(resynced, {**info, child: info[child]["path"]})
+    with new_client(dep) as c:
+        summary = sync(c, resynced, resources=[RESOURCE], progress=False)
+    assert summary.resources[0].repaired == [f"{child}/?"]
+    assert verify(resynced).ok
+    assert tables(resynced)[child]["path"] == info[child]["path"]

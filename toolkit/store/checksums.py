@@ -11,7 +11,7 @@ from typing import Any
 
 from toolkit.store.layout import read_manifest
 from toolkit.store.results import DEFAULT_STORE, FileProblem, StoreDamaged, StoreError
-from toolkit.store.transaction import check_table
+from toolkit.store.transaction import check_table, entry_tables
 
 
 @dataclass(slots=True)
@@ -99,8 +99,7 @@ def verify(
 def _check_resource(report: VerifyReport, resource_type: str, entry: Mapping[str, Any]) -> None:
     """Check every file of one resource's manifest entry, adding to ``report``."""
     root = report.store
-    tables = entry.get("tables")
-    for table, info in (tables if isinstance(tables, dict) else {}).items():
+    for table, info in entry_tables(resource_type, entry).items():
         info = info if isinstance(info, dict) else {}
         report.files.append(str(info.get("path", table)))
         problem = check_table(root, resource_type, table, info)

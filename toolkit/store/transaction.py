@@ -408,6 +408,19 @@ def file_info(table: str, path: Path) -> dict[str, Any]:
 # -- verify --------------------------------------------------------------------------
 
 
+def entry_tables(resource_type: str, entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The tables a manifest entry names; a ``tables`` that is not an object names none.
+
+    Such an entry (damaged, or forged) leaves the resource's data unreachable: it
+    stands for its main table with no file, so that it is reported ``missing``
+    rather than passed as intact with nothing checked.
+    """
+    tables = entry.get("tables")
+    if tables is None:
+        return {}
+    return tables if isinstance(tables, dict) else {resource_type: {}}
+
+
 def check_table(
     root: Path, resource_type: str, table: str, info: Mapping[str, Any]
 ) -> FileProblem | None:
@@ -430,9 +443,7 @@ def check_table(
 
 def verify_entry(root: Path, resource_type: str, entry: Mapping[str, Any]) -> list[FileProblem]:
     """Every problem of the committed files a manifest entry names (empty when intact)."""
-    tables = entry.get("tables")
-    if not isinstance(tables, dict):
-        return []
+    tables = entry_tables(resource_type, entry)
     found = (
         check_table(root, resource_type, table, info if isinstance(info, dict) else {})
         for table, info in tables.items()
