@@ -293,6 +293,20 @@ def test_changes_into_a_store_whose_tables_are_not_an_object_are_refused(
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
 
+def test_changes_into_a_store_whose_entry_lacks_a_child_table_are_refused(store: Path) -> None:
+    """apply_changes stopped with a KeyError there (it indexed every table of the view)."""
+    info = tables(store)
+    child = "organization_type"  # a child table of the view (not the raw records)
+    assert child in info
+    write_manifest_tables(store, {t: v for t, v in info.items() if t != child})
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    with pytest.raises(StoreDamaged) as caught:
+        apply_changes(RESOURCE, store, deletes=["CL-1"])
+    assert caught.value.problems == [FileProblem(RESOURCE, child, f"{child}/?", "missing")]
+    assert f"--full --resource {RESOURCE}" in str(caught.value)
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+
+
 def test_changes_into_a_damaged_store_name_each_damaged_file_and_write_nothing(
     store: Path,
 ) -> None:

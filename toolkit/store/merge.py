@@ -59,6 +59,7 @@ from toolkit.store.results import (
     STORE_FORMAT,
     STORE_KIND,
     ErrorsMode,
+    FileProblem,
     StoreDamaged,
     StoreError,
     StoreWriteError,
@@ -343,9 +344,18 @@ def _stored_tables(
         )
         raise StoreError(msg)
     problems = verify_entry(root, resource_type, entry)
+    tables = entry["tables"]
+    if isinstance(tables, dict):  # (one that is not is reported missing by verify_entry)
+        # a table of the resource that the entry does not name (a damaged or forged
+        # manifest) is missing too: merging without it would drop its rows
+        problems += [
+            FileProblem(resource_type, t, f"{t}/?", "missing")
+            for t in empty
+            if not isinstance(tables.get(t), dict)
+        ]
     if problems:
         raise StoreDamaged(root, problems)
-    return {t: root / str(entry["tables"][t]["path"]) for t in empty}
+    return {t: root / str(tables[t]["path"]) for t in empty}
 
 
 def _write_changed(
