@@ -34,6 +34,8 @@ runner = CliRunner()
 PMTK = Path(sys.executable).parent / "pmtk"
 SECRET = "-s3cret [bold]x[/] value"
 """Starts with '-', holds rich markup: neither may be parsed, shown or echoed."""
+OPT_INS = ("--allow-writes", "--probe-rate-limit")
+"""Every opt-in of ``pmtk check``: the clean run checks all that the suite can."""
 NOISE = re.compile(r"Traceback|INTERNALERROR|\[\s*\d+%\]|::|contracts/test_\w+\.py|!!!|Exit: ")
 """What pytest would leak: tracebacks, ``[ 82%]``, node ids, its exit banners."""
 
@@ -334,6 +336,11 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     The report folder already holds a format-1 report that lists a failure, and it is
     also the ``--baseline``: the baseline is read before the run, so the new report
     written over it still compares against the old content.
+
+    Every opt-in is on (``--allow-writes --probe-rate-limit``), so that this one run
+    of the whole suite is also the clean-mock conformance run: the tests below share
+    it instead of each starting a complete check (the 90-second target it used to
+    assert is ``tests/benchmarks/bench_check.py``).
     """
     reports = tmp_path_factory.mktemp("reports")
     old = {
@@ -355,6 +362,7 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "1",
             "--baseline",
             str(reports / "report.json"),
+            *OPT_INS,
         ],
         capture_output=True,
         text=True,
@@ -363,6 +371,24 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     report = json.loads((reports / "report.json").read_text())
     return {"proc": proc, "report": report, "dir": reports}
+
+
+def test_clean_mock_with_every_opt_in_is_conformant(clean_run: dict[str, Any]) -> None:
+    proc, report = clean_run["proc"], clean_run["report"]
+    failed = [
+        c["id"] + ": " + c["message"][:200] for c in report["checks"] if c["status"] == "failed"
+    ]
+    assert proc.returncode == 0, failed or proc.stderr + proc.stdout
+    assert report["summary"]["failed"] == 0
+    assert report["summary"]["by_category"]["write"]["passed"] > 0  # --allow-writes applied
+    assert report["observations"]["rate_limit_probe"]["first_429_at"] == 501
+    assert report["observations"]["token_lifetime"]["honours"].startswith("documented")
+    assert report["observations"]["capability_statement"] == {
+        "served": True,
+        "differences": 0,
+        "first_differences": [],
+    }
+    assert "total time" in proc.stdout
 
 
 def test_clean_mock_exits_0_through_the_console_script(clean_run: dict[str, Any]) -> None:

@@ -1,10 +1,14 @@
-"""The contract suite against the mock: clean passes, every fault is caught in its category."""
+"""The contract suite against the mock: every fault is caught in its category.
+
+The clean mock's run with every opt-in (it passes) is ``clean_run`` in
+``tests/contracts/test_command.py``, one run of the whole suite that the console-script
+tests there share; its 90-second target is ``tests/benchmarks/bench_check.py``.
+"""
 
 from __future__ import annotations
 
 import json
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,27 +45,6 @@ def _check(dep: Any, report_dir: Path, *extra: str) -> tuple[int, dict[str, Any]
     report_path = report_dir / "report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     return result.exit_code, report, result.output
-
-
-def test_clean_mock_with_every_opt_in_is_conformant_within_90_seconds(tmp_path: Path) -> None:
-    started = time.monotonic()
-    with serve(test_controls=True) as dep:
-        code, report, output = _check(dep, tmp_path, "--allow-writes", "--probe-rate-limit")
-    elapsed = time.monotonic() - started
-    failed = [
-        c["id"] + ": " + c["message"][:200] for c in report["checks"] if c["status"] == "failed"
-    ]
-    assert code == 0, failed or output
-    assert report["summary"]["failed"] == 0
-    assert report["observations"]["rate_limit_probe"]["first_429_at"] == 501
-    assert report["observations"]["token_lifetime"]["honours"].startswith("documented")
-    assert report["observations"]["capability_statement"] == {
-        "served": True,
-        "differences": 0,
-        "first_differences": [],
-    }
-    assert "total time" in output
-    assert elapsed < 90
 
 
 @pytest.mark.parametrize("fault", FAULTS)

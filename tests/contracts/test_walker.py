@@ -6,40 +6,10 @@ import copy
 from typing import Any
 
 from contracts.walker import Seen, walk_resource
+from tests.samples import appointment, organization
 
-ORG: dict[str, Any] = {
-    "resourceType": "Organization",
-    "id": "CL-1",
-    "name": "Clinic",
-    "telecom": [
-        {"system": "phone", "value": "+61298765432", "use": "work"},
-        {"system": "email", "value": "a@b.example", "use": "work"},
-    ],
-    "address": [{"use": "work", "type": "physical", "country": "AU"}],
-    "partOf": {"reference": "/main/Organization/PG-1", "type": "Organization"},
-}
-
-APPT: dict[str, Any] = {
-    "resourceType": "Appointment",
-    "id": "77",
-    "start": "2026-11-23T09:00:00Z",
-    "end": "2026-11-23T09:30:00Z",
-    "extension": [{"url": "location-type", "valueCode": "clinic"}],
-    "participant": [
-        {
-            "actor": {"reference": "/main/PractitionerRole/PR-1", "type": "PractitionerRole"},
-            "modifierExtension": [
-                {"url": "appointment-participant-status", "valueCoding": {"code": "booked"}}
-            ],
-            "extension": [
-                {
-                    "url": "appointment-participant-invoice",
-                    "valueReference": {"reference": "/main/Invoice/9", "type": "Invoice"},
-                }
-            ],
-        }
-    ],
-}
+ORG = organization()
+APPT = appointment()
 
 
 def _categories(resource: str, data: Any) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.samples import appointment, organization
 from toolkit import catalogue
 from toolkit.rules import Observation, Options, check_resource, check_value, id_problem
 
@@ -18,17 +19,7 @@ PATCH = Options(mode="patch")
 READ = Options(mode="read")
 CLOSED = Options(mode="create", closed=True)
 
-ORG: dict[str, Any] = {
-    "resourceType": "Organization",
-    "id": "CL-1",
-    "name": "Clinic",
-    "telecom": [
-        {"system": "phone", "value": "+61298765432", "use": "work"},
-        {"system": "email", "value": "a@b.example", "use": "work"},
-    ],
-    "address": [{"use": "work", "country": "AU"}],
-    "partOf": {"reference": "/main/Organization/PG-1", "type": "Organization"},
-}
+ORG = organization()
 
 REFERRAL: dict[str, Any] = {
     "coverage": {"reference": "/main/Coverage/7", "type": "Coverage"},
@@ -44,21 +35,7 @@ REFERRAL: dict[str, Any] = {
     ],
 }
 
-APPT: dict[str, Any] = {
-    "resourceType": "Appointment",
-    "id": "77",
-    "start": "2026-11-23T09:00:00Z",
-    "end": "2026-11-23T09:30:00Z",
-    "extension": [{"url": "location-type", "valueCode": "clinic"}],
-    "participant": [
-        {
-            "actor": {"reference": "/main/PractitionerRole/PR-1", "type": "PractitionerRole"},
-            "modifierExtension": [
-                {"url": "appointment-participant-status", "valueCoding": {"code": "booked"}}
-            ],
-        }
-    ],
-}
+APPT = appointment()
 
 
 def found(resource: str, body: Any, options: Options = READ) -> list[tuple[str, str]]:

@@ -97,6 +97,13 @@ class Prefetch(Generic[_T]):
         tb: TracebackType | None,
     ) -> None:
         self._stop.set()
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            # Ctrl-C: the worker only fetches (pages are staged in the consuming
+            # thread), so nothing is lost by not waiting. It may be asleep in a
+            # rate-limit wait of up to a minute, which joining would sit out (up
+            # to the 30 s below) before the interrupt took effect. It is a daemon
+            # thread and, the stop flag set, hands nothing on when it wakes.
+            return
         self._thread.join(timeout=30)
 
 
