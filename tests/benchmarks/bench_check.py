@@ -35,9 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from toolkit.mock import serve
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script too
+from tests.conftest import api_client
 
 USER_AGENT = "pmtk-bench (bench@example.invalid)"
 PMTK = Path(sys.executable).parent / "pmtk"
@@ -64,24 +65,13 @@ def _check(extra: tuple[str, ...]) -> tuple[float, int, int]:
 
 def _seconds_per_request(reads: int = 200) -> float:
     """The mock's median time for one single-resource read over loopback HTTP."""
-    with serve(test_controls=True) as dep:
-        token = httpx.post(
-            f"{dep.base_url}/oauth/token",
-            json={
-                "grant_type": "client_credentials",
-                "client_id": dep.client_id,
-                "client_secret": dep.client_secret,
-            },
-            headers={"User-Agent": USER_AGENT},
-        ).json()["access_token"]
-        headers = {"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT}
-        with httpx.Client(base_url=dep.base_url + "/", headers=headers) as api:
-            first = api.get("Organization", params={"_count": 1}).json()["entry"][0]["resource"]
-            times = []
-            for _ in range(reads):
-                began = time.perf_counter()
-                api.get(f"Organization/{first['id']}").raise_for_status()
-                times.append(time.perf_counter() - began)
+    with serve(test_controls=True) as dep, api_client(dep) as api:
+        first = api.get("Organization", params={"_count": 1}).json()["entry"][0]["resource"]
+        times = []
+        for _ in range(reads):
+            began = time.perf_counter()
+            api.get(f"Organization/{first['id']}").raise_for_status()
+            times.append(time.perf_counter() - began)
     return statistics.median(times)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests import samples
 from toolkit import catalogue
 from toolkit.rules import (
     Observation,
@@ -486,19 +487,9 @@ def test_format_when_skips_the_format_but_not_the_type() -> None:
 # --------------------------------------------------------------------------- unknown keys (closed)
 
 APPT: dict[str, Any] = {
-    "start": "2026-11-23T09:00:00Z",
-    "end": "2026-11-23T09:30:00Z",
-    "extension": [{"url": "location-type", "valueCode": "clinic"}],
-    "participant": [
-        {
-            "actor": {"reference": "/main/PractitionerRole/PR-1", "type": "PractitionerRole"},
-            "modifierExtension": [
-                {"url": "appointment-participant-status", "valueCoding": {"code": "booked"}}
-            ],
-            "extension": [],
-        }
-    ],
+    k: v for k, v in samples.appointment().items() if k not in ("resourceType", "id")
 }
+"""tests.samples' Appointment as a request body (no resourceType, no id)."""
 
 
 def full(violations: list[Violation]) -> list[tuple[str, str, str, str]]:

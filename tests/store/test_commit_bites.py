@@ -60,6 +60,14 @@ def assert_only_named_files(store: Path) -> None:
     assert files - {"manifest.json", ".lock"} == named
 
 
+def assert_recommitted(store: Path, before_tables: dict[str, Any], ids: list[str]) -> None:
+    """A new commit landed whole: new files named, all intact, nothing else left, ``ids`` in."""
+    assert manifest_tables(store) != before_tables
+    assert verify(store).ok
+    assert_only_named_files(store)
+    assert frames(store)[RESOURCE].filter(pl.col("id").is_in(ids)).height == len(ids)
+
+
 @pytest.fixture
 def synced(dep: Any, new_client: Any, tmp_path: Path) -> Path:
     """A store of one resource, freshly synced from the module's deployment."""
@@ -246,10 +254,7 @@ def test_a_failed_rename_of_a_data_file_names_its_table_and_the_next_sync_finish
     with new_client(dep) as c:
         again = sync(c, synced, resources=[RESOURCE], progress=False)
     assert again.resources[0].repaired == []
-    assert manifest_tables(synced) != before_tables
-    assert verify(synced).ok
-    assert_only_named_files(synced)
-    assert frames(synced)[RESOURCE].filter(pl.col("id").is_in(ids)).height == len(ids)
+    assert_recommitted(synced, before_tables, ids)
 
 
 def test_a_file_where_a_table_folder_belongs_fails_the_commit_naming_it(
@@ -293,10 +298,7 @@ def test_a_commit_journal_without_its_manifest_entry_is_dropped_not_a_crash(
         summary = sync(c, synced, resources=[RESOURCE], progress=False)
     # nothing to roll forward: the staged commit is dropped and the sync starts over
     assert summary.resources[0].status == "updated"
-    assert manifest_tables(synced) != before_tables
-    assert verify(synced).ok
-    assert_only_named_files(synced)
-    assert frames(synced)[RESOURCE].filter(pl.col("id").is_in(ids)).height == len(ids)
+    assert_recommitted(synced, before_tables, ids)
 
 
 def test_a_folder_named_like_a_data_file_is_left_and_the_commit_stands(

@@ -196,6 +196,15 @@ def test_a_missing_file_is_rebuilt_by_the_next_sync(
     assert verify(resynced).ok
 
 
+def mismatch(info: dict[str, dict[str, Any]], table: str, data: bytes) -> FileProblem:
+    """The problem verify reports for ``table`` whose file now holds ``data``."""
+    recorded = info[table]
+    digest = hashlib.sha256(data).hexdigest()
+    return FileProblem(
+        RESOURCE, table, recorded["path"], "checksum mismatch", recorded["sha256"], digest
+    )
+
+
 def write_manifest_tables(store: Path, entries: Any) -> None:
     path = store / "manifest.json"
     manifest = orjson.loads(path.read_bytes())
@@ -220,14 +229,7 @@ def test_each_kind_of_problem_names_its_resource_table_and_file(store: Path) -> 
     write_manifest_tables(store, damaged)
     report = verify(store)
     expected = {
-        flipped: FileProblem(
-            RESOURCE,
-            flipped,
-            info[flipped]["path"],
-            "checksum mismatch",
-            info[flipped]["sha256"],
-            hashlib.sha256(bytes(data)).hexdigest(),
-        ),
+        flipped: mismatch(info, flipped, bytes(data)),
         gone: FileProblem(RESOURCE, gone, info[gone]["path"], "missing", info[gone]["sha256"]),
         unsummed: FileProblem(RESOURCE, unsummed, info[unsummed]["path"], "no checksum"),
         unreadable: FileProblem(
@@ -326,14 +328,7 @@ def test_changes_into_a_damaged_store_name_each_damaged_file_and_write_nothing(
         FileProblem(
             RESOURCE, RESOURCE, info[RESOURCE]["path"], "missing", info[RESOURCE]["sha256"]
         ),
-        FileProblem(
-            RESOURCE,
-            child,
-            info[child]["path"],
-            "checksum mismatch",
-            info[child]["sha256"],
-            hashlib.sha256(bytes(data)).hexdigest(),
-        ),
+        mismatch(info, child, bytes(data)),
     ]
     after = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     assert after == before
