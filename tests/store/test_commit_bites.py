@@ -148,22 +148,12 @@ def test_a_commit_whose_staged_files_were_removed_starts_over_and_loses_nothing(
         assert isinstance(main, pl.DataFrame)
         ids = [str(i) for i in main["id"][3:5]]
     dep.touch(RESOURCE, ids)
-    real_replace = os.replace
-    seen = {"data": 0}
-
-    def crash_after_two_data_files(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-        target = Path(dst)
-        if target.parent.parent == synced and target.name.startswith("data-"):
-            seen["data"] += 1
-            if seen["data"] == 3:
-                raise KeyboardInterrupt
-        real_replace(src, dst, *args, **kwargs)
-
     before_tables = manifest_tables(synced)
-    monkeypatch.setattr(os, "replace", crash_after_two_data_files)
+    # a crash after two data files are committed
+    monkeypatch.setattr(os, "replace", data_renames(synced, 3, KeyboardInterrupt(), []))
     with new_client(dep) as c, pytest.raises(KeyboardInterrupt):
         sync(c, synced, resources=[RESOURCE], progress=False)
-    monkeypatch.setattr(os, "replace", real_replace)
+    monkeypatch.undo()
     assert manifest_tables(synced) == before_tables
     assert verify(synced).ok
     staged = [p for p in synced.rglob("*.parquet") if p.parent.parent != synced]

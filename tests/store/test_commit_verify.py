@@ -281,30 +281,30 @@ def test_a_resource_entry_without_tables_has_nothing_to_check(store: Path) -> No
     assert (report.files, report.problems, report.ok) == ([], [], True)
 
 
-@pytest.mark.parametrize("forged", [["Organization/data.parquet"], "Organization"])
-def test_changes_into_a_store_whose_tables_are_not_an_object_are_refused(
-    store: Path, forged: Any
+@pytest.mark.parametrize(
+    ("forge", "table"),
+    [
+        # tables that are not an object: apply_changes stopped with a TypeError there
+        (lambda info: ["Organization/data.parquet"], RESOURCE),
+        (lambda info: "Organization", RESOURCE),
+        # an entry without one of the view's tables (not the raw records): a KeyError
+        (
+            lambda info: {t: v for t, v in info.items() if t != "organization_type"},
+            "organization_type",
+        ),
+    ],
+    ids=["tables a list", "tables a string", "a child table dropped"],
+)
+def test_changes_into_a_store_whose_entry_is_forged_are_refused(
+    store: Path, forge: Any, table: str
 ) -> None:
-    """apply_changes stopped with a TypeError there (it indexed the forged ``tables``)."""
-    write_manifest_tables(store, forged)
-    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
-    with pytest.raises(StoreDamaged) as caught:
-        apply_changes(RESOURCE, store, deletes=["CL-1"])
-    assert caught.value.problems == [FileProblem(RESOURCE, RESOURCE, f"{RESOURCE}/?", "missing")]
-    assert f"--full --resource {RESOURCE}" in str(caught.value)
-    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
-
-
-def test_changes_into_a_store_whose_entry_lacks_a_child_table_are_refused(store: Path) -> None:
-    """apply_changes stopped with a KeyError there (it indexed every table of the view)."""
     info = tables(store)
-    child = "organization_type"  # a child table of the view (not the raw records)
-    assert child in info
-    write_manifest_tables(store, {t: v for t, v in info.items() if t != child})
+    assert "organization_type" in info
+    write_manifest_tables(store, forge(info))
     before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     with pytest.raises(StoreDamaged) as caught:
         apply_changes(RESOURCE, store, deletes=["CL-1"])
-    assert caught.value.problems == [FileProblem(RESOURCE, child, f"{child}/?", "missing")]
+    assert caught.value.problems == [FileProblem(RESOURCE, table, f"{table}/?", "missing")]
     assert f"--full --resource {RESOURCE}" in str(caught.value)
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
