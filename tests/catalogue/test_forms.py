@@ -18,20 +18,15 @@ service") and the registry's readers, classifiers and schemas on hostile values.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.scratch import add_resource_type, copy_packages, probe
 from toolkit import catalogue, rules
 from toolkit.catalogue import Alternative, Field, forms
 from toolkit.errors import UnknownName
-
-ROOT = Path(__file__).resolve().parents[2]
 
 LOCATION = """LOCATION = Resource(
     "Location",
@@ -45,9 +40,7 @@ LOCATION = """LOCATION = Resource(
     doc="A scratch type (tests/catalogue/test_forms.py).",
     endpoints=_endpoints("Location", ("list", "List Locations"), source="pmtk"),
     search=("name",),
-)
-
-RESOURCES: dict[str, Resource] = {"""
+)"""
 
 FAMILY = """from __future__ import annotations
 
@@ -74,6 +67,7 @@ import json
 import httpx
 from contracts.resource_schemas import resource_schema
 from contracts.walker import Seen, walk_resource
+from tests.scratch import add_resource_type, copy_packages, probe
 from toolkit import catalogue, rules
 from toolkit.catalogue import forms
 from toolkit.client import Client
@@ -118,32 +112,12 @@ print(json.dumps(out))
 
 def _scratch(into: Path, *, declared: bool) -> dict[str, Any]:
     """A toolkit copy with the scratch Location (its forms declared or not), probed."""
-    for package in ("toolkit", "contracts"):
-        shutil.copytree(
-            ROOT / package, into / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    resources = into / "toolkit" / "catalogue" / "resources.py"
-    text = resources.read_text(encoding="utf-8")
-    head = "RESOURCES: dict[str, Resource] = {"
-    tail = "        SCHEDULE,\n    )"
-    assert text.count(head) == 1 and text.count(tail) == 1, "the recipe's anchors moved"
+    copy_packages(into, "toolkit", "contracts")
     location = LOCATION.replace(
         "FORMS_NAME", ', forms=(Alternative("reference"),)' if declared else ""
     ).replace("FORMS_CONTACT", ', forms=(Alternative("one-or-many"),)' if declared else "")
-    text = text.replace(head, location).replace(tail, "        SCHEDULE,\n        LOCATION,\n    )")
-    resources.write_text(text, encoding="utf-8")
-    (into / "toolkit" / "mock" / "data" / "locations.py").write_text(FAMILY, encoding="utf-8")
-    run = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env={**os.environ, "PYTHONPATH": str(into)},
-        cwd=into,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    add_resource_type(into, "Location", location, FAMILY)
+    result: dict[str, Any] = probe(into, PROBE, timeout=180)
     return result
 
 

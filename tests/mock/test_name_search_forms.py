@@ -14,20 +14,14 @@ answers 200 with exactly the records whose declared-form name matches.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.scratch import add_resource_type, copy_packages, probe
 from toolkit.mock import Deployment
-
-ROOT = Path(__file__).resolve().parents[2]
 
 LOCATION = """LOCATION = Resource(
     "Location",
@@ -37,9 +31,7 @@ LOCATION = """LOCATION = Resource(
     doc="A scratch type added by the recipe (tests/mock/test_name_search_forms.py).",
     endpoints=_endpoints("Location", ("list", "List Locations"), source="pmtk"),
     search=("name",),
-)
-
-RESOURCES: dict[str, Resource] = {"""
+)"""
 
 FAMILY = """from __future__ import annotations
 
@@ -70,37 +62,13 @@ print(json.dumps({"all": everything.height, "found": sorted(found.get_column("id
 """
 
 
-def _scratch_toolkit(into: Path) -> None:
-    """Copy the toolkit and add a ``Location`` type the recipe's way: two files."""
-    shutil.copytree(
-        ROOT / "toolkit", into / "toolkit", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    resources = into / "toolkit" / "catalogue" / "resources.py"
-    text = resources.read_text(encoding="utf-8")
-    head = "RESOURCES: dict[str, Resource] = {"
-    tail = "        SCHEDULE,\n    )"
-    assert text.count(head) == 1 and text.count(tail) == 1, "the recipe's anchors moved"
-    text = text.replace(head, LOCATION).replace(tail, "        SCHEDULE,\n        LOCATION,\n    )")
-    resources.write_text(text, encoding="utf-8")
-    (into / "toolkit" / "mock" / "data" / "locations.py").write_text(FAMILY, encoding="utf-8")
-
-
 def test_a_new_type_with_a_string_name_is_searched_by_name_through_the_client(
     tmp_path: Path,
 ) -> None:
-    _scratch_toolkit(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    run = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
+    # the recipe's two files: the Resource and a @family module
+    copy_packages(tmp_path, "toolkit")
+    add_resource_type(tmp_path, "Location", LOCATION, FAMILY)
+    result = probe(tmp_path, PROBE, timeout=120)
     # A prefix search of the whole text or of one word, as for Organization: "Site 20
     # annex" starts with "site 2"; "North site 2" neither starts with it nor has a word
     # that does.
