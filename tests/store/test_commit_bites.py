@@ -26,22 +26,8 @@ import polars as pl
 import pytest
 
 from tests.conftest import copied_store, synced_store
+from tests.store.organization_manifest import RESOURCE, manifest_tables, write_manifest_tables
 from toolkit.store import StoreError, StoreWriteError, load, sync, verify
-
-RESOURCE = "Organization"
-
-
-def manifest_tables(store: Path) -> dict[str, dict[str, Any]]:
-    manifest = orjson.loads((store / "manifest.json").read_bytes())
-    found: dict[str, dict[str, Any]] = manifest["resources"][RESOURCE]["tables"]
-    return found
-
-
-def write_tables(store: Path, tables: dict[str, Any]) -> None:
-    path = store / "manifest.json"
-    manifest = orjson.loads(path.read_bytes())
-    manifest["resources"][RESOURCE]["tables"] = tables
-    path.write_bytes(orjson.dumps(manifest))
 
 
 def frames(store: Path) -> dict[str, pl.DataFrame]:
@@ -323,7 +309,7 @@ def test_verify_reports_a_table_entry_without_a_path_or_checksum_and_goes_on(
     damaged = dict(tables)
     damaged[RESOURCE] = {k: v for k, v in main.items() if k != "path"}
     damaged[first_child] = {**tables[first_child], "sha256": ""}
-    write_tables(stored, damaged)
+    write_manifest_tables(stored, damaged)
     report = verify(stored)
     problems = {p.table: p for p in report.problems}
     assert set(problems) == {RESOURCE, first_child}
@@ -342,7 +328,7 @@ def test_verify_reports_a_table_entry_without_a_path_or_checksum_and_goes_on(
 def test_a_checksum_that_is_not_text_is_no_checksum(stored: Path, checksum: Any) -> None:
     tables = manifest_tables(stored)
     tables[RESOURCE] = {**tables[RESOURCE], "sha256": checksum}
-    write_tables(stored, tables)
+    write_manifest_tables(stored, tables)
     [problem] = verify(stored).problems
     assert (problem.table, problem.problem) == (RESOURCE, "no checksum")
 
@@ -351,7 +337,7 @@ def test_a_missing_file_without_a_recorded_checksum_expects_none(stored: Path) -
     tables = manifest_tables(stored)
     (stored / tables[RESOURCE]["path"]).unlink()
     tables[RESOURCE] = {**tables[RESOURCE], "sha256": ""}
-    write_tables(stored, tables)
+    write_manifest_tables(stored, tables)
     [problem] = verify(stored).problems
     assert (problem.problem, problem.expected, problem.actual) == ("missing", None, None)
 
@@ -359,7 +345,7 @@ def test_a_missing_file_without_a_recorded_checksum_expects_none(stored: Path) -
 def test_a_table_entry_that_is_not_an_object_is_missing_not_a_crash(stored: Path) -> None:
     tables: dict[str, Any] = manifest_tables(stored)
     tables[RESOURCE] = "data.parquet"
-    write_tables(stored, tables)
+    write_manifest_tables(stored, tables)
     report = verify(stored)
     [problem] = report.problems
     assert (problem.table, problem.problem, problem.path) == (RESOURCE, "missing", f"{RESOURCE}/?")
@@ -370,7 +356,7 @@ def test_a_checksum_of_another_file_is_a_mismatch_with_both_sums(stored: Path) -
     tables = manifest_tables(stored)
     child = next(t for t in tables if t != RESOURCE)
     tables[RESOURCE] = {**tables[RESOURCE], "sha256": tables[child]["sha256"]}
-    write_tables(stored, tables)
+    write_manifest_tables(stored, tables)
     [problem] = verify(stored).problems
     actual = hashlib.sha256((stored / tables[RESOURCE]["path"]).read_bytes()).hexdigest()
     assert (problem.problem, problem.expected, problem.actual) == (

@@ -21,9 +21,8 @@ import orjson
 import pytest
 
 from tests.conftest import copied_store, synced_store
+from tests.store.organization_manifest import RESOURCE, manifest_tables, write_manifest_tables
 from toolkit.store import FileProblem, StoreDamaged, StoreError, apply_changes, sync, verify
-
-RESOURCE = "Organization"
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +54,13 @@ def resynced(synced_here: Path, tmp_path: Path) -> Path:
     return copied_store(synced_here, tmp_path / "pmtk-store")
 
 
-def tables(store: Path) -> dict[str, dict[str, Any]]:
-    manifest = orjson.loads((store / "manifest.json").read_bytes())
-    found: dict[str, dict[str, Any]] = manifest["resources"][RESOURCE]["tables"]
-    return found
-
-
 def data_file(store: Path, table: str = "Organization") -> Path:
-    return store / tables(store)[table]["path"]
+    return store / manifest_tables(store)[table]["path"]
 
 
 def test_an_intact_store_verifies_every_file_and_counts_its_bytes(store: Path) -> None:
     report = verify(store)
-    info = tables(store)
+    info = manifest_tables(store)
     assert report.ok
     assert report.problems == []
     assert report.files == [str(t["path"]) for t in info.values()]
@@ -78,13 +71,13 @@ def test_an_intact_store_verifies_every_file_and_counts_its_bytes(store: Path) -
 
 
 def test_the_recorded_checksum_is_the_files_sha256(store: Path) -> None:
-    for info in tables(store).values():
+    for info in manifest_tables(store).values():
         assert info["sha256"] == hashlib.sha256((store / info["path"]).read_bytes()).hexdigest()
 
 
 def test_a_missing_file_is_reported_with_its_expected_checksum(store: Path) -> None:
     path = data_file(store)
-    expected = tables(store)["Organization"]["sha256"]
+    expected = manifest_tables(store)["Organization"]["sha256"]
     path.unlink()
     report = verify(store)
     assert not report.ok
@@ -96,7 +89,7 @@ def test_a_missing_file_is_reported_with_its_expected_checksum(store: Path) -> N
     )
     assert problem.path == str(path.relative_to(store))
     assert problem.expected == expected
-    assert len(report.files) == len(tables(store))  # the others were still checked
+    assert len(report.files) == len(manifest_tables(store))  # the others were still checked
     with pytest.raises(StoreError, match="missing"):
         report.raise_for_problems()
 
@@ -108,7 +101,7 @@ def test_one_flipped_byte_is_a_checksum_mismatch_naming_both_sums(store: Path) -
     path.write_bytes(bytes(data))
     [problem] = verify(store).problems
     assert problem.problem == "checksum mismatch"
-    assert problem.expected == tables(store)["Organization"]["sha256"]
+    assert problem.expected == manifest_tables(store)["Organization"]["sha256"]
     assert problem.actual == hashlib.sha256(bytes(data)).hexdigest()
 
 
@@ -121,7 +114,7 @@ def test_an_unreadable_file_is_reported_not_raised(store: Path) -> None:
     [problem] = report.problems
     assert problem.problem.startswith("unreadable (")
     assert "Input/output error" in problem.problem
-    assert len(report.files) == len(tables(store))
+    assert len(report.files) == len(manifest_tables(store))
 
 
 def test_a_table_without_a_checksum_is_reported(store: Path) -> None:
@@ -189,7 +182,7 @@ def test_a_damaged_file_is_rebuilt_by_the_next_sync(
 def test_a_missing_file_is_rebuilt_by_the_next_sync(
     resynced: Path, dep: Any, new_client: Any
 ) -> None:
-    data_file(resynced, next(t for t in tables(resynced) if t != "Organization")).unlink()
+    data_file(resynced, next(t for t in manifest_tables(resynced) if t != "Organization")).unlink()
     with new_client(dep) as c:
         summary = sync(c, resynced, resources=[RESOURCE], progress=False)
     assert summary.resources[0].repaired
@@ -205,17 +198,10 @@ def mismatch(info: dict[str, dict[str, Any]], table: str, data: bytes) -> FilePr
     )
 
 
-def write_manifest_tables(store: Path, entries: Any) -> None:
-    path = store / "manifest.json"
-    manifest = orjson.loads(path.read_bytes())
-    manifest["resources"][RESOURCE]["tables"] = entries
-    path.write_bytes(orjson.dumps(manifest))
-
-
 @pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="uses /proc/self/mem")
 def test_each_kind_of_problem_names_its_resource_table_and_file(store: Path) -> None:
     """Four tables damaged four ways in one store: every field of every problem."""
-    info = tables(store)
+    info = manifest_tables(store)
     main, *children = list(info)
     flipped, gone, unsummed, unreadable = main, children[0], children[1], children[2]
     data = bytearray(data_file(store, flipped).read_bytes())
@@ -254,7 +240,7 @@ def test_verify_names_every_resource_the_store_holds(store: Path) -> None:
         verify(store, ["Patient"])
     report = verify(store)
     assert report.ok
-    assert report.files == 2 * [str(t["path"]) for t in tables(store).values()]
+    assert report.files == 2 * [str(t["path"]) for t in manifest_tables(store).values()]
 
 
 @pytest.mark.parametrize("forged", [["Organization/data.parquet"], "Organization", 7])
@@ -298,7 +284,7 @@ def test_a_resource_entry_without_tables_has_nothing_to_check(store: Path) -> No
 def test_changes_into_a_store_whose_entry_is_forged_are_refused(
     store: Path, forge: Any, table: str
 ) -> None:
-    info = tables(store)
+    info = manifest_tables(store)
     assert "organization_type" in info
     write_manifest_tables(store, forge(info))
     before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
@@ -313,7 +299,7 @@ def test_changes_into_a_damaged_store_name_each_damaged_file_and_write_nothing(
     store: Path,
 ) -> None:
     """apply_changes checks the stored files first (it merges into them)."""
-    info = tables(store)
+    info = manifest_tables(store)
     child = next(t for t in info if t != RESOURCE)
     path = data_file(store, child)
     data = bytearray(path.read_bytes())
@@ -337,11 +323,11 @@ def test_changes_into_a_damaged_store_name_each_damaged_file_and_write_nothing(
 def test_a_table_entry_that_is_not_an_object_is_rebuilt_by_the_next_sync(
     resynced: Path, dep: Any, new_client: Any
 ) -> None:
-    info = tables(resynced)
+    info = manifest_tables(resynced)
     child = next(t for t in info if t != RESOURCE)
     write_manifest_tables(resynced, {**info, child: info[child]["path"]})
     with new_client(dep) as c:
         summary = sync(c, resynced, resources=[RESOURCE], progress=False)
     assert summary.resources[0].repaired == [f"{child}/?"]
     assert verify(resynced).ok
-    assert tables(resynced)[child]["path"] == info[child]["path"]
+    assert manifest_tables(resynced)[child]["path"] == info[child]["path"]
