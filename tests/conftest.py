@@ -31,11 +31,14 @@ Helpers importable by tests: :func:`token_for` (fetch an access token),
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -52,6 +55,16 @@ USER_AGENT = "pmtk-tests (tests@example.invalid)"
 # PM_USER_AGENT a client warns (toolkit.config.PmtkConfigWarning); the tests of that
 # warning delete the variable themselves.
 os.environ["PM_USER_AGENT"] = USER_AGENT
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script that is not in a package (``tools/*.py``, a benchmark), imported as ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def token_for(dep: Deployment) -> str:

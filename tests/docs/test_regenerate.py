@@ -14,29 +14,20 @@ clear error that writes nothing.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "regenerate.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("regenerate", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("regenerate", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-regenerate = _load()
+regenerate = load_script(SCRIPT, "regenerate")
 FAST = [b for b in regenerate.BLOCKS if b.name != "pinned-digests"]
 
 

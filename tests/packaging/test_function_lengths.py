@@ -7,27 +7,18 @@ the others check that the counter counts what it says, so the limit test can fai
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "function_lengths.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("function_lengths", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("function_lengths", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-counter = _load()
+counter = load_script(SCRIPT, "function_lengths")
 
 
 def test_no_function_over_100_lines_and_at_most_16_over_50() -> None:

@@ -17,7 +17,6 @@ itself.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import random
 import warnings
@@ -30,6 +29,7 @@ import pytest
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
+from tests.conftest import load_script
 from toolkit.cli import app
 from toolkit.errors import DataValidationError
 from toolkit.viewdefs import load, load_view, resources_frame, run_view
@@ -451,10 +451,7 @@ def test_fuzzed_page_sets_give_the_general_outcome(parts: str) -> None:
 
 def _bench_pages(n: int, odd_share: float) -> list[bytes]:
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_frames.py"
-    spec = importlib.util.spec_from_file_location("_bench_frames_for_fast_read", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(path, "_bench_frames_for_fast_read")
     pages: list[bytes] = module.pages(n, 100, seed=3, odd_share=odd_share)
     return pages
 
