@@ -590,15 +590,15 @@ _DATE_TIMES = st.one_of(
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.one_of(st.none(), _DATE_TIMES), max_size=20))
 def test_the_fast_date_time_path_gives_exactly_what_chrono_gives(values: list[str | None]) -> None:
-    from toolkit.views.expressions import _datetime_exact, _datetime_fast
+    from toolkit.views.expressions import datetime_exact, datetime_fast
 
     text = pl.Series("t", values, dtype=pl.String)
-    fast = text.to_frame().select(_datetime_fast(pl.col("t"))).to_series()
+    fast = text.to_frame().select(datetime_fast(pl.col("t"))).to_series()
     left = (fast.is_null() & text.is_not_null()).arg_true()
-    completed = fast.scatter(left, _datetime_exact(text.gather(left)))
+    completed = fast.scatter(left, datetime_exact(text.gather(left)))
     assert completed.dtype == DATETIME
     # As integers: year 1 minus an offset is before what Python's datetime can hold.
-    expected = _datetime_exact(text)
+    expected = datetime_exact(text)
     assert completed.cast(pl.Int64).to_list() == expected.cast(pl.Int64).to_list()
 
 

@@ -28,6 +28,7 @@ import polars as pl
 from toolkit.errors import DataValidationError, ViewDefinitionError
 from toolkit.viewdefs.compile import Scope, Val, compile_path, polars_type, to_bool
 from toolkit.viewdefs.definition import Column, Select, View
+from toolkit.views.expressions import datetime_exact, datetime_fast
 
 __all__ = ["evaluate"]
 
@@ -114,27 +115,11 @@ def _own_columns(view: View, node: Select, frame: pl.DataFrame, root: bool) -> p
     return out
 
 
-# UTC offsets as written in FHIR date-times ("Z", "+10:00") -> minutes
-_OFFSETS: dict[str, int] = {"Z": 0} | {
-    f"{sign}{h:02d}:{m:02d}": (1 if sign == "+" else -1) * (60 * h + m)
-    for sign in "+-"
-    for h in range(24)
-    for m in range(60)
-}
-_OFFSET_TEXTS = pl.Series(list(_OFFSETS), dtype=pl.String)
-_OFFSET_MINUTES = pl.Series(list(_OFFSETS.values()), dtype=pl.Int64)
-"""The same as two Series, built once: a dict is converted again by every call."""
-
-
 def _temporal_fast(text: pl.Expr, col: Column) -> pl.Expr:
     """The common form of a date (``YYYY-MM-DD``) or date-time (see :func:`_temporal`)."""
     if col.ansi == "Date":
         return text.str.to_date("%Y-%m-%d", strict=False).alias(col.name)
-    naive = text.str.slice(0, 19).str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False)
-    offset = text.str.slice(19).replace_strict(
-        _OFFSET_TEXTS, _OFFSET_MINUTES, default=None, return_dtype=pl.Int64
-    )
-    return (naive - pl.duration(minutes=offset)).dt.replace_time_zone("UTC").alias(col.name)
+    return datetime_fast(text).alias(col.name)
 
 
 def _temporal(text: pl.Series, parsed: pl.Series, col: Column) -> pl.Series:
@@ -148,9 +133,7 @@ def _temporal(text: pl.Series, parsed: pl.Series, col: Column) -> pl.Series:
     if col.ansi != "Date":
         rows = (parsed.is_null() & text.is_not_null()).arg_true()
         if rows.len():
-            exact = text.gather(rows).str.to_datetime(
-                "%+", time_unit="us", time_zone="UTC", strict=False
-            )
+            exact = datetime_exact(text.gather(rows))
             parsed = parsed.scatter(rows, exact)
     bad = text.filter(parsed.is_null() & text.is_not_null())
     if bad.len():
