@@ -17,6 +17,7 @@ itself.
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import random
 import warnings
@@ -477,3 +478,42 @@ def test_the_exported_appointment_view_gives_the_reader_table_on_bench_pages(
     odd = _bench_pages(2_000, 0.01)
     fast, general = _both(view, odd)
     assert fast == general
+
+
+@pytest.mark.parametrize("case", ["clean", "a page refused", "an error", "collector off"])
+def test_the_cycle_collector_is_paused_while_decoding_and_restored(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the decode pauses Python's cycle collector (load._collector_paused); whatever
+    # happens, the caller finds it as it left it
+    pages = [_page([_appointment(3 * p + i) for i in range(3)]) for p in range(20)]
+    if case == "a page refused":
+        pages[15] = _page([{"resourceType": "Appointment", "id": 5}])
+    during: list[bool] = []
+    check = load._check_page
+
+    def spy(raw: bytes, *args: Any) -> Any:
+        during.append(gc.isenabled())
+        if case == "an error" and len(during) == 10:
+            raise KeyboardInterrupt
+        return check(raw, *args)
+
+    monkeypatch.setattr(load, "_check_page", spy)
+    checked = load_view(VIEW)
+    roots = root_fields(checked)
+    assert roots is not None
+    was = gc.isenabled()
+    try:
+        if case == "collector off":
+            gc.disable()
+        if case == "an error":
+            with pytest.raises(KeyboardInterrupt):
+                load.read_parts_projected(pages, checked.resource, roots, None)
+        else:
+            got = load.read_parts_projected(pages, checked.resource, roots, None)
+            assert (got is None) == (case == "a page refused")
+        assert during and not any(during)
+        assert gc.isenabled() == (case != "collector off")
+    finally:
+        if was:
+            gc.enable()
