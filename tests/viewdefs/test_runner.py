@@ -459,3 +459,63 @@ def test_other_patterns_still_use_the_regex_engine() -> None:
     assert got == [True, False, False, None]
     got = frame.select(_matcher("^.{4}")(pl.col("t"))).to_series().to_list()  # no end anchor
     assert got == [True, False, True, None]
+
+
+def _shapes() -> dict[str, list[dict[str, Any]]]:
+    """Patients whose fields have other JSON shapes from one input to the next."""
+    return {
+        "arrays": PATIENTS,
+        "name an object": [
+            {"resourceType": "Patient", "id": "q1", "active": True, "name": {"family": "Ng"}}
+        ],
+        "active as text": [
+            {"resourceType": "Patient", "id": "r1", "active": "false", "name": [{"family": "Li"}]}
+        ],
+        "family an object": [
+            {"resourceType": "Patient", "id": "s1", "name": [{"family": {"text": "Ng"}}]}
+        ],
+        "no name": [{"resourceType": "Patient", "id": "t1", "active": True}],
+    }
+
+
+SHAPED_VIEW: dict[str, Any] = {
+    "resource": "Patient",
+    "where": [{"path": "active.exists() or id = 'p3'"}],
+    "select": [
+        {"column": [{"name": "id", "path": "id", "type": "id"}]},
+        {"column": [{"name": "active", "path": "active", "type": "boolean"}]},
+        {
+            "forEachOrNull": "name",
+            "column": [{"name": "family", "path": "family", "type": "string"}],
+        },
+    ],
+}
+
+
+def _result(view: Any, data: list[dict[str, Any]]) -> Any:
+    try:
+        return run_view(view, data).to_dicts()
+    except ViewDefinitionError as exc:
+        return ("refused", exc.path, str(exc))
+
+
+@pytest.mark.parametrize("bound", [1024, 2])
+def test_one_view_over_inputs_of_other_types_gives_what_a_fresh_view_gives(
+    bound: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the runner keeps a view's compiled paths by input type (runner._cached); a view
+    # used again on other shapes, in any order and after a refusal, must not reuse them
+    import toolkit.viewdefs.runner as runner
+
+    monkeypatch.setattr(runner, "_CACHED", bound)
+    shapes = _shapes()
+    fresh = {name: _result(SHAPED_VIEW, data) for name, data in shapes.items()}
+    assert fresh["family an object"][0] == "refused"
+    assert fresh["name an object"] == [{"id": "q1", "active": True, "family": "Ng"}]
+    assert fresh["active as text"] == [{"id": "r1", "active": False, "family": "Li"}]
+    view = load_view(SHAPED_VIEW)
+    order = [*shapes, *reversed(shapes), "family an object", "arrays", "family an object"]
+    for name in order:
+        assert _result(view, shapes[name]) == fresh[name], name
+        assert len(view.compiled) <= bound
+    assert view.compiled  # it did keep something

@@ -13,10 +13,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import ViewDefinitionError
 from toolkit.viewdefs import fhirpath as fp
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["FHIR_TYPES", "Column", "Select", "View", "load_view"]
 
@@ -135,6 +138,10 @@ class View:
     constants: dict[str, tuple[object, str]] = field(default_factory=dict)
     name: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    compiled: dict[tuple[str, pl.DataType, bool], Any] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+    """The runner's compiled paths by place in the view and input type (its cache)."""
 
     @property
     def column_names(self) -> list[str]:

@@ -21,11 +21,13 @@ operation over the whole frame.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
 
 from toolkit.errors import DataValidationError, ViewDefinitionError
+from toolkit.viewdefs import fhirpath as fp
 from toolkit.viewdefs.compile import Scope, Val, compile_path, polars_type, to_bool
 from toolkit.viewdefs.definition import Column, Select, View
 from toolkit.views.expressions import datetime_exact, datetime_fast
@@ -39,11 +41,47 @@ def _scope(view: View, dtype: pl.DataType, where: str, source: str, *, root: boo
     return Scope(Val(pl.col("__c"), dtype, False), view.constants, where, source, root=root)
 
 
+_CACHED = 1024
+"""Compiled paths a view keeps (:attr:`View.compiled`); more input types start it afresh."""
+
+
+def _cached(view: View, key: tuple[str, pl.DataType, bool], make: Callable[[], Any]) -> Any:
+    """``make()``, once per place in the view, input type and root flag.
+
+    A view run over pages in parts (:func:`toolkit.viewdefs.run_view`) is evaluated
+    once per part on the same type: compiling its paths again each time held the
+    interpreter lock that the thread decoding the next part needs. Compiled
+    expressions are immutable, so parts evaluated at once may share them; a path
+    that does not compile raises each time and is not kept.
+    """
+    found = view.compiled.get(key)
+    if found is None:
+        found = make()
+        if len(view.compiled) >= _CACHED:
+            view.compiled.clear()
+        view.compiled[key] = found
+    return found
+
+
+def _compiled(
+    view: View, path: fp.Node, dtype: pl.DataType, where: str, source: str, *, root: bool
+) -> Val:
+    """``path`` at ``where`` in ``view`` compiled for a focus of ``dtype`` (cached)."""
+    return _cached(
+        view,
+        (where, dtype, root),
+        lambda: compile_path(path, _scope(view, dtype, where, source, root=root)),
+    )
+
+
 def _column(view: View, col: Column, dtype: pl.DataType, root: bool) -> tuple[pl.Expr, bool]:
     """The column's expression, and whether it must be checked to hold one value per row."""
+    return _cached(view, (col.where, dtype, root), lambda: _column_expr(view, col, dtype, root))
+
+
+def _column_expr(view: View, col: Column, dtype: pl.DataType, root: bool) -> tuple[pl.Expr, bool]:
     where = f"{col.where}.path"
-    scope = _scope(view, dtype, where, col.source, root=root)
-    val = compile_path(col.path, scope)
+    val = _compiled(view, col.path, dtype, where, col.source, root=root)
     if val.empty:
         target = polars_type(col.type) if col.type else pl.String()
         if col.collection:
@@ -210,8 +248,7 @@ def _select(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.Dat
     if node.for_each is None:
         return _body(view, node, frame, root)
     where = f"{node.where}.{'forEachOrNull' if node.or_null else 'forEach'}"
-    scope = _scope(view, frame.schema["__c"], where, "", root=root)
-    val = compile_path(node.for_each, scope)
+    val = _compiled(view, node.for_each, frame.schema["__c"], where, "", root=root)
     items = _iterate(frame, val, node.or_null)
     if not node.or_null:
         return _to_parent(_body(view, node, items, False), items)
@@ -235,7 +272,7 @@ def _repeat(view: View, node: Select, frame: pl.DataFrame) -> pl.DataFrame:
             level = level.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("__k"))
             for j, path in enumerate(node.repeat):
                 where = f"{node.where}.repeat[{j}]"
-                val = compile_path(path, _scope(view, level.schema["__c"], where, "", root=False))
+                val = _compiled(view, path, level.schema["__c"], where, "", root=False)
                 if val.empty:
                     continue
                 items = _iterate(level, val, or_null=False)
@@ -294,8 +331,10 @@ def evaluate(view: View, resources: pl.DataFrame) -> pl.DataFrame:
     )
     dtype = frame.schema["__c"]
     for node, where in view.where:
-        scope = _scope(view, dtype, where, _source(view, where), root=True)
-        cond = to_bool(compile_path(node, scope), scope, "a where path")
+        source = _source(view, where)
+        scope = _scope(view, dtype, where, source, root=True)
+        val = _compiled(view, node, dtype, where, source, root=True)
+        cond = to_bool(val, scope, "a where path")
         frame = frame.filter(cond)
     result = _select(view, view.root, frame, True)
     return result.drop("__k")
