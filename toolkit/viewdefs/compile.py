@@ -557,10 +557,33 @@ def _call(node: fp.Call, scope: Scope) -> Val:
     if name == "getReferenceKey":
         return _reference_key(base, node.type_args[0] if node.args else None, scope)
     if name in {"startsWith", "endsWith", "matches", "replaceMatches"}:
-        return _string_function(name, base, node, scope)
+        mapped = _string_function(name, base, node, scope)
+        return _map_before_where(node, mapped, scope)
     if name in {"lowBoundary", "highBoundary"}:
         return _boundary(base, name == "highBoundary", scope)
     raise scope.fail(f"the function {name}() is not supported")
+
+
+def _map_before_where(node: fp.Call, mapped: Val, scope: Scope) -> Val:
+    """``x.where(c).f()`` as ``f`` of ``x`` where ``c`` holds, for a single ``x``.
+
+    The same value (``f`` maps each item alone, and empty to empty), but ``f``
+    reads ``x`` itself rather than a copy of it filtered by ``c``: the declared
+    views' precision columns apply four such filters and maps to one date-time,
+    and Polars then computes what they share (the text's length, whether it has a
+    line feed) once. ``mapped`` is the plain compilation, which has already
+    checked the types.
+    """
+    where = node.base
+    if not isinstance(where, fp.Call) or where.name != "where" or mapped.empty:
+        return mapped
+    inner = compile_node(where.base, scope)
+    if inner.many or inner.empty:
+        return mapped
+    direct = _string_function(node.name, inner, node, scope)
+    within = _inner_scope(inner, scope)
+    cond = to_bool(compile_node(where.args[0], within), within, "the argument of where")
+    return Val(pl.when(cond).then(direct.expr), direct.dtype, False)
 
 
 def _union_branches(node: fp.Node) -> list[fp.Node]:
