@@ -231,12 +231,11 @@ def _check_page(
         return None
     if page.resourceType != "Bundle":
         return None
-    kept = []
-    for entry in page.entry or ():
-        res = None if entry is None else entry.resource
-        if res is not None and res.f0 == resource_type:
-            kept.append(res)
-    return kept
+    return [
+        res
+        for entry in page.entry or ()
+        if entry is not None and (res := entry.resource) is not None and res.f0 == resource_type
+    ]
 
 
 class _SampleEntry(msgspec.Struct, gc=False):
