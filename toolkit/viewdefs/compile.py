@@ -582,7 +582,7 @@ def _map_before_where(node: fp.Call, mapped: Val, scope: Scope) -> Val:
         return mapped
     direct = _string_function(node.name, inner, node, scope)
     within = _inner_scope(inner, scope)
-    cond = to_bool(compile_node(where.args[0], within), within, "the argument of where")
+    cond = to_bool(compile_node(where.args[0], within), within, "the argument of where()")
     return Val(pl.when(cond).then(direct.expr), direct.dtype, False)
 
 
