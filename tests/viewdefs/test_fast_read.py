@@ -517,3 +517,46 @@ def test_the_cycle_collector_is_paused_while_decoding_and_restored(
     finally:
         if was:
             gc.enable()
+
+
+NULL_ITEMS_VIEW: dict[str, Any] = {
+    "resource": "Patient",
+    "select": [
+        {"column": [{"name": "id", "path": "id"}]},
+        {"column": [{"name": "first", "path": "telecom.value.first()"}]},
+        {"column": [{"name": "n", "path": "telecom.count()", "type": "integer"}]},
+        {"forEach": "telecom", "column": [{"name": "value", "path": "value"}]},
+    ],
+}
+
+
+@pytest.mark.parametrize("parts", [1, 40_000])
+def test_a_null_item_of_an_array_is_no_item_by_every_read(
+    parts: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # FHIR JSON has no null items and to FHIRPath a collection holds none: a null in
+    # an array gives no forEach row and is not the first item, whichever read takes
+    # the pages (the projected read and Polars' whole read used to keep it as a
+    # null element: a row of nulls)
+    monkeypatch.setattr(load, "_PART", parts)
+    monkeypatch.setattr(load, "_CHUNK", 1)
+    clean = [
+        {"resourceType": "Patient", "id": f"p{i}", "telecom": [{"value": f"t{i}"}]}
+        for i in range(30)
+    ]
+    hostile = copy.deepcopy(clean)
+    hostile[7]["telecom"] = [None, {"value": "t7"}, None]
+    pages = [_page(hostile[i : i + 3]) for i in range(0, 30, 3)]
+    rows = [{"id": f"p{i}", "first": f"t{i}", "n": 1, "value": f"t{i}"} for i in range(30)]
+    assert run_view(NULL_ITEMS_VIEW, pages).to_dicts() == rows
+    checked = load_view(NULL_ITEMS_VIEW)
+    assert evaluate(checked, resources_frame(pages, "Patient")).to_dicts() == rows
+    assert evaluate(checked, resources_frame(hostile, "Patient")).to_dicts() == rows
+    # the exact checks refuse the pages with the null items, and only those
+    roots = root_fields(checked)
+    assert roots is not None
+    assert read_pages_projected(pages, "Patient", roots) is None
+    assert load.read_pages(pages, "Patient") is None
+    clean_pages = [_page(clean[i : i + 3]) for i in range(0, 30, 3)]
+    assert read_pages_projected(clean_pages, "Patient", roots) is not None
+    assert load.read_pages(clean_pages, "Patient") is not None

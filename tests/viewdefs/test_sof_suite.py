@@ -8,15 +8,21 @@ was looked for.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
+import random
+import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from toolkit.viewdefs import load, load_view
+from toolkit.viewdefs import View, _read_items, load, load_view, run_view
 from toolkit.viewdefs.definition import root_fields
+from toolkit.viewdefs.runner import evaluate
 from toolkit.viewdefs.suite import SuiteCase, check_case, iter_cases, run_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,3 +111,91 @@ def test_a_wrong_expectation_fails() -> None:
         {"view": {"select": []}, "expect": []},
     ):
         assert check_case(SuiteCase("x.json", "bad", (), test, resources)) is not None
+
+
+def _mutate(value: Any, rng: random.Random) -> Any:
+    """``value`` with one hostile change somewhere inside (a resource's ``resourceType`` kept)."""
+    roll = rng.random()
+    if isinstance(value, dict):
+        keys = [k for k in value if k != "resourceType"]
+        if keys and roll < 0.35:
+            key = rng.choice(keys)
+            value[key] = _mutate(value[key], rng)
+        elif roll < 0.5:
+            value["zzUnknown"] = rng.choice([1, "x", {"a": 1}, [1], None, True])
+        elif keys and roll < 0.65:
+            value[rng.choice(keys)] = None
+        return value
+    if isinstance(value, list):
+        if value and roll < 0.5:
+            i = rng.randrange(len(value))
+            value[i] = _mutate(value[i], rng)
+        elif roll < 0.6:
+            value.append(None)
+        elif value and roll < 0.75:
+            return value[0]  # an array given as its single value
+        return value
+    return rng.choice([value, 5, "5", 1.5, True, None, {"x": value}, [value], "2026-01", 2**70])
+
+
+def _outcome(run: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            frame = run(*args)
+        except Exception as exc:  # the same error every way is the point
+            return ("error", type(exc).__name__, str(exc))
+    return ("ok", dict(frame.schema), frame.to_dicts(), sorted(str(w.message) for w in caught))
+
+
+@pytest.mark.skipif(not CASES, reason=MISSING)
+def test_hostile_suite_resources_give_the_same_outcome_by_every_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every suite view over its resources made hostile (other JSON types, unknown
+    # keys, nulls, arrays as single values, empty resources), as Bundle pages of
+    # random sizes read in random parts: run_view (the projected read, or the
+    # general one when it refuses) must give the general read's rows, errors and
+    # warnings. A value of an odd type in a field the view does not read is
+    # reported by neither (the general read keeps only the view's fields).
+    rng = random.Random(2027)
+    compared = refused = 0
+    for case in CASES:
+        if case.test.get("expectError"):
+            continue
+        view = load_view(case.test["view"])
+        roots = root_fields(view)
+        resources = copy.deepcopy(case.resources)
+        for res in resources:
+            if rng.random() < 0.5:
+                _mutate(res, rng)
+        resources += rng.choice([[], [{}], [{"resourceType": view.resource}]])
+        rng.shuffle(resources)
+        size = rng.choice([1, 2, 3, 50])
+        pages = [
+            json.dumps({"resourceType": "Bundle", "entry": [{"resource": r} for r in chunk]})
+            for chunk in (resources[i : i + size] for i in range(0, len(resources), size))
+        ]
+        part, chunk = rng.choice([(1, 1), (2, 1), (40_000, 2_048)])
+        monkeypatch.setattr(load, "_PART", part)
+        monkeypatch.setattr(load, "_CHUNK", chunk)
+        got = _outcome(run_view, view, pages)
+        general = _outcome(_general, view, pages, roots)
+        assert got == general, f"{case.file} {case.title!r}"
+        # keeping only the view's fields changes no row and no error
+        whole = _outcome(_general, view, pages, None)
+        assert general[:3] == whole[:3], f"{case.file} {case.title!r}"
+        compared += 1
+        refused += roots is not None and _refused(pages, view.resource, roots)
+    assert compared >= 100 and refused >= 20, (compared, refused)
+
+
+def _general(view: View, pages: list[str], fields: set[str] | None) -> Any:
+    """The general read (pages parsed, resources normalised) and the view over it."""
+    return evaluate(view, _read_items(pages, view.resource, fields))
+
+
+def _refused(pages: list[str], resource_type: str, roots: set[str]) -> bool:
+    """True when the projected read sends these pages to the general one."""
+    raw = [p.encode() for p in pages]
+    return load.read_parts_projected(raw, resource_type, roots, None) is None

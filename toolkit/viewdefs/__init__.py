@@ -35,6 +35,7 @@ from toolkit.viewdefs.load import (
     read_pages_projected,
     read_parts_projected,
     read_resources,
+    wanted_field,
 )
 from toolkit.viewdefs.runner import evaluate
 
@@ -79,15 +80,23 @@ def resources_frame(data: Any, resource_type: str, fields: set[str] | None = Non
     """
     items = _items(data)
     pages = _pages(items)
-    if pages is not None:
-        fast = None
-        if fields is not None:
-            fast = read_pages_projected(pages, resource_type, fields)
-        if fast is None:
-            fast = read_pages(pages, resource_type)
+    if pages is not None and fields is not None:
+        fast = read_pages_projected(pages, resource_type, fields)
         if fast is not None:
             return fast
-    return _read_items(items, resource_type)
+    return _general_frame(items, pages, resource_type, fields)
+
+
+def _general_frame(
+    items: list[Any], pages: list[bytes] | None, resource_type: str, fields: set[str] | None
+) -> pl.DataFrame:
+    """The read when the projected one refused or cannot apply: every page read by
+    Polars and checked exact, else parsed and normalised (:func:`_read_items`)."""
+    if pages is not None:
+        fast = read_pages(pages, resource_type)
+        if fast is not None:
+            return fast
+    return _read_items(items, resource_type, fields)
 
 
 def _pages(items: list[Any]) -> list[bytes] | None:
@@ -97,8 +106,15 @@ def _pages(items: list[Any]) -> list[bytes] | None:
     return None
 
 
-def _read_items(items: list[Any], resource_type: str) -> pl.DataFrame:
-    """The general path: every page parsed, the resources read after normalisation."""
+def _read_items(items: list[Any], resource_type: str, fields: set[str] | None) -> pl.DataFrame:
+    """The general path: every page parsed, the resources read after normalisation.
+
+    With ``fields``, only those top-level fields (and their ``value[x]`` forms) are
+    kept before the normalisation: a field the view does not read cannot change
+    its rows, and a value of an odd JSON type there is then not reported either,
+    as the projected read does not report it (the warnings do not depend on which
+    read took the pages).
+    """
     resources: list[dict[str, Any]] = []
     for index, item in enumerate(items):
         doc = item
@@ -120,7 +136,25 @@ def _read_items(items: list[Any], resource_type: str) -> pl.DataFrame:
             resources.append(doc)
         elif not isinstance(kind, str) or kind == "OperationOutcome":
             raise _page_error(index, doc)
+    if fields is not None:
+        resources = _projected(resources, fields)
     return read_resources(resources, resource_type)
+
+
+def _projected(resources: list[dict[str, Any]], fields: set[str]) -> list[dict[str, Any]]:
+    """Each resource with only ``resourceType`` and the named fields or their ``value[x]`` forms."""
+    keep: dict[str, bool] = {}
+    out = []
+    for res in resources:
+        kept = {}
+        for key, value in res.items():
+            wanted = keep.get(key)
+            if wanted is None:
+                wanted = keep[key] = key == "resourceType" or wanted_field(key, fields)
+            if wanted:
+                kept[key] = value
+        out.append(kept)
+    return out
 
 
 def run_view(view: Any, data: Any) -> pl.DataFrame:
@@ -163,7 +197,8 @@ def run_view(view: Any, data: Any) -> pl.DataFrame:
         )
         if parts is not None:
             return _joined(checked, parts)
-        fields = None  # the projected read refused the pages: the general read decides
+        # the projected read refused the pages: the general read decides
+        return evaluate(checked, _general_frame(items, pages, checked.resource, fields))
     return evaluate(checked, resources_frame(items, checked.resource, fields))
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "read_pages_projected",
     "read_parts_projected",
     "read_resources",
+    "wanted_field",
 ]
 
 _counter = itertools.count()
@@ -80,7 +81,13 @@ def _msgspec_type(dtype: Any, *, forbid: bool = False) -> Any:
             gc=False,
         )
     if isinstance(dtype, pl.List):
-        return list[_msgspec_type(dtype.inner, forbid=forbid) | None]  # type: ignore[misc]
+        # a null item of an array is no item to FHIRPath (the general read drops it),
+        # but Polars would keep it as a null element, a row of nulls in a forEach: an
+        # array with one fails the check; one of only nulls in the sample, any item
+        inner = dtype.inner() if isinstance(dtype.inner, type) else dtype.inner
+        if isinstance(inner, pl.Null):
+            return Annotated[list[None], msgspec.Meta(max_length=0)]
+        return list[_msgspec_type(inner, forbid=forbid)]  # type: ignore[misc]
     if isinstance(dtype, pl.String):
         return str
     if isinstance(dtype, pl.Boolean):
@@ -113,7 +120,7 @@ def _sample(pages: list[bytes]) -> list[bytes]:
     return [pages[int(i * step)] for i in range(_SAMPLE_PAGES)] + [pages[-1]]
 
 
-def _wanted(name: str, roots: set[str]) -> bool:
+def wanted_field(name: str, roots: set[str]) -> bool:
     """A top-level field the view reads: named, or a choice ``value[x]`` of a named one."""
     return any(
         name == r or (name.startswith(r) and name[len(r) : len(r) + 1].isupper()) for r in roots
@@ -188,7 +195,7 @@ fields: larger documents read slower, their working set outgrows the CPU cache).
 
 def _projected_decoder(resource: pl.Struct, roots: set[str]) -> msgspec.json.Decoder[Any]:
     """A page decoder that types only the top-level fields a view reads (see below)."""
-    kept = [f for f in resource.fields if f.name == "resourceType" or _wanted(f.name, roots)]
+    kept = [f for f in resource.fields if f.name == "resourceType" or wanted_field(f.name, roots)]
     seen = {f.name for f in resource.fields}
     fields: list[tuple[str, Any, Any]] = [
         (f"f{i}", _msgspec_type(f.dtype, forbid=True) | None, None) for i, f in enumerate(kept)
