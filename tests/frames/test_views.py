@@ -622,3 +622,28 @@ def test_one_odd_record_is_repaired_alone_and_its_neighbours_read_as_sent() -> N
     for name, table in got.items():
         if name != "Appointment":
             assert table.equals(want[name]), name
+
+
+@pytest.mark.parametrize("odd", [False, True], ids=["as read", "repaired"])
+def test_a_null_array_item_is_no_child_row_and_the_others_keep_their_index(odd: bool) -> None:
+    # FHIR JSON has no null items (to FHIRPath a collection holds none, and the
+    # ViewDefinition runner drops them): participant: [null, {...}, null] gives the
+    # real participant's row alone, at its index as sent, on a clean page and on one
+    # the repair path reads (an odd value elsewhere in the record)
+    clean = appointment(1)
+    nulled = appointment(2)
+    nulled["participant"] = [None, nulled["participant"][1], None]
+    nulled["supportingInformation"] = [None]
+    if odd:
+        nulled["minutesDuration"] = "30"
+    tables = flatten_tables("Appointment", [bundle(clean, nulled)])
+    participants = tables["appointment_participant"]
+    assert participants.select("appointment_id", "index").rows() == [("1", 0), ("1", 1), ("2", 1)]
+    assert participants.row(2, named=True)["actor_id"] == "2"
+    assert participants.row(2, named=True)["status"] == "arrived"
+    assert tables["appointment_supporting_information"].get_column("appointment_id").to_list() == [
+        "1"
+    ]
+    main = tables["Appointment"]
+    assert main.get_column("id").to_list() == ["1", "2"]
+    assert main.get_column("invalid").is_null().to_list() == [True, not odd]

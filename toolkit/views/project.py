@@ -161,6 +161,22 @@ def _extension_rows(view: View, entries: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(found, schema=view.schema, orient="row")
 
 
+def _without_null_items(raw: pl.DataFrame, items: pl.Series) -> pl.DataFrame:
+    """A child table's rows but those of null array items (``participant: [null, {...}]``).
+
+    FHIR JSON has no null items, and to FHIRPath a collection holds none (the
+    ViewDefinition runner drops them too): such an item is no row, and the other
+    rows keep their positions in ``index``. An item the repair could not read is
+    null as well, but it keeps its row for what its ``extra`` or ``invalid`` says;
+    a row with nothing in either holds nothing at all.
+    """
+    nothing = items.is_null() & raw.get_column("extra").is_null()
+    nothing = nothing & raw.get_column("invalid").is_null()
+    if not nothing.any():
+        return raw
+    return raw.filter(~nothing)
+
+
 def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
     if view.extensions:
         return _extension_rows(view, entries)
@@ -176,6 +192,8 @@ def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
     raw = frame.select(compiled.raw)
     if any(raw.get_column(n).null_count() != raw.height for n in ("extra", "invalid")):
         raw = raw.with_columns(_per_row(view, raw))
+    if compiled.items is not None:
+        raw = _without_null_items(raw, frame.get_column("_item"))
     typed = raw.select(compiled.typed)
     if any(c.dtype in (pl.Date, DATETIME) for c in view.columns):
         typed = _complete_datetimes(typed, raw, view)
