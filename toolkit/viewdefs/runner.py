@@ -81,7 +81,7 @@ def _column(view: View, col: Column, dtype: pl.DataType, root: bool) -> tuple[pl
 
 def _column_expr(view: View, col: Column, dtype: pl.DataType, root: bool) -> tuple[pl.Expr, bool]:
     where = f"{col.where}.path"
-    val = _compiled(view, col.path, dtype, where, col.source, root=root)
+    val = compile_path(col.path, _scope(view, dtype, where, col.source, root=root))
     if val.empty:
         target = polars_type(col.type) if col.type else pl.String()
         if col.collection:
