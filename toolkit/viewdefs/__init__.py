@@ -31,11 +31,11 @@ from toolkit.errors import DataValidationError, ViewDefinitionError
 from toolkit.viewdefs.definition import View, load_view, root_fields
 from toolkit.viewdefs.load import (
     Part,
+    kept_fields,
     read_pages,
     read_pages_projected,
     read_parts_projected,
     read_resources,
-    wanted_field,
 )
 from toolkit.viewdefs.runner import evaluate
 
@@ -137,24 +137,8 @@ def _read_items(items: list[Any], resource_type: str, fields: set[str] | None) -
         elif not isinstance(kind, str) or kind == "OperationOutcome":
             raise _page_error(index, doc)
     if fields is not None:
-        resources = _projected(resources, fields)
+        resources = kept_fields(resources, fields)
     return read_resources(resources, resource_type)
-
-
-def _projected(resources: list[dict[str, Any]], fields: set[str]) -> list[dict[str, Any]]:
-    """Each resource with only ``resourceType`` and the named fields or their ``value[x]`` forms."""
-    keep: dict[str, bool] = {}
-    out = []
-    for res in resources:
-        kept = {}
-        for key, value in res.items():
-            wanted = keep.get(key)
-            if wanted is None:
-                wanted = keep[key] = key == "resourceType" or wanted_field(key, fields)
-            if wanted:
-                kept[key] = value
-        out.append(kept)
-    return out
 
 
 def run_view(view: Any, data: Any) -> pl.DataFrame:

@@ -40,11 +40,11 @@ from toolkit.errors import DataValidationError
 
 __all__ = [
     "Part",
+    "kept_fields",
     "read_pages",
     "read_pages_projected",
     "read_parts_projected",
     "read_resources",
-    "wanted_field",
 ]
 
 _counter = itertools.count()
@@ -120,11 +120,27 @@ def _sample(pages: list[bytes]) -> list[bytes]:
     return [pages[int(i * step)] for i in range(_SAMPLE_PAGES)] + [pages[-1]]
 
 
-def wanted_field(name: str, roots: set[str]) -> bool:
+def _wanted(name: str, roots: set[str]) -> bool:
     """A top-level field the view reads: named, or a choice ``value[x]`` of a named one."""
     return any(
         name == r or (name.startswith(r) and name[len(r) : len(r) + 1].isupper()) for r in roots
     )
+
+
+def kept_fields(resources: list[dict[str, Any]], roots: set[str]) -> list[dict[str, Any]]:
+    """Each resource with only ``resourceType`` and the fields a view reads (:func:`_wanted`)."""
+    keep: dict[str, bool] = {}
+    out = []
+    for res in resources:
+        kept = {}
+        for key, value in res.items():
+            wanted = keep.get(key)
+            if wanted is None:
+                wanted = keep[key] = key == "resourceType" or _wanted(key, roots)
+            if wanted:
+                kept[key] = value
+        out.append(kept)
+    return out
 
 
 #: The names FHIR gives the types of a choice element ``value[x]`` (``valueCoding``, ...).
@@ -195,7 +211,7 @@ fields: larger documents read slower, their working set outgrows the CPU cache).
 
 def _projected_decoder(resource: pl.Struct, roots: set[str]) -> msgspec.json.Decoder[Any]:
     """A page decoder that types only the top-level fields a view reads (see below)."""
-    kept = [f for f in resource.fields if f.name == "resourceType" or wanted_field(f.name, roots)]
+    kept = [f for f in resource.fields if f.name == "resourceType" or _wanted(f.name, roots)]
     seen = {f.name for f in resource.fields}
     fields: list[tuple[str, Any, Any]] = [
         (f"f{i}", _msgspec_type(f.dtype, forbid=True) | None, None) for i, f in enumerate(kept)
@@ -264,16 +280,16 @@ def _sample_schema(pages: list[bytes], roots: set[str]) -> pl.Struct | None:
     comes first (the decoder reads the kind as its first field); None when the
     sample is not a set of Bundles of resources.
     """
-    names = {"resourceType", *roots} | {r + t for r in roots for t in _CHOICE_TYPES}
     try:
         # a dict of raw values, filtered here: a struct of the hundreds of names
         # (every choice type of every root) decoded several times slower
-        resources = [
-            {k: v for k, v in res.items() if k in names}
+        found = [
+            res
             for raw in _sample(pages)
             for e in _SAMPLE_DECODER.decode(raw).entry or ()
             if (res := e.resource)
         ]
+        resources = kept_fields(found, roots)
         if not resources:
             return None
         sample = pl.read_json(_ENCODER.encode(resources), infer_schema_length=None)
