@@ -31,6 +31,7 @@ from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from tests.conftest import load_script
+from tests.viewdefs.outcomes import Outcome, outcome
 from toolkit.cli import app
 from toolkit.errors import DataValidationError
 from toolkit.viewdefs import load, load_view, resources_frame, run_view
@@ -230,24 +231,10 @@ def _odd_pages(rng: random.Random) -> list[bytes]:
     return pages
 
 
-Outcome = tuple[Any, ...]
-
-
-def _outcome(run: Callable[[], pl.DataFrame]) -> Outcome:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            frame = run()
-        except Exception as exc:  # the same error both ways is the point
-            return ("error", type(exc).__name__, str(exc))
-    said = sorted(str(w.message) for w in caught)
-    return ("ok", dict(frame.schema), frame.to_dicts(), said)
-
-
 def _both(view: dict[str, Any], pages: list[bytes]) -> tuple[Outcome, Outcome]:
     checked = load_view(view)
-    fast = _outcome(lambda: run_view(checked, pages))
-    general = _outcome(lambda: evaluate(checked, resources_frame(pages, checked.resource, None)))
+    fast = outcome(run_view, checked, pages)
+    general = outcome(lambda: evaluate(checked, resources_frame(pages, checked.resource, None)))
     return fast, general
 
 

@@ -13,13 +13,12 @@ import dataclasses
 import json
 import os
 import random
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.viewdefs.outcomes import outcome
 from toolkit.viewdefs import View, _read_items, load, load_view, run_view
 from toolkit.viewdefs.definition import root_fields
 from toolkit.viewdefs.runner import evaluate
@@ -138,16 +137,6 @@ def _mutate(value: Any, rng: random.Random) -> Any:
     return rng.choice([value, 5, "5", 1.5, True, None, {"x": value}, [value], "2026-01", 2**70])
 
 
-def _outcome(run: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            frame = run(*args)
-        except Exception as exc:  # the same error every way is the point
-            return ("error", type(exc).__name__, str(exc))
-    return ("ok", dict(frame.schema), frame.to_dicts(), sorted(str(w.message) for w in caught))
-
-
 @pytest.mark.skipif(not CASES, reason=MISSING)
 def test_hostile_suite_resources_give_the_same_outcome_by_every_read(
     monkeypatch: pytest.MonkeyPatch,
@@ -179,11 +168,11 @@ def test_hostile_suite_resources_give_the_same_outcome_by_every_read(
         part, chunk = rng.choice([(1, 1), (2, 1), (40_000, 2_048)])
         monkeypatch.setattr(load, "_PART", part)
         monkeypatch.setattr(load, "_CHUNK", chunk)
-        got = _outcome(run_view, view, pages)
-        general = _outcome(_general, view, pages, roots)
+        got = outcome(run_view, view, pages)
+        general = outcome(_general, view, pages, roots)
         assert got == general, f"{case.file} {case.title!r}"
         # keeping only the view's fields changes no row and no error
-        whole = _outcome(_general, view, pages, None)
+        whole = outcome(_general, view, pages, None)
         assert general[:3] == whole[:3], f"{case.file} {case.title!r}"
         compared += 1
         refused += roots is not None and _refused(pages, view.resource, roots)
