@@ -108,8 +108,25 @@ def _environment(groups: list[str]) -> set[str]:
     return _closure(roots)
 
 
+# Executables the manuals run from groups that the README's `uv run pytest` does not
+# install (dev, notebooks): which distribution ships each. The check must not depend on
+# whether an earlier command (`.ci/run`'s lint step, say) happened to install them, so
+# these are known here rather than read from the environment; every name must be in
+# uv.lock and, where the distribution is installed, agree with its metadata.
+PROVIDERS = {
+    "ruff": "ruff",
+    "mypy": "mypy",
+    "jupyter-lab": "jupyterlab",
+    "mutmut": "mutmut",
+}
+
+
 def _scripts() -> dict[str, str]:
-    """Console script name -> distribution, for what is installed here."""
+    """Console script name -> distribution: PROVIDERS, then what is installed here."""
+    return {**PROVIDERS, **_installed_scripts()}
+
+
+def _installed_scripts() -> dict[str, str]:
     out: dict[str, str] = {}
     for dist in metadata.distributions():
         name = _norm(dist.metadata["Name"])
@@ -120,6 +137,15 @@ def _scripts() -> dict[str, str]:
             if len(file.parts) > 1 and file.parts[-2] in ("bin", "Scripts"):
                 out.setdefault(file.stem, name)
     return out
+
+
+def test_the_known_providers_are_locked_and_agree_with_what_is_installed() -> None:
+    locked = _packages()
+    installed = _installed_scripts()
+    for script, dist in PROVIDERS.items():
+        assert _norm(dist) in locked, f"{script}: {dist} is not in uv.lock"
+        if script in installed:
+            assert installed[script] == _norm(dist), (script, installed[script], dist)
 
 
 def _uv_runs() -> list[tuple[str, str]]:
