@@ -1,0 +1,369 @@
+"""One resource's change committed into a lake: precedence, one ``MERGE`` per table, the pin.
+
+A change is a set of new record versions (already flattened into the resource's
+tables and validated) plus ids to delete. It is committed while holding the
+resource's lease (:func:`toolkit.lake.state.take_lease`):
+
+1. **Precedence.** The staged versions are reduced to the newest per id, then
+   compared with the versions the lake holds (its raw-record table): a staged version
+   wins unless the stored one is strictly newer (:func:`toolkit.lake.precedence`;
+   on a tie the staged one, as the store does). Stale versions are counted, not written.
+2. **One ``MERGE`` per table**, the same statement for every table: the source holds
+   a *delete marker* for each id the change touches and the new rows of the winners.
+   ``ON key = key AND marker`` deletes every stored row of a touched record (so a
+   record that lost a participant loses the row) and the new rows, which match
+   nothing, are inserted. Delta rewrites only the files holding touched rows. A
+   deployment's partition that has no file yet takes a plain append.
+3. **The pin**: the new version of every table and the sha256 of every data file of
+   the deployment's partition, moved in one compare-and-swap ``MERGE`` that also
+   releases the lease (:func:`toolkit.lake.state.move_pin`).
+
+A crash anywhere before step 3 leaves the pin where it was: readers through pmtk
+see the previous state of every table, and the next writer (the lease expires) takes
+the same records again; its ``MERGE`` replaces whatever the crashed one had written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from toolkit.lake.location import LakeDamaged, Location, check_data_path, check_table_name
+from toolkit.lake.precedence import newest_per_id, staged_wins
+from toolkit.lake.state import (
+    Pin,
+    append_history,
+    move_pin,
+    now_iso,
+    owner_id,
+    release_lease,
+    retrying,
+    take_lease,
+)
+from toolkit.store.layout import declared_schemas, parent_key, schema_version
+from toolkit.store.raw import RAW_SCHEMA, raw_table
+
+OP = "_pmtk_op"
+PART = "_pmtk_part"
+"""Working columns of a staged change (never written): the marker, and the staged part."""
+
+
+@dataclass(slots=True)
+class Change:
+    """What one commit writes for a resource of a deployment.
+
+    Attributes
+    ----------
+    tables
+        The new rows of every table (main, child, extension and raw), as flattened
+        and validated, each with the column :data:`PART` (the order it was staged in:
+        of two versions with the same ``lastUpdated`` the later part wins).
+    deletes
+        Ids the API said are gone (a 404/410 OperationOutcome).
+    present
+        Every id the deployment holds (its ``$export-ids`` answer, or a whole walk of
+        its list), when known: a stored record missing from it is deleted, unless it
+        was stored with a ``lastUpdated`` at or after ``present_since`` (the server's
+        time when that list was taken), since such a record was written after the
+        list was read (by a webhook, say) and the list says nothing about it.
+    """
+
+    tables: dict[str, pl.DataFrame]
+    deletes: set[str] = field(default_factory=set)
+    present: set[str] | None = None
+    present_since: str | None = None
+
+
+@dataclass(slots=True)
+class CommitResult:
+    """What a commit did (counts of records) and the pin it left."""
+
+    upserted: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    written: bool = False
+    pin: Pin | None = None
+
+
+def lake_tables(resource_type: str) -> dict[str, pl.Schema]:
+    """Every table a resource has in a lake (declared views, then the raw records)."""
+    out = dict(declared_schemas(resource_type))
+    out[raw_table(resource_type)] = RAW_SCHEMA
+    for name in out:
+        check_table_name(name)
+    return out
+
+
+def key_of(resource_type: str, table: str) -> str:
+    """The column naming a row's record: ``id`` in the main and raw tables, else the parent."""
+    return "id" if table in (resource_type, raw_table(resource_type)) else parent_key(resource_type)
+
+
+def to_delta(frame: pl.DataFrame, deployment: str) -> pl.DataFrame:
+    """The rows as written: the deployment first, then the declared columns."""
+    return frame.select(pl.lit(deployment, pl.String).alias("deployment"), pl.all())
+
+
+def empty_change(resource_type: str) -> Change:
+    tables = {
+        name: pl.DataFrame(schema=schema).with_columns(pl.lit(0, pl.Int64).alias(PART))
+        for name, schema in lake_tables(resource_type).items()
+    }
+    return Change(tables)
+
+
+def _dt(loc: Location, table: str) -> Any:
+    from deltalake import DeltaTable
+
+    uri = loc.table_uri("tables", table)
+    loc.check_local_links("tables", table)
+    if not DeltaTable.is_deltatable(uri, storage_options=loc.storage_options):
+        return None
+    return DeltaTable(uri, storage_options=loc.storage_options)
+
+
+def partition_files(dt: Any, table: str, deployment: str) -> dict[str, int]:
+    """``path -> size`` of the deployment's data files at the table's loaded version.
+
+    Every path must be one of that partition's data files (:func:`check_data_path`).
+    """
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    paths = actions.column("path").to_pylist()
+    sizes = actions.column("size_bytes").to_pylist()
+    parts = (
+        actions.column("partition.deployment").to_pylist()
+        if "partition.deployment" in actions.column_names
+        else [None] * len(paths)
+    )
+    out: dict[str, int] = {}
+    for path, size, part in zip(paths, sizes, parts, strict=True):
+        if part != deployment:
+            continue
+        problem = check_data_path(table, deployment, path)
+        if problem is not None:
+            raise LakeDamaged(problem)
+        out[path] = int(size)
+    return out
+
+
+def stored_versions(
+    loc: Location, resource_type: str, deployment: str, ids: pl.Series
+) -> dict[str, str | None]:
+    """``id -> lastUpdated`` held by the lake (latest version) for those of ``ids`` it has."""
+    dt = _dt(loc, raw_table(resource_type))
+    if dt is None or ids.len() == 0:
+        return {}
+    files = partition_files(dt, raw_table(resource_type), deployment)
+    if not files:
+        return {}
+    table = dt.to_pyarrow_table(
+        partitions=[("deployment", "=", deployment)], columns=["id", "last_updated"]
+    )
+    frame = pl.DataFrame(pl.from_arrow(table)).filter(pl.col("id").is_in(ids.implode()))
+    return dict(zip(frame["id"].to_list(), frame["last_updated"].to_list(), strict=True))
+
+
+def commit(
+    loc: Location,
+    deployment: str,
+    resource_type: str,
+    change: Change,
+    *,
+    pin: Pin,
+    kind: str,
+    lock_timeout: float = 60.0,
+    counts: Mapping[str, int] | None = None,
+    after_table: Any = None,
+) -> CommitResult:
+    """Commit ``change`` (see the module's docstring); ``pin`` carries the new marks.
+
+    ``pin`` is the pin as the caller wants it after the commit (high-water mark and
+    such); its versions, files and seq are filled in here. ``after_table`` (tests) is
+    called with each table's name once its ``MERGE`` committed.
+    """
+    owner = owner_id()
+    take_lease(loc, deployment, resource_type, owner, lock_timeout)
+    try:
+        result = _commit_locked(loc, deployment, resource_type, change, pin, after_table)
+        assert result.pin is not None
+        move_pin(loc, result.pin, result.pin.seq - 1, owner)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            release_lease(loc, deployment, resource_type, owner)
+        raise
+    history_counts = {
+        "upserted": len(result.upserted),
+        "stale": len(result.stale),
+        "deleted": len(result.deleted),
+        **dict(counts or {}),
+    }
+    append_history(loc, result.pin, kind, history_counts)
+    return result
+
+
+def _current_pin(loc: Location, deployment: str, resource_type: str, wanted: Pin) -> Pin:
+    """The pin as committed now (it may have moved since the caller read it)."""
+    from toolkit.lake.state import pin_of
+
+    now = pin_of(loc, deployment, resource_type)
+    wanted.seq = now.seq
+    wanted.versions = dict(now.versions)
+    wanted.files = {t: dict(f) for t, f in now.files.items()}
+    return now
+
+
+def _commit_locked(
+    loc: Location,
+    deployment: str,
+    resource_type: str,
+    change: Change,
+    wanted: Pin,
+    after_table: Any,
+) -> CommitResult:
+    from toolkit.store.layout import later
+
+    now = _current_pin(loc, deployment, resource_type, wanted)
+    if now.high_water_mark is not None:
+        wanted.high_water_mark = later(now.high_water_mark, wanted.high_water_mark)
+    result = CommitResult()
+    raw_name = raw_table(resource_type)
+    raw = change.tables[raw_name]
+    chosen = newest_per_id(raw, PART)
+    stored = stored_versions(loc, resource_type, deployment, chosen["id"])
+    wins = staged_wins(chosen, stored)
+    winners = chosen.filter(wins)
+    result.upserted = sorted(winners["id"].to_list())
+    result.stale = sorted(chosen.filter(~wins)["id"].to_list())
+    deletes = set(change.deletes)
+    if change.present is not None:
+        deletes |= _missing(loc, resource_type, deployment, change.present, change.present_since)
+    held = stored_versions(
+        loc, resource_type, deployment, pl.Series(sorted(deletes), dtype=pl.String)
+    )
+    deletes = {d for d in deletes if d in held}
+    deletes -= set(result.upserted)
+    result.deleted = sorted(deletes)
+    touched = sorted({*result.upserted, *result.deleted})
+    wanted.schema_version = schema_version(resource_type)
+    wanted.fetched_at = now_iso()
+    if touched:
+        keep = winners.select("id", PART)
+        for table, schema in lake_tables(resource_type).items():
+            key = key_of(resource_type, table)
+            rows = (
+                change.tables[table]
+                .join(keep.rename({"id": key}), on=[key, PART], how="semi")
+                .select(list(schema))
+            )
+            known = now.files.get(table, {})
+            version, files = _write_table(loc, deployment, table, key, rows, touched, schema, known)
+            wanted.versions[table] = version
+            wanted.files[table] = files
+            if after_table is not None:
+                after_table(table)
+        result.written = True
+    wanted.seq = now.seq + 1
+    result.pin = wanted
+    return result
+
+
+def _missing(
+    loc: Location, resource_type: str, deployment: str, present: set[str], since: str | None
+) -> set[str]:
+    """Stored ids absent from ``present`` and stored before ``since`` (when known)."""
+    from toolkit.lake.precedence import instants
+
+    dt = _dt(loc, raw_table(resource_type))
+    if dt is None or not partition_files(dt, raw_table(resource_type), deployment):
+        return set()
+    table = dt.to_pyarrow_table(
+        partitions=[("deployment", "=", deployment)], columns=["id", "last_updated"]
+    )
+    frame = pl.DataFrame(pl.from_arrow(table)).filter(
+        ~pl.col("id").is_in(pl.Series(sorted(present), dtype=pl.String).implode())
+    )
+    if since is not None:
+        at = instants(pl.lit(since))
+        frame = frame.filter(
+            instants(pl.col("last_updated")).is_null() | (instants(pl.col("last_updated")) < at)
+        )
+    return set(frame["id"].to_list())
+
+
+def _write_table(
+    loc: Location,
+    deployment: str,
+    table: str,
+    key: str,
+    rows: pl.DataFrame,
+    touched: list[str],
+    schema: pl.Schema,
+    known: Mapping[str, str],
+) -> tuple[int, dict[str, str]]:
+    """Replace the touched records' rows of one table; its new version and file digests."""
+    from deltalake import DeltaTable, write_deltalake
+
+    uri = loc.table_uri("tables", table)
+    new = to_delta(rows, deployment)
+
+    def write() -> int:
+        dt = _dt(loc, table)
+        if dt is None or not partition_files(dt, table, deployment):
+            write_deltalake(
+                uri,
+                new,
+                mode="append",
+                partition_by=["deployment"],
+                storage_options=loc.storage_options,
+            )
+        else:
+            markers = pl.DataFrame(
+                {"deployment": deployment, key: touched},
+                schema={"deployment": pl.String, key: pl.String},
+            )
+            source = pl.concat(
+                [
+                    markers.with_columns(pl.lit("delete").alias(OP)),
+                    new.with_columns(pl.lit("insert").alias(OP)),
+                ],
+                how="diagonal_relaxed",
+            )
+            columns = ["deployment", *schema]
+            predicate = (
+                f't."deployment" = \'{deployment}\' AND t."deployment" = s."deployment" '
+                f'AND t."{key}" = s."{key}" AND s."{OP}" = \'delete\''
+            )
+            (
+                dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
+                .when_matched_delete()
+                .when_not_matched_insert(
+                    updates={f'"{c}"': f's."{c}"' for c in columns},
+                    predicate=f"s.\"{OP}\" = 'insert'",
+                )
+                .execute()
+            )
+        return int(DeltaTable(uri, storage_options=loc.storage_options).version())
+
+    version = retrying(write, f"writing {deployment}/{table}")
+    dt = DeltaTable(uri, version=version, storage_options=loc.storage_options)
+    return version, _digests(loc, dt, table, deployment, known)
+
+
+def _digests(
+    loc: Location, dt: Any, table: str, deployment: str, known: Mapping[str, str]
+) -> dict[str, str]:
+    """The sha256 of each of the partition's files: those of the last pin kept, new ones read.
+
+    Delta never rewrites a data file in place (a change adds new files), so a file the
+    last pin recorded keeps its digest; a file it did not record is hashed as written.
+    """
+    uri = loc.table_uri("tables", table)
+    return {
+        path: known.get(path) or loc.sha256(uri, path)
+        for path in partition_files(dt, table, deployment)
+    }

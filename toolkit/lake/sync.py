@@ -1,0 +1,304 @@
+"""``pmtk sync --out LAKE --deployment NAME``: one deployment's resources into a lake.
+
+Each resource is walked (incrementally from its pin's ``_lastUpdated`` mark, or in
+full), its pages flattened with the resource's view and validated batch by batch
+into a private staging folder on the local disk (never in the lake), then committed
+with :func:`toolkit.lake.commit.commit`. Staging is private to the run, so two runs,
+on one machine or several, never touch each other's pages; only the commit is shared,
+and it is serialised per (deployment, resource) by the lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from toolkit.lake.commit import PART, Change, commit, lake_tables
+from toolkit.lake.location import Location
+from toolkit.lake.state import Pin, init_lake, pin_of, resolve
+from toolkit.store.identity import deployment_of
+from toolkit.store.layout import later, schema_version
+from toolkit.store.raw import raw_frame, raw_table
+from toolkit.store.results import PAGE_SIZE, ErrorsMode, PageSource
+from toolkit.store.resume import since_after
+
+BATCH_PAGES = 20
+"""Pages flattened and validated together into one staged part."""
+
+
+@dataclass(slots=True)
+class LakeResourceSync:
+    """What a lake sync did for one resource."""
+
+    resource: str
+    mode: str = "full"
+    status: str = "ok"
+    records_fetched: int = 0
+    pages: int = 0
+    upserted: int = 0
+    stale: int = 0
+    deleted: int = 0
+    requests: int = 0
+    elapsed: float = 0.0
+    high_water_mark: str | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class LakeSyncSummary:
+    """What :func:`sync` did: the lake, the deployment's name and each resource's result."""
+
+    lake: str
+    deployment: str
+    resources: dict[str, LakeResourceSync] = field(default_factory=dict)
+
+    def __getitem__(self, resource: str) -> LakeResourceSync:
+        return self.resources[resource]
+
+    @property
+    def requests(self) -> int:
+        return sum(r.requests for r in self.resources.values())
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.resources.values())
+
+
+@contextlib.contextmanager
+def _connected(client: PageSource | None) -> Iterator[PageSource]:
+    if client is not None:
+        yield client
+        return
+    import toolkit
+
+    owned: Any = toolkit.connect()
+    try:
+        yield owned
+    finally:
+        owned.close()
+
+
+def sync(
+    client: PageSource | None = None,
+    lake: str | os.PathLike[str] | Location = "pmtk-lake",
+    *,
+    deployment: str | None = None,
+    resources: Sequence[str] | None = None,
+    full: bool = False,
+    reconcile: bool = False,
+    errors: ErrorsMode = "raise",
+    storage_options: dict[str, str] | None = None,
+    lock_timeout: float = 60.0,
+    after_table: Callable[[str], None] | None = None,
+) -> LakeSyncSummary:
+    """Sync one deployment's resources into a lake (see the module's docstring).
+
+    Parameters
+    ----------
+    client
+        A :class:`toolkit.Client` (default :func:`toolkit.connect`: the configured
+        deployment, else the embedded mock).
+    lake
+        A local folder or an ``s3://bucket/prefix`` URL (with ``storage_options`` or
+        the ``AWS_*`` environment variables).
+    deployment
+        The deployment's short name in the lake. A name the lake does not know is
+        added for this client's deployment; a known name must be this deployment. With
+        no name, the lake's one deployment matching the client is used, and a client
+        the lake does not know is refused (``WrongDeployment``): nothing mixes by accident.
+    resources
+        Resource types (default every listed one).
+    full
+        Walk each whole list instead of what changed since the last sync; records the
+        deployment no longer lists are then deleted.
+    reconcile
+        After an incremental walk, also walk the whole list and delete what it lacks.
+    lock_timeout
+        Seconds a commit waits for another writer of the same deployment and resource.
+    """
+    from toolkit import catalogue
+
+    loc = Location.of(lake, storage_options)
+    wanted = list(resources) if resources else list(catalogue.LISTED_RESOURCES)
+    unknown = [r for r in wanted if r not in catalogue.LISTED_RESOURCES]
+    if unknown:
+        from toolkit.errors import ConfigurationError
+
+        raise ConfigurationError(f"cannot sync {', '.join(unknown)}: not a listed resource")
+    with _connected(client) as source:
+        init_lake(loc)
+        known = resolve(loc, deployment_of(source), deployment)
+        summary = LakeSyncSummary(loc.uri, known.name)
+        for rt in wanted:
+            summary.resources[rt] = _sync_one(
+                loc, known.name, source, rt, full, reconcile, errors, lock_timeout, after_table
+            )
+    return summary
+
+
+def _sync_one(
+    loc: Location,
+    deployment: str,
+    source: PageSource,
+    rt: str,
+    full: bool,
+    reconcile: bool,
+    errors: ErrorsMode,
+    lock_timeout: float,
+    after_table: Callable[[str], None] | None,
+) -> LakeResourceSync:
+    started = time.monotonic()
+    sent = source.requests_sent
+    result = LakeResourceSync(rt)
+    previous = pin_of(loc, deployment, rt)
+    incremental = (
+        not full
+        and previous.seq > 0
+        and previous.schema_version == schema_version(rt)
+        and previous.high_water_mark is not None
+    )
+    result.mode = "incremental" if incremental else "full"
+    since = (previous.next_since or f"ge{previous.high_water_mark}") if incremental else None
+    with tempfile.TemporaryDirectory(prefix="pmtk-lake-stage-") as stage:
+        staged = _walk(Path(stage), source, rt, since, errors, result)
+        present: set[str] | None = None
+        if not incremental:
+            present = staged.ids
+        elif rt == "Patient" or reconcile:
+            present = _present(source, rt, reconcile)
+        change = Change(
+            tables=staged.tables(rt),
+            present=present,
+            present_since=staged.server_time,
+        )
+        mark = staged.max_last_updated
+        hwm = later(previous.high_water_mark, mark) if incremental else mark
+        pin = Pin(
+            deployment,
+            rt,
+            seq=previous.seq,
+            high_water_mark=hwm,
+            next_since=since_after(hwm, staged.server_time),
+            server_time=staged.server_time,
+            last_sync={
+                "mode": result.mode,
+                "records_fetched": result.records_fetched,
+                "pages": result.pages,
+            },
+        )
+        counts = {"records_fetched": result.records_fetched}
+        done = commit(
+            loc,
+            deployment,
+            rt,
+            change,
+            pin=pin,
+            kind=f"sync-{result.mode}",
+            lock_timeout=lock_timeout,
+            counts=counts,
+            after_table=after_table,
+        )
+    result.upserted = len(done.upserted)
+    result.stale = len(done.stale)
+    result.deleted = len(done.deleted)
+    result.high_water_mark = done.pin.high_water_mark if done.pin else None
+    result.requests = source.requests_sent - sent
+    result.elapsed = time.monotonic() - started
+    return result
+
+
+@dataclass(slots=True)
+class _Staged:
+    folder: Path
+    parts: int = 0
+    ids: set[str] = field(default_factory=set)
+    max_last_updated: str | None = None
+    server_time: str | None = None
+
+    def tables(self, rt: str) -> dict[str, pl.DataFrame]:
+        out = {}
+        for name, schema in lake_tables(rt).items():
+            files = sorted((self.folder / name).glob("*.parquet"))
+            full_schema = pl.Schema({**schema, PART: pl.Int64()})
+            out[name] = (
+                pl.read_parquet(files).select(list(full_schema)).cast(full_schema)
+                if files
+                else pl.DataFrame(schema=full_schema)
+            )
+        return out
+
+
+def _walk(
+    folder: Path,
+    source: PageSource,
+    rt: str,
+    since: str | None,
+    errors: ErrorsMode,
+    result: LakeResourceSync,
+) -> _Staged:
+    params: dict[str, Any] = {"_count": PAGE_SIZE}
+    if since is not None:
+        params["_lastUpdated"] = since
+    walk = source.walk(rt, params=params, progress=False)
+    staged = _Staged(folder)
+    batch: list[Any] = []
+    for page in walk:
+        if staged.server_time is None:
+            staged.server_time = walk.summary.started_at
+        batch.append(page)
+        result.pages += 1
+        if len(batch) >= BATCH_PAGES:
+            _stage(staged, rt, batch, errors, result)
+            batch = []
+    if batch:
+        _stage(staged, rt, batch, errors, result)
+    if staged.server_time is None:
+        staged.server_time = walk.summary.started_at
+    return staged
+
+
+def _stage(
+    staged: _Staged, rt: str, pages: list[Any], errors: ErrorsMode, result: LakeResourceSync
+) -> None:
+    from toolkit import schemas, views
+
+    records = [r for page in pages for r in page.records]
+    result.records_fetched += len(records)
+    for record in records:
+        rid = record.get("id")
+        if isinstance(rid, str):
+            staged.ids.add(rid)
+        stamp = (record.get("meta") or {}).get("lastUpdated")
+        if isinstance(stamp, str):
+            staged.max_last_updated = later(staged.max_last_updated, stamp)
+    tables = views.flatten_tables(rt, [page.raw for page in pages])
+    for name, frame in tables.items():
+        schemas.validate(frame, rt, table=None if name == rt else name, errors=errors)
+    tables[raw_table(rt)] = raw_frame(rt, records)
+    staged.parts += 1
+    for name, frame in tables.items():
+        target = staged.folder / name
+        target.mkdir(parents=True, exist_ok=True)
+        frame.with_columns(pl.lit(staged.parts, pl.Int64).alias(PART)).write_parquet(
+            target / f"part-{staged.parts:06d}.parquet"
+        )
+
+
+def _present(source: PageSource, rt: str, reconcile: bool) -> set[str] | None:
+    """Every id the deployment holds: ``$export-ids`` where it has it, else a whole walk."""
+    from toolkit import catalogue
+
+    present = source.export_ids(rt) if rt in catalogue.EXPORT_IDS else None
+    if present is None and reconcile:
+        present = set()
+        for page in source.walk(rt, params={"_count": PAGE_SIZE}, progress=False):
+            present.update(str(r.get("id")) for r in page.records)
+    return present
