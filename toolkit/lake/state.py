@@ -192,7 +192,7 @@ class LakeDeployment:
 
 def deployments(loc: Location) -> dict[str, LakeDeployment]:
     if not is_lake(loc):
-        return pl.DataFrame(pl.from_arrow(HISTORY_SCHEMA.empty_table()))
+        return {}
         return {}
     out: dict[str, LakeDeployment] = {}
     for row in _frame(_table(loc, "deployments")).iter_rows(named=True):
@@ -331,7 +331,7 @@ def pins(
 ) -> list[Pin]:
     """Every committed pin (of one deployment), as the state table is now or was ``as_of``."""
     if not is_lake(loc):
-        return pl.DataFrame(pl.from_arrow(HISTORY_SCHEMA.empty_table()))
+        return []
         return []
     frame = _frame(_table(loc, "state", as_of))
     if deployment is not None:
@@ -499,7 +499,6 @@ def history(loc: Location, deployment: str | None = None) -> pl.DataFrame:
     """Every commit of the lake (of one deployment), oldest first."""
     if not is_lake(loc):
         return pl.DataFrame(pl.from_arrow(HISTORY_SCHEMA.empty_table()))
-        return pl.DataFrame(schema=pl.Schema(pl.from_arrow(HISTORY_SCHEMA.empty_table()).schema))
     frame = _frame(_table(loc, "history"))
     if deployment is not None:
         frame = frame.filter(pl.col("deployment") == deployment)
