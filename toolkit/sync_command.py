@@ -129,6 +129,14 @@ Rebuild = Annotated[
         help="Rebuild every table from the raw records kept in the store; no request is sent.",
     ),
 ]
+Deployment = Annotated[
+    str | None,
+    typer.Option(
+        "--deployment",
+        help="Sync into a Delta Lake of many deployments (--out a folder or an s3:// URL) "
+        "under this short name; a new name is added for the configured deployment.",
+    ),
+]
 Views = Annotated[
     list[Path] | None,
     typer.Option(
@@ -154,8 +162,31 @@ def sync_command(
     output: Output = "text",
     rebuild: Rebuild = False,
     view: Views = None,
+    deployment: Deployment = None,
 ) -> None:
-    """Sync resources into a Parquet store; an interrupted run resumes where it stopped."""
+    """Sync resources into a Parquet store, or a Delta Lake with --deployment."""
+    from toolkit.lake.command import is_lake_target, lake_sync_command
+
+    if is_lake_target(out_text := _raw_out(out), deployment):
+        refused = [
+            name
+            for name, given in (("--rebind", rebind), ("--rebuild", rebuild), ("--view", view))
+            if given
+        ]
+        lake_sync_command(
+            out=out_text,
+            deployment=deployment,
+            wanted=_resources(resource),
+            settings=connection_settings(base_url, client_id, client_secret),
+            full=full,
+            reconcile=reconcile,
+            errors=errors,
+            quiet=quiet,
+            output=output,
+            verify=verify,
+            refused_options=refused,
+        )
+        return
     # Every argument problem is a usage error (exit 2), found before any request.
     _check_choices(errors=errors, output=output)
     wanted = _resources(resource)
@@ -187,6 +218,17 @@ def sync_command(
     _print_summary(summary, quiet=quiet, output=output)
     if view:
         _write_views(err, out, view, quiet=quiet_run)
+
+
+def _raw_out(out: Path | None) -> str | None:
+    """``--out`` as typed: a Path folds the ``//`` of ``s3://bucket`` into one slash."""
+    if out is None:
+        return None
+    text = str(out)
+    for scheme in ("s3:/", "s3a:/"):
+        if text.startswith(scheme) and not text.startswith(scheme + "/"):
+            return scheme + "/" + text[len(scheme) :]
+    return text
 
 
 @contextlib.contextmanager
