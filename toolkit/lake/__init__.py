@@ -11,6 +11,9 @@
 See ``docs/lake.md`` for the layout, the guarantees and how the failures are handled.
 """
 
+import os
+from datetime import datetime
+
 import polars as pl
 
 from toolkit.lake.commit import Change, CommitResult, commit, lake_tables
@@ -20,13 +23,29 @@ from toolkit.lake.state import (
     LakeBusy,
     LakeDeployment,
     LeaseLost,
+    Pin,
     UnknownDeployment,
-    is_lake,
-    pins,
 )
 from toolkit.lake.state import deployments as _deployments
 from toolkit.lake.state import history as _history
+from toolkit.lake.state import is_lake as _is_lake
+from toolkit.lake.state import pins as _pins
 from toolkit.lake.sync import LakeResourceSync, LakeSyncSummary, sync
+
+
+def is_lake(lake: str | os.PathLike[str], storage_options: dict[str, str] | None = None) -> bool:
+    """Whether ``lake`` is a pmtk lake (it has pmtk's deployments table)."""
+    return _is_lake(Location.of(lake, storage_options))
+
+
+def pins(
+    lake: str | os.PathLike[str],
+    deployment: str | None = None,
+    as_of: int | datetime | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> list[Pin]:
+    """The committed pin of every (deployment, resource), now or ``as_of`` a state version."""
+    return _pins(Location.of(lake, storage_options), deployment, as_of)
 
 
 def deployments(
@@ -37,7 +56,9 @@ def deployments(
 
 
 def history(
-    lake: str, deployment: str | None = None, storage_options: dict[str, str] | None = None
+    lake: str | os.PathLike[str],
+    deployment: str | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> pl.DataFrame:
     """Every commit of the lake (``pl.DataFrame``), oldest first."""
     return _history(Location.of(lake, storage_options), deployment)
@@ -55,6 +76,7 @@ __all__ = [
     "LakeVerifyReport",
     "LeaseLost",
     "Location",
+    "Pin",
     "UnknownDeployment",
     "commit",
     "deployments",

@@ -162,7 +162,7 @@ def stored_versions(
     if not files:
         return {}
     table = dt.to_pyarrow_table(
-        partitions=[("deployment", "=", deployment)], columns=["id", "last_updated"]
+        filters=[("deployment", "=", deployment)], columns=["id", "last_updated"]
     )
     frame = pl.DataFrame(pl.from_arrow(table)).filter(pl.col("id").is_in(ids.implode()))
     return dict(zip(frame["id"].to_list(), frame["last_updated"].to_list(), strict=True))
@@ -282,7 +282,7 @@ def _missing(
     if dt is None or not partition_files(dt, raw_table(resource_type), deployment):
         return set()
     table = dt.to_pyarrow_table(
-        partitions=[("deployment", "=", deployment)], columns=["id", "last_updated"]
+        filters=[("deployment", "=", deployment)], columns=["id", "last_updated"]
     )
     frame = pl.DataFrame(pl.from_arrow(table)).filter(
         ~pl.col("id").is_in(pl.Series(sorted(present), dtype=pl.String).implode())
