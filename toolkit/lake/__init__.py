@@ -30,7 +30,7 @@ from toolkit.lake.state import deployments as _deployments
 from toolkit.lake.state import history as _history
 from toolkit.lake.state import is_lake as _is_lake
 from toolkit.lake.state import pins as _pins
-from toolkit.lake.sync import LakeResourceSync, LakeSyncSummary, sync
+from toolkit.lake.sync import LakeResourceSync, LakeSyncSummary, apply_changes, sync
 
 
 def is_lake(lake: str | os.PathLike[str], storage_options: dict[str, str] | None = None) -> bool:
@@ -78,6 +78,7 @@ __all__ = [
     "Location",
     "Pin",
     "UnknownDeployment",
+    "apply_changes",
     "commit",
     "deployments",
     "history",

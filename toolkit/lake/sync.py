@@ -14,11 +14,12 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import polars as pl
 
 from toolkit.lake.commit import PART, Change, commit, lake_tables
@@ -302,3 +303,66 @@ def _present(source: PageSource, rt: str, reconcile: bool) -> set[str] | None:
         for page in source.walk(rt, params={"_count": PAGE_SIZE}, progress=False):
             present.update(str(r.get("id")) for r in page.records)
     return present
+
+
+def apply_changes(
+    lake: str | os.PathLike[str] | Location,
+    deployment: str,
+    resource_type: str,
+    *,
+    upserts: Sequence[Mapping[str, Any]] = (),
+    deletes: Sequence[str] = (),
+    errors: ErrorsMode = "raise",
+    lock_timeout: float = 60.0,
+    storage_options: dict[str, str] | None = None,
+) -> Any:
+    """Write single records into one deployment of a lake (a webhook's changes).
+
+    The records are flattened with the resource's view and validated before anything
+    is taken or written (a bad record raises and changes nothing); then one commit as
+    a sync's, with the same precedence (a version older than the stored one is
+    ``stale`` and not written). The high-water mark is left alone: an event does not
+    prove that nothing else changed. ``deletes`` must be ids the API itself said are
+    gone (a 404 or 410 OperationOutcome).
+    """
+    from toolkit import schemas, views
+    from toolkit.lake.state import UnknownDeployment, deployments
+
+    loc = Location.of(lake, storage_options)
+    if deployment not in deployments(loc):
+        raise UnknownDeployment(f"the lake {loc.uri} holds no deployment {deployment!r}")
+    records = [dict(r) for r in upserts if r.get("resourceType") == resource_type]
+    page = orjson.dumps(
+        {"resourceType": "Bundle", "type": "searchset", "entry": [{"resource": r} for r in records]}
+    )
+    tables = views.flatten_tables(resource_type, [page])
+    for name, frame in tables.items():
+        schemas.validate(
+            frame, resource_type, table=None if name == resource_type else name, errors=errors
+        )
+    tables[raw_table(resource_type)] = raw_frame(resource_type, records)
+    full = {
+        name: tables.get(name, pl.DataFrame(schema=schema))
+        .select(list(schema))
+        .with_columns(pl.lit(1, pl.Int64).alias(PART))
+        for name, schema in lake_tables(resource_type).items()
+    }
+    previous = pin_of(loc, deployment, resource_type)
+    pin = Pin(
+        deployment,
+        resource_type,
+        seq=previous.seq,
+        high_water_mark=previous.high_water_mark,
+        next_since=previous.next_since,
+        server_time=previous.server_time,
+        last_sync=previous.last_sync,
+    )
+    return commit(
+        loc,
+        deployment,
+        resource_type,
+        Change(full, deletes={d for d in deletes if isinstance(d, str) and d}),
+        pin=pin,
+        kind="change",
+        lock_timeout=lock_timeout,
+    )

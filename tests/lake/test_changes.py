@@ -1,0 +1,93 @@
+"""Single records into a lake (what a webhook receiver writes): precedence, deletes, refusals.
+
+The records are written here by hand in the live service's shape (facts file,
+"Shapes seen on the live service"), not taken from pmtk's mock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from tests.conftest import toolkit_client
+from toolkit import lake
+from toolkit.errors import PmtkError
+
+
+def organization(rid: str, when: str, name: str) -> dict[str, Any]:
+    return {
+        "resourceType": "Organization",
+        "id": rid,
+        "meta": {"lastUpdated": when},
+        "name": name,
+        "active": True,
+        "telecom": [{"system": "phone", "value": "+61299990000"}],
+    }
+
+
+@pytest.fixture
+def synced(tmp_path: Path, mock_deployment: Any) -> Path:
+    where = tmp_path / "lake"
+    with toolkit_client(mock_deployment) as client:
+        lake.sync(client, where, deployment="north", resources=["Organization"])
+    return where
+
+
+def _names(where: Path) -> dict[str, str]:
+    frame = lake.load("Organization", where, deployment="north", table="_raw_Organization")
+    return dict(zip(frame["id"], frame["last_updated"], strict=True))
+
+
+def test_newer_wins_older_is_stale_tie_goes_to_the_change(synced: Path) -> None:
+    done = lake.apply_changes(
+        synced,
+        "north",
+        "Organization",
+        upserts=[organization("CL-990001", "2026-11-02T10:00:00+11:00", "First")],
+    )
+    assert done.upserted == ["CL-990001"]
+    # the same instant in another offset: a tie, so the change is written again
+    tie = lake.apply_changes(
+        synced,
+        "north",
+        "Organization",
+        upserts=[organization("CL-990001", "2026-11-01T23:00:00Z", "Tie")],
+    )
+    assert tie.upserted == ["CL-990001"]
+    older = lake.apply_changes(
+        synced,
+        "north",
+        "Organization",
+        upserts=[organization("CL-990001", "2026-11-01T22:59:59.999Z", "Older")],
+    )
+    assert older.stale == ["CL-990001"] and not older.written
+    assert _names(synced)["CL-990001"] == "2026-11-01T23:00:00Z"
+    telecom = lake.load("Organization", synced, table="organization_telecom")
+    assert telecom.filter(pl.col("organization_id") == "CL-990001").height == 1
+    assert lake.verify(synced).ok
+
+
+def test_a_delete_removes_every_table_s_rows_and_an_unknown_id_is_no_delete(
+    synced: Path,
+) -> None:
+    held = sorted(_names(synced))[0]
+    done = lake.apply_changes(synced, "north", "Organization", deletes=[held, "no-such-id"])
+    assert done.deleted == [held]
+    for table in lake.lake_tables("Organization"):
+        frame = lake.load("Organization", synced, table=table)
+        key = "id" if table in ("Organization", "_raw_Organization") else "organization_id"
+        assert held not in frame[key].to_list(), table
+
+
+def test_a_bad_record_changes_nothing(synced: Path) -> None:
+    before = lake.pins(synced)
+    bad = organization("CL-990002", "2026-11-02T00:00:00Z", "Bad")
+    bad["active"] = "yes"  # a boolean in the spec
+    with pytest.raises(PmtkError, match="active|invalid"):
+        lake.apply_changes(synced, "north", "Organization", upserts=[bad])
+    assert lake.pins(synced) == before
+    with pytest.raises(lake.UnknownDeployment):
+        lake.apply_changes(synced, "south", "Organization", upserts=[])
