@@ -86,7 +86,7 @@ def test_a_bad_record_changes_nothing(synced: Path) -> None:
     before = lake.pins(synced)
     bad = organization("CL-990002", "2026-11-02T00:00:00Z", "Bad")
     bad["active"] = "yes"  # a boolean in the spec
-    with pytest.raises(PmtkError, match="active|invalid"):
+    with pytest.raises(PmtkError, match=r"active|invalid"):
         lake.apply_changes(synced, "north", "Organization", upserts=[bad])
     assert lake.pins(synced) == before
     with pytest.raises(lake.UnknownDeployment):
