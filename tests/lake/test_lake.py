@@ -319,3 +319,63 @@ def test_the_command_line_syncs_two_practices_and_refuses_a_store(
     assert sorted(os.listdir(store)) == ["manifest.json"]
     result = runner.invoke(app, ["sync", "--out", str(where), "--deployment", "x", "--rebind"])
     assert result.exit_code == 2 and "--rebind" in result.output
+
+
+KILLER = """
+import os, sys
+from toolkit import lake
+from toolkit.client import Client
+step = int(sys.argv[2])
+seen = []
+def die(table):
+    seen.append(table)
+    if len(seen) == step:
+        os._exit(9)  # no cleanup, no lease released: as a SIGKILL or a power cut
+with Client(base_url=os.environ["PM_BASE_URL"], client_id=os.environ["PM_CLIENT_ID"],
+            client_secret=os.environ["PM_CLIENT_SECRET"], progress=False) as client:
+    lake.sync(client, sys.argv[1], deployment="north", resources=["Organization"], after_table=die)
+"""
+
+
+@pytest.mark.parametrize("step", [1, 3, 6])
+def test_a_writer_killed_at_each_table_loses_nothing(
+    tmp_path: Path, fresh_mock: Any, step: int
+) -> None:
+    import subprocess
+    import sys
+
+    where = tmp_path / "lake"
+    with toolkit_client(fresh_mock) as client:
+        lake.sync(client, where, deployment="north", resources=["Organization"])
+    before = lake.load("Organization", where, table="organization_telecom")
+    ids = sorted(ground_truth(fresh_mock, "Organization"))
+    fresh_mock.touch("Organization", ids[:3])
+    fresh_mock.delete("Organization", [ids[-1]])
+    env = {
+        **os.environ,
+        "PM_BASE_URL": fresh_mock.base_url,
+        "PM_CLIENT_ID": fresh_mock.client_id,
+        "PM_CLIENT_SECRET": fresh_mock.client_secret,
+    }
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLER, str(where), str(step)], env=env, timeout=120, check=False
+    )
+    assert killed.returncode == 9
+    # readers see the last commit, whole
+    assert lake.load("Organization", where, table="organization_telecom").equals(before)
+    # the dead writer's lease is taken over at once on this host; nothing is lost
+    with toolkit_client(fresh_mock) as client:
+        lake.sync(
+            client,
+            where,
+            deployment="north",
+            resources=["Organization"],
+            full=True,
+            lock_timeout=5,
+        )
+    truth = ground_truth(fresh_mock, "Organization")
+    raw = lake.load("Organization", where, table="_raw_Organization")
+    assert dict(zip(raw["id"], raw["last_updated"], strict=True)) == truth
+    main = lake.load("Organization", where)
+    assert sorted(main["id"].to_list()) == sorted(truth)
+    assert lake.verify(where).ok

@@ -401,6 +401,8 @@ def take_lease(loc: Location, deployment: str, resource: str, owner: str, wait: 
         metrics = retrying(attempt, f"taking the lease of {deployment}/{resource}")
         if metrics["num_target_rows_inserted"] + metrics["num_target_rows_updated"] == 1:
             return
+        if _take_from_dead(loc, deployment, resource, owner):
+            return
         if time.monotonic() >= deadline:
             msg = (
                 f"{deployment}/{resource}: another writer is committing to the lake {loc.uri} "
@@ -409,6 +411,61 @@ def take_lease(loc: Location, deployment: str, resource: str, owner: str, wait: 
             raise LakeBusy(msg)
         time.sleep(delay * (1 + random.random()))
         delay = min(delay * 2, 1.0)
+
+
+def _holder(loc: Location, deployment: str, resource: str) -> str | None:
+    frame = _frame(_table(loc, "state")).filter(
+        (pl.col("deployment") == deployment) & (pl.col("resource") == resource)
+    )
+    return frame["lease_owner"][0] if frame.height else None
+
+
+def _dead_here(holder: str) -> bool:
+    """Whether ``holder`` names a process of this host that no longer runs."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _take_from_dead(loc: Location, deployment: str, resource: str, owner: str) -> bool:
+    """Take a lease whose holder was a process of this host that died (killed, crashed).
+
+    Its lease would otherwise block the resource until it expires. The swap names the
+    dead holder, so of two writers doing this at once only one succeeds.
+    """
+    holder = _holder(loc, deployment, resource)
+    if holder is None or not _dead_here(holder):
+        return False
+    row = _state_row(
+        deployment, resource, owner, int(time.time() * 1000 + LEASE_SECONDS * 1000), "{}"
+    )
+    dead = holder.replace("'", "''")
+
+    def attempt() -> dict[str, Any]:
+        result: dict[str, Any] = (
+            _table(loc, "state")
+            .merge(row, predicate=_key(deployment), source_alias="s", target_alias="t")
+            .when_matched_update(
+                updates={"lease_owner": "s.lease_owner", "lease_expires_ms": "s.lease_expires_ms"},
+                predicate=f"t.lease_owner = '{dead}'",
+            )
+            .execute()
+        )
+        return result
+
+    metrics = retrying(attempt, f"taking the lease of {deployment}/{resource} from {holder}")
+    return bool(metrics["num_target_rows_updated"] == 1)
 
 
 def release_lease(loc: Location, deployment: str, resource: str, owner: str) -> None:
