@@ -37,6 +37,9 @@ CLAIMS: dict[tuple[str, str], str] = {
     ("views.md", "a collection holds no nulls"): "test_a_null_item_of_an_array_is_no_item_by_every_read",  # noqa: E501
     ("store.md", "only events ever wrote has no high-water mark"): "tests/store/test_sync.py",
     ("store.md", "Parquet has no checksum"): "third party (Parquet, Polars)",
+    ("lake.md", "Delta has no multi-table transaction"): "third party (Delta Lake protocol)",
+    ("lake.md", "only when it has no live holder"): "test_a_lease_held_by_a_live_writer_makes_the_other_wait_then_stop",  # noqa: E501
+    ("lake.md", "Delta has no notion of an API key"): "third party (Delta Lake protocol)",
 }  # fmt: skip
 
 
