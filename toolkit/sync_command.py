@@ -137,6 +137,14 @@ Deployment = Annotated[
         "under this short name; a new name is added for the configured deployment.",
     ),
 ]
+FromStore = Annotated[
+    Path | None,
+    typer.Option(
+        "--from-store",
+        help="With --deployment: bring a Parquet store (checked against its sha256 first) "
+        "into the lake as that deployment, then sync it incrementally.",
+    ),
+]
 Views = Annotated[
     list[Path] | None,
     typer.Option(
@@ -163,6 +171,7 @@ def sync_command(
     rebuild: Rebuild = False,
     view: Views = None,
     deployment: Deployment = None,
+    from_store: FromStore = None,
 ) -> None:
     """Sync resources into a Parquet store, or a Delta Lake with --deployment."""
     from toolkit.lake.command import is_lake_target, lake_sync_command
@@ -185,6 +194,7 @@ def sync_command(
             output=output,
             verify=verify,
             refused_options=refused,
+            from_store=from_store,
         )
         return
     # Every argument problem is a usage error (exit 2), found before any request.

@@ -6,6 +6,7 @@ The records are written here by hand in the live service's shape (facts file,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,70 @@ def test_a_bad_record_changes_nothing(synced: Path) -> None:
     assert lake.pins(synced) == before
     with pytest.raises(lake.UnknownDeployment):
         lake.apply_changes(synced, "south", "Organization", upserts=[])
+
+
+def test_a_store_is_brought_into_a_lake_and_goes_on_incrementally(
+    tmp_path: Path, fresh_mock: Any
+) -> None:
+    from typer.testing import CliRunner
+
+    from tests.conftest import synced_store
+    from tests.lake.conftest import ground_truth
+    from toolkit.cli import app
+    from toolkit.store import load as store_load
+
+    store = synced_store(fresh_mock, tmp_path / "store", ["Organization", "Referral"])
+    where = tmp_path / "lake"
+    env = {
+        "PM_BASE_URL": fresh_mock.base_url,
+        "PM_CLIENT_ID": fresh_mock.client_id,
+        "PM_CLIENT_SECRET": fresh_mock.client_secret,
+    }
+    changed = sorted(ground_truth(fresh_mock, "Referral"))[0]
+    fresh_mock.touch("Referral", [changed])
+    args = [
+        "sync",
+        "--out",
+        str(where),
+        "--deployment",
+        "north",
+        "--from-store",
+        str(store),
+        "-r",
+        "Organization",
+        "-r",
+        "Referral",
+        "--output",
+        "json",
+    ]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    for rt in ("Organization", "Referral"):
+        for table in lake.lake_tables(rt):
+            mine = lake.load(rt, where, table=table).drop("deployment")
+            theirs = store_load(rt, store, table=table)
+            key = mine.columns[:2]
+            if rt == "Referral" and table in ("Referral", "_raw_Referral"):
+                mine = mine.filter(pl.col("id") != changed)
+                theirs = theirs.filter(pl.col("id") != changed)
+            assert mine.sort(key).equals(theirs.sort(key)), (rt, table)
+    doc = json.loads(result.stdout.strip().splitlines()[-1])
+    modes = {r["resource"]: (r["mode"], r["upserted"]) for r in doc["resources"]}
+    assert modes == {"Organization": ("incremental", 0), "Referral": ("incremental", 1)}
+    raw = lake.load("Referral", where, table="_raw_Referral")
+    assert dict(zip(raw["id"], raw["last_updated"], strict=True)) == ground_truth(
+        fresh_mock, "Referral"
+    )
+
+
+def test_a_damaged_store_is_not_brought_in(tmp_path: Path, mock_deployment: Any) -> None:
+    from tests.conftest import synced_store
+
+    store = synced_store(mock_deployment, tmp_path / "store", ["Organization"])
+    data = sorted((store / "Organization").glob("data-*.parquet"))[0]
+    blob = bytearray(data.read_bytes())
+    blob[len(blob) // 2] ^= 0x01
+    data.write_bytes(bytes(blob))
+    with pytest.raises(lake.StoreNotImportable, match="fails verification"):
+        lake.import_store(store, tmp_path / "lake", deployment="north")
+    assert not lake.pins(tmp_path / "lake")

@@ -31,6 +31,7 @@ from toolkit.lake.state import history as _history
 from toolkit.lake.state import is_lake as _is_lake
 from toolkit.lake.state import pins as _pins
 from toolkit.lake.sync import LakeResourceSync, LakeSyncSummary, apply_changes, sync
+from toolkit.lake.upgrade import StoreNotImportable, import_store
 
 
 def is_lake(lake: str | os.PathLike[str], storage_options: dict[str, str] | None = None) -> bool:
@@ -77,11 +78,13 @@ __all__ = [
     "LeaseLost",
     "Location",
     "Pin",
+    "StoreNotImportable",
     "UnknownDeployment",
     "apply_changes",
     "commit",
     "deployments",
     "history",
+    "import_store",
     "is_lake",
     "lake_tables",
     "load",

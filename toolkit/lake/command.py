@@ -53,6 +53,7 @@ def lake_sync_command(
     output: str,
     verify: bool,
     refused_options: list[str],
+    from_store: Path | None = None,
 ) -> None:
     """Run a lake sync or verify from the command line; exit codes as ``pmtk sync``."""
     import toolkit
@@ -71,6 +72,8 @@ def lake_sync_command(
         _say(err, "refused", f"{names} is not available for a lake ({out}); nothing was written")
         raise typer.Exit(EXIT_REFUSED)
     _refuse_store(err, out)
+    if from_store is not None:
+        _import(err, from_store, out, deployment, quiet=quiet)
     if verify:
         report = lake_verify(out, deployment=deployment)
         for problem in report.problems:
@@ -109,6 +112,23 @@ def lake_sync_command(
         _say(err, "sync failed", str(exc))
         raise typer.Exit(EXIT_FAILED) from None
     _print(summary, quiet=quiet, output=output)
+
+
+def _import(err: Any, store: Path, out: str, deployment: str | None, *, quiet: bool) -> None:
+    from toolkit.errors import PmtkError
+    from toolkit.lake import import_store
+
+    if deployment is None:
+        _say(err, "refused", "--from-store needs --deployment NAME: the name it takes in the lake")
+        raise typer.Exit(EXIT_REFUSED)
+    try:
+        done = import_store(store, out, deployment=deployment)
+    except PmtkError as exc:
+        _say(err, "refused", str(exc))
+        raise typer.Exit(EXIT_REFUSED) from None
+    if not quiet:
+        counts = ", ".join(f"{rt} {n:,}" for rt, n in done.items()) or "nothing"
+        typer.echo(f"imported {store} into {out} as {deployment!r}: {counts}", err=True)
 
 
 def _refuse_store(err: Any, out: str) -> None:
