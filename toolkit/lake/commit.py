@@ -48,6 +48,16 @@ from toolkit.lake.state import (
 from toolkit.store.layout import declared_schemas, parent_key, schema_version
 from toolkit.store.raw import RAW_SCHEMA, raw_table
 
+
+def _writer_properties() -> Any:
+    from deltalake import WriterProperties
+
+    return WriterProperties(compression="ZSTD")
+
+
+WRITER = _writer_properties()
+"""Data files are zstd-compressed, as the store's are."""
+
 OP = "_pmtk_op"
 PART = "_pmtk_part"
 """Working columns of a staged change (never written): the marker, and the staged part."""
@@ -320,6 +330,7 @@ def _write_table(
                 mode="append",
                 partition_by=["deployment"],
                 storage_options=loc.storage_options,
+                writer_properties=WRITER,
             )
         else:
             markers = pl.DataFrame(
@@ -339,7 +350,13 @@ def _write_table(
                 f'AND t."{key}" = s."{key}" AND s."{OP}" = \'delete\''
             )
             (
-                dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
+                dt.merge(
+                    source,
+                    predicate=predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    writer_properties=WRITER,
+                )
                 .when_matched_delete()
                 .when_not_matched_insert(
                     updates={f'"{c}"': f's."{c}"' for c in columns},
