@@ -379,3 +379,26 @@ def test_a_writer_killed_at_each_table_loses_nothing(
     main = lake.load("Organization", where)
     assert sorted(main["id"].to_list()) == sorted(truth)
     assert lake.verify(where).ok
+
+
+def test_toolkit_load_reads_a_lake_and_checks_each_file(tmp_path: Path, two_mocks: Any) -> None:
+    import toolkit
+    from toolkit.lake import LakeDamaged
+
+    a, b = two_mocks
+    where = tmp_path / "lake"
+    _sync(a, where, "north")
+    _sync(b, where, "south")
+    both = toolkit.load("Organization", where)
+    assert set(both["deployment"]) == {"north", "south"}
+    with toolkit_client(b) as client:  # a client picks its own deployment
+        mine = toolkit.load("Organization", where, deployment=client)
+    assert set(mine["deployment"]) == {"south"}
+    assert mine.height == len(ground_truth(b, "Organization"))
+    data = sorted((where / "tables" / "Organization").glob("deployment=south/*.parquet"))[0]
+    blob = bytearray(data.read_bytes())
+    blob[-100] ^= 0x01
+    data.write_bytes(bytes(blob))
+    with pytest.raises(LakeDamaged, match="does not match the sha256"):
+        toolkit.load("Organization", where, deployment="south")
+    assert toolkit.load("Organization", where, deployment="north").height > 0

@@ -42,10 +42,11 @@ def load(
     resource: str,
     lake: str | os.PathLike[str] | Location,
     *,
-    deployment: str | None = None,
+    deployment: Any = None,
     table: str | None = None,
     as_of: int | datetime | None = None,
     lazy: bool = False,
+    verify: bool = True,
     storage_options: dict[str, str] | None = None,
 ) -> Any:
     """One table of a resource from a lake, with the ``deployment`` column first.
@@ -57,7 +58,8 @@ def load(
     lake
         A local folder or an ``s3://`` URL.
     deployment
-        One deployment's short name; ``None`` reads every deployment of the lake.
+        One deployment's short name (or a :class:`toolkit.Client`: the lake's
+        deployment of that client); ``None`` reads every deployment of the lake.
     table
         A child, extension or raw table (default the main table).
     as_of
@@ -65,8 +67,16 @@ def load(
         time: the resource as it was committed then.
     lazy
         Return a ``pl.LazyFrame``.
+    verify
+        Compare each data file read with the sha256 recorded when it was written
+        (as the store's ``load`` does); a mismatch raises :class:`LakeDamaged`.
     """
     loc = Location.of(lake, storage_options)
+    if deployment is not None and not isinstance(deployment, str):
+        from toolkit.lake.state import resolve
+        from toolkit.store.identity import deployment_of
+
+        deployment = resolve(loc, deployment_of(deployment), None).name
     tables = lake_tables(resource)
     name = table or resource
     if name not in tables:
@@ -78,23 +88,32 @@ def load(
         version = pin.versions.get(name)
         if version is None:
             continue
-        frames.append(_scan(loc, name, pin.deployment, version, schema))
+        frames.append(_scan(loc, pin, name, version, schema, verify=verify))
     out = pl.concat(frames, how="vertical") if frames else pl.LazyFrame(schema=schema)
     return out if lazy else out.collect()
 
 
 def _scan(
-    loc: Location, table: str, deployment: str, version: int, schema: pl.Schema
+    loc: Location, pin: Pin, table: str, version: int, schema: pl.Schema, *, verify: bool
 ) -> pl.LazyFrame:
     from deltalake import DeltaTable
 
     uri = loc.table_uri("tables", table)
     loc.check_local_links("tables", table)
     dt = DeltaTable(uri, version=version, storage_options=loc.storage_options)
-    partition_files(dt, table, deployment)  # every path the log names is checked first
-    frame = pl.scan_delta(uri, version=version, storage_options=loc.storage_options or None).filter(
-        pl.col("deployment") == deployment
-    )
+    files = partition_files(dt, table, pin.deployment)  # every path the log names, checked
+    if verify:
+        recorded = pin.files.get(table, {})
+        for path in sorted(files):
+            digest = loc.sha256(uri, path)
+            if recorded.get(path) != digest:
+                msg = (
+                    f"{pin.deployment}/{table}: {path} does not match the sha256 recorded when "
+                    "it was written; nothing was read (pmtk sync --out LAKE --verify lists "
+                    "every damaged file)"
+                )
+                raise LakeDamaged(msg)
+    frame = pl.scan_delta(dt).filter(pl.col("deployment") == pin.deployment)
     return frame.select([pl.col(c).cast(t) for c, t in schema.items()])
 
 

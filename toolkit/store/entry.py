@@ -399,12 +399,28 @@ def load(
         Compare the file's sha256 with the one the manifest recorded before reading it.
     deployment
         The deployment the data must come from (a :class:`toolkit.Client` or a
-        :class:`Deployment`); ``None`` reads whatever the store holds.
+        :class:`Deployment`); ``None`` reads whatever the store holds. For a lake
+        (``store`` a lake folder or an ``s3://`` URL, see ``docs/lake.md``) also a
+        deployment's short name; ``None`` reads every deployment of the lake.
 
     Returns
     -------
     polars.DataFrame or polars.LazyFrame
     """
+    if store is not None:
+        from toolkit.lake.command import is_lake_target
+
+        if is_lake_target(os.fspath(store), None):  # a lake: one deployment or all of them
+            from toolkit import lake
+
+            return lake.load(
+                resource_type,
+                os.fspath(store),
+                deployment=deployment,
+                table=table,
+                lazy=lazy,
+                verify=verify,
+            )
     root = Path(store if store is not None else default_store())
     if deployment is not None:
         _check_source(root, deployment)
