@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,11 @@ def test_as_of_reads_an_earlier_commit(tmp_path: Path, fresh_mock: Any) -> None:
     assert gone not in lake.load("Appointment", where)["id"].to_list()
     old = lake.load("Appointment", where, as_of=version)
     assert old.equals(first)
+    # by time: the moment between the two syncs
+    history = lake.history(str(where), "north").filter(pl.col("resource") == "Appointment")
+    between = datetime.fromisoformat(history["committed_at"][0]) + timedelta(milliseconds=500)
+    assert between < datetime.fromisoformat(history["committed_at"][1])
+    assert lake.load("Appointment", where, as_of=between).equals(first)
 
 
 def _state_version(where: Path) -> int:

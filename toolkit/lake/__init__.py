@@ -30,7 +30,7 @@ from toolkit.lake.state import deployments as _deployments
 from toolkit.lake.state import history as _history
 from toolkit.lake.state import is_lake as _is_lake
 from toolkit.lake.state import pins as _pins
-from toolkit.lake.sync import LakeResourceSync, LakeSyncSummary, apply_changes, sync
+from toolkit.lake.syncer import LakeResourceSync, LakeSyncSummary, apply_changes, sync
 from toolkit.lake.upgrade import StoreNotImportable, import_store
 
 

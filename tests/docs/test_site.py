@@ -1,0 +1,80 @@
+"""The documentation site builds in strict mode and its pages are whole offline.
+
+``mkdocs build --strict`` fails on any broken link or anchor, a page left out of
+the navigation, or a docstring the API reference cannot render. The home page and
+one reference page are then opened in headless Chromium with the network cut off
+(the ``chromium`` fixture's flags): every part must be there without a CDN.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.notebooks.conftest import FLAGS, INSTALL, find_chromium
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    out = Path(tempfile.mkdtemp(prefix="pmtk-site-"))
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+def _dom(page: Path) -> str:
+    binary = find_chromium()
+    if binary is None:
+        message = f"headless Chromium is not installed: {INSTALL}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    with tempfile.TemporaryDirectory(prefix="pmtk-chromium-") as profile:
+        done = subprocess.run(
+            [binary, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 0 and "<html" in done.stdout, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_every_docs_page_is_in_the_site(site: Path) -> None:
+    pages = {p.stem for p in (ROOT / "docs").glob("*.md")}
+    built = {p.parent.name for p in site.glob("*/index.html")}
+    assert pages - {"index"} <= built, pages - built
+    assert (site / "search" / "search_index.json").is_file()  # the search box has its index
+
+
+def test_the_home_page_is_whole_offline(site: Path) -> None:
+    dom = _dom(site / "index.html")
+    assert "pmtk turns a practice-management REST API" in dom
+    assert 'type="text"' in dom and "search" in dom.lower()  # the search box
+    for title in ("The lake", "The contract suite", "API reference"):
+        assert title in dom, title
+    assert "fonts.googleapis" not in dom
+
+
+def test_a_reference_page_is_generated_from_the_docstrings(site: Path) -> None:
+    dom = _dom(site / "reference" / "lake" / "index.html")
+    for name in ("toolkit.lake.sync", "toolkit.lake.load", "apply_changes", "import_store"):
+        assert name in dom, name
+    assert "several writers" in dom.lower() or "many deployments" in dom.lower()
