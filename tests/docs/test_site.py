@@ -9,6 +9,7 @@ one reference page are then opened in headless Chromium with the network cut off
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -78,3 +79,14 @@ def test_a_reference_page_is_generated_from_the_docstrings(site: Path) -> None:
     for name in ("toolkit.lake.sync", "toolkit.lake.load", "apply_changes", "import_store"):
         assert name in dom, name
     assert "several writers" in dom.lower() or "many deployments" in dom.lower()
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    """At most about 200 lines: what pmtk is, the two commands, a tour per user, links."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 210
+    for must in ("uv run pmtk check", "uv run pytest", "uv run mkdocs serve", "### Exit codes"):
+        assert must in readme, must
+    linked = set(re.findall(r"\]\(docs/([a-z-]+)\.md", readme))
+    pages = {p.stem for p in (ROOT / "docs").glob("*.md")} - {"index"}
+    assert pages <= linked, f"docs pages the README does not link: {sorted(pages - linked)}"
