@@ -275,31 +275,52 @@ _FIRST_SYNC_FILES = ("manifest.json", ".lock", ".staging")
 def _forget_failed_first_sync(out: Path, *, created: bool) -> None:
     """Remove what a first sync that stored nothing left (and the folder it made).
 
-    Kept when anything is worth keeping: a committed resource in the manifest (the
-    caller keeps it too when staged pages wait for a rerun to resume from them).
+    Only under the store's lock: a folder whose lock another process holds is that
+    writer's (two syncs started together on a new folder both find it missing), and
+    nothing of it is removed. Kept too when anything is worth keeping: a committed
+    resource in the manifest (the caller keeps it when staged pages wait for a rerun
+    to resume from them), or anything else that is not a first sync's.
     """
-    import contextlib
+    from toolkit.errors import PmtkError
+    from toolkit.store.layout import locked_if_free
+
+    try:
+        with locked_if_free(out) as alone:
+            if alone and _nothing_committed(out):
+                _remove_first_sync_files(out)
+    except (PmtkError, OSError):
+        return  # a cleanup that cannot run keeps what is there
+    if created:
+        with contextlib.suppress(OSError):
+            out.rmdir()  # only once empty: never another writer's files
+
+
+def _nothing_committed(out: Path) -> bool:
+    """Whether ``out`` holds only what a first sync writes, and no committed resource."""
     import json
-    import shutil
 
     try:
         names = {p.name for p in out.iterdir()}
         if not names <= set(_FIRST_SYNC_FILES):
-            return  # something else is there now: not ours to remove
+            return False  # something else is there now: not ours to remove
         manifest = out / "manifest.json"
         if manifest.exists():
             entries = json.loads(manifest.read_text("utf-8")).get("resources") or {}
             if any(entry.get("tables") for entry in entries.values()):
-                return  # data was committed
-        staging = out / ".staging"
+                return False  # data was committed
     except (OSError, ValueError, AttributeError):
-        return
+        return False
+    return True
+
+
+def _remove_first_sync_files(out: Path) -> None:
+    """Remove the staging folder and the manifest (the lock file goes when released)."""
+    from toolkit.store.layout import rmtree
+
     with contextlib.suppress(OSError):
-        shutil.rmtree(staging, ignore_errors=True)
-        for name in ("manifest.json", ".lock"):
-            (out / name).unlink(missing_ok=True)
-        if created:
-            out.rmdir()
+        rmtree(out / ".staging")
+        (out / "manifest.json").unlink(missing_ok=True)
+        (out / ".lock").unlink(missing_ok=True)
 
 
 def _check_views(err: Any, files: list[Path]) -> None:

@@ -603,3 +603,25 @@ def locked(root: Path) -> Iterator[None]:
     finally:
         _ROOT.reset(held)
         lock.release()
+
+
+@contextlib.contextmanager
+def locked_if_free(root: Path) -> Iterator[bool]:
+    """Hold the store's lock when no other writer does: yields ``True``, else ``False``.
+
+    For a cleanup that may only touch what no one else is writing: a folder whose
+    lock another process holds is that process's, whatever this one made of it.
+    Nothing is created: a missing folder yields ``False``.
+    """
+    if not root.is_dir() or (root / ".lock").is_symlink():
+        yield False
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(locked(root))
+        except StoreError as exc:
+            if "another pmtk sync" not in str(exc):
+                raise
+            yield False
+            return
+        yield True
