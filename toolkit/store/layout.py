@@ -153,11 +153,10 @@ def instant(text: str) -> datetime:
 
 
 def later(a: str | None, b: str | None) -> str | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return b if instant(b) > instant(a) else a
+    """The newer of two ``meta.lastUpdated`` stamps: :func:`toolkit.store.precedence.newest`."""
+    from toolkit.store.precedence import newest
+
+    return newest(a, b)
 
 
 def fsync_file(path: Path) -> None:

@@ -45,6 +45,7 @@ from toolkit.store.layout import (
     write_json,
     write_parquet,
 )
+from toolkit.store.precedence import newer_expr, winners
 from toolkit.store.raw import RAW_SCHEMA, raw_table
 from toolkit.store.results import (
     COMPARE_LIMIT,
@@ -126,20 +127,32 @@ class StagedParts:
         return pl.scan_parquet(files)
 
     def repeated(self) -> pl.DataFrame:
-        """``(id, _part)`` of the newest staged version of each record staged more than once.
+        """``(id, _part)`` of the winning staged version of each record staged more than once.
 
         Usually empty (records changed during the walk, or a resume read its last
         page again): then every staged row is kept as it is, streaming, and
-        memory does not grow with the number of records.
+        memory does not grow with the number of records. The winner is the
+        newest ``meta.lastUpdated``, the later part on a tie
+        (:func:`toolkit.store.precedence.winners`).
         """
-        return (
+        again = (
             self._scan(self.rt)
             .group_by("id")
-            .agg(pl.len().alias("_n"), pl.col(PART_COLUMN).max())
+            .agg(pl.len().alias("_n"))
             .filter(pl.col("_n") > 1)
-            .select("id", PART_COLUMN)
+            .select("id")
             .collect(engine="streaming")
         )
+        if again.height == 0:
+            return pl.DataFrame(schema={"id": pl.String, PART_COLUMN: pl.Int32})
+        if self.raw in self.empty:
+            stamps = self._scan(self.raw).select("id", "last_updated", PART_COLUMN)
+        else:
+            stamp = pl.col("last_updated").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+            stamps = self._scan(self.rt).select("id", stamp, PART_COLUMN)
+        versions = stamps.join(again.lazy(), on="id", how="semi")
+        won = winners(versions, "id", "last_updated", PART_COLUMN)
+        return won.select("id", PART_COLUMN).collect()
 
     def dedupe(self, table: str, repeated: pl.DataFrame) -> pl.LazyFrame:
         """The staged rows of ``table`` that belong to the newest version of each record."""
@@ -314,6 +327,25 @@ class Transaction:
                 return False
         return True
 
+    def _replacing(self, stored: Mapping[str, Path]) -> pl.LazyFrame:
+        """The ids whose staged version replaces the stored one (``id``).
+
+        Every staged id, except those whose stored version is strictly newer
+        (:func:`toolkit.store.precedence.newer`: a webhook applied it after the walk
+        read an older one); those keep their stored rows in every table.
+        """
+        ids = self._new_rows(self.rt).select("id")
+        if self.raw not in self.empty:
+            return ids
+        staged = self._new_rows(self.raw).select("id", "last_updated")
+        held = pl.scan_parquet(stored[self.raw]).select("id", pl.col("last_updated").alias("_held"))
+        kept = (
+            staged.join(held, on="id", how="inner")
+            .filter(newer_expr(pl.col("_held"), pl.col("last_updated")))
+            .select("id")
+        )
+        return ids.join(kept, on="id", how="anti")
+
     def _merged(self, table: str) -> Path:
         return self.stage / "merged" / f"{table}.parquet"
 
@@ -323,16 +355,15 @@ class Transaction:
         An incremental run merges the new rows by id into the ``stored`` files.
         """
         mkdir(self.stage / "merged", f"merging {self.rt}")
-        ids = self._new_rows(self.rt).select("id")
+        ids = self._replacing(stored) if cp.mode == "incremental" else pl.LazyFrame()
         tables: dict[str, dict[str, Any]] = {}
         for table, empty in self.empty.items():
             target = self._merged(table)
             if cp.mode == "incremental":
                 key = "id" if table in (self.rt, self.raw) else self.key
-                old = pl.scan_parquet(stored[table]).join(
-                    ids.rename({"id": key}), on=key, how="anti"
-                )
-                new = self._new_rows(table)
+                by_key = ids.rename({"id": key})
+                old = pl.scan_parquet(stored[table]).join(by_key, on=key, how="anti")
+                new = self._new_rows(table).join(by_key, on=key, how="semi")
                 frame = pl.concat([old.select(empty.columns), new.select(empty.columns)])
                 sink_parquet(frame.cast(empty.schema), target, f"writing the merged {table} table")
             else:
