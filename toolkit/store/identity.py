@@ -10,13 +10,13 @@ the data of the old deployment and makes the store the new one's (a full sync fo
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from toolkit.store.paths import path_problem
 from toolkit.store.results import DEFAULT_STORE, MOCK_STORE, STAGING, StoreError
 
 DEPLOYMENT_KEY = "deployment"
@@ -252,15 +252,14 @@ def discard_data(root: Path, manifest: dict[str, Any]) -> None:
     resources = manifest.get("resources")
     if not isinstance(resources, dict):
         return
-    for entry in resources.values():
+    for rt, entry in resources.items():
         tables = entry.get("tables") if isinstance(entry, dict) else None
         if not isinstance(tables, dict):
             continue
-        for info in tables.values():
-            rel = info.get("path") if isinstance(info, dict) else None
-            if not isinstance(rel, str) or os.path.isabs(rel) or ".." in Path(rel).parts:
+        for table, info in tables.items():
+            if not isinstance(info, dict) or path_problem(str(rt), str(table), info) is not None:
                 continue  # never delete outside the store on a manifest's word
-            target = root / rel
+            target = root / str(info["path"])
             if target.parent.is_symlink() or target.is_symlink():
                 continue
             target.unlink(missing_ok=True)

@@ -51,6 +51,7 @@ from toolkit.store.layout import (
     sink_parquet,
     write_json,
 )
+from toolkit.store.paths import table_path
 from toolkit.store.precedence import replaces
 from toolkit.store.raw import RAW_SCHEMA, raw_frame, raw_table
 from toolkit.store.results import (
@@ -286,7 +287,8 @@ def drop_missing(root: Path, resource_type: str, present: set[str]) -> list[str]
     info = tables.get(resource_type) if isinstance(tables, dict) else None
     if not isinstance(info, dict) or "path" not in info:
         return []
-    stored = pl.scan_parquet(root / str(info["path"])).select("id").collect()["id"]
+    path = table_path(root, resource_type, resource_type, info)
+    stored = pl.scan_parquet(path).select("id").collect()["id"]
     missing = {rid for rid in stored.to_list() if rid not in present}
     if not missing:
         return []

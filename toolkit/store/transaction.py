@@ -45,6 +45,7 @@ from toolkit.store.layout import (
     write_json,
     write_parquet,
 )
+from toolkit.store.paths import path_problem, table_path
 from toolkit.store.precedence import newer_expr, winners
 from toolkit.store.raw import RAW_SCHEMA, raw_table
 from toolkit.store.results import (
@@ -389,7 +390,7 @@ class Transaction:
             return
         tables: dict[str, Any] = cp.entry["tables"]
         for table, info in tables.items():
-            final = self.root / str(info["path"])
+            final = table_path(self.root, self.rt, table, info)  # a forged journal: refused
             merged = self._merged(table)
             if merged.is_file():
                 mkdir(final.parent, f"committing {table}")
@@ -416,6 +417,8 @@ class Transaction:
     def remove_superseded(self, tables: Mapping[str, Any]) -> None:
         """Delete the data files the manifest no longer names (previous versions)."""
         for table, info in tables.items():
+            if not isinstance(info, dict) or path_problem(self.rt, table, info) is not None:
+                continue  # never delete outside the resource's own table folders
             keep = (self.root / str(info["path"])).name
             directory = self.root / table
             guard(directory)
@@ -455,8 +458,16 @@ def entry_tables(resource_type: str, entry: Mapping[str, Any]) -> Mapping[str, A
 def check_table(
     root: Path, resource_type: str, table: str, info: Mapping[str, Any]
 ) -> FileProblem | None:
-    """Compare one committed file with its recorded sha256 (``None`` when intact)."""
+    """Compare one committed file with its recorded sha256 (``None`` when intact).
+
+    A path that breaks :func:`toolkit.store.paths.path_problem` (outside its
+    table's folder, absolute, another table's) is a problem too: nothing there is read.
+    """
     rel = str(info.get("path", f"{table}/?"))
+    if isinstance(info.get("path"), str):
+        outside = path_problem(resource_type, table, info)
+        if outside is not None:
+            return FileProblem(resource_type, table, rel, outside)
     path = root / rel
     expected = info.get("sha256")
     if not path.is_file():
