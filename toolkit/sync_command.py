@@ -341,7 +341,7 @@ def _raw_source(err: Any, out: Path, wanted: list[str]) -> tuple[Any, list[str]]
     """The store's raw records as the page source of a rebuild, and the resources to rebuild."""
     from toolkit.errors import PmtkError
     from toolkit.store.layout import read_manifest
-    from toolkit.store.raw import RawPageSource
+    from toolkit.store.raw import RawPageSource, check_rebuild
 
     try:
         stored = sorted(read_manifest(out)["resources"])
@@ -350,6 +350,10 @@ def _raw_source(err: Any, out: Path, wanted: list[str]) -> tuple[Any, list[str]]
     if not stored:
         empty = ValueError(f"the store at {out} holds nothing to rebuild")
         raise _fail(err, "refused", None, empty, EXIT_REFUSED, "run `pmtk sync` first")
+    try:  # raw records that cannot rebuild every row: refused before anything is written
+        check_rebuild(out, wanted or stored)
+    except PmtkError as exc:
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
     return RawPageSource(out), wanted or stored
 
 

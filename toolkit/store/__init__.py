@@ -191,6 +191,9 @@ from toolkit.store.results import (
     ProgressCallback as ProgressCallback,
 )
 from toolkit.store.results import (
+    RebuildRefused as RebuildRefused,
+)
+from toolkit.store.results import (
     ResourceSync as ResourceSync,
 )
 from toolkit.store.results import (
@@ -229,6 +232,7 @@ __all__ = [
     "PageProgress",
     "PageSource",
     "PageWalk",
+    "RebuildRefused",
     "ResourceSync",
     "StoreDamaged",
     "StoreError",

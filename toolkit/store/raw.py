@@ -29,6 +29,7 @@ from toolkit.paging import FetchSummary, Page
 __all__ = [
     "RAW_SCHEMA",
     "RawPageSource",
+    "check_rebuild",
     "raw_frame",
     "raw_records",
     "raw_table",
@@ -93,10 +94,19 @@ class _RawWalk:
         self.records = records
         self.summary = FetchSummary(resource_type, started_at=started_at)
 
+    def _record(self, blob: bytes) -> Any:
+        from toolkit.store.results import RebuildRefused
+
+        try:
+            return orjson.loads(blob)
+        except orjson.JSONDecodeError as exc:
+            msg = f"a raw record of {self.resource_type} is not valid JSON ({exc})"
+            raise RebuildRefused(msg) from None
+
     def __iter__(self) -> Iterator[Page]:
         total = len(self.records)
         for start in range(0, max(total, 1), PAGE_SIZE):
-            chunk = [orjson.loads(r) for r in self.records[start : start + PAGE_SIZE]]
+            chunk = [self._record(r) for r in self.records[start : start + PAGE_SIZE]]
             more = start + PAGE_SIZE < total
             bundle: dict[str, Any] = {
                 "resourceType": "Bundle",
@@ -165,6 +175,63 @@ class RawPageSource:
         return None
 
 
+def check_rebuild(store: str | os.PathLike[str], resources: list[str]) -> None:
+    """Refuse a rebuild the raw records cannot do whole, before anything is written.
+
+    For each resource: every raw record must be a JSON object of the type whose
+    ``id`` is its row's, and every id of the main table must have its raw record
+    (a raw table holding fewer records, even with its checksum recorded to match,
+    would rebuild the table short).
+
+    Raises
+    ------
+    toolkit.store.RebuildRefused
+        Naming the resource, the record or the counts.
+    toolkit.store.StoreDamaged, toolkit.store.StoreError
+        As :func:`toolkit.store.load` does for the raw or the main table.
+    """
+    from toolkit.store.entry import load
+    from toolkit.store.results import RebuildRefused, repair_command
+
+    root = Path(store)
+    for rt in resources:
+        raw = load(rt, root, table=raw_table(rt))
+        main = load(rt, root, lazy=True)
+        assert isinstance(raw, pl.DataFrame) and isinstance(main, pl.LazyFrame)
+        fix = f"nothing was written; run `{repair_command(root, rt)}` to fetch them again"
+        for rid, blob in zip(raw["id"], raw["json"], strict=True):
+            problem = _record_problem(rt, rid, blob)
+            if problem is not None:
+                msg = f"the raw record {rid!r} of {rt} in {root} {problem}; {fix}"
+                raise RebuildRefused(msg)
+        ids = main.select("id").collect()["id"]
+        lost = ids.filter(~ids.is_in(raw["id"].implode()))
+        if lost.len():
+            shown = ", ".join(repr(i) for i in lost.head(3).to_list())
+            msg = (
+                f"the raw records of {rt} in {root} hold {raw.height} records but its table "
+                f"holds {ids.len()} rows: {lost.len()} rows (e.g. {shown}) have no raw record "
+                f"and a rebuild would drop them; {fix}"
+            )
+            raise RebuildRefused(msg)
+
+
+def _record_problem(resource_type: str, rid: object, blob: object) -> str | None:
+    """Why one raw row is not a record a rebuild can serve (``None`` when it is)."""
+    if not isinstance(blob, bytes):
+        return "is empty"
+    try:
+        record = orjson.loads(blob)
+    except orjson.JSONDecodeError as exc:
+        return f"is not valid JSON ({exc}; {len(blob)} bytes)"
+    if not isinstance(record, dict):
+        return f"is a JSON {type(record).__name__}, not a record"
+    if record.get("resourceType") != resource_type or record.get("id") != rid:
+        kind, other = record.get("resourceType"), record.get("id")
+        return f"is {kind}/{other}, not the record of its row"
+    return None
+
+
 def rebuild(
     store: str | os.PathLike[str],
     resources: list[str] | None = None,
@@ -178,11 +245,14 @@ def rebuild(
     (:class:`RawPageSource`), so the tables are exactly those a fresh sync of the
     same records writes, committed the same way. ``resources`` defaults to every
     resource the store holds. Returns the :class:`~toolkit.store.SyncSummary`.
+    Raw records that cannot rebuild every row are refused first
+    (:func:`check_rebuild`: :class:`~toolkit.store.RebuildRefused`, nothing written).
     """
     from toolkit.store.entry import sync
     from toolkit.store.layout import read_manifest
 
     wanted = resources or sorted(read_manifest(store)["resources"])
+    check_rebuild(store, wanted)
     return sync(
         RawPageSource(store), store, resources=wanted, full=True, progress=progress, errors=errors
     )
