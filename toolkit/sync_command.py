@@ -326,11 +326,12 @@ def _remove_first_sync_files(out: Path) -> None:
 def _check_views(err: Any, files: list[Path]) -> None:
     """Every --view file read and checked before anything is sent or written (exit 2)."""
     from toolkit.errors import PmtkError
+    from toolkit.store.raw import view_name
     from toolkit.viewdefs import load_view
 
     for path in files:
         try:
-            load_view(path)
+            view_name(path, load_view(path))
         except PmtkError as exc:
             raise _fail(
                 err, "refused", None, exc, EXIT_REFUSED, f"fix the view in {path}"
@@ -359,10 +360,14 @@ def _raw_source(err: Any, out: Path, wanted: list[str]) -> tuple[Any, list[str]]
 
 def _write_views(err: Any, out: Path, files: list[Path], *, quiet: bool) -> None:
     from toolkit.errors import PmtkError
+    from toolkit.store import StoreLinked
     from toolkit.store.raw import write_views
 
     try:
         written = write_views(out, list(files))
+    except StoreLinked as exc:  # nothing written; the message begins with "refused:"
+        err.print(_line("refused", None, str(exc).removeprefix("refused: ")))
+        raise typer.Exit(EXIT_REFUSED) from None
     except PmtkError as exc:
         raise _fail(err, "views failed", None, exc, EXIT_FAILED) from None
     if not quiet:

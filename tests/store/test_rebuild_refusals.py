@@ -107,3 +107,12 @@ def test_a_whole_raw_table_rebuilds_as_before(store: Path) -> None:
     rebuilt = load(RESOURCE, store)
     assert isinstance(main, pl.DataFrame) and isinstance(rebuilt, pl.DataFrame)
     assert rebuilt.sort("id").equals(main.sort("id"))
+
+
+def test_a_lost_table_is_compared_by_its_recorded_row_count(store: Path) -> None:
+    forge_raw(store, _raw(store).head(5))
+    (store / manifest_tables(store)[RESOURCE]["path"]).unlink()  # what a rebuild repairs
+    before = snapshot(store)
+    with pytest.raises(RebuildRefused, match="hold 5 records but its table holds 23 rows"):
+        rebuild(store, progress=False)
+    assert snapshot(store) == before

@@ -17,6 +17,7 @@ a ViewDefinition (:func:`toolkit.viewdefs.run_view`) or to another engine
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -196,24 +197,49 @@ def check_rebuild(store: str | os.PathLike[str], resources: list[str]) -> None:
     root = Path(store)
     for rt in resources:
         raw = load(rt, root, table=raw_table(rt))
-        main = load(rt, root, lazy=True)
-        assert isinstance(raw, pl.DataFrame) and isinstance(main, pl.LazyFrame)
+        assert isinstance(raw, pl.DataFrame)
         fix = f"nothing was written; run `{repair_command(root, rt)}` to fetch them again"
         for rid, blob in zip(raw["id"], raw["json"], strict=True):
             problem = _record_problem(rt, rid, blob)
             if problem is not None:
                 msg = f"the raw record {rid!r} of {rt} in {root} {problem}; {fix}"
                 raise RebuildRefused(msg)
-        ids = main.select("id").collect()["id"]
-        lost = ids.filter(~ids.is_in(raw["id"].implode()))
-        if lost.len():
-            shown = ", ".join(repr(i) for i in lost.head(3).to_list())
+        rows, lost = _not_covered(root, rt, raw["id"])
+        if lost:
+            shown = f" (e.g. {', '.join(repr(i) for i in lost[:3])})" if lost[0] else ""
             msg = (
                 f"the raw records of {rt} in {root} hold {raw.height} records but its table "
-                f"holds {ids.len()} rows: {lost.len()} rows (e.g. {shown}) have no raw record "
-                f"and a rebuild would drop them; {fix}"
+                f"holds {rows} rows: {len(lost)} rows{shown} have no raw record and a "
+                f"rebuild would drop them; {fix}"
             )
             raise RebuildRefused(msg)
+
+
+def _not_covered(root: Path, resource_type: str, raw_ids: pl.Series) -> tuple[int, list[str]]:
+    """The main table's rows and those of its ids without a raw record.
+
+    A main table that cannot be read (lost, damaged, written for another view: what a
+    rebuild repairs) is compared by the row count the manifest recorded for it; the
+    rows missing are then unnamed (``""``).
+    """
+    from toolkit.store.entry import load
+    from toolkit.store.layout import read_manifest
+    from toolkit.store.results import StoreError
+
+    try:
+        main = load(resource_type, root, lazy=True)
+        assert isinstance(main, pl.LazyFrame)
+        ids = main.select("id").collect()["id"]
+    except StoreError:
+        entry = read_manifest(root)["resources"].get(resource_type)
+        tables = entry.get("tables") if isinstance(entry, dict) else None
+        info = tables.get(resource_type) if isinstance(tables, dict) else None
+        rows = info.get("rows") if isinstance(info, dict) else None
+        if not isinstance(rows, int) or rows <= raw_ids.n_unique():
+            return raw_ids.len(), []
+        return rows, [""] * (rows - raw_ids.n_unique())
+    lost = ids.filter(~ids.is_in(raw_ids.implode()))
+    return ids.len(), [str(i) for i in lost.to_list()]
 
 
 def _record_problem(resource_type: str, rid: object, blob: object) -> str | None:
@@ -258,41 +284,61 @@ def rebuild(
     )
 
 
-_VIEW_NAME = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
+VIEW_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,63}")
+"""A view's name, matched whole (:func:`re.fullmatch`: ``"ok\\n"`` is refused)."""
+
+
+def view_name(view: Any, loaded: Any) -> str:
+    """The checked name of a view: its ``name``, else its file's stem.
+
+    Raises
+    ------
+    toolkit.errors.ViewDefinitionError
+        A name that is not 1 to 64 letters, digits, ``_`` or ``-`` starting with a
+        letter (a path separator, a dot, a trailing newline ...).
+    """
+    from toolkit.errors import ViewDefinitionError
+
+    name = loaded.name or (Path(view).stem if isinstance(view, str | Path) else None)
+    if not isinstance(name, str) or VIEW_NAME.fullmatch(name) is None:
+        msg = f"the view needs a name of letters, digits, '_' or '-' (got {name!r})"
+        raise ViewDefinitionError(msg, path="name")
+    return name
 
 
 def write_views(store: str | os.PathLike[str], views: list[Any]) -> dict[str, Path]:
     """Materialise ViewDefinitions over the store's raw records as ``views/<name>.parquet``.
 
-    Each view is checked (:func:`toolkit.viewdefs.load_view`) before any is run.
-    A view is named by its ``name`` (else its file's stem); each file is written
-    to a temporary name and moved into place, so a reader sees the old table or
-    the new one, never half of one. Returns the path of each view's file.
+    Each view is checked (:func:`toolkit.viewdefs.load_view`, :func:`view_name`)
+    before any is run. The store's lock is held while they are written, and a
+    ``views`` folder or view file that is a symbolic link is refused
+    (:class:`~toolkit.store.StoreLinked`): nothing is written outside the store.
+    Each file is written to a temporary name and moved into place, so a reader
+    sees the old table or the new one, never half of one. Returns the path of
+    each view's file.
     """
-    import re
-
     from toolkit.errors import ViewDefinitionError
-    from toolkit.store.layout import write_parquet
+    from toolkit.store.layout import guard, locked, mkdir, read_manifest, write_parquet
     from toolkit.viewdefs import load_view, run_view
 
     checked = []
     for view in views:
         loaded = load_view(view)
-        name = loaded.name or (Path(view).stem if isinstance(view, str | Path) else None)
-        if name is None or not re.match(_VIEW_NAME, name):
-            msg = f"the view needs a name of letters, digits, '_' or '-' (got {name!r})"
-            raise ViewDefinitionError(msg, path="name")
-        checked.append((name, loaded))
+        checked.append((view_name(view, loaded), loaded))
     names = [n for n, _ in checked]
     if len(set(names)) != len(names):
         msg = f"two views have the same name: {sorted(n for n in names if names.count(n) > 1)}"
         raise ViewDefinitionError(msg, path="name")
-    folder = Path(store) / "views"
-    folder.mkdir(exist_ok=True)
+    root = Path(store)
+    read_manifest(root)  # a store, before its lock is taken (nothing created otherwise)
+    folder = root / "views"
     written: dict[str, Path] = {}
-    for name, loaded in checked:
-        frame = run_view(loaded, raw_records(store, loaded.resource))
-        path = folder / f"{name}.parquet"
-        write_parquet(frame, path)
-        written[name] = path
+    with locked(root):
+        mkdir(folder, "creating the views folder")  # refuses a link (StoreLinked)
+        for name, loaded in checked:
+            frame = run_view(loaded, raw_records(store, loaded.resource))
+            path = folder / f"{name}.parquet"
+            guard(path)  # a view file that is a link: refused, never written through
+            write_parquet(frame, path)
+            written[name] = path
     return written
