@@ -162,10 +162,14 @@ def test_an_unchanged_resync_around_the_shortcut_limit_keeps_every_record(
     source.records = [record(f"r{i:05d}", fhir(T0, 0, 0), "v1") for i in range(n)]
     _sync(source, out, full=True)
     before = read_manifest(out)["resources"][RT]["tables"]
-    _sync(source, out)
+    inode = (out / before[RT]["path"]).stat().st_ino
+    summary = _sync(source, out)
     after = read_manifest(out)["resources"][RT]["tables"]
     if n <= COMPARE_LIMIT:  # compared row by row: nothing is rewritten
+        assert summary[RT].status == "unchanged"
+        assert (out / after[RT]["path"]).stat().st_ino == inode
         assert after == before
     else:  # above the limit the tables are merged again: the same rows
+        assert summary[RT].status == "updated"
         assert {t: i["rows"] for t, i in after.items()} == {t: i["rows"] for t, i in before.items()}
     assert len(stored_versions(out)) == n
