@@ -143,3 +143,32 @@ def test_the_paths_pmtk_writes_pass_the_rule(table: str, path: str) -> None:
 )
 def test_every_other_path_breaks_the_rule(path: str) -> None:
     assert path_problem(RESOURCE, RESOURCE, {"path": path}) is not None
+
+
+def test_a_forged_commit_journal_never_writes_outside_the_store(store: Path) -> None:
+    """A crash-recovery journal naming ``../outside`` is refused, not rolled forward."""
+    from toolkit.store.layout import schema_version
+    from toolkit.store.resume import Checkpoint
+    from toolkit.store.transaction import Transaction
+
+    info = manifest_tables(store)
+    txn = Transaction(store, RESOURCE)
+    merged = txn.stage / "merged" / f"{RESOURCE}.parquet"
+    merged.parent.mkdir(parents=True)
+    shutil.copyfile(store / info[RESOURCE]["path"], merged)
+    forged = {**info, RESOURCE: {**info[RESOURCE], "path": f"../outside/{RESOURCE}/x.parquet"}}
+    cp = Checkpoint(
+        resource=RESOURCE,
+        schema_version=schema_version(RESOURCE),
+        mode="full",
+        since=None,
+        started_at="2026-01-01T00:00:00+00:00",
+        phase="commit",
+        entry={"status": "ok", "tables": forged},
+    )
+    txn.save(cp)
+    manifest = (store / "manifest.json").read_bytes()
+    with pytest.raises(StoreDamaged, match="outside its table's folder"):
+        apply_changes(RESOURCE, store, deletes=["CL-1"])
+    assert not (store.parent / "outside").exists()
+    assert (store / "manifest.json").read_bytes() == manifest
