@@ -286,6 +286,8 @@ class ResourceSyncer:
         cp.parts = part
         cp.pages_done = page_number + len(pages) - 1
         cp.records += len(records)
+        if cp.staged is not None or part == 1:  # unknown across a resume of an older pmtk's
+            cp.staged = (cp.staged or 0) + tables[self.txn.raw].height
         if last.total is not None:
             cp.total = last.total
         cp.next_url = last.next

@@ -56,6 +56,7 @@ from toolkit.store.results import (
     VALIDATION_BATCH_ROWS,
     ErrorsMode,
     FileProblem,
+    StoreError,
 )
 from toolkit.store.resume import Checkpoint, row_hashes
 
@@ -262,7 +263,13 @@ class Transaction:
         return self.stage / "new" / f"{table}.parquet"
 
     def write_new(self, cp: Checkpoint) -> None:
-        """Sink the deduplicated staged rows of every table to one file each (streaming)."""
+        """Sink the deduplicated staged rows of every table to one file each (streaming).
+
+        Staged parts that hold fewer raw records than the checkpoint counts (a part
+        file removed behind the sync's back) are refused and the staging folder
+        removed, so that the next run starts over instead of committing a short table.
+        """
+        self._check_staged(cp)
         mkdir(self.stage / "new", f"merging the staged pages of {self.rt}")
         repeated = self.parts.repeated() if not cp.unique else pl.DataFrame({"id": []})
         for table, empty in self.empty.items():
@@ -272,6 +279,20 @@ class Transaction:
                 f"merging the staged pages of {table}",
                 durable=False,  # an intermediate: the merge and its checkpoint come after
             )
+
+    def _check_staged(self, cp: Checkpoint) -> None:
+        if cp.staged is None or self.raw not in self.empty:
+            return
+        files = self.parts.files(self.raw)
+        rows = pl.scan_parquet(files).select(pl.len()).collect().item() if files else 0
+        if rows != cp.staged:
+            self.cleanup()
+            msg = (
+                f"the staged pages of {self.rt} in {self.root} hold {rows} of the "
+                f"{cp.staged} records fetched (a part file went missing); nothing of "
+                f"{self.rt} was committed; run the same command again to fetch it anew"
+            )
+            raise StoreError(msg)
 
     def _new_rows(self, table: str) -> pl.LazyFrame:
         return pl.scan_parquet(self._new_file(table))
