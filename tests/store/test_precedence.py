@@ -111,6 +111,7 @@ NOT_INSTANTS = [
     "2026-03-01T12:00:00.Z",
     "2026-03-01T12:00:00.1234567890Z",
     "2026-3-01T12:00:00Z",
+    "\u0662\u0660\u0662\u0666-03-01T12:00:00Z",  # Arabic-Indic digits: a \\d would match them
     "garbage",
 ]
 

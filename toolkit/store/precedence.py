@@ -61,10 +61,11 @@ __all__ = [
 ]
 
 INSTANT = (
-    r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d"
-    r"(\.\d{1,9})?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00))"
+    r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+    r"(\.[0-9]{1,9})?(Z|[+-]((0[0-9]|1[0-3]):[0-5][0-9]|14:00))"
 )
-"""A FHIR instant (the offset required, seconds 00-59, offsets within ±14:00); matched whole."""
+"""A FHIR instant (the offset required, seconds 00-59, offsets within ±14:00, ASCII digits
+only: ``\\d`` would match other scripts' digits); matched whole."""
 
 _INSTANT = re.compile(INSTANT)
 _UTC_ZERO = "+00:00"
