@@ -327,41 +327,63 @@ _FIRST_SYNC_FILES = ("manifest.json", ".lock", ".staging")
 def _forget_failed_first_sync(out: Path, *, created: bool) -> None:
     """Remove what a first sync that stored nothing left (and the folder it made).
 
-    Kept when anything is worth keeping: a committed resource in the manifest (the
-    caller keeps it too when staged pages wait for a rerun to resume from them).
+    Only under the store's lock: a folder whose lock another process holds is that
+    writer's (two syncs started together on a new folder both find it missing), and
+    nothing of it is removed. Kept too when anything is worth keeping: a committed
+    resource in the manifest (the caller keeps it when staged pages wait for a rerun
+    to resume from them), or anything else that is not a first sync's.
     """
-    import contextlib
+    from toolkit.errors import PmtkError
+    from toolkit.store.layout import locked_if_free
+
+    try:
+        with locked_if_free(out) as alone:
+            if alone and _nothing_committed(out):
+                _remove_first_sync_files(out)
+    except (PmtkError, OSError):
+        return  # a cleanup that cannot run keeps what is there
+    if created:
+        with contextlib.suppress(OSError):
+            out.rmdir()  # only once empty: never another writer's files
+
+
+def _nothing_committed(out: Path) -> bool:
+    """Whether ``out`` holds only what a first sync writes, and no committed resource."""
     import json
-    import shutil
 
     try:
         names = {p.name for p in out.iterdir()}
         if not names <= set(_FIRST_SYNC_FILES):
-            return  # something else is there now: not ours to remove
+            return False  # something else is there now: not ours to remove
         manifest = out / "manifest.json"
         if manifest.exists():
             entries = json.loads(manifest.read_text("utf-8")).get("resources") or {}
             if any(entry.get("tables") for entry in entries.values()):
-                return  # data was committed
-        staging = out / ".staging"
+                return False  # data was committed
     except (OSError, ValueError, AttributeError):
-        return
+        return False
+    return True
+
+
+def _remove_first_sync_files(out: Path) -> None:
+    """Remove the staging folder and the manifest (the lock file goes when released)."""
+    from toolkit.store.layout import rmtree
+
     with contextlib.suppress(OSError):
-        shutil.rmtree(staging, ignore_errors=True)
-        for name in ("manifest.json", ".lock"):
-            (out / name).unlink(missing_ok=True)
-        if created:
-            out.rmdir()
+        rmtree(out / ".staging")
+        (out / "manifest.json").unlink(missing_ok=True)
+        (out / ".lock").unlink(missing_ok=True)
 
 
 def _check_views(err: Any, files: list[Path]) -> None:
     """Every --view file read and checked before anything is sent or written (exit 2)."""
     from toolkit.errors import PmtkError
+    from toolkit.store.raw import view_name
     from toolkit.viewdefs import load_view
 
     for path in files:
         try:
-            load_view(path)
+            view_name(path, load_view(path))
         except PmtkError as exc:
             raise _fail(
                 err, "refused", None, exc, EXIT_REFUSED, f"fix the view in {path}"
@@ -372,7 +394,7 @@ def _raw_source(err: Any, out: Path, wanted: list[str]) -> tuple[Any, list[str]]
     """The store's raw records as the page source of a rebuild, and the resources to rebuild."""
     from toolkit.errors import PmtkError
     from toolkit.store.layout import read_manifest
-    from toolkit.store.raw import RawPageSource
+    from toolkit.store.raw import RawPageSource, check_rebuild
 
     try:
         stored = sorted(read_manifest(out)["resources"])
@@ -381,15 +403,23 @@ def _raw_source(err: Any, out: Path, wanted: list[str]) -> tuple[Any, list[str]]
     if not stored:
         empty = ValueError(f"the store at {out} holds nothing to rebuild")
         raise _fail(err, "refused", None, empty, EXIT_REFUSED, "run `pmtk sync` first")
+    try:  # raw records that cannot rebuild every row: refused before anything is written
+        check_rebuild(out, wanted or stored)
+    except PmtkError as exc:
+        raise _fail(err, "refused", None, exc, EXIT_REFUSED) from None
     return RawPageSource(out), wanted or stored
 
 
 def _write_views(err: Any, out: Path, files: list[Path], *, quiet: bool) -> None:
     from toolkit.errors import PmtkError
+    from toolkit.store import StoreLinked
     from toolkit.store.raw import write_views
 
     try:
         written = write_views(out, list(files))
+    except StoreLinked as exc:  # nothing written; the message begins with "refused:"
+        err.print(_line("refused", None, str(exc).removeprefix("refused: ")))
+        raise typer.Exit(EXIT_REFUSED) from None
     except PmtkError as exc:
         raise _fail(err, "views failed", None, exc, EXIT_FAILED) from None
     if not quiet:

@@ -23,9 +23,10 @@ How a resource is synced (:func:`sync`):
 2. **Validate.** The staged rows are validated with
    :func:`toolkit.schemas.validate` in bounded batches.
 3. **Merge.** The parts are merged by ``id`` into the current dataset with
-   ``scan_parquet``/``sink_parquet`` (streaming): the newest staged version of a
-   record replaces the stored one, and the child-table rows of a replaced
-   record are replaced as a whole.
+   ``scan_parquet``/``sink_parquet`` (streaming): the staged version of a record
+   replaces the stored one unless that is strictly newer (one rule for every
+   path: :mod:`toolkit.store.precedence`), and the child-table rows of a
+   replaced record are replaced as a whole.
 4. **Commit.** Each merged file is fsynced and moved to a new name derived
    from its sha256 (``data-<first 16 hex digits>.parquet``), beside the file
    it replaces, and the manifest, which names the files and their checksums,
@@ -49,8 +50,9 @@ into a missing or empty folder, or into a folder whose ``manifest.json`` carries
 ``"kind": "pmtk-store"`` (:class:`NotAStore` otherwise, before writing
 anything). A damaged manifest is never overwritten (:class:`ManifestDamaged`).
 :func:`load` and :func:`verify` compare every data file with the checksum the
-manifest recorded (:class:`StoreDamaged`), and a local write failure (disk full,
-read-only or forbidden folder) is one :class:`StoreWriteError` naming the file.
+manifest recorded (:class:`StoreDamaged`), and read a file only at the path pmtk
+writes for its table (:mod:`toolkit.store.paths`); a local write failure (disk
+full, read-only or forbidden folder) is one :class:`StoreWriteError` naming the file.
 
 Incremental semantics: the manifest keeps, per resource, the server-side
 high-water mark (the greatest ``meta.lastUpdated`` stored). The next sync asks
@@ -191,6 +193,9 @@ from toolkit.store.results import (
     ProgressCallback as ProgressCallback,
 )
 from toolkit.store.results import (
+    RebuildRefused as RebuildRefused,
+)
+from toolkit.store.results import (
     ResourceSync as ResourceSync,
 )
 from toolkit.store.results import (
@@ -229,6 +234,7 @@ __all__ = [
     "PageProgress",
     "PageSource",
     "PageWalk",
+    "RebuildRefused",
     "ResourceSync",
     "StoreDamaged",
     "StoreError",

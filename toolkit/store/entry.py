@@ -94,6 +94,7 @@ from toolkit.store.layout import (
     update_manifest,
 )
 from toolkit.store.merge import drop_missing
+from toolkit.store.paths import table_path
 from toolkit.store.progress import SyncProgress
 from toolkit.store.results import (
     NOT_SERVED,
@@ -463,8 +464,11 @@ def _check_source(root: Path, deployment: Any) -> None:
 def _checked_file(
     root: Path, resource_type: str, name: str, info: dict[str, Any], *, verify: bool
 ) -> Path:
-    """The stored file of a table: inside the store, present and (``verify``) intact."""
-    path = root / str(info.get("path"))
+    """The stored file of a table: inside its table's folder, present and (``verify``) intact."""
+    if "path" not in info:
+        missing = FileProblem(resource_type, name, f"{name}/?", "missing")
+        raise StoreDamaged(root, [missing])
+    path = table_path(root, resource_type, name, info)  # StoreDamaged naming the entry
     for hop in (manifest_path(root), path.parent, path):
         if hop.is_symlink():  # the data would come from outside the store
             raise StoreLinked(linked_message(root, hop))

@@ -9,14 +9,15 @@ the data of the old deployment and makes the store the new one's (a full sync fo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import os
-import shutil
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from toolkit.store.paths import path_problem
 from toolkit.store.results import DEFAULT_STORE, MOCK_STORE, STAGING, StoreError
 
 DEPLOYMENT_KEY = "deployment"
@@ -242,25 +243,81 @@ def _refusal(root: Path, recorded: Deployment | None, current: Deployment) -> Wr
     return WrongDeployment(msg)
 
 
-def discard_data(root: Path, manifest: dict[str, Any]) -> None:
-    """Delete the data files and staged pages an old manifest named (after rebinding).
+DISCARDING = "discarding"
+"""The manifest key set while a rebind's old data is being deleted (finished by the next writer)."""
 
-    The manifest no longer names them when this runs, so a crash half-way leaves
-    unreferenced files, never a store that mixes deployments.
+VIEW_FILE = re.compile(r"\.?[A-Za-z][A-Za-z0-9_\-]{0,63}\.parquet(\.tmp)?")
+"""A file :func:`toolkit.store.raw.write_views` writes in ``views/`` (or its temporary)."""
+
+WEBHOOK_FOLDERS = ("queue", "waiting", "dead")
+"""The folders of ``.webhooks/`` holding the events a deployment announced."""
+
+
+def discard_data(root: Path, manifest: dict[str, Any]) -> None:
+    """Delete every data file of the old deployment after a rebind (the manifest names none).
+
+    That is: every committed data file in a table folder that the manifest does not
+    name (the old tables, and leftovers of earlier commits), the staged pages, the
+    views written from the old records (``views/<name>.parquet``) and the webhook
+    events the old deployment announced (``.webhooks/queue``, ``waiting``, ``dead``).
+    Nothing is deleted through a link, nor outside these folders; a user's own file
+    in ``views/`` that pmtk does not write is left. Called under the lock, after the
+    manifest switched to the new deployment with ``"discarding": true``; the marker
+    is removed last, so a crash half-way is finished by the next writer (:func:`finish_discard`).
     """
-    shutil.rmtree(root / STAGING, ignore_errors=True)
+    from toolkit.store.layout import DATA_FILE_NAME, rmtree
+
+    named = _named_files(root, manifest)
+    rmtree(root / STAGING)
+    for folder in _table_folders(root):
+        with contextlib.suppress(OSError):
+            for path in folder.iterdir():
+                if DATA_FILE_NAME.fullmatch(path.name) and path not in named:
+                    path.unlink(missing_ok=True)
+            if not any(folder.iterdir()):
+                folder.rmdir()
+    views = root / "views"
+    if views.is_dir() and not views.is_symlink():
+        with contextlib.suppress(OSError):
+            for path in views.iterdir():
+                if VIEW_FILE.fullmatch(path.name) and not path.is_symlink():
+                    path.unlink(missing_ok=True)
+    for name in WEBHOOK_FOLDERS:
+        folder = root / ".webhooks" / name
+        if folder.is_dir() and not (root / ".webhooks").is_symlink():
+            rmtree(folder)
+
+
+def finish_discard(root: Path, manifest: dict[str, Any]) -> bool:
+    """Finish a rebind's discard that a crash interrupted; whether one was pending."""
+    if manifest.get(DISCARDING) is not True:
+        return False
+    discard_data(root, manifest)
+    return True
+
+
+def _named_files(root: Path, manifest: dict[str, Any]) -> set[Path]:
+    """The data files the manifest names (kept), by the one path rule."""
+    named: set[Path] = set()
     resources = manifest.get("resources")
-    if not isinstance(resources, dict):
-        return
-    for entry in resources.values():
+    for rt, entry in (resources if isinstance(resources, dict) else {}).items():
         tables = entry.get("tables") if isinstance(entry, dict) else None
-        if not isinstance(tables, dict):
-            continue
-        for info in tables.values():
-            rel = info.get("path") if isinstance(info, dict) else None
-            if not isinstance(rel, str) or os.path.isabs(rel) or ".." in Path(rel).parts:
-                continue  # never delete outside the store on a manifest's word
-            target = root / rel
-            if target.parent.is_symlink() or target.is_symlink():
-                continue
-            target.unlink(missing_ok=True)
+        for table, info in (tables if isinstance(tables, dict) else {}).items():
+            if isinstance(info, dict) and path_problem(str(rt), str(table), info) is None:
+                named.add(root / str(info["path"]))
+    return named
+
+
+def _table_folders(root: Path) -> list[Path]:
+    """The folders of ``root`` named as a table pmtk writes (never a link)."""
+    from toolkit import views
+    from toolkit.store.raw import raw_table
+
+    names = {v.name for rt, vs in views.VIEWS.items() for v in vs}
+    names |= {raw_table(rt) for rt in views.VIEWS}
+    found = []
+    for name in sorted(names):
+        folder = root / name
+        if folder.is_dir() and not folder.is_symlink():
+            found.append(folder)
+    return found

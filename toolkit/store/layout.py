@@ -153,11 +153,10 @@ def instant(text: str) -> datetime:
 
 
 def later(a: str | None, b: str | None) -> str | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return b if instant(b) > instant(a) else a
+    """The newer of two ``meta.lastUpdated`` stamps: :func:`toolkit.store.precedence.newest`."""
+    from toolkit.store.precedence import newest
+
+    return newest(a, b)
 
 
 def fsync_file(path: Path) -> None:
@@ -536,24 +535,35 @@ def bind(root: Path, current: Any, *, rebind: bool = False) -> None:
     names no data, then the old files are deleted: at no point does the store claim
     one deployment while holding another's records.
     """
-    from toolkit.store.identity import DEPLOYMENT_KEY, check_deployment, discard_data
+    from toolkit.store.identity import (
+        DEPLOYMENT_KEY,
+        DISCARDING,
+        check_deployment,
+        discard_data,
+        finish_discard,
+    )
 
     if current is None:
         return
     manifest = load_manifest_for_write(root)
+    if finish_discard(root, manifest):  # a rebind that a crash interrupted
+        manifest.pop(DISCARDING, None)
+        write_json(manifest_path(root), manifest, "recording the store's deployment")
     action = check_deployment(root, manifest, current, rebind=rebind)
     if action == "keep":
         return
-    old = dict(manifest)
     manifest[DEPLOYMENT_KEY] = current.to_json()
     if action == "rebind":
         manifest["resources"] = {}
         manifest.pop("events", None)  # the old deployment's webhook events
+        manifest[DISCARDING] = True
     manifest["kind"] = STORE_KIND
     manifest["format"] = STORE_FORMAT
     write_json(manifest_path(root), manifest, "recording the store's deployment")
     if action == "rebind":
-        discard_data(root, old)
+        discard_data(root, manifest)
+        manifest.pop(DISCARDING, None)
+        write_json(manifest_path(root), manifest, "recording the store's deployment")
 
 
 def load_manifest_for_write(root: Path) -> dict[str, Any]:
@@ -603,3 +613,25 @@ def locked(root: Path) -> Iterator[None]:
     finally:
         _ROOT.reset(held)
         lock.release()
+
+
+@contextlib.contextmanager
+def locked_if_free(root: Path) -> Iterator[bool]:
+    """Hold the store's lock when no other writer does: yields ``True``, else ``False``.
+
+    For a cleanup that may only touch what no one else is writing: a folder whose
+    lock another process holds is that process's, whatever this one made of it.
+    Nothing is created: a missing folder yields ``False``.
+    """
+    if not root.is_dir() or (root / ".lock").is_symlink():
+        yield False
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(locked(root))
+        except StoreError as exc:
+            if "another pmtk sync" not in str(exc):
+                raise
+            yield False
+            return
+        yield True

@@ -41,7 +41,6 @@ from toolkit.store.layout import (
     claim,
     empty_tables,
     init_manifest,
-    instant,
     load_manifest_for_write,
     locked,
     manifest_path,
@@ -52,6 +51,8 @@ from toolkit.store.layout import (
     sink_parquet,
     write_json,
 )
+from toolkit.store.paths import table_path
+from toolkit.store.precedence import replaces
 from toolkit.store.raw import RAW_SCHEMA, raw_frame, raw_table
 from toolkit.store.results import (
     DEFAULT_STORE,
@@ -113,20 +114,20 @@ class ChangeResult:
 
 
 def _stored_versions(path: Path, ids: Sequence[str]) -> dict[str, str | None]:
-    """``id -> last_updated`` (ISO text or ``None``) of the stored rows among ``ids``."""
+    """``id -> last_updated`` (a FHIR instant in UTC, or ``None``) of the stored ``ids``."""
     if not ids:
         return {}
     rows = (
         pl.scan_parquet(path)
         .filter(pl.col("id").is_in(list(ids)))
-        .select("id", pl.col("last_updated").cast(pl.String))
+        .select("id", pl.col("last_updated").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ"))
         .collect()
     )
     return dict(zip(rows["id"].to_list(), rows["last_updated"].to_list(), strict=True))
 
 
 def _newest_per_id(records: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """The newest record per id (by ``meta.lastUpdated``; the later one on a tie)."""
+    """The winning record per id (:func:`toolkit.store.precedence.replaces`, in order)."""
     chosen: dict[str, Mapping[str, Any]] = {}
     for record in records:
         rid = record.get("id")
@@ -134,7 +135,7 @@ def _newest_per_id(records: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[st
             msg = f"a record to upsert has no id: {str(record)[:120]}"
             raise ValueError(msg)
         held = chosen.get(rid)
-        if held is None or not _is_newer(_stamp(held), _stamp(record)):
+        if held is None or replaces(_stamp(record), _stamp(held)):
             chosen[rid] = record
     return chosen
 
@@ -143,18 +144,6 @@ def _stamp(record: Mapping[str, Any]) -> str | None:
     meta = record.get("meta")
     stamp = meta.get("lastUpdated") if isinstance(meta, Mapping) else None
     return stamp if isinstance(stamp, str) else None
-
-
-def _is_newer(a: str | None, b: str | None) -> bool:
-    """Whether ``a`` is strictly newer than ``b`` (an unknown time is never newer)."""
-    if a is None:
-        return False
-    if b is None:
-        return True
-    try:
-        return instant(a.replace("Z", "+00:00")) > instant(b.replace("Z", "+00:00"))
-    except ValueError:
-        return False
 
 
 def apply_changes(
@@ -242,7 +231,7 @@ def _apply_locked(
     stored = _stored_tables(root, resource_type, entry, version, empty)
     versions = _stored_versions(stored[resource_type], [*wanted, *removed]) if stored else {}
     for rid, record in wanted.items():
-        if rid in versions and _is_newer(versions[rid], _stamp(record)):
+        if rid in versions and not replaces(_stamp(record), versions[rid]):
             result.stale.append(rid)
         else:
             result.upserted.append(rid)
@@ -298,7 +287,8 @@ def drop_missing(root: Path, resource_type: str, present: set[str]) -> list[str]
     info = tables.get(resource_type) if isinstance(tables, dict) else None
     if not isinstance(info, dict) or "path" not in info:
         return []
-    stored = pl.scan_parquet(root / str(info["path"])).select("id").collect()["id"]
+    path = table_path(root, resource_type, resource_type, info)
+    stored = pl.scan_parquet(path).select("id").collect()["id"]
     missing = {rid for rid in stored.to_list() if rid not in present}
     if not missing:
         return []

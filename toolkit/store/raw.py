@@ -17,6 +17,7 @@ a ViewDefinition (:func:`toolkit.viewdefs.run_view`) or to another engine
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from toolkit.paging import FetchSummary, Page
 __all__ = [
     "RAW_SCHEMA",
     "RawPageSource",
+    "check_rebuild",
     "raw_frame",
     "raw_records",
     "raw_table",
@@ -93,10 +95,19 @@ class _RawWalk:
         self.records = records
         self.summary = FetchSummary(resource_type, started_at=started_at)
 
+    def _record(self, blob: bytes) -> Any:
+        from toolkit.store.results import RebuildRefused
+
+        try:
+            return orjson.loads(blob)
+        except orjson.JSONDecodeError as exc:
+            msg = f"a raw record of {self.resource_type} is not valid JSON ({exc})"
+            raise RebuildRefused(msg) from None
+
     def __iter__(self) -> Iterator[Page]:
         total = len(self.records)
         for start in range(0, max(total, 1), PAGE_SIZE):
-            chunk = [orjson.loads(r) for r in self.records[start : start + PAGE_SIZE]]
+            chunk = [self._record(r) for r in self.records[start : start + PAGE_SIZE]]
             more = start + PAGE_SIZE < total
             bundle: dict[str, Any] = {
                 "resourceType": "Bundle",
@@ -165,6 +176,88 @@ class RawPageSource:
         return None
 
 
+def check_rebuild(store: str | os.PathLike[str], resources: list[str]) -> None:
+    """Refuse a rebuild the raw records cannot do whole, before anything is written.
+
+    For each resource: every raw record must be a JSON object of the type whose
+    ``id`` is its row's, and every id of the main table must have its raw record
+    (a raw table holding fewer records, even with its checksum recorded to match,
+    would rebuild the table short).
+
+    Raises
+    ------
+    toolkit.store.RebuildRefused
+        Naming the resource, the record or the counts.
+    toolkit.store.StoreDamaged, toolkit.store.StoreError
+        As :func:`toolkit.store.load` does for the raw or the main table.
+    """
+    from toolkit.store.entry import load
+    from toolkit.store.results import RebuildRefused, repair_command
+
+    root = Path(store)
+    for rt in resources:
+        raw = load(rt, root, table=raw_table(rt))
+        assert isinstance(raw, pl.DataFrame)
+        fix = f"nothing was written; run `{repair_command(root, rt)}` to fetch them again"
+        for rid, blob in zip(raw["id"], raw["json"], strict=True):
+            problem = _record_problem(rt, rid, blob)
+            if problem is not None:
+                msg = f"the raw record {rid!r} of {rt} in {root} {problem}; {fix}"
+                raise RebuildRefused(msg)
+        rows, lost = _not_covered(root, rt, raw["id"])
+        if lost:
+            shown = f" (e.g. {', '.join(repr(i) for i in lost[:3])})" if lost[0] else ""
+            msg = (
+                f"the raw records of {rt} in {root} hold {raw.height} records but its table "
+                f"holds {rows} rows: {len(lost)} rows{shown} have no raw record and a "
+                f"rebuild would drop them; {fix}"
+            )
+            raise RebuildRefused(msg)
+
+
+def _not_covered(root: Path, resource_type: str, raw_ids: pl.Series) -> tuple[int, list[str]]:
+    """The main table's rows and those of its ids without a raw record.
+
+    A main table that cannot be read (lost, damaged, written for another view: what a
+    rebuild repairs) is compared by the row count the manifest recorded for it; the
+    rows missing are then unnamed (``""``).
+    """
+    from toolkit.store.entry import load
+    from toolkit.store.layout import read_manifest
+    from toolkit.store.results import StoreError
+
+    try:
+        main = load(resource_type, root, lazy=True)
+        assert isinstance(main, pl.LazyFrame)
+        ids = main.select("id").collect()["id"]
+    except StoreError:
+        entry = read_manifest(root)["resources"].get(resource_type)
+        tables = entry.get("tables") if isinstance(entry, dict) else None
+        info = tables.get(resource_type) if isinstance(tables, dict) else None
+        rows = info.get("rows") if isinstance(info, dict) else None
+        if not isinstance(rows, int) or rows <= raw_ids.n_unique():
+            return raw_ids.len(), []
+        return rows, [""] * (rows - raw_ids.n_unique())
+    lost = ids.filter(~ids.is_in(raw_ids.implode()))
+    return ids.len(), [str(i) for i in lost.to_list()]
+
+
+def _record_problem(resource_type: str, rid: object, blob: object) -> str | None:
+    """Why one raw row is not a record a rebuild can serve (``None`` when it is)."""
+    if not isinstance(blob, bytes):
+        return "is empty"
+    try:
+        record = orjson.loads(blob)
+    except orjson.JSONDecodeError as exc:
+        return f"is not valid JSON ({exc}; {len(blob)} bytes)"
+    if not isinstance(record, dict):
+        return f"is a JSON {type(record).__name__}, not a record"
+    if record.get("resourceType") != resource_type or record.get("id") != rid:
+        kind, other = record.get("resourceType"), record.get("id")
+        return f"is {kind}/{other}, not the record of its row"
+    return None
+
+
 def rebuild(
     store: str | os.PathLike[str],
     resources: list[str] | None = None,
@@ -178,51 +271,74 @@ def rebuild(
     (:class:`RawPageSource`), so the tables are exactly those a fresh sync of the
     same records writes, committed the same way. ``resources`` defaults to every
     resource the store holds. Returns the :class:`~toolkit.store.SyncSummary`.
+    Raw records that cannot rebuild every row are refused first
+    (:func:`check_rebuild`: :class:`~toolkit.store.RebuildRefused`, nothing written).
     """
     from toolkit.store.entry import sync
     from toolkit.store.layout import read_manifest
 
     wanted = resources or sorted(read_manifest(store)["resources"])
+    check_rebuild(store, wanted)
     return sync(
         RawPageSource(store), store, resources=wanted, full=True, progress=progress, errors=errors
     )
 
 
-_VIEW_NAME = r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$"
+VIEW_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,63}")
+"""A view's name, matched whole (:func:`re.fullmatch`: ``"ok\\n"`` is refused)."""
+
+
+def view_name(view: Any, loaded: Any) -> str:
+    """The checked name of a view: its ``name``, else its file's stem.
+
+    Raises
+    ------
+    toolkit.errors.ViewDefinitionError
+        A name that is not 1 to 64 letters, digits, ``_`` or ``-`` starting with a
+        letter (a path separator, a dot, a trailing newline ...).
+    """
+    from toolkit.errors import ViewDefinitionError
+
+    name = loaded.name or (Path(view).stem if isinstance(view, str | Path) else None)
+    if not isinstance(name, str) or VIEW_NAME.fullmatch(name) is None:
+        msg = f"the view needs a name of letters, digits, '_' or '-' (got {name!r})"
+        raise ViewDefinitionError(msg, path="name")
+    return name
 
 
 def write_views(store: str | os.PathLike[str], views: list[Any]) -> dict[str, Path]:
     """Materialise ViewDefinitions over the store's raw records as ``views/<name>.parquet``.
 
-    Each view is checked (:func:`toolkit.viewdefs.load_view`) before any is run.
-    A view is named by its ``name`` (else its file's stem); each file is written
-    to a temporary name and moved into place, so a reader sees the old table or
-    the new one, never half of one. Returns the path of each view's file.
+    Each view is checked (:func:`toolkit.viewdefs.load_view`, :func:`view_name`)
+    before any is run. The store's lock is held while they are written, and a
+    ``views`` folder or view file that is a symbolic link is refused
+    (:class:`~toolkit.store.StoreLinked`): nothing is written outside the store.
+    Each file is written to a temporary name and moved into place, so a reader
+    sees the old table or the new one, never half of one. Returns the path of
+    each view's file.
     """
-    import re
-
     from toolkit.errors import ViewDefinitionError
-    from toolkit.store.layout import write_parquet
+    from toolkit.store.layout import guard, locked, mkdir, read_manifest, write_parquet
     from toolkit.viewdefs import load_view, run_view
 
     checked = []
     for view in views:
         loaded = load_view(view)
-        name = loaded.name or (Path(view).stem if isinstance(view, str | Path) else None)
-        if name is None or not re.match(_VIEW_NAME, name):
-            msg = f"the view needs a name of letters, digits, '_' or '-' (got {name!r})"
-            raise ViewDefinitionError(msg, path="name")
-        checked.append((name, loaded))
+        checked.append((view_name(view, loaded), loaded))
     names = [n for n, _ in checked]
     if len(set(names)) != len(names):
         msg = f"two views have the same name: {sorted(n for n in names if names.count(n) > 1)}"
         raise ViewDefinitionError(msg, path="name")
-    folder = Path(store) / "views"
-    folder.mkdir(exist_ok=True)
+    root = Path(store)
+    read_manifest(root)  # a store, before its lock is taken (nothing created otherwise)
+    folder = root / "views"
     written: dict[str, Path] = {}
-    for name, loaded in checked:
-        frame = run_view(loaded, raw_records(store, loaded.resource))
-        path = folder / f"{name}.parquet"
-        write_parquet(frame, path)
-        written[name] = path
+    with locked(root):
+        mkdir(folder, "creating the views folder")  # refuses a link (StoreLinked)
+        for name, loaded in checked:
+            frame = run_view(loaded, raw_records(store, loaded.resource))
+            path = folder / f"{name}.parquet"
+            guard(path)  # a view file that is a link: refused, never written through
+            write_parquet(frame, path)
+            written[name] = path
     return written

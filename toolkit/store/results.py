@@ -155,6 +155,16 @@ class StoreDamaged(StoreError):
         super().__init__(f"{head}: " + "; ".join(lines))
 
 
+class RebuildRefused(StoreError):
+    """The raw records of a resource cannot rebuild its tables; nothing was written.
+
+    They hold fewer records than its main table (a rebuild would lose rows), or a
+    record that is not the JSON object of its row (truncated, another id, another
+    type). The message names the resource, the counts or the record, and the
+    ``pmtk sync --full`` command that fetches the records again.
+    """
+
+
 class StoreLinked(StoreError):
     """A symbolic link inside the store (staging, a table folder, a data file, the manifest).
 

@@ -126,6 +126,9 @@ class Checkpoint:
     next_url: str | None = None
     max_last_updated: str | None = None
     entry: dict[str, Any] | None = None
+    staged: int | None = None
+    """Raw-record rows written to the parts this checkpoint counts (``None``: not kept,
+    a checkpoint of an older pmtk); the merge refuses parts that hold fewer."""
     unique: bool = False
     """The staged records are known to be one per id: one walk into an empty stage that
     read no id twice (no resume, no recovery), so the merge need not look for repeats."""
@@ -148,6 +151,7 @@ class Checkpoint:
             "next_url": self.next_url,
             "max_last_updated": self.max_last_updated,
             "entry": self.entry,
+            "staged": self.staged,
             "unique": self.unique,
         }
 
@@ -172,6 +176,7 @@ class Checkpoint:
             next_url=data["next_url"],
             max_last_updated=data["max_last_updated"],
             entry=data["entry"],
+            staged=data["staged"] if isinstance(data.get("staged"), int) else None,
             unique=data.get("unique") is True,
         )
 

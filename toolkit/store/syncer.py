@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 import polars as pl
 
 from toolkit.errors import PmtkError
@@ -25,6 +26,7 @@ from toolkit.store.layout import (
     now_iso,
     update_manifest,
 )
+from toolkit.store.precedence import winning_records
 from toolkit.store.raw import raw_frame
 from toolkit.store.results import (
     PREFETCH_PAGES,
@@ -239,11 +241,11 @@ class ResourceSyncer:
         """The pages of the walk from ``first_page``; notes the server's time at its start.
 
         When records change during a fresh walk, the client appends recovery
-        pages (newer versions come later, so the merge's "newest part wins"
-        keeps them). A resumed walk starts at ``first_page`` and tells the
-        client how many records the pages before it hold, so that they count
-        toward ``Bundle.total``: the last staged page is read again, so those
-        are the full pages before it.
+        pages; the staged versions of a record read twice are decided by
+        :mod:`toolkit.store.precedence` (the newest ``meta.lastUpdated``). A resumed
+        walk starts at ``first_page`` and tells the client how many records the
+        pages before it hold, so that they count toward ``Bundle.total``: the last
+        staged page is read again, so those are the full pages before it.
         """
         skipped = (first_page - 1) * cp.page_size
         walk = self.client.walk(
@@ -264,21 +266,28 @@ class ResourceSyncer:
         from toolkit import views
 
         last_updated: str | None = None
-        n_entries = 0
-        for page in pages:
-            n_entries += len(page.records)
-            for record in page.records:
-                stamp = (record.get("meta") or {}).get("lastUpdated")
-                if isinstance(stamp, str):
-                    last_updated = later(last_updated, stamp)
-        tables = views.flatten_tables(self.rt, [page.raw for page in pages])
-        tables[self.txn.raw] = raw_frame(self.rt, [r for page in pages for r in page.records])
+        records = [r for page in pages for r in page.records]
+        for record in records:
+            stamp = (record.get("meta") or {}).get("lastUpdated")
+            if isinstance(stamp, str):
+                last_updated = later(last_updated, stamp)
+        # One version of a record per part: the parts' de-duplication picks among parts
+        kept = winning_records(records)
+        if len(kept) == len(records):
+            raws = [page.raw for page in pages]
+        else:
+            entries = [{"resource": r} for r in kept]
+            raws = [orjson.dumps({"resourceType": "Bundle", "type": "searchset", "entry": entries})]
+        tables = views.flatten_tables(self.rt, raws)
+        tables[self.txn.raw] = raw_frame(self.rt, [dict(r) for r in kept])
         part = cp.parts + 1
         self.txn.parts.write(part, tables)
         last = pages[-1]
         cp.parts = part
         cp.pages_done = page_number + len(pages) - 1
-        cp.records += n_entries
+        cp.records += len(records)
+        if cp.staged is not None or part == 1:  # unknown across a resume of an older pmtk's
+            cp.staged = (cp.staged or 0) + tables[self.txn.raw].height
         if last.total is not None:
             cp.total = last.total
         cp.next_url = last.next

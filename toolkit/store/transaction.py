@@ -45,6 +45,8 @@ from toolkit.store.layout import (
     write_json,
     write_parquet,
 )
+from toolkit.store.paths import path_problem, table_path
+from toolkit.store.precedence import newer_expr, winners
 from toolkit.store.raw import RAW_SCHEMA, raw_table
 from toolkit.store.results import (
     COMPARE_LIMIT,
@@ -54,6 +56,7 @@ from toolkit.store.results import (
     VALIDATION_BATCH_ROWS,
     ErrorsMode,
     FileProblem,
+    StoreError,
 )
 from toolkit.store.resume import Checkpoint, row_hashes
 
@@ -126,20 +129,32 @@ class StagedParts:
         return pl.scan_parquet(files)
 
     def repeated(self) -> pl.DataFrame:
-        """``(id, _part)`` of the newest staged version of each record staged more than once.
+        """``(id, _part)`` of the winning staged version of each record staged more than once.
 
         Usually empty (records changed during the walk, or a resume read its last
         page again): then every staged row is kept as it is, streaming, and
-        memory does not grow with the number of records.
+        memory does not grow with the number of records. The winner is the
+        newest ``meta.lastUpdated``, the later part on a tie
+        (:func:`toolkit.store.precedence.winners`).
         """
-        return (
+        again = (
             self._scan(self.rt)
             .group_by("id")
-            .agg(pl.len().alias("_n"), pl.col(PART_COLUMN).max())
+            .agg(pl.len().alias("_n"))
             .filter(pl.col("_n") > 1)
-            .select("id", PART_COLUMN)
+            .select("id")
             .collect(engine="streaming")
         )
+        if again.height == 0:
+            return pl.DataFrame(schema={"id": pl.String, PART_COLUMN: pl.Int32})
+        if self.raw in self.empty:
+            stamps = self._scan(self.raw).select("id", "last_updated", PART_COLUMN)
+        else:
+            stamp = pl.col("last_updated").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+            stamps = self._scan(self.rt).select("id", stamp, PART_COLUMN)
+        versions = stamps.join(again.lazy(), on="id", how="semi")
+        won = winners(versions, "id", "last_updated", PART_COLUMN)
+        return won.select("id", PART_COLUMN).collect()
 
     def dedupe(self, table: str, repeated: pl.DataFrame) -> pl.LazyFrame:
         """The staged rows of ``table`` that belong to the newest version of each record."""
@@ -248,7 +263,13 @@ class Transaction:
         return self.stage / "new" / f"{table}.parquet"
 
     def write_new(self, cp: Checkpoint) -> None:
-        """Sink the deduplicated staged rows of every table to one file each (streaming)."""
+        """Sink the deduplicated staged rows of every table to one file each (streaming).
+
+        Staged parts that hold fewer raw records than the checkpoint counts (a part
+        file removed behind the sync's back) are refused and the staging folder
+        removed, so that the next run starts over instead of committing a short table.
+        """
+        self._check_staged(cp)
         mkdir(self.stage / "new", f"merging the staged pages of {self.rt}")
         repeated = self.parts.repeated() if not cp.unique else pl.DataFrame({"id": []})
         for table, empty in self.empty.items():
@@ -258,6 +279,20 @@ class Transaction:
                 f"merging the staged pages of {table}",
                 durable=False,  # an intermediate: the merge and its checkpoint come after
             )
+
+    def _check_staged(self, cp: Checkpoint) -> None:
+        if cp.staged is None or self.raw not in self.empty:
+            return
+        files = self.parts.files(self.raw)
+        rows = pl.scan_parquet(files).select(pl.len()).collect().item() if files else 0
+        if rows != cp.staged:
+            self.cleanup()
+            msg = (
+                f"the staged pages of {self.rt} in {self.root} hold {rows} of the "
+                f"{cp.staged} records fetched (a part file went missing); nothing of "
+                f"{self.rt} was committed; run the same command again to fetch it anew"
+            )
+            raise StoreError(msg)
 
     def _new_rows(self, table: str) -> pl.LazyFrame:
         return pl.scan_parquet(self._new_file(table))
@@ -314,6 +349,25 @@ class Transaction:
                 return False
         return True
 
+    def _replacing(self, stored: Mapping[str, Path]) -> pl.LazyFrame:
+        """The ids whose staged version replaces the stored one (``id``).
+
+        Every staged id, except those whose stored version is strictly newer
+        (:func:`toolkit.store.precedence.newer`: a webhook applied it after the walk
+        read an older one); those keep their stored rows in every table.
+        """
+        ids = self._new_rows(self.rt).select("id")
+        if self.raw not in self.empty:
+            return ids
+        staged = self._new_rows(self.raw).select("id", "last_updated")
+        held = pl.scan_parquet(stored[self.raw]).select("id", pl.col("last_updated").alias("_held"))
+        kept = (
+            staged.join(held, on="id", how="inner")
+            .filter(newer_expr(pl.col("_held"), pl.col("last_updated")))
+            .select("id")
+        )
+        return ids.join(kept, on="id", how="anti")
+
     def _merged(self, table: str) -> Path:
         return self.stage / "merged" / f"{table}.parquet"
 
@@ -323,16 +377,15 @@ class Transaction:
         An incremental run merges the new rows by id into the ``stored`` files.
         """
         mkdir(self.stage / "merged", f"merging {self.rt}")
-        ids = self._new_rows(self.rt).select("id")
+        ids = self._replacing(stored) if cp.mode == "incremental" else pl.LazyFrame()
         tables: dict[str, dict[str, Any]] = {}
         for table, empty in self.empty.items():
             target = self._merged(table)
             if cp.mode == "incremental":
                 key = "id" if table in (self.rt, self.raw) else self.key
-                old = pl.scan_parquet(stored[table]).join(
-                    ids.rename({"id": key}), on=key, how="anti"
-                )
-                new = self._new_rows(table)
+                by_key = ids.rename({"id": key})
+                old = pl.scan_parquet(stored[table]).join(by_key, on=key, how="anti")
+                new = self._new_rows(table).join(by_key, on=key, how="semi")
                 frame = pl.concat([old.select(empty.columns), new.select(empty.columns)])
                 sink_parquet(frame.cast(empty.schema), target, f"writing the merged {table} table")
             else:
@@ -358,7 +411,7 @@ class Transaction:
             return
         tables: dict[str, Any] = cp.entry["tables"]
         for table, info in tables.items():
-            final = self.root / str(info["path"])
+            final = table_path(self.root, self.rt, table, info)  # a forged journal: refused
             merged = self._merged(table)
             if merged.is_file():
                 mkdir(final.parent, f"committing {table}")
@@ -385,6 +438,8 @@ class Transaction:
     def remove_superseded(self, tables: Mapping[str, Any]) -> None:
         """Delete the data files the manifest no longer names (previous versions)."""
         for table, info in tables.items():
+            if not isinstance(info, dict) or path_problem(self.rt, table, info) is not None:
+                continue  # never delete outside the resource's own table folders
             keep = (self.root / str(info["path"])).name
             directory = self.root / table
             guard(directory)
@@ -424,8 +479,16 @@ def entry_tables(resource_type: str, entry: Mapping[str, Any]) -> Mapping[str, A
 def check_table(
     root: Path, resource_type: str, table: str, info: Mapping[str, Any]
 ) -> FileProblem | None:
-    """Compare one committed file with its recorded sha256 (``None`` when intact)."""
+    """Compare one committed file with its recorded sha256 (``None`` when intact).
+
+    A path that breaks :func:`toolkit.store.paths.path_problem` (outside its
+    table's folder, absolute, another table's) is a problem too: nothing there is read.
+    """
     rel = str(info.get("path", f"{table}/?"))
+    if isinstance(info.get("path"), str):
+        outside = path_problem(resource_type, table, info)
+        if outside is not None:
+            return FileProblem(resource_type, table, rel, outside)
     path = root / rel
     expected = info.get("sha256")
     if not path.is_file():
