@@ -83,7 +83,7 @@ class Change:
         list was read (by a webhook, say) and the list says nothing about it.
     """
 
-    tables: dict[str, pl.DataFrame]
+    tables: Mapping[str, pl.DataFrame | pl.LazyFrame]
     deletes: set[str] = field(default_factory=set)
     present: set[str] | None = None
     present_since: str | None = None
@@ -114,9 +114,24 @@ def key_of(resource_type: str, table: str) -> str:
     return "id" if table in (resource_type, raw_table(resource_type)) else parent_key(resource_type)
 
 
-def to_delta(frame: pl.DataFrame, deployment: str) -> pl.DataFrame:
+def to_delta(frame: pl.LazyFrame, deployment: str) -> pl.LazyFrame:
     """The rows as written: the deployment first, then the declared columns."""
     return frame.select(pl.lit(deployment, pl.String).alias("deployment"), pl.all())
+
+
+STREAM_ROWS = 50_000
+"""Rows per batch handed to delta-rs: a commit holds one batch, not the whole change."""
+
+
+def stream(frame: pl.LazyFrame) -> pa.RecordBatchReader:
+    """``frame`` as an Arrow stream, computed batch by batch while delta-rs reads it."""
+    schema = pl.DataFrame(schema=frame.collect_schema()).to_arrow().schema
+
+    def batches() -> Any:
+        for part in frame.collect_batches(chunk_size=STREAM_ROWS):
+            yield from part.to_arrow().cast(schema).to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def empty_change(resource_type: str) -> Change:
@@ -242,7 +257,7 @@ def _commit_locked(
         wanted.high_water_mark = later(now.high_water_mark, wanted.high_water_mark)
     result = CommitResult()
     raw_name = raw_table(resource_type)
-    raw = change.tables[raw_name]
+    raw = change.tables[raw_name].lazy().select("id", "last_updated", PART).collect()
     chosen = newest_per_id(raw, PART)
     stored = stored_versions(loc, resource_type, deployment, chosen["id"])
     wins = staged_wins(chosen, stored)
@@ -267,7 +282,8 @@ def _commit_locked(
             key = key_of(resource_type, table)
             rows = (
                 change.tables[table]
-                .join(keep.rename({"id": key}), on=[key, PART], how="semi")
+                .lazy()
+                .join(keep.lazy().rename({"id": key}), on=[key, PART], how="semi")
                 .select(list(schema))
             )
             known = now.files.get(table, {})
@@ -310,7 +326,7 @@ def _write_table(
     deployment: str,
     table: str,
     key: str,
-    rows: pl.DataFrame,
+    rows: pl.LazyFrame,
     touched: list[str],
     schema: pl.Schema,
     known: Mapping[str, str],
@@ -326,7 +342,7 @@ def _write_table(
         if dt is None or not partition_files(dt, table, deployment):
             write_deltalake(
                 uri,
-                new,
+                stream(new),
                 mode="append",
                 partition_by=["deployment"],
                 storage_options=loc.storage_options,
@@ -339,7 +355,7 @@ def _write_table(
             )
             source = pl.concat(
                 [
-                    markers.with_columns(pl.lit("delete").alias(OP)),
+                    markers.lazy().with_columns(pl.lit("delete").alias(OP)),
                     new.with_columns(pl.lit("insert").alias(OP)),
                 ],
                 how="diagonal_relaxed",
@@ -351,7 +367,7 @@ def _write_table(
             )
             (
                 dt.merge(
-                    source,
+                    stream(source),
                     predicate=predicate,
                     source_alias="s",
                     target_alias="t",

@@ -224,15 +224,16 @@ class _Staged:
     max_last_updated: str | None = None
     server_time: str | None = None
 
-    def tables(self, rt: str) -> dict[str, pl.DataFrame]:
+    def tables(self, rt: str) -> dict[str, pl.LazyFrame]:
+        """Every table's staged parts, scanned (read batch by batch when committed)."""
         out = {}
         for name, schema in lake_tables(rt).items():
             files = sorted((self.folder / name).glob("*.parquet"))
             full_schema = pl.Schema({**schema, PART: pl.Int64()})
             out[name] = (
-                pl.read_parquet(files).select(list(full_schema)).cast(full_schema)
+                pl.scan_parquet(files).select(list(full_schema)).cast(full_schema)
                 if files
-                else pl.DataFrame(schema=full_schema)
+                else pl.LazyFrame(schema=full_schema)
             )
         return out
 
