@@ -223,9 +223,12 @@ def _iterate(frame: pl.DataFrame, val: Val, or_null: bool) -> pl.DataFrame:
         items = frame.select(pl.col("__k").alias("__pk"), val.expr.alias("__c"))
         if not or_null:
             items = items.filter(pl.col("__c").list.len() > 0)
+        # forEachOrNull: an empty list (an array where no item passed a where(), say)
+        # is the empty collection exactly as an absent (null) one, and gives one row
+        # of nulls; Polars' explode drops an empty list unless told otherwise
         items = items.with_columns(
             pl.int_ranges(0, pl.col("__c").list.len(), dtype=pl.Int64).alias("__i")
-        ).explode(["__c", "__i"])
+        ).explode(["__c", "__i"], empty_as_null=True, keep_nulls=True)
         items = items.with_columns(pl.col("__i").fill_null(0))
     else:
         items = frame.select(
