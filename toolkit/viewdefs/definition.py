@@ -352,6 +352,14 @@ class _Checker:
                         f"unionAll[0] gives {first}, unionAll[{i}] gives {branch.names()}"
                     )
                     raise _fail(f"{where}.unionAll[{i}]", msg)
+                shape = _collection_flags(branch)
+                if shape != _collection_flags(union[0]):
+                    msg = (
+                        "every unionAll branch must give the same columns: "
+                        f"unionAll[0] has 'collection': true on {_collections(union[0])}, "
+                        f"unionAll[{i}] on {_collections(branch)}"
+                    )
+                    raise _fail(f"{where}.unionAll[{i}]", msg)
         if not node.names() and not selects and not union:
             raise _fail(where, "a select needs a column, a select or a unionAll")
         return node
@@ -377,6 +385,24 @@ class _Checker:
                 walk(s.union[0])
 
         walk(node)
+
+
+def _branch_columns(node: Select) -> list[Column]:
+    out = list(node.columns)
+    for sub in node.selects:
+        out.extend(_branch_columns(sub))
+    if node.union:
+        out.extend(_branch_columns(node.union[0]))
+    return out
+
+
+def _collection_flags(node: Select) -> list[bool]:
+    """Whether each column of a unionAll branch is a collection, in output order."""
+    return [c.collection for c in _branch_columns(node)]
+
+
+def _collections(node: Select) -> list[str]:
+    return [c.name for c in _branch_columns(node) if c.collection] or ["no column"]
 
 
 def _constants(raw: Any) -> dict[str, tuple[object, str]]:
