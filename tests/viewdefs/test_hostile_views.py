@@ -35,3 +35,93 @@ def test_union_branches_that_differ_in_collection_are_refused() -> None:
     assert isinstance(caught.value, PmtkError)
     with pytest.raises(ViewDefinitionError):
         run_view(view, [{"resourceType": "Patient", "id": "p1"}])
+
+
+RECORDS = [{"resourceType": "Patient", "id": "p1", "gender": "female"}]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "^(?=f)",  # look-ahead
+        "(?<=f)e",  # look-behind
+        "(?!m)ale",  # negative look-ahead
+        r"(a)\1",  # back-reference
+        "(",  # not a regex anywhere
+    ],
+)
+@pytest.mark.parametrize("function", ["matches", "replaceMatches"])
+def test_a_regex_polars_cannot_run_is_refused_at_load(pattern: str, function: str) -> None:
+    args = f"'{pattern}'" if function == "matches" else f"'{pattern}', 'x'"
+    path = f"gender.{function}({args})".replace("\\", "\\\\")
+    view = _view({"column": [{"name": "id", "path": "id"}, {"name": "m", "path": path}]})
+    with pytest.raises(ViewDefinitionError) as caught:
+        load_view(view)
+    assert caught.value.path == "select[0].column[1].path"
+    assert "regular expression" in str(caught.value)
+
+
+def test_a_regex_in_a_constant_is_checked_too() -> None:
+    view = _view({"column": [{"name": "m", "path": "gender.matches(%p)"}]})
+    view["constant"] = [{"name": "p", "valueString": "(?=f)"}]
+    with pytest.raises(ViewDefinitionError, match="regular expression"):
+        load_view(view)
+
+
+def test_a_regex_polars_runs_is_kept() -> None:
+    view = _view({"column": [{"name": "m", "path": "gender.matches('^f[a-z]+$')"}]})
+    assert run_view(view, RECORDS).rows() == [(True,)]
+
+
+def _nested_parentheses(n: int) -> str:
+    return "(" * n + "id" + ")" * n
+
+
+@pytest.mark.parametrize(
+    ("path", "what"),
+    [
+        (_nested_parentheses(3000), "nests deeper"),
+        (".".join(["name"] * 3000), "levels deep"),
+        (" | ".join(["id"] * 5000), "levels deep"),
+        ("-" * 3000 + "1", "nests deeper"),
+        ("id.where(" * 2000 + "true" + ")" * 2000, "nests deeper"),
+    ],
+    ids=["3000 parentheses", "3000-step path", "5000-term union", "3000 signs", "2000 where"],
+)
+def test_a_path_too_deep_is_refused_with_its_place(path: str, what: str) -> None:
+    for view in (
+        _view({"column": [{"name": "x", "path": path}]}),
+        {**_view({"column": [{"name": "x", "path": "id"}]}), "where": [{"path": path}]},
+        _view({"forEach": path, "column": [{"name": "x", "path": "id"}]}),
+    ):
+        with pytest.raises(ViewDefinitionError, match=what) as caught:
+            load_view(view)
+        assert caught.value.path in {
+            "select[0].column[0].path",
+            "where[0].path",
+            "select[0].forEach",
+        }
+
+
+def test_a_path_at_the_bound_runs() -> None:
+    # 99 parentheses and a 90-step path still load and run
+    view = _view(
+        {
+            "column": [
+                {"name": "a", "path": _nested_parentheses(98)},
+                {"name": "b", "path": ".".join(["name"] * 90) + ".exists()"},
+            ]
+        }
+    )
+    assert run_view(view, RECORDS).rows() == [("p1", False)]
+
+
+def test_selects_nested_too_deep_are_refused() -> None:
+    inner: dict[str, Any] = {"column": [{"name": "x", "path": "id"}]}
+    for _ in range(3000):
+        inner = {"select": [inner]}
+    with pytest.raises(ViewDefinitionError, match="nested more than"):
+        load_view(_view(inner))
+    text = '{"resource": "Patient", "select": [' + '{"select": [' * 3000 + "]}" * 3000 + "]}"
+    with pytest.raises(ViewDefinitionError):
+        load_view(text)
