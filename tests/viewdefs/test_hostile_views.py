@@ -6,6 +6,7 @@ TypeError) or only after the data had been read.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -125,3 +126,60 @@ def test_selects_nested_too_deep_are_refused() -> None:
     text = '{"resource": "Patient", "select": [' + '{"select": [' * 3000 + "]}" * 3000 + "]}"
     with pytest.raises(ViewDefinitionError):
         load_view(text)
+
+
+def _wide_record(items: int) -> dict[str, Any]:
+    # some 30 kB: one array of many small items
+    return {
+        "resourceType": "Patient",
+        "id": "wide",
+        "telecom": [{"system": "phone", "value": f"+61 3 9000 {i:05d}"} for i in range(items)],
+    }
+
+
+CARTESIAN = _view(
+    {"column": [{"name": "id", "path": "id"}]},
+    {"forEach": "telecom", "column": [{"name": "a", "path": "value"}]},
+    {"forEach": "telecom", "column": [{"name": "b", "path": "value"}]},
+    {"forEach": "telecom", "column": [{"name": "c", "path": "value"}]},
+)
+
+
+def test_a_cartesian_blow_up_stops_at_the_row_budget_naming_the_select() -> None:
+    # three sibling forEach over 500 items: 125 million rows; the budget stops it at
+    # the third select, before the join is made, by every read
+    record = _wide_record(500)
+    page = {"resourceType": "Bundle", "entry": [{"resource": record}]}
+    assert len(json.dumps(record)) > 25_000
+    for data in ([record], [json.dumps(page)]):
+        with pytest.raises(ViewDefinitionError) as caught:
+            run_view(CARTESIAN, data)
+        assert caught.value.path == "select[3]"
+        assert "125,000,000 rows" in str(caught.value)
+        assert "row budget of 20,000,000" in str(caught.value)
+
+
+def test_the_row_budget_is_configurable_and_counts_every_step() -> None:
+    record = _wide_record(20)
+    assert run_view(CARTESIAN, [record]).height == 8000
+    assert run_view(CARTESIAN, [record], max_rows=8000).height == 8000
+    with pytest.raises(ViewDefinitionError, match="8,000 rows") as caught:
+        run_view(CARTESIAN, [record], max_rows=7999)
+    assert caught.value.path == "select[3]"
+    # a forEach's own items count too
+    with pytest.raises(ViewDefinitionError, match="20 rows") as caught:
+        run_view(CARTESIAN, [record], max_rows=19)
+    assert caught.value.path == "select[1].forEach"
+    # and a unionAll's rows
+    union = _view(
+        {
+            "unionAll": [
+                {"forEach": "telecom", "column": [{"name": "v", "path": "value"}]},
+                {"forEach": "telecom", "column": [{"name": "v", "path": "system"}]},
+            ]
+        }
+    )
+    assert run_view(union, [record], max_rows=40).height == 40
+    with pytest.raises(ViewDefinitionError, match="40 rows") as caught:
+        run_view(union, [record], max_rows=39)
+    assert caught.value.path == "select[0].unionAll"
