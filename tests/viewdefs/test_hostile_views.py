@@ -183,3 +183,80 @@ def test_the_row_budget_is_configurable_and_counts_every_step() -> None:
     with pytest.raises(ViewDefinitionError, match="40 rows") as caught:
         run_view(union, [record], max_rows=39)
     assert caught.value.path == "select[0].unionAll"
+
+
+def _deep_item(levels: int) -> dict[str, Any]:
+    node: dict[str, Any] = {"linkId": f"l{levels}"}
+    for i in range(levels - 1, 0, -1):
+        node = {"linkId": f"l{i}", "item": [node], "id": f"inner{i}"}
+    return node
+
+
+def _deep_text(levels: int) -> str:
+    return '{"linkId": "l", "item": [' * (levels - 1) + '{"linkId": "l"}' + "]}" * (levels - 1)
+
+
+REPEAT = _view(
+    {"column": [{"name": "id", "path": "id"}]},
+    {"repeat": ["item"], "column": [{"name": "link", "path": "linkId"}]},
+)
+
+
+@pytest.mark.parametrize("levels", [300, 2000])
+@pytest.mark.parametrize("form", ["resources", "one page", "pages"])
+def test_a_record_nested_too_deep_is_left_out_with_a_warning(levels: int, form: str) -> None:
+    # it raised RecursionError or TypeError (orjson's depth limit) and failed the view
+    from toolkit.schemas import PmtkDataWarning
+
+    records = [
+        {
+            "resourceType": "Patient",
+            "id": "p1",
+            "item": [{"linkId": "a", "item": [{"linkId": "b"}]}],
+        },
+        {"resourceType": "Patient", "id": "deep", "item": [_deep_item(levels)]},
+        {"resourceType": "Patient", "id": "p2"},
+    ]
+    data: Any = records
+    if form != "resources":
+        # written by hand: json.dumps itself cannot nest 2,000 levels
+        texts = [json.dumps(r) for r in (records[0], records[2])]
+        texts.insert(
+            1, '{"resourceType": "Patient", "id": "deep", "item": [' + _deep_text(levels) + "]}"
+        )
+        entries = ['{"resource": ' + t + "}" for t in texts]
+        groups = [entries] if form == "one page" else [[e] for e in entries]
+        data = ['{"resourceType": "Bundle", "entry": [' + ", ".join(g) + "]}" for g in groups]
+    with pytest.warns(PmtkDataWarning, match="1 Patient resource.*deeper than 64 levels.*: deep"):
+        rows = run_view(REPEAT, data).rows()
+    assert rows == [("p1", "a"), ("p1", "b")]
+
+
+def test_a_record_at_the_depth_bound_is_read() -> None:
+    # 31 nested items: 63 levels with the resource itself, every item reached
+    record = {"resourceType": "Patient", "id": "p1", "item": [_deep_item(31)]}
+    rows = run_view(REPEAT, [record]).rows()
+    assert rows == [("p1", f"l{i}") for i in range(1, 32)]
+    page = json.dumps({"resourceType": "Bundle", "entry": [{"resource": record}]})
+    assert run_view(REPEAT, [page]).rows() == rows
+
+
+def test_cut_deep_entries_keeps_the_others_as_sent() -> None:
+    from toolkit.viewdefs.load import cut_deep_entries
+
+    entries = [
+        {"resource": {"resourceType": "Patient", "id": "a", "note": '{["x'}},
+        {"resource": {"resourceType": "Patient", "item": [_deep_item(80)], "id": "deep"}},
+        {"resource": {"resourceType": "Patient", "id": "c"}},
+    ]
+    page = json.dumps({"resourceType": "Bundle", "link": [{"url": "x"}], "entry": entries})
+    cut = cut_deep_entries(page.encode())
+    assert cut is not None
+    shallow, ids = cut
+    assert ids == ["deep"]
+    assert json.loads(shallow) == {
+        "resourceType": "Bundle",
+        "link": [{"url": "x"}],
+        "entry": [entries[0], entries[2]],
+    }
+    assert cut_deep_entries(b'{"resourceType": "Bundle"}') is None

@@ -31,11 +31,13 @@ from toolkit.errors import DataValidationError, ViewDefinitionError
 from toolkit.viewdefs.definition import View, load_view, root_fields
 from toolkit.viewdefs.load import (
     Part,
+    cut_deep_entries,
     kept_fields,
     read_pages,
     read_pages_projected,
     read_parts_projected,
     read_resources,
+    sample_too_deep,
 )
 from toolkit.viewdefs.runner import evaluate
 
@@ -92,7 +94,7 @@ def _general_frame(
 ) -> pl.DataFrame:
     """The read when the projected one refused or cannot apply: every page read by
     Polars and checked exact, else parsed and normalised (:func:`_read_items`)."""
-    if pages is not None:
+    if pages is not None and not sample_too_deep(pages):
         fast = read_pages(pages, resource_type)
         if fast is not None:
             return fast
@@ -116,14 +118,11 @@ def _read_items(items: list[Any], resource_type: str, fields: set[str] | None) -
     read took the pages).
     """
     resources: list[dict[str, Any]] = []
+    cut: list[str] = []
     for index, item in enumerate(items):
         doc = item
         if _is_page(item):
-            try:
-                doc = orjson.loads(bytes(item) if not isinstance(item, str) else item)
-            except orjson.JSONDecodeError as exc:
-                msg = f"page {index} is not JSON: {exc}"
-                raise DataValidationError(msg, None) from None
+            doc = _parsed_page(index, item, resource_type, cut)
         if not isinstance(doc, dict):
             raise _page_error(index, doc)
         kind = doc.get("resourceType")
@@ -138,7 +137,29 @@ def _read_items(items: list[Any], resource_type: str, fields: set[str] | None) -
             raise _page_error(index, doc)
     if fields is not None:
         resources = kept_fields(resources, fields)
-    return read_resources(resources, resource_type)
+    return read_resources(resources, resource_type, cut)
+
+
+def _parsed_page(index: int, item: Any, resource_type: str, cut: list[str]) -> Any:
+    """A page parsed; one too deep for the parser is parsed without its too-deep entries
+    (their ids added to ``cut``)."""
+    raw = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        error = exc
+    if "depth" in str(error):
+        shallow = cut_deep_entries(raw)
+        if shallow is not None:
+            try:
+                doc = orjson.loads(shallow[0])
+            except orjson.JSONDecodeError as exc:
+                error = exc
+            else:
+                cut.extend(shallow[1])
+                return doc
+    msg = f"page {index} is not JSON: {error}"
+    raise DataValidationError(msg, None) from None
 
 
 def run_view(view: Any, data: Any, *, max_rows: int | None = None) -> pl.DataFrame:
