@@ -260,3 +260,26 @@ def test_cut_deep_entries_keeps_the_others_as_sent() -> None:
         "entry": [entries[0], entries[2]],
     }
     assert cut_deep_entries(b'{"resourceType": "Bundle"}') is None
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["gender.matches('(?=f)')", "gender.replaceMatches('(a)\\\\1', 'x')", _nested_parentheses(3000)],
+    ids=["look-ahead", "back-reference", "3000 parentheses"],
+)
+def test_sync_refuses_a_hostile_view_before_it_fetches(path: str, tmp_path: Any) -> None:
+    # exit 2 (usage) before any request: the base URL is a port nothing listens on,
+    # and the store folder is never made
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_view({"column": [{"name": "x", "path": path}]})))
+    out = tmp_path / "store"
+    args = ["sync", "--out", str(out), "--base-url", "http://127.0.0.1:9", "--view", str(bad)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "select[0].column[0].path" in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
