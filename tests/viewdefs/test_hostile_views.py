@@ -264,7 +264,11 @@ def test_cut_deep_entries_keeps_the_others_as_sent() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["gender.matches('(?=f)')", "gender.replaceMatches('(a)\\\\1', 'x')", _nested_parentheses(3000)],
+    [
+        "gender.matches('(?=f)')",
+        "gender.replaceMatches('(a)\\\\1', 'x')",
+        _nested_parentheses(3000),
+    ],
     ids=["look-ahead", "back-reference", "3000 parentheses"],
 )
 def test_sync_refuses_a_hostile_view_before_it_fetches(path: str, tmp_path: Any) -> None:
