@@ -274,3 +274,55 @@ def test_quiet_prints_only_the_rows(store: Path, view_file: Path) -> None:
     assert result.exit_code == 0
     assert result.stderr == ""
     assert len(json.loads(io.StringIO(result.stdout).read())) == 1
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_refused_credentials_exit_2_and_leave_the_output_as_it_was(
+    mock_deployment: Deployment, view_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "rows.csv"
+    out.write_text("old rows\n")
+    secret = "not-the-secret-" + "x" * 12
+    args = ["views", "run", str(view_file), "-o", str(out), "--base-url", mock_deployment.base_url]
+    args += ["--client-id", mock_deployment.client_id, "--client-secret", secret]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert secret not in result.output
+    assert out.read_text() == "old rows\n"
+    assert _listing(tmp_path) == ["participants.json", "rows.csv"]
+
+
+def test_an_unreachable_deployment_exits_1_and_leaves_the_output_as_it_was(
+    view_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "rows.csv"
+    out.write_text("old rows\n")
+    args = ["views", "run", str(view_file), "-o", str(out), "--base-url", "http://127.0.0.1:9/main"]
+    result = CliRunner().invoke(app, [*args, "--client-id", "a", "--client-secret", "b"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert out.read_text() == "old rows\n"
+    assert _listing(tmp_path) == ["participants.json", "rows.csv"]
+
+
+def test_a_failed_write_exits_4_and_leaves_neither_half_a_file_nor_a_temporary_one(
+    store: Path, view_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolkit.viewdefs import run_command
+
+    out = tmp_path / "rows.csv"
+    out.write_text("old rows\n")
+
+    def full(*_: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_command.os, "replace", full)
+    args = ["views", "run", str(view_file), "--store", str(store), "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 4, result.output
+    assert "No space left on device" in result.stderr
+    assert out.read_text() == "old rows\n"
+    assert _listing(tmp_path) == ["participants.json", "rows.csv"]

@@ -161,6 +161,7 @@ def run_view_command(
 ) -> None:
     """Run one ViewDefinition and write its rows (see the module docstring)."""
     from toolkit.errors import (
+        AuthError,
         ConfigurationError,
         DataValidationError,
         PmtkError,
@@ -228,7 +229,8 @@ def run_view_command(
         raise
     except StoreDamaged as exc:
         raise fail("damaged", exc, EXIT_DAMAGED) from None
-    except (StoreError, ConfigurationError, ViewDefinitionError) as exc:
+    except (StoreError, ConfigurationError, ViewDefinitionError, AuthError) as exc:
+        # refused: a missing store or resource, settings, credentials, the view's size
         raise fail("refused", exc, EXIT_REFUSED) from None
     except DataValidationError as exc:
         raise fail("data error", exc, EXIT_FAILED) from None
