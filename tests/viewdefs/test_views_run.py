@@ -326,3 +326,25 @@ def test_a_failed_write_exits_4_and_leaves_neither_half_a_file_nor_a_temporary_o
     assert "No space left on device" in result.stderr
     assert out.read_text() == "old rows\n"
     assert _listing(tmp_path) == ["participants.json", "rows.csv"]
+
+
+def test_a_damaged_store_file_exits_3_and_writes_nothing(
+    store: Path, view_file: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from toolkit.store.raw import raw_table
+
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    raw = copy / manifest["resources"]["Appointment"]["tables"][raw_table("Appointment")]["path"]
+    data = bytearray(raw.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    raw.write_bytes(bytes(data))
+    out = tmp_path / "rows.csv"
+    args = ["views", "run", str(view_file), "--store", str(copy), "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
