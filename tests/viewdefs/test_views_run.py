@@ -348,3 +348,23 @@ def test_a_damaged_store_file_exits_3_and_writes_nothing(
     assert result.exit_code == 3, result.output
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+def test_on_a_terminal_a_spinner_runs_and_the_status_line_ends_it(
+    store: Path, view_file: Path, tmp_path: Path
+) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PM_", "NO_COLOR"))}
+    env.update(TERM="xterm-256color", COLUMNS="80", LINES="24")
+    out = tmp_path / "rows.csv"
+    args = ["views", "run", str(view_file), "--store", str(store), "-o", str(out)]
+    child = pexpect.spawn(
+        str(PMTK), args, env=env, dimensions=(24, 80), encoding="utf-8", timeout=120
+    )
+    child.expect(pexpect.EOF)
+    shown = child.before or ""
+    child.close()
+    assert child.exitstatus == 0, shown
+    assert "\x1b[" in shown and "running the view" in shown, "a live status on a terminal"
+    assert "view participants:" in shown and "row(s)" in shown
+    assert out.read_text().startswith("id,index,actor\n")
