@@ -67,6 +67,27 @@ def test_report_is_written_valid_and_matches_the_committed_one() -> None:
 
 
 @pytest.mark.skipif(not CASES, reason=MISSING)
+def test_the_committed_report_validates_against_the_schema() -> None:
+    import jsonschema
+
+    schema = json.loads((SUITE / "test-report.schema.json").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft7Validator(schema)
+    validator.check_schema(schema)
+    committed = json.loads(COMMITTED_REPORT.read_text(encoding="utf-8"))
+    assert list(validator.iter_errors(committed)) == []
+    assert sum(len(f["tests"]) for f in committed.values()) == len(CASES)
+    # the check can fail: a result without "passed", an unknown key, an empty file entry
+    first = next(iter(committed))
+    for broken in (
+        {first: {"tests": [{"name": "x", "result": {}}]}},
+        {first: {"tests": [{"name": "x", "result": {"passed": True}}], "extra": 1}},
+        {first: {"tests": []}},
+        {first: {"tests": [{"name": 1, "result": {"passed": True}}]}},
+    ):
+        assert list(validator.iter_errors(broken)), broken
+
+
+@pytest.mark.skipif(not CASES, reason=MISSING)
 def test_every_case_passes_from_pages_read_in_parts_of_one_resource(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

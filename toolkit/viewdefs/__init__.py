@@ -31,11 +31,13 @@ from toolkit.errors import DataValidationError, ViewDefinitionError
 from toolkit.viewdefs.definition import View, load_view, root_fields
 from toolkit.viewdefs.load import (
     Part,
+    cut_deep_entries,
     kept_fields,
     read_pages,
     read_pages_projected,
     read_parts_projected,
     read_resources,
+    sample_too_deep,
 )
 from toolkit.viewdefs.runner import evaluate
 
@@ -92,7 +94,7 @@ def _general_frame(
 ) -> pl.DataFrame:
     """The read when the projected one refused or cannot apply: every page read by
     Polars and checked exact, else parsed and normalised (:func:`_read_items`)."""
-    if pages is not None:
+    if pages is not None and not sample_too_deep(pages):
         fast = read_pages(pages, resource_type)
         if fast is not None:
             return fast
@@ -116,14 +118,11 @@ def _read_items(items: list[Any], resource_type: str, fields: set[str] | None) -
     read took the pages).
     """
     resources: list[dict[str, Any]] = []
+    cut: list[str] = []
     for index, item in enumerate(items):
         doc = item
         if _is_page(item):
-            try:
-                doc = orjson.loads(bytes(item) if not isinstance(item, str) else item)
-            except orjson.JSONDecodeError as exc:
-                msg = f"page {index} is not JSON: {exc}"
-                raise DataValidationError(msg, None) from None
+            doc = _parsed_page(index, item, resource_type, cut)
         if not isinstance(doc, dict):
             raise _page_error(index, doc)
         kind = doc.get("resourceType")
@@ -138,10 +137,32 @@ def _read_items(items: list[Any], resource_type: str, fields: set[str] | None) -
             raise _page_error(index, doc)
     if fields is not None:
         resources = kept_fields(resources, fields)
-    return read_resources(resources, resource_type)
+    return read_resources(resources, resource_type, cut)
 
 
-def run_view(view: Any, data: Any) -> pl.DataFrame:
+def _parsed_page(index: int, item: Any, resource_type: str, cut: list[str]) -> Any:
+    """A page parsed; one too deep for the parser is parsed without its too-deep entries
+    (their ids added to ``cut``)."""
+    raw = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        error = exc
+    if "depth" in str(error):
+        shallow = cut_deep_entries(raw)
+        if shallow is not None:
+            try:
+                doc = orjson.loads(shallow[0])
+            except orjson.JSONDecodeError as exc:
+                error = exc
+            else:
+                cut.extend(shallow[1])
+                return doc
+    msg = f"page {index} is not JSON: {error}"
+    raise DataValidationError(msg, None) from None
+
+
+def run_view(view: Any, data: Any, *, max_rows: int | None = None) -> pl.DataFrame:
     """Run a SQL-on-FHIR v2 ViewDefinition over Bundle pages or resources.
 
     Parameters
@@ -153,6 +174,10 @@ def run_view(view: Any, data: Any) -> pl.DataFrame:
     data
         Bundle pages (bytes, str or dict), resources (dicts), an iterable of
         them, or a :class:`toolkit.store.Store` (its raw records).
+    max_rows
+        The row budget: the most rows any step of the evaluation may reach (a
+        ``forEach``'s items, a cross product of sibling selects, a ``unionAll``);
+        default :data:`toolkit.viewdefs.runner.DEFAULT_MAX_ROWS` (20 million).
 
     Returns
     -------
@@ -163,7 +188,9 @@ def run_view(view: Any, data: Any) -> pl.DataFrame:
     Raises
     ------
     ViewDefinitionError
-        The view is wrong; ``.path`` says where (``select[1].column[0].path``).
+        The view is wrong; ``.path`` says where (``select[1].column[0].path``);
+        or it would pass the row budget (the message names the select and the
+        rows reached).
     DataValidationError
         A page is not a Bundle (an OperationOutcome, say) or not JSON.
     """
@@ -177,16 +204,17 @@ def run_view(view: Any, data: Any) -> pl.DataFrame:
     if pages is not None and fields is not None:
         # evaluated part by part while the next part is decoded (see read_parts_projected)
         parts = read_parts_projected(
-            pages, checked.resource, fields, lambda frame: evaluate(checked, frame)
+            pages, checked.resource, fields, lambda frame: evaluate(checked, frame, max_rows)
         )
         if parts is not None:
-            return _joined(checked, parts)
+            return _joined(checked, parts, max_rows)
         # the projected read refused the pages: the general read decides
-        return evaluate(checked, _general_frame(items, pages, checked.resource, fields))
-    return evaluate(checked, resources_frame(items, checked.resource, fields))
+        frame = _general_frame(items, pages, checked.resource, fields)
+        return evaluate(checked, frame, max_rows)
+    return evaluate(checked, resources_frame(items, checked.resource, fields), max_rows)
 
 
-def _joined(view: View, parts: list[Part]) -> pl.DataFrame:
+def _joined(view: View, parts: list[Part], max_rows: int | None) -> pl.DataFrame:
     """The parts' rows in order: what one evaluation of all the resources gives.
 
     A view's rows come from each resource alone, so the parts' rows together are
@@ -195,7 +223,10 @@ def _joined(view: View, parts: list[Part]) -> pl.DataFrame:
     the resources, so that the error or the types are those of the whole data.
     """
     results = [part.result for part in parts]
+    for result in results:
+        if isinstance(result, ViewDefinitionError) and "row budget" in str(result):
+            raise result  # a budget passed in one part is passed by the whole data
     frames = [r for r in results if isinstance(r, pl.DataFrame)]
     if len(frames) == len(results) and all(f.schema == frames[0].schema for f in frames):
         return pl.concat(frames) if len(frames) > 1 else frames[0]
-    return evaluate(view, pl.concat([part.frame for part in parts]))
+    return evaluate(view, pl.concat([part.frame for part in parts]), max_rows)

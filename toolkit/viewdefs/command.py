@@ -54,3 +54,59 @@ def export_command(
         path = out / f"{name}.json"
         path.write_text(json.dumps(view, indent=2) + "\n", encoding="utf-8")
         typer.echo(str(path))
+
+
+@views_app.command("run")
+def run_command(
+    view: Annotated[Path, typer.Argument(help="The ViewDefinition (a JSON file).")],
+    store: Annotated[
+        Path | None,
+        typer.Option("--store", help="Run over this store's raw records (no request is sent)."),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--base-url", help="The API's base URL (default: PM_BASE_URL, else the mock)."
+        ),
+    ] = None,
+    client_id: Annotated[str | None, typer.Option("--client-id", help="OAuth client id.")] = None,
+    client_secret: Annotated[
+        str | None, typer.Option("--client-secret", help="OAuth client secret.")
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="csv, ndjson, json or parquet.")
+    ] = "csv",
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the rows to this file (default: stdout)."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Only records updated after this ISO date-time."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many rows.")] = None,
+    max_rows: Annotated[
+        int | None,
+        typer.Option("--max-rows", help="The row budget of the evaluation (default 20 million)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No status line.")] = False,
+) -> None:
+    """Run a ViewDefinition over a store or a deployment (SQL-on-FHIR $viewdefinition-run).
+
+    A bad view exits 2 before anything is read; the rows go to --output or stdout.
+    """
+    from toolkit.viewdefs.run_command import run_view_command
+
+    run_view_command(
+        view,
+        store=store,
+        base_url=base_url,
+        client_id=client_id,
+        client_secret=client_secret,
+        fmt=fmt,
+        output=output,
+        since=since,
+        limit=limit,
+        max_rows=max_rows,
+        quiet=quiet,
+    )

@@ -88,6 +88,9 @@ ANSI_TYPES: dict[str, str] = {
     "TIMESTAMP": "Datetime",
 }
 
+MAX_SELECT_DEPTH = 32
+"""The deepest selects may nest (``select``, ``unionAll`` and their iterations)."""
+
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _BUILTIN_CONSTANTS = {"rowIndex", "resource", "rootResource", "context", "ucum", "sct", "loinc"}
 _SELECT_KEYS = {"column", "select", "unionAll", "forEach", "forEachOrNull", "repeat"}
@@ -197,6 +200,9 @@ def _as_dict(view: Any) -> dict[str, Any]:
 def _parse_json(text: str, what: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
+    except RecursionError:
+        msg = f"the ViewDefinition {what} nests its JSON too deep to be a view"
+        raise ViewDefinitionError(msg, path="") from None
     except json.JSONDecodeError as exc:
         msg = (
             f"the ViewDefinition {what} is not JSON: {exc.msg} "
@@ -253,6 +259,8 @@ class _Checker:
                 isinstance(node.args[0], fp.Literal | fp.Constant)
             ):
                 raise _fail(where, f"extension() needs a url string or constant, in {raw!r}")
+            if node.name in {"matches", "replaceMatches"}:
+                self.regex(node, where, raw)
             self.check_node(node.base, where, raw)
             for i, arg in enumerate(node.args):
                 if node.name in typed and node.type_args[i] is not None:
@@ -270,6 +278,31 @@ class _Checker:
             self.check_node(node.right, where, raw)
         elif isinstance(node, fp.Unary):
             self.check_node(node.operand, where, raw)
+
+    def regex(self, node: fp.Call, where: str, raw: str) -> None:
+        """The pattern of ``matches``/``replaceMatches`` compiled by the engine that runs it.
+
+        Polars runs it with Rust's ``regex`` crate, which has no look-around and no
+        back-references (both valid for Python's ``re``): the pattern is compiled by
+        Polars itself here, so a view it cannot run is refused before any data is read.
+        """
+        arg = node.args[0]
+        pattern: object = None
+        if isinstance(arg, fp.Literal):
+            pattern = arg.value
+        elif isinstance(arg, fp.Constant) and arg.name in self.constants:
+            pattern = self.constants[arg.name][0]
+        if not isinstance(pattern, str):
+            raise _fail(where, f"{node.name}() needs a string pattern, in {raw!r}")
+        refused = _regex_refusal(pattern)
+        if refused is not None:
+            detail = " ".join(refused.split())[:300]
+            msg = (
+                f"{node.name}() has a regular expression {pattern!r} that Polars (Rust's "
+                f"regex: no look-ahead, look-behind or back-reference) cannot run: {detail}, "
+                f"in {raw!r}"
+            )
+            raise _fail(where, msg) from None
 
     def column(self, raw: Any, where: str) -> Column:
         if not isinstance(raw, dict):
@@ -314,6 +347,9 @@ class _Checker:
     def select(self, raw: Any, where: str) -> Select:
         if not isinstance(raw, dict):
             raise _fail(where, "a select must be an object")
+        if where.count(".") >= MAX_SELECT_DEPTH:
+            msg = f"selects are nested more than {MAX_SELECT_DEPTH} deep"
+            raise _fail(where, msg)
         unknown = set(raw) - _SELECT_KEYS - {"description"}
         if unknown:
             raise _fail(where, f"unknown key(s) {', '.join(sorted(unknown))} in a select")
@@ -352,6 +388,14 @@ class _Checker:
                         f"unionAll[0] gives {first}, unionAll[{i}] gives {branch.names()}"
                     )
                     raise _fail(f"{where}.unionAll[{i}]", msg)
+                shape = _collection_flags(branch)
+                if shape != _collection_flags(union[0]):
+                    msg = (
+                        "every unionAll branch must give the same columns: "
+                        f"unionAll[0] has 'collection': true on {_collections(union[0])}, "
+                        f"unionAll[{i}] on {_collections(branch)}"
+                    )
+                    raise _fail(f"{where}.unionAll[{i}]", msg)
         if not node.names() and not selects and not union:
             raise _fail(where, "a select needs a column, a select or a unionAll")
         return node
@@ -377,6 +421,35 @@ class _Checker:
                 walk(s.union[0])
 
         walk(node)
+
+
+def _branch_columns(node: Select) -> list[Column]:
+    out = list(node.columns)
+    for sub in node.selects:
+        out.extend(_branch_columns(sub))
+    if node.union:
+        out.extend(_branch_columns(node.union[0]))
+    return out
+
+
+def _collection_flags(node: Select) -> list[bool]:
+    """Whether each column of a unionAll branch is a collection, in output order."""
+    return [c.collection for c in _branch_columns(node)]
+
+
+def _collections(node: Select) -> list[str]:
+    return [c.name for c in _branch_columns(node) if c.collection] or ["no column"]
+
+
+def _regex_refusal(pattern: str) -> str | None:
+    """What Polars' own regex engine says of ``pattern`` when it cannot compile it."""
+    import polars as pl
+
+    try:
+        pl.Series([""], dtype=pl.String).str.contains(pattern)
+    except (pl.exceptions.PolarsError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def _constants(raw: Any) -> dict[str, tuple[object, str]]:

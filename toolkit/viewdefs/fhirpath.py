@@ -208,11 +208,20 @@ _UNARY_BP = 110
 _POSTFIX_BP = 120
 
 
+MAX_DEPTH = 100
+"""The deepest a FHIRPath may nest: parentheses, unary signs and function arguments
+inside each other, and the levels of its tree (a path of so many steps, a union of
+so many terms). A view's paths are a few levels deep; a deeper one is refused with
+a :class:`FhirPathSyntaxError` instead of exhausting Python's stack while it is
+parsed, checked or compiled."""
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.toks = _tokenize(text)
         self.i = 0
+        self.nesting = 0
 
     def peek(self) -> _Tok:
         return self.toks[self.i]
@@ -248,6 +257,17 @@ class _Parser:
         return None
 
     def expr(self, min_bp: int) -> Node:
+        self.nesting += 1
+        try:
+            if self.nesting > MAX_DEPTH:
+                tok = self.peek()
+                msg = f"the expression nests deeper than {MAX_DEPTH} levels at {tok.pos}"
+                raise FhirPathSyntaxError(msg, tok.pos)
+            return self.expr_at(min_bp)
+        finally:
+            self.nesting -= 1
+
+    def expr_at(self, min_bp: int) -> Node:
         left = self.prefix()
         while True:
             tok = self.peek()
@@ -395,4 +415,37 @@ def parse(text: str) -> Node:
     ...
     toolkit.viewdefs.fhirpath.FhirPathSyntaxError: unexpected character '@' at 0
     """
-    return _Parser(text).parse()
+    node = _Parser(text).parse()
+    depth = tree_depth(node)
+    if depth > MAX_DEPTH:
+        msg = (
+            f"the expression is {depth} levels deep (a path of so many steps, or a union "
+            f"of so many terms); at most {MAX_DEPTH} are allowed"
+        )
+        raise FhirPathSyntaxError(msg, 0)
+    return node
+
+
+def _kids(node: Node) -> tuple[Node, ...]:
+    if isinstance(node, Member):
+        return (node.base,)
+    if isinstance(node, Call):
+        return (node.base, *node.args)
+    if isinstance(node, Index):
+        return (node.base, node.index)
+    if isinstance(node, Binary):
+        return (node.left, node.right)
+    if isinstance(node, Unary):
+        return (node.operand,)
+    return ()
+
+
+def tree_depth(node: Node) -> int:
+    """The number of levels of a syntax tree, counted without recursion."""
+    deepest = 0
+    stack = [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((kid, depth + 1) for kid in _kids(current))
+    return deepest

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -39,6 +40,7 @@ import polars as pl
 from toolkit.errors import DataValidationError
 
 __all__ = [
+    "MAX_RECORD_DEPTH",
     "Part",
     "kept_fields",
     "read_pages",
@@ -48,6 +50,124 @@ __all__ = [
 ]
 
 _counter = itertools.count()
+
+MAX_RECORD_DEPTH = 64
+"""The deepest a resource may nest its JSON (objects and arrays inside each other,
+the resource itself the first level) to be read into a view. A FHIR resource is some
+ten or twenty levels deep (a Questionnaire's nested items, extensions of
+extensions); one deeper than this is left out of the view with a
+:class:`~toolkit.schemas.PmtkDataWarning` naming it, instead of exhausting Python's
+stack (or the JSON libraries' depth limits) and failing the whole view."""
+
+
+def _too_deep(value: Any, limit: int = MAX_RECORD_DEPTH) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` levels (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(current, dict):
+            stack.extend((v, depth + 1) for v in current.values() if isinstance(v, dict | list))
+        elif isinstance(current, list):
+            stack.extend((v, depth + 1) for v in current if isinstance(v, dict | list))
+    return False
+
+
+def _dtype_depth(dtype: Any) -> int:
+    """The levels of ``Struct``/``List`` nesting of a Polars type (no recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(dtype, 1)]
+    while stack:
+        current, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(current, pl.Struct):
+            stack.extend((f.dtype, depth + 1) for f in current.fields)
+        elif isinstance(current, pl.List):
+            stack.append((current.inner, depth + 1))
+    return deepest
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(rb"[\[\]{}]")
+_ENTRY_KEY = re.compile(rb'"entry"\s*:\s*$')
+_ID_KEY = re.compile(rb'"id"\s*:\s*"([^"\\]{1,64})"')
+
+
+def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes, list[str]] | None:
+    """A Bundle page with the entries whose resource nests deeper than ``limit`` cut out.
+
+    For a page too deep for the JSON parser itself (orjson stops at 1,024 levels):
+    the brackets outside strings are counted, each entry of the page's ``entry``
+    array is measured, and the page is written again with only the entries that
+    are shallow enough; the ids of those cut (or ``entry[i]``) are returned with it.
+    None when the page has no ``entry`` array to cut from.
+    """
+    masked = _JSON_STRING.sub(lambda m: b'"' + b"_" * (len(m.group()) - 2) + b'"', page)
+    depth = 0
+    in_entries = False
+    array: tuple[int, int] | None = None
+    opened = 0
+    start: int | None = None
+    deepest = 0
+    entries: list[tuple[int, int, int]] = []
+    for match in _BRACKET.finditer(masked):
+        ch, pos = match.group(), match.start()
+        if ch in b"[{":
+            depth += 1
+            if depth == 2 and ch == b"[" and _ENTRY_KEY.search(page, max(0, pos - 64), pos):
+                in_entries, opened = True, pos
+            elif depth == 3 and in_entries and ch == b"{":
+                start, deepest = pos, 3
+            deepest = max(deepest, depth)
+            continue
+        if depth == 3 and start is not None:
+            entries.append((start, pos + 1, deepest - 2))  # the entry's own levels
+            start = None
+        elif depth == 2 and in_entries:
+            in_entries, array = False, (opened, pos)
+        depth -= 1
+    if array is None:
+        return None
+    kept: list[bytes] = []
+    cut: list[str] = []
+    for i, (begin, end, levels) in enumerate(entries):
+        # the entry object is one level above its resource
+        if levels - 1 <= limit:
+            kept.append(page[begin:end])
+            continue
+        name = f"entry[{i}]"
+        for found in _ID_KEY.finditer(page, begin, end):
+            inside = masked[begin : found.start()]
+            if (
+                inside.count(b"{") + inside.count(b"[") - inside.count(b"}") - inside.count(b"]")
+                == 2
+            ):
+                name = found.group(1).decode("utf-8", "replace")
+                break
+        cut.append(name)
+    return page[: array[0] + 1] + b",".join(kept) + page[array[1] :], cut
+
+
+def deep_warning(resource_type: str, ids: list[str]) -> None:
+    """One :class:`~toolkit.schemas.PmtkDataWarning` for the resources left out as too deep."""
+    from toolkit.schemas import PmtkDataWarning
+
+    shown = ", ".join(ids[:5]) + (f" (and {len(ids) - 5} more)" if len(ids) > 5 else "")
+    msg = (
+        f"{len(ids)} {resource_type} resource(s) nest their JSON deeper than "
+        f"{MAX_RECORD_DEPTH} levels and were left out of the view: {shown}"
+    )
+    cases = pl.DataFrame(
+        {
+            "id": ids,
+            "column": ["(resource)"] * len(ids),
+            "check": ["depth"] * len(ids),
+            "failure_case": [f"deeper than {MAX_RECORD_DEPTH} levels"] * len(ids),
+        }
+    )
+    warnings.warn(PmtkDataWarning(msg, cases), stacklevel=4)
+
 
 _ENCODER = msgspec.json.Encoder()
 
@@ -250,7 +370,7 @@ def _check_page(
             return None
     try:
         page = decoder.decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
     if page.resourceType != "Bundle":
         return None
@@ -292,8 +412,19 @@ def _sample_schema(pages: list[bytes], roots: set[str]) -> pl.Struct | None:
         resources = kept_fields(found, roots)
         if not resources:
             return None
-        sample = pl.read_json(_ENCODER.encode(resources), infer_schema_length=None)
-    except (msgspec.ValidationError, msgspec.DecodeError, pl.exceptions.PolarsError, ValueError):
+        encoded = _ENCODER.encode(resources)
+        # Polars infers a deeply nested schema very slowly (seconds for one resource
+        # 600 levels deep): a sample that deep sends the pages to the general read
+        if _too_deep(orjson.loads(encoded), MAX_RECORD_DEPTH + 1):
+            return None
+        sample = pl.read_json(encoded, infer_schema_length=None)
+    except (
+        msgspec.ValidationError,
+        msgspec.DecodeError,
+        pl.exceptions.PolarsError,
+        ValueError,
+        RecursionError,
+    ):
         return None
     fields = dict(sample.schema.items())
     kind = fields.pop("resourceType", None)
@@ -354,7 +485,8 @@ def read_parts_projected(
     raises is kept in :attr:`Part.result` for the caller to decide.
     """
     resource_dtype = _sample_schema(pages, roots)
-    if resource_dtype is None:
+    if resource_dtype is None or _dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
+        # a resource deeper than the sample's shape fails the exact decoding below
         return None
     schema = pl.Schema({f.name: f.dtype for f in resource_dtype.fields})
     decoder = _projected_decoder(resource_dtype, roots)
@@ -440,13 +572,31 @@ def _finish_part(
         return Part(frame, exc)
 
 
+def sample_too_deep(pages: list[bytes]) -> bool:
+    """Whether a resource of the sampled pages nests deeper than :data:`MAX_RECORD_DEPTH`.
+
+    The general read then takes the pages at once: Polars' whole read would spend
+    seconds inferring such a schema only to be refused.
+    """
+    try:
+        found = [
+            res
+            for raw in _sample(pages)
+            for e in _SAMPLE_DECODER.decode(raw).entry or ()
+            if (res := e.resource)
+        ]
+        return _too_deep(orjson.loads(_ENCODER.encode(found)), MAX_RECORD_DEPTH + 1)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
+        return True
+
+
 def read_pages(pages: list[bytes], resource_type: str) -> pl.DataFrame | None:
     """Bundle pages read by Polars and checked exact; None when the slow path must read them."""
     try:
         # one JSON array of the pages: Polars' array reader is several times faster than
         # its NDJSON reader on lines this long (a page of 100 resources is one line)
         frame = pl.read_json(b"[" + b",".join(pages) + b"]", infer_schema_length=None)
-    except (pl.exceptions.PolarsError, ValueError):
+    except (pl.exceptions.PolarsError, ValueError, RecursionError):
         return None
     if "resourceType" not in frame.columns:
         return None
@@ -464,6 +614,8 @@ def read_pages(pages: list[bytes], resource_type: str) -> pl.DataFrame | None:
     if "resource" not in fields:
         return _empty()
     resource_dtype = fields["resource"]
+    if _dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
+        return None  # the general read leaves the too-deep resources out, with a warning
     if not isinstance(resource_dtype, pl.Struct) or "resourceType" not in {
         f.name for f in resource_dtype.fields
     }:
@@ -472,7 +624,7 @@ def read_pages(pages: list[bytes], resource_type: str) -> pl.DataFrame | None:
     try:
         for page in pages:
             decoder.decode(page)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
     resources = frame.select(
         pl.col("entry").explode().struct.field("resource").alias("__c")
@@ -560,8 +712,25 @@ def _plan(kinds: dict[str, Counter[str]]) -> dict[str, Any]:
     return plan
 
 
-def read_resources(resources: list[dict[str, Any]], resource_type: str) -> pl.DataFrame:
-    """Resources (dicts of one type) read by Polars after the shape normalisation above."""
+def read_resources(
+    resources: list[dict[str, Any]], resource_type: str, cut: list[str] | None = None
+) -> pl.DataFrame:
+    """Resources (dicts of one type) read by Polars after the shape normalisation above.
+
+    A resource nested deeper than :data:`MAX_RECORD_DEPTH` is left out with a
+    warning, as are those already ``cut`` from their pages (their ids).
+    """
+    deep = list(cut or [])
+    if any(_too_deep(res) for res in resources):
+        shallow = []
+        for i, res in enumerate(resources):
+            if _too_deep(res):
+                deep.append(str(res.get("id", f"#{i}")))
+            else:
+                shallow.append(res)
+        resources = shallow
+    if deep:
+        deep_warning(resource_type, deep)
     if not resources:
         return _empty()
     kinds: dict[str, Counter[str]] = {}

@@ -22,6 +22,7 @@ operation over the whole frame.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import polars as pl
@@ -32,9 +33,30 @@ from toolkit.viewdefs.compile import Scope, Val, compile_path, polars_type, to_b
 from toolkit.viewdefs.definition import Column, Select, View
 from toolkit.views.expressions import datetime_exact, datetime_fast
 
-__all__ = ["evaluate"]
+__all__ = ["DEFAULT_MAX_ROWS", "evaluate"]
 
 _MAX_DEPTH = 64
+
+DEFAULT_MAX_ROWS = 20_000_000
+"""The rows one evaluation may reach (a select's items, a cross product, a union)
+unless told otherwise (``max_rows``): generous for real data (a 100k-resource page set
+with a few forEach gives a few hundred thousand rows), small enough to stop a
+cartesian blow-up (three sibling forEach over 500 items each: 125 million rows)
+before it takes the machine's memory."""
+
+_LIMIT: ContextVar[int] = ContextVar("pmtk_view_max_rows", default=DEFAULT_MAX_ROWS)
+
+
+def _budget(count: int, where: str, what: str) -> None:
+    """Raise when ``count`` rows at ``where`` would pass the evaluation's row budget."""
+    limit = _LIMIT.get()
+    if count > limit:
+        msg = (
+            f"{where or 'select'}: {what} reaches {count:,} rows, more than the row budget "
+            f"of {limit:,} (max_rows); a forEach, repeat or cross product of sibling "
+            "selects over large arrays multiplies rows"
+        )
+        raise ViewDefinitionError(msg, path=where)
 
 
 def _scope(view: View, dtype: pl.DataType, where: str, source: str, *, root: bool) -> Scope:
@@ -188,12 +210,25 @@ def _body(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataF
     result = _own_columns(view, node, frame, root)
     for sub in node.selects:
         part = _select(view, sub, frame, root)
+        _budget(_product(result, part), sub.where, "its cross product with the selects before it")
         result = result.join(part, on="__k", how="inner", maintain_order="left_right")
     if node.union:
         parts = [_select(view, branch, frame, root) for branch in node.union]
+        _budget(sum(p.height for p in parts), f"{node.where}.unionAll", "the unionAll")
         union = pl.concat(parts, how="vertical_relaxed").sort("__k", maintain_order=True)
+        where = f"{node.where}.unionAll"
+        _budget(_product(result, union), where, "its cross product with the selects before it")
         result = result.join(union, on="__k", how="inner", maintain_order="left_right")
     return result
+
+
+def _product(left: pl.DataFrame, right: pl.DataFrame) -> int:
+    """The rows the join of ``left`` and ``right`` on ``__k`` gives, counted before it."""
+    if left.height <= 1 or right.height <= 1:
+        return left.height * right.height
+    counts = left.group_by("__k").len().join(right.group_by("__k").len(), on="__k")
+    total = counts.select((pl.col("len") * pl.col("len_right")).sum()).item()
+    return int(total or 0)
 
 
 def _absent_rows(
@@ -223,9 +258,12 @@ def _iterate(frame: pl.DataFrame, val: Val, or_null: bool) -> pl.DataFrame:
         items = frame.select(pl.col("__k").alias("__pk"), val.expr.alias("__c"))
         if not or_null:
             items = items.filter(pl.col("__c").list.len() > 0)
+        # forEachOrNull: an empty list (an array where no item passed a where(), say)
+        # is the empty collection exactly as an absent (null) one, and gives one row
+        # of nulls; Polars' explode drops an empty list unless told otherwise
         items = items.with_columns(
             pl.int_ranges(0, pl.col("__c").list.len(), dtype=pl.Int64).alias("__i")
-        ).explode(["__c", "__i"])
+        ).explode(["__c", "__i"], empty_as_null=True, keep_nulls=True)
         items = items.with_columns(pl.col("__i").fill_null(0))
     else:
         items = frame.select(
@@ -250,6 +288,7 @@ def _select(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.Dat
     where = f"{node.where}.{'forEachOrNull' if node.or_null else 'forEach'}"
     val = _compiled(view, node.for_each, frame.schema["__c"], where, "", root=root)
     items = _iterate(frame, val, node.or_null)
+    _budget(items.height, where, "the items it iterates")
     if not node.or_null:
         return _to_parent(_body(view, node, items, False), items)
     present = items.filter(pl.col("__c").is_not_null())
@@ -293,6 +332,8 @@ def _repeat(view: View, node: Select, frame: pl.DataFrame) -> pl.DataFrame:
             merged.setdefault(str(f.schema["__c"]), []).append(f)
         frontier = [pl.concat(group) for group in merged.values()]
         levels.extend(frontier)
+        reached = sum(lv.height for lv in levels)
+        _budget(reached, f"{node.where}.repeat", "the items it reaches")
     else:
         where = f"{node.where}.repeat"
         msg = f"{where}: the repeat goes deeper than {_MAX_DEPTH} levels"
@@ -322,8 +363,20 @@ def _repeat(view: View, node: Select, frame: pl.DataFrame) -> pl.DataFrame:
     return found.with_columns(roots.gather(found.get_column("__k")).alias("__k"))
 
 
-def evaluate(view: View, resources: pl.DataFrame) -> pl.DataFrame:
-    """Run ``view`` over ``resources``: a frame with one ``Struct`` column ``__c``."""
+def evaluate(view: View, resources: pl.DataFrame, max_rows: int | None = None) -> pl.DataFrame:
+    """Run ``view`` over ``resources``: a frame with one ``Struct`` column ``__c``.
+
+    ``max_rows`` (default :data:`DEFAULT_MAX_ROWS`) bounds the rows any step may
+    reach; passing it raises :class:`ViewDefinitionError` naming the select.
+    """
+    token = _LIMIT.set(DEFAULT_MAX_ROWS if max_rows is None else max_rows)
+    try:
+        return _evaluate(view, resources)
+    finally:
+        _LIMIT.reset(token)
+
+
+def _evaluate(view: View, resources: pl.DataFrame) -> pl.DataFrame:
     frame = resources.select(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("__k"),
         pl.col("__c"),
