@@ -159,3 +159,41 @@ def test_a_damaged_store_is_not_brought_in(tmp_path: Path, mock_deployment: Any)
     with pytest.raises(lake.StoreNotImportable, match="fails verification"):
         lake.import_store(store, tmp_path / "lake", deployment="north")
     assert not lake.pins(tmp_path / "lake")
+
+
+def test_webhook_changes_and_a_sync_of_one_deployment_run_at_once(
+    synced: Path, mock_deployment: Any
+) -> None:
+    """A receiver's changes and a full sync commit in turn; the newest version of each wins."""
+    import threading
+
+    from tests.lake.conftest import ground_truth
+
+    truth = ground_truth(mock_deployment, "Organization")
+    ids = sorted(truth)[:6]
+    errors: list[BaseException] = []
+
+    def receiver() -> None:
+        try:
+            for n, rid in enumerate(ids):  # each newer than anything the server holds
+                record = organization(rid, f"2099-01-0{n + 1}T00:00:00Z", f"From a hook {n}")
+                lake.apply_changes(synced, "north", "Organization", upserts=[record])
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=receiver)
+    thread.start()
+    with toolkit_client(mock_deployment) as client:
+        for _ in range(2):
+            lake.sync(client, synced, deployment="north", resources=["Organization"], full=True)
+    thread.join(120)
+    assert not errors, errors
+    held = _names(synced)
+    for n, rid in enumerate(ids):
+        assert held[rid] == f"2099-01-0{n + 1}T00:00:00Z", rid  # never overwritten by the sync
+    assert {k: v for k, v in held.items() if k not in ids} == {
+        k: v for k, v in truth.items() if k not in ids
+    }
+    seqs = lake.history(synced, "north")["seq"].to_list()
+    assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))  # every commit counted once
+    assert lake.verify(synced).ok
