@@ -29,7 +29,8 @@ and the current version is what the store wants; a late or duplicated event
 then fetches the same (or a newer) version, so order does not matter. A record
 that answers 404 or 410 is removed from the store, and a delete event is applied
 only then (a record still served is applied as an update), so a forged delete
-changes nothing.
+changes nothing. Only the API's own answer deletes: a 404/410 whose body is a FHIR
+OperationOutcome sent as FHIR JSON; a gateway's HTML 404 page is a failed read.
 
 On start, :func:`listen` runs an incremental :func:`toolkit.store.sync` of the
 announced resources the store holds, so changes made while the receiver was down

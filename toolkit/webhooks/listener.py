@@ -507,31 +507,37 @@ class Listener:
             note(logging.INFO, "%d waiting change(s) of %s queued", moved, ", ".join(sorted(ready)))
 
     def _fetch(self, event: Event) -> dict[str, Any] | None:
-        """The record's current version, ``None`` when it is gone (404/410).
+        """The record's current version, ``None`` when the API says it is gone.
 
-        Raises :class:`_Retry` for a failure that may pass (network, 5xx, 429,
-        refused credentials) and a :class:`~toolkit.errors.PmtkError` otherwise.
+        Gone means the API's own word: a 404 or 410 whose body is a FHIR
+        OperationOutcome sent as FHIR JSON (:func:`api_says_gone`). Any other
+        answer that is not the API's (a gateway's HTML 404, a JSON 404 that is no
+        OperationOutcome, a redirect off the API's origin) raises :class:`_Retry`,
+        as do failures that may pass (network, 5xx, 429, refused credentials);
+        the API's own refusal (an OperationOutcome 400, 403, 422) raises its
+        :class:`~toolkit.errors.PmtkError`.
         """
         from toolkit.errors import (
             ApiError,
             AuthError,
-            NotFound,
             RateLimited,
+            RedirectRefused,
             ServerError,
             TransportError,
         )
 
         try:
             record = self.client.read(event.resource_type, event.id)
-        except NotFound:
-            return None
-        except (TransportError, ServerError, RateLimited, AuthError) as exc:
+        except (TransportError, ServerError, RateLimited, AuthError, RedirectRefused) as exc:
             # AuthError too: wrong credentials are fixed by the operator, and the
             # changes must still be there when they are.
             raise _Retry(describe(exc)) from exc
         except ApiError as exc:
-            if exc.status == 410:
+            if api_says_gone(exc):
                 return None
+            if not is_fhir_answer(exc):
+                why = f"not the API's answer (no FHIR OperationOutcome): {describe(exc)}"
+                raise _Retry(why) from exc
             if exc.status >= 500 or exc.status in (408, 429):
                 raise _Retry(describe(exc)) from exc
             raise
@@ -673,6 +679,27 @@ class _ReadBatch:
 
     def answered(self, _future: Future[tuple[str, Any]]) -> None:
         self.finished = max(self.finished, time.monotonic())
+
+
+FHIR_MEDIA_TYPES = frozenset({"application/fhir+json", "application/json"})
+
+
+def is_fhir_answer(exc: Any) -> bool:
+    """Whether an error answer is the API's own: an OperationOutcome sent as FHIR JSON.
+
+    A gateway, proxy or load balancer in front of the API answers with its own
+    pages (an nginx HTML 404, a plain-text 502, a JSON body of its own); those say
+    nothing about the records behind it.
+    """
+    return getattr(exc, "outcome", None) is not None and (
+        getattr(exc, "media_type", None) in FHIR_MEDIA_TYPES
+    )
+
+
+def api_says_gone(exc: Any) -> bool:
+    """Whether an error answer is the API saying a record does not exist (any more):
+    404 or 410 with an OperationOutcome in a FHIR JSON body. Nothing else deletes."""
+    return getattr(exc, "status", None) in (404, 410) and is_fhir_answer(exc)
 
 
 def _latest(batch: Sequence[tuple[Path, list[Change]]]) -> dict[tuple[str, str], Change]:
