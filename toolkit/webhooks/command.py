@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -57,6 +57,7 @@ def listen(
     host: str = LOOPBACK,
     auth_header: AuthHeader | str | None = None,
     no_auth: bool = False,
+    public_hosts: Sequence[str] = (),
     catch_up: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
@@ -87,6 +88,12 @@ def listen(
         :class:`AuthHeader` or ``"NAME:VALUE"``. Required unless ``no_auth``.
     no_auth
         Accept any caller; allowed only on a loopback ``host``.
+    public_hosts
+        The names the sender (or the reverse proxy in front) uses to reach the
+        receiver, such as ``"hooks.example.org"`` (any port) or
+        ``"hooks.example.org:443"``. Calls whose ``Host`` is neither one of these
+        nor the bound address (or ``localhost`` on loopback) get 421: a page using
+        DNS rebinding cannot reach the receiver.
     catch_up
         Run an incremental sync of the announced resources first (events that
         arrive meanwhile are queued and applied after it).
@@ -124,6 +131,7 @@ def listen(
     """
     header = AuthHeader.parse(auth_header) if isinstance(auth_header, str) else auth_header
     check_auth(header, no_auth, host)
+    check_public_hosts(public_hosts)
     with _connected(client) as connected:
         from toolkit.store.identity import default_store
 
@@ -139,6 +147,8 @@ def listen(
             max_queue_bytes=max_queue_bytes,
             max_attempts=max_attempts,
             max_age=max_age,
+            bind_host=host,
+            public_hosts=public_hosts,
         )
         limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
         with _served(listener, _receiver_config(listener, host, port, log_level, limits), host):
@@ -219,6 +229,21 @@ def check_auth(header: AuthHeader | None, no_auth: bool, host: str) -> None:
             "reaches the port could make the receiver read and change the store"
         )
         raise ConfigurationError(msg)
+
+
+def check_public_hosts(names: Sequence[str]) -> None:
+    """Refuse a ``--public-host`` that is not a host name with an optional port."""
+    from toolkit.errors import ConfigurationError
+    from toolkit.webhooks.receiver import split_host
+
+    for name in names:
+        parsed = split_host(name) if isinstance(name, str) else None
+        if parsed is None or not parsed[0]:
+            msg = (
+                f"--public-host {str(name)[:60]!r} is not a host name with an optional "
+                "port, such as hooks.example.org or hooks.example.org:443"
+            )
+            raise ConfigurationError(msg)
 
 
 def connection_cap(requested: int | None) -> int:
@@ -305,6 +330,15 @@ AuthHeaderOption = Annotated[
         show_default=False,
     ),
 ]
+PublicHost = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--public-host",
+        help="A name the sender uses to reach the receiver (its Host header), e.g. "
+        "hooks.example.org; repeat for several. Other Host values get 421.",
+        show_default=False,
+    ),
+]
 NoAuth = Annotated[
     bool,
     typer.Option(
@@ -362,6 +396,7 @@ def listen_command(
     host: Host = LOOPBACK,
     auth_header: AuthHeaderOption = None,
     no_auth: NoAuth = False,
+    public_host: PublicHost = None,
     catch_up: CatchUp = True,
     base_url: BaseUrl = None,
     client_id: ClientId = None,
@@ -387,13 +422,18 @@ def listen_command(
         from toolkit.store.identity import default_store
 
         folder = Path(default_store()) if store is None else store
-        _inspect(folder, port, host, status=status, retry_dead=retry_dead, output=output)
+        with _exit_codes():
+            header = AuthHeader.parse(auth_header) if auth_header else None
+        _inspect(
+            folder, port, host, status=status, retry_dead=retry_dead, output=output, auth=header
+        )
         return
     with _log_to(output) as lines, _exit_codes():
         header = _checked_header(auth_header, no_auth, host, port)
         connection: dict[str, Any] = {**connection_settings(base_url, client_id, client_secret)}
         connection["requests_per_minute"] = requests_per_minute or None
         served = {"port": port, "host": host, "auth_header": header, "no_auth": no_auth}
+        served["public_hosts"] = tuple(public_host or ())
         limits: dict[str, int | None] = {"max_body_bytes": max_body_bytes}
         limits |= {"max_queue_bytes": max_queue_bytes}
         limits |= {"max_connections": max_connections, "max_attempts": max_attempts}
@@ -491,7 +531,14 @@ def _banner(
 
 
 def _inspect(
-    store: Path, port: int, host: str, *, status: bool, retry_dead: bool, output: str = "text"
+    store: Path,
+    port: int,
+    host: str,
+    *,
+    status: bool,
+    retry_dead: bool,
+    output: str = "text",
+    auth: AuthHeader | None = None,
 ) -> None:
     """``--retry-dead`` then ``--status``: from the running receiver if it answers, else disk.
 
@@ -523,7 +570,10 @@ def _inspect(
             if kept:
                 typer.echo(f"{kept} unreadable file(s) left in {queue.dead_dir}")
     if status:
-        report = _live_status(store, port, host) or {"worker": "not running", **disk_status(store)}
+        report = _live_status(store, port, host, auth) or {
+            "worker": "not running",
+            **disk_status(store),
+        }
         document["status"] = report
         if output == "text":
             print_lines([_split_label(line) for line in format_status(report)])
@@ -538,15 +588,22 @@ def _split_label(line: str) -> tuple[str, str]:
     return line[:padded], line[padded:]
 
 
-def _live_status(store: Path, port: int, host: str) -> dict[str, Any] | None:
+def _live_status(
+    store: Path, port: int, host: str, auth: AuthHeader | None = None
+) -> dict[str, Any] | None:
     """The running receiver's ``GET /status`` for this store, or ``None``."""
     import httpx
     import orjson
 
     target = host if is_loopback(host) else LOOPBACK
     shown = f"[{target}]" if ":" in target else target
+    headers: dict[bytes, bytes] = {}
+    if auth is not None:
+        headers[auth.name.encode()] = auth.value_for_sending().encode()
     try:
-        answer = httpx.get(f"http://{shown}:{port}/status", timeout=3.0, trust_env=False)
+        answer = httpx.get(
+            f"http://{shown}:{port}/status", timeout=3.0, trust_env=False, headers=headers
+        )
         report = orjson.loads(answer.content) if answer.status_code == 200 else None
     except (httpx.HTTPError, orjson.JSONDecodeError):
         return None

@@ -114,6 +114,8 @@ class Listener:
         max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         max_age: float = DEFAULT_MAX_AGE,
+        bind_host: str = "127.0.0.1",
+        public_hosts: Sequence[str] = (),
     ) -> None:
         from toolkit import views
 
@@ -125,6 +127,8 @@ class Listener:
         self.errors = errors
         self.max_attempts = max_attempts
         self.max_age = max_age
+        self.bind_host = bind_host
+        self.public_hosts = tuple(public_hosts)
         self.viewed = frozenset(views.VIEWS)
         self.queue = EventQueue(store, max_queue_bytes)
         self.stats = ListenerStats()

@@ -30,10 +30,14 @@ def make_app(listener: Listener) -> Any:
     from starlette.routing import Route
 
     async def status(request: Request) -> Response:
+        misdirected = _misdirected(listener, request)
+        if misdirected is not None:
+            listener.stats.refused += 1
+            return misdirected
         return _status(listener, request)
 
     async def receive(request: Request) -> Response:
-        refusal = _refusal(listener, request)
+        refusal = _misdirected(listener, request) or _refusal(listener, request)
         if refusal is None:
             return await _receive(listener, request)
         listener.stats.refused += 1
@@ -48,8 +52,71 @@ def make_app(listener: Listener) -> Any:
     )
 
 
+_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """``("name", port or None)`` of a ``Host`` header value (lower case, IPv6 without
+    brackets); ``None`` when it is not one."""
+    value = value.strip().lower()
+    if not value or any(c in value for c in " /\\@?#"):
+        return None
+    if value.startswith("["):
+        name, sep, rest = value[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return None
+        port_text = rest[1:]
+    elif value.count(":") > 1:
+        return None
+    else:
+        name, _, port_text = value.partition(":")
+    if port_text and not (port_text.isdigit() and len(port_text) <= 5):
+        return None
+    return name.rstrip("."), int(port_text) if port_text else None
+
+
+def served_host(listener: Listener, value: str) -> bool:
+    """Whether a ``Host`` header names this receiver (DNS rebinding defence).
+
+    Accepted: the bound address (and, bound to loopback, ``localhost``, ``127.0.0.1``
+    and ``::1``) with the bound port or none; a name given as a public host, with
+    any port (``name``) or exactly the one given (``name:port``).
+    """
+    parsed = split_host(value)
+    if parsed is None:
+        return False
+    name, port = parsed
+    bound = listener.bind_host.strip("[]").lower()
+    local = {bound} | (_LOOPBACK_NAMES if _is_loopback_name(bound) else set())
+    if name in local and port in (None, listener.port):
+        return True
+    for public in listener.public_hosts:
+        wanted = split_host(public)
+        if wanted is not None and wanted[0] == name and wanted[1] in (None, port):
+            return True
+    return False
+
+
+def _is_loopback_name(host: str) -> bool:
+    return host == "localhost" or _is_loopback(host)
+
+
+def _misdirected(listener: Listener, request: Any) -> Any:
+    """421 for a call whose ``Host`` this receiver does not serve (a rebound DNS name)."""
+    value = request.headers.get("host", "")
+    if served_host(listener, value):
+        return None
+    note(logging.WARNING, "refused a call for host %r: not a host this receiver serves", value[:80])
+    return _outcome(
+        421,
+        "forbidden",
+        "this receiver does not serve that Host (give the name with --public-host)",
+    )
+
+
 def _status(listener: Listener, request: Any) -> Any:
-    """``GET /status``: the listener's status, to a loopback caller that no proxy forwarded."""
+    """``GET /status``: the listener's status, to a loopback caller that no proxy
+    forwarded and that carries the authentication header (when one is set)."""
     from starlette.responses import Response
 
     client = request.client.host if request.client else ""
@@ -58,6 +125,10 @@ def _status(listener: Listener, request: Any) -> Any:
         # Behind a reverse proxy every caller is 127.0.0.1: a forwarding header
         # says the call came from outside, and the status is for the operator.
         return _outcome(404, "not-found", "no such endpoint")
+    auth = listener.auth_header
+    if auth is not None and not auth.matches(request.headers.getlist(auth.name)):
+        listener.stats.refused += 1
+        return _outcome(401, "login", f"missing or wrong {auth.name} header")
     body = orjson.dumps(listener.status(), option=orjson.OPT_INDENT_2)
     return Response(body, media_type="application/json")
 
