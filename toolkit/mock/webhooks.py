@@ -68,7 +68,14 @@ def _iso(epoch: float) -> str:
 
 
 def notification(
-    rtype: str, rid: str, action: str, *, number: int, origin: str, at: float
+    rtype: str,
+    rid: str,
+    action: str,
+    *,
+    number: int,
+    origin: str,
+    at: float,
+    subscription: str = "pmtk-mock",
 ) -> bytes:
     """The JSON body announcing one change (a ``history`` Bundle).
 
@@ -84,6 +91,9 @@ def notification(
         ``http://127.0.0.1:<port>``: references are absolute, as the live service sends.
     at
         Epoch seconds of the change.
+    subscription
+        The subscription's id: one per sender, since its numbers count from 1 (a
+        receiver keeps the numbers it has seen per subscription).
     """
     topic = f"{TOPIC_BASE}/{rtype.lower()}-{action}"
     full = f"{origin}/main/{rtype}/{rid}"
@@ -95,7 +105,7 @@ def notification(
         "notificationEvent": [
             {"eventNumber": str(number), "timestamp": _iso(at), "focus": {"reference": full}}
         ],
-        "subscription": {"reference": f"{origin}/main/Subscription/pmtk-mock"},
+        "subscription": {"reference": f"{origin}/main/Subscription/{subscription}"},
         "topic": topic,
     }
     entries: list[dict[str, Any]] = [
@@ -196,6 +206,8 @@ class WebhookSender:
         self._halt = threading.Event()  # ends a backoff pause early, only when stopping
         self._stop = False
         self._number = 0
+        self.subscription = f"pmtk-mock-{uuid.uuid4().hex[:12]}"
+        """This sender's subscription id (its event numbers count from 1)."""
         self.sent = 0
         self.retries = 0
         self.dropped = 0
@@ -295,7 +307,13 @@ class WebhookSender:
     def _deliver(self, http: httpx.Client, item: _Pending, number: int) -> bool:
         """Post one announcement until it is accepted or refused for good; false if stopped."""
         body = notification(
-            item.rtype, item.rid, item.action, number=number, origin=self.origin, at=item.at
+            item.rtype,
+            item.rid,
+            item.action,
+            number=number,
+            origin=self.origin,
+            at=item.at,
+            subscription=self.subscription,
         )
         delay = FIRST_DELAY
         refusals = 0

@@ -26,6 +26,7 @@ from toolkit.webhooks._output import (
     echo_json,
     print_lines,
 )
+from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE_BYTES
 from toolkit.webhooks.listener import (
     DEFAULT_MAX_AGE,
@@ -64,6 +65,7 @@ def listen(
     max_connections: int | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     max_age: float = DEFAULT_MAX_AGE,
+    gap_grace: float = DEFAULT_GAP_GRACE,
     header_timeout: float = HEADER_TIMEOUT,
     body_timeout: float = BODY_TIMEOUT,
     errors: Literal["raise", "warn"] = "raise",
@@ -107,6 +109,10 @@ def listen(
     max_attempts, max_age
         A change whose read keeps failing goes to the dead letters after this
         many attempts or this many seconds.
+    gap_grace
+        Seconds a missing event number may still arrive (deliveries come out of
+        order) before it is a gap: logged, shown by ``--status`` and healed by an
+        incremental sync of the subscription's resource types.
     header_timeout, body_timeout
         Seconds a caller has to send a request head, then its body (408 beyond).
     errors
@@ -149,6 +155,7 @@ def listen(
             max_age=max_age,
             bind_host=host,
             public_hosts=public_hosts,
+            gap_grace=gap_grace,
         )
         limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
         with _served(listener, _receiver_config(listener, host, port, log_level, limits), host):
@@ -363,6 +370,13 @@ MaxConnections = Annotated[
 MaxAttempts = Annotated[
     int, typer.Option(help="Reads of one change before it goes to the dead letters.")
 ]
+GapGrace = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        help="Seconds a missing event number may still arrive before the gap is healed by a sync.",
+    ),
+]
 RequestsPerMinute = Annotated[
     int,
     typer.Option(
@@ -405,6 +419,7 @@ def listen_command(
     max_queue_bytes: MaxQueueBytes = DEFAULT_MAX_QUEUE_BYTES,
     max_connections: MaxConnections = None,
     max_attempts: MaxAttempts = DEFAULT_MAX_ATTEMPTS,
+    gap_grace: GapGrace = DEFAULT_GAP_GRACE,
     requests_per_minute: RequestsPerMinute = catalogue.RATE_LIMIT_PER_MINUTE,
     status: Status = False,
     retry_dead: RetryDead = False,
@@ -437,7 +452,7 @@ def listen_command(
         limits: dict[str, int | None] = {"max_body_bytes": max_body_bytes}
         limits |= {"max_queue_bytes": max_queue_bytes}
         limits |= {"max_connections": max_connections, "max_attempts": max_attempts}
-        options = {**served, **limits, "catch_up": catch_up}
+        options = {**served, **limits, "catch_up": catch_up, "gap_grace": gap_grace}
         _receive(store, connection, options, output, lines)
 
 
@@ -640,13 +655,44 @@ def format_status(report: dict[str, Any]) -> list[str]:
             else ""
         )
     )
+    lines.extend(_event_lines(report.get("events") or {}))
     error = report.get("last_error")
+    resolved = report.get("resolved_error")
+    if resolved and not error:
+        lines.append(
+            f"resolved:     {resolved.get('text')} (it has succeeded since, "
+            f"{resolved.get('resolved_s_ago', 0):.0f} s ago)"
+        )
     if not error:
         lines.append("last error:   -")
     else:
         age_s = error.get("age_s")
         when = "" if age_s is None else f"{age_s:.0f} s ago: "
         lines.append(f"last error:   {when}{error.get('text')}")
+    return lines
+
+
+def _event_lines(events: dict[str, Any]) -> list[str]:
+    """Replays not queued again, event numbers still missing, and the last gap healed."""
+    lines: list[str] = []
+    if events.get("duplicates"):
+        lines.append(f"replays:      {events['duplicates']} event(s) received again, not re-read")
+    for name, sub in sorted((events.get("subscriptions") or {}).items()):
+        count = sub.get("missing_count") or 0
+        if count:
+            shown = ", ".join(str(n) for n in sub.get("missing") or [])
+            more = f" and {count - len(sub.get('missing') or [])} more" if count > 50 else ""
+            lines.append(
+                f"missing:      {count} event(s) of {name}: {shown}{more} "
+                f"(waiting {sub.get('oldest_missing_s', 0):.0f} s; a sync heals them)"
+            )
+    gap = events.get("last_gap")
+    if gap:
+        lines.append(
+            f"last gap:     {gap.get('missing_count')} event(s) of {gap.get('subscription')} "
+            f"never arrived ({', '.join(str(n) for n in gap.get('missing') or [])}); "
+            f"healed by a sync of {', '.join(gap.get('types') or []) or 'nothing'}"
+        )
     return lines
 
 

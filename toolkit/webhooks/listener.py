@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
+from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE, EventLog, Gap
 from toolkit.webhooks.events import (
     ANNOUNCED,
     APPLIED_MARKS,
@@ -60,6 +61,12 @@ recent read rate gets through in this time, so a change never waits behind a lon
 
 FIRST_BATCH = 4 * READERS
 """Changes in a batch before any read rate has been measured (a backlog after a restart)."""
+
+CATCH_UP_RETRY_FIRST = 1.0
+"""Seconds before a failed catch-up (or gap-healing) sync is tried again; doubled each
+time up to :data:`CATCH_UP_RETRY_MAX`."""
+
+CATCH_UP_RETRY_MAX = 300.0
 
 STORE_RETRY_MAX = 30.0
 """Longest pause between attempts at a store that cannot be written (a sync holds it)."""
@@ -116,6 +123,7 @@ class Listener:
         max_age: float = DEFAULT_MAX_AGE,
         bind_host: str = "127.0.0.1",
         public_hosts: Sequence[str] = (),
+        gap_grace: float = DEFAULT_GAP_GRACE,
     ) -> None:
         from toolkit import views
 
@@ -131,12 +139,19 @@ class Listener:
         self.public_hosts = tuple(public_hosts)
         self.viewed = frozenset(views.VIEWS)
         self.queue = EventQueue(store, max_queue_bytes)
+        self.events = EventLog(store / WEBHOOK_DIR, gap_grace=gap_grace)
+        self._load_error()
         self.stats = ListenerStats()
         self.wake = threading.Event()
         self.caught_up = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Event()
         self._down_until: float | None = None  # monotonic time of the next restart
+        self._sync_due: float | None = None  # monotonic time of the next catch-up try
+        self._sync_delay = 0.0
+        self._gap_due = 0.0  # monotonic time gaps may be healed again (after a failure)
+        self._gap_delay = 0.0
+        self._error_what: str | None = None
         self._started = False
         self.url = ""
         self.port = 0
@@ -198,12 +213,35 @@ class Listener:
         from toolkit.redaction import redact
 
         text = redact(f"{what}: {describe(exc)}")[:1000]
+        self._error_what = what
         self.stats.last_error = text
         self.stats.last_error_at = time.time()
         path = self.store / WEBHOOK_DIR / "last-error.json"
         # when the disk is the problem the error is still logged and kept in memory
         with contextlib.suppress(OSError):
-            _write_durable(path, orjson.dumps({"text": text, "at": self.stats.last_error_at}))
+            saved = {"text": text, "at": self.stats.last_error_at, "what": what}
+            _write_durable(path, orjson.dumps(saved))
+
+    def _load_error(self) -> None:
+        """The last error a previous run kept, so that its success clears it too."""
+        with contextlib.suppress(OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            saved = orjson.loads((self.store / WEBHOOK_DIR / "last-error.json").read_bytes())
+            self.stats.last_error = str(saved["text"])
+            self.stats.last_error_at = float(saved["at"])
+            what = saved.get("what")
+            self._error_what = what if isinstance(what, str) else None
+
+    def clear_error(self, what: str) -> None:
+        """``what`` succeeded: the last error, if it was ``what`` failing, is no longer shown."""
+        if self._error_what != what:
+            return
+        self._error_what = None
+        self.stats.resolved_error = self.stats.last_error
+        self.stats.resolved_error_at = time.time()
+        self.stats.last_error = None
+        self.stats.last_error_at = None
+        with contextlib.suppress(OSError):
+            (self.store / WEBHOOK_DIR / "last-error.json").unlink(missing_ok=True)
 
     # -- status ----------------------------------------------------------------------
 
@@ -236,8 +274,16 @@ class Listener:
                 "refused": self.stats.refused,
                 "requests": self.stats.requests,
                 "catch_up": self.stats.catch_up,
+                "events": self.events.status(),
             }
         )
+        report["last_error"] = None
+        report["resolved_error"] = None
+        if self.stats.resolved_error is not None:
+            report["resolved_error"] = {
+                "text": self.stats.resolved_error,
+                "resolved_s_ago": round(time.time() - (self.stats.resolved_error_at or 0.0), 1),
+            }
         if self.stats.last_error is not None:
             report["last_error"] = {
                 "text": self.stats.last_error,
@@ -307,6 +353,7 @@ class Listener:
         store_delay = 0.0
         while not self._stop.is_set():
             self.wake.clear()
+            self._maintain()
             self._release_waiting()
             skip = frozenset(pending.paths) if pending is not None else frozenset()
             batch = self.queue.take(self._batch_cap(), skip=skip)
@@ -326,7 +373,11 @@ class Listener:
             pending = self._collect(reading)
 
     def _catch_up_once(self) -> None:
-        """The catch-up sync (or its skipping) before the first batch, once per receiver."""
+        """The catch-up sync (or its skipping) before the first batch, once per receiver.
+
+        A failed catch-up (the API not up yet) does not hold the queue up: it is tried
+        again by :meth:`_maintain`, with backoff, until it succeeds.
+        """
         if self.caught_up.is_set():
             return
         if self.catch_up:
@@ -334,6 +385,17 @@ class Listener:
         else:
             self.stats.catch_up = "skipped"
         self.caught_up.set()
+
+    def _maintain(self) -> None:
+        """The worker's other duties between batches: a failed catch-up tried again, and
+        gaps in the event numbers healed once their grace period has passed."""
+        due = self._sync_due
+        if due is not None and time.monotonic() >= due:
+            self._catch_up()
+        if time.monotonic() >= self._gap_due:
+            for gap in self.events.due_gaps():
+                if not self._heal(gap):
+                    break
 
     def _commit_or_pause(
         self, pending: _ReadBatch, reading: _ReadBatch | None, store_delay: float
@@ -480,25 +542,82 @@ class Listener:
             self.stats.failures += 1
         self.queue.done(read.paths)
         self.stats.batches += 1
+        self.clear_error("writing the store failed")
+        self.clear_error("the worker failed")
         took = time.monotonic() - began
         self._commit_seconds = 0.5 * self._commit_seconds + 0.5 * took
 
     def _catch_up(self) -> None:
-        from toolkit.store import sync
-
         held = synced_types(self.store)
         wanted = [t for t in ANNOUNCED if t in self.viewed and (t in held or not held)]
         try:
-            summary = sync(self.client, self.store, resources=wanted, progress=False)
+            text = self._sync(wanted)
         except Exception as exc:  # the receiver still serves; events queue meanwhile
-            self.stats.catch_up = f"failed: {describe(exc)}"[:300]
+            self._sync_delay = min(
+                CATCH_UP_RETRY_MAX, max(CATCH_UP_RETRY_FIRST, self._sync_delay * 2)
+            )
+            self._sync_due = time.monotonic() + self._sync_delay
+            self.stats.catch_up = (
+                f"failed: {describe(exc)}"[:300] + f" (trying again in {self._sync_delay:.0f} s)"
+            )
             self.record_error("the catch-up sync failed", exc)
-            note(logging.ERROR, "catch-up sync failed: %s", describe(exc))
+            note(
+                logging.ERROR,
+                "catch-up sync failed: %s; trying again in %.0f s",
+                describe(exc),
+                self._sync_delay,
+            )
             return
-        self.stats.catch_up = "ok: " + ", ".join(
+        self._sync_due = None
+        self._sync_delay = 0.0
+        self.stats.catch_up = "ok: " + text
+        self.clear_error("the catch-up sync failed")
+        note(logging.INFO, "catch-up sync: %s", self.stats.catch_up)
+
+    def _sync(self, types: Sequence[str]) -> str:
+        """An incremental sync of ``types``; what it did. Raises when any type failed."""
+        from toolkit.errors import PmtkError
+        from toolkit.store import sync
+
+        summary = sync(self.client, self.store, resources=list(types), progress=False)
+        failed = [r for r in summary.resources if r.status == "failed"]
+        if failed:
+            raise PmtkError("; ".join(f"{r.resource}: {r.error}" for r in failed)[:500])
+        return ", ".join(
             f"{r.resource} {r.status} ({r.fetched} fetched)" for r in summary.resources
         )
-        note(logging.INFO, "catch-up sync: %s", self.stats.catch_up)
+
+    def _heal(self, gap: Gap) -> bool:
+        """Log a gap and sync its types; true when healed (false: tried again later)."""
+        shown = ", ".join(str(n) for n in gap.missing[:50])
+        more = f" and {len(gap.missing) - 50} more" if len(gap.missing) > 50 else ""
+        held = synced_types(self.store)
+        types = sorted(t for t in gap.types if t in held) or sorted(
+            t for t in ANNOUNCED if t in held and t in self.viewed
+        )
+        note(
+            logging.WARNING,
+            "events of %s never arrived: number(s) %s%s; syncing %s",
+            gap.subscription,
+            shown,
+            more,
+            ", ".join(types) or "nothing (no table synced yet)",
+        )
+        try:
+            text = self._sync(types) if types else "nothing to sync"
+        except Exception as exc:
+            self._gap_delay = min(
+                CATCH_UP_RETRY_MAX, max(CATCH_UP_RETRY_FIRST, self._gap_delay * 2)
+            )
+            self._gap_due = time.monotonic() + self._gap_delay
+            self.record_error("healing missed events failed", exc)
+            return False
+        self._gap_delay = 0.0
+        self.events.healed(gap)
+        self.stats.gaps_healed += 1
+        self.clear_error("healing missed events failed")
+        note(logging.INFO, "missed events healed by a sync: %s", text)
+        return True
 
     def _release_waiting(self) -> None:
         """Queue again the waiting changes of types a sync has now made a table for."""
@@ -746,6 +865,7 @@ def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
         },
         "dead_letters": queue.dead(),
         "dead_letter_folder": str(queue.dead_dir),
+        "events": EventLog(store / WEBHOOK_DIR).status(),
         "last_error": None,
     }
     path = store / WEBHOOK_DIR / "last-error.json"

@@ -581,7 +581,12 @@ class ListenerStats:
     """Times the worker failed as a whole and was started again."""
     last_error: str | None = None
     last_error_at: float | None = None
+    resolved_error: str | None = None
+    """The last error cleared because the thing that failed has since succeeded."""
+    resolved_error_at: float | None = None
     catch_up: str = "not run"
+    gaps_healed: int = 0
+    """Gaps in the event numbers healed by a sync of the types concerned."""
     applied_at: dict[str, float] = field(default_factory=dict)
     """``"Type/id" -> time.time()`` of the latest application (the last 10,000 records)."""
 

@@ -9,10 +9,11 @@ import orjson
 
 from toolkit.webhooks.events import (
     MEDIA_TYPES,
+    Delivery,
     Event,
     NotificationError,
     note,
-    parse_notification,
+    parse_delivery,
 )
 from toolkit.webhooks.queue import _outcome
 
@@ -144,24 +145,63 @@ async def _receive(listener: Listener, request: Any) -> Any:
         listener.stats.refused += 1
         return _outcome(400, "incomplete", "the body was not sent in full")
     try:
-        events = parse_notification(body)
+        delivery = parse_delivery(body)
     except NotificationError as exc:
         listener.stats.refused += 1
         note(logging.WARNING, "refused a webhook body: %s", exc)
         return _outcome(400, "structure", f"not a history Bundle notification: {exc}")
-    kept = _storable(listener, events)
-    if kept:
-        refusal = await _enqueue(listener, kept)
-        if refusal is not None:
-            listener.stats.refused += 1
-            return refusal
+    return await _admit(listener, body, delivery)
+
+
+async def _admit(listener: Listener, body: bytes, delivery: Delivery) -> Any:
+    """Queue the events not queued before (every event once), then 202.
+
+    Each event is claimed in the event log before it is queued and confirmed after
+    the queue's fsync; a copy of it arriving meanwhile waits for that outcome. When
+    queueing fails the claims are released: the sender retries, nothing is lost.
+    """
+    from starlette.concurrency import run_in_threadpool
+
+    log = listener.events
+    events = delivery.events
+    keys = log.keys(body, delivery.subscription, [e.event_number for e in events])
+    fresh, waits = log.claim(keys)
+    while waits:  # the same event is being queued by another call: its outcome decides
+        await run_in_threadpool(_wait_for, waits)
+        fresh, waits = log.claim(keys)
+    claimed = [key for key, new in zip(keys, fresh, strict=True) if new]
+    confirmed = False
+    try:
+        new_events = [event for event, new in zip(events, fresh, strict=True) if new]
+        replayed = len(events) - len(new_events)
+        kept = _storable(listener, new_events)
+        if kept:
+            refusal = await _enqueue(listener, kept)
+            if refusal is not None:
+                listener.stats.refused += 1
+                return refusal
+        announced = (delivery.subscription, delivery.events_since_start)
+        types = [event.resource_type for event in new_events]
+        await run_in_threadpool(log.confirm, claimed, types, announced)
+        confirmed = True
+    finally:
+        if not confirmed:
+            log.release(claimed)
     listener.stats.received += 1
-    text = f"queued {len(kept)} event(s)" + (
-        f"; {len(events) - len(kept)} of a type pmtk keeps no table of, not applied"
-        if len(kept) != len(events)
-        else ""
-    )
+    if replayed:
+        log.duplicates += replayed
+        note(logging.INFO, "%d event(s) already queued before: not queued again", replayed)
+    text = f"queued {len(kept)} event(s)"
+    if len(kept) != len(new_events):
+        text += f"; {len(new_events) - len(kept)} of a type pmtk keeps no table of, not applied"
+    if replayed:
+        text += f"; {replayed} already received, not queued again"
     return _outcome(202, "informational", text, severity="information")
+
+
+def _wait_for(claims: list[Any]) -> None:
+    for claim in claims:
+        claim.done.wait(60)
 
 
 def _is_loopback(host: str) -> bool:
@@ -235,5 +275,6 @@ async def _enqueue(listener: Listener, kept: list[Event]) -> Any:
         response.headers["retry-after"] = "10"
         return response
     listener.stats.events_queued += len(kept)
+    listener.clear_error("writing the event queue failed")
     listener.wake.set()
     return None
