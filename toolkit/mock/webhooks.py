@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import ipaddress
+import logging
 import ssl
 import threading
 import time
@@ -60,6 +61,10 @@ USER_AGENT = "pmtk-mock-webhooks"
 DEFAULT_CONCURRENCY = 8
 """Announcements in flight at once (one thread and one connection each)."""
 MAX_CONCURRENCY = 64
+
+
+log = logging.getLogger("pmtk.mock.webhooks")
+"""Each refused or failed delivery is logged here (``pmtk mock`` prints it on stderr)."""
 
 
 def _iso(epoch: float) -> str:
@@ -317,21 +322,40 @@ class WebhookSender:
         )
         delay = FIRST_DELAY
         refusals = 0
+        failures = 0
+        what = f"{item.rtype}/{item.rid} {item.action} (event {number})"
         while True:
             try:
                 status = http.post(self.url, content=body).status_code
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
                 status = 0  # down or unreachable: retried until it is back
+                problem = f"could not connect ({type(exc).__name__})"
+            else:
+                problem = f"answered {status}"
             if status in SUCCESS:
                 with self._work:
                     self.sent += 1
+                if failures:
+                    log.warning("webhook %s delivered after %d failure(s)", what, failures)
                 return True
+            failures += 1
             if 400 <= status < 500 and status not in (408, 429):
                 refusals += 1
                 if refusals >= REFUSED_ATTEMPTS:
                     with self._work:
                         self.refused += 1
+                    log.warning(
+                        "webhook %s refused by %s: %s, %d times; not sent again",
+                        what,
+                        self.url,
+                        problem,
+                        refusals,
+                    )
                     return True
+            if failures == 1:
+                log.warning(
+                    "webhook %s to %s failed: %s; retrying with backoff", what, self.url, problem
+                )
             with self._work:
                 self.retries += 1
             if self._halt.wait(delay):

@@ -331,9 +331,8 @@ AuthHeaderOption = Annotated[
     str | None,
     typer.Option(
         "--auth-header",
-        envvar=["PM_WEBHOOK_AUTH", "PM_WEBHOOK_AUTH_HEADER"],
-        help="NAME:VALUE every webhook must carry (prefer the environment variable "
-        "PM_WEBHOOK_AUTH).",
+        help="NAME:VALUE every webhook must carry (default: the environment variable "
+        "PM_WEBHOOK_AUTH, which pmtk mock --webhook reads too; prefer the variable).",
         show_default=False,
     ),
 ]
@@ -431,8 +430,11 @@ def listen_command(
     and --retry-dead look at the store's queue and exit. --output json writes JSON
     Lines while receiving, and one JSON document for --status and --retry-dead.
     """
+    from toolkit.webhooks.setting import auth_setting
+
     if output not in ("text", "json"):
         raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
+    auth_header = auth_setting(auth_header, command="pmtk listen")
     if status or retry_dead:
         from toolkit.store.identity import default_store
 
