@@ -33,6 +33,9 @@ from toolkit.webhooks.listener import (
     DEFAULT_MAX_ATTEMPTS,
     Listener,
     disk_status,
+    remove_receiver_file,
+    running_receiver,
+    write_receiver_file,
 )
 from toolkit.webhooks.queue import AuthHeader, EventQueue
 from toolkit.webhooks.receiver import make_app
@@ -198,11 +201,13 @@ def _served(listener: Listener, config: Any, host: str) -> Iterator[None]:
         shown = f"[{host}]" if ":" in host else host
         listener.url = f"http://{shown}:{running.port}/webhook"
         listener.start_worker()
+        write_receiver_file(listener.store, host, running.port)
         yield
     finally:
         if running is not None:
             running.stop()
         listener.stop_worker()
+        remove_receiver_file(listener.store)
 
 
 def is_loopback(host: str) -> bool:
@@ -587,10 +592,13 @@ def _inspect(
             if kept:
                 typer.echo(f"{kept} unreadable file(s) left in {queue.dead_dir}")
     if status:
-        report = _live_status(store, port, host, auth) or {
-            "worker": "not running",
-            **disk_status(store),
-        }
+        # the receiver that says (in the store) it serves it, else the one on --port
+        found = running_receiver(store)
+        report = (found and _live_status(store, found[1], found[0], auth)) or _live_status(
+            store, port, host, auth
+        )
+        if report is None:
+            report = {"worker": "not running", **disk_status(store)}
         document["status"] = report
         if output == "text":
             print_lines([_split_label(line) for line in format_status(report)])

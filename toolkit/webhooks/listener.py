@@ -842,6 +842,52 @@ def _latest(batch: Sequence[tuple[Path, list[Change]]]) -> dict[tuple[str, str],
     return latest
 
 
+RECEIVER_FILE = "receiver.json"
+"""Written into ``.webhooks/`` by a running receiver (its pid, address and port), removed
+when it stops cleanly; ``pmtk listen --status`` finds the receiver of a store with it."""
+
+
+def write_receiver_file(store: Path, host: str, port: int) -> None:
+    """Say, in the store, that this process serves it on ``host:port``."""
+    import os
+
+    data = {"pid": os.getpid(), "host": host, "port": port, "started_at": time.time()}
+    with contextlib.suppress(OSError):  # a status aid: the receiver serves without it
+        _write_durable(store / WEBHOOK_DIR / RECEIVER_FILE, orjson.dumps(data))
+
+
+def remove_receiver_file(store: Path) -> None:
+    """Forget the receiver file, if this process wrote it (another may serve meanwhile)."""
+    import os
+
+    path = store / WEBHOOK_DIR / RECEIVER_FILE
+    with contextlib.suppress(OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        if int(orjson.loads(path.read_bytes())["pid"]) == os.getpid():
+            path.unlink()
+
+
+def running_receiver(store: Path) -> tuple[str, int] | None:
+    """``(host, port)`` of the receiver serving ``store``, from its file; ``None`` when
+    there is none or its process is gone (a crash leaves the file behind)."""
+    import os
+
+    path = store / WEBHOOK_DIR / RECEIVER_FILE
+    try:
+        data = orjson.loads(path.read_bytes())
+        pid, host, port = int(data["pid"]), str(data["host"]), int(data["port"])
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # dead: the file is stale
+    except PermissionError:
+        pass  # alive, another user's
+    except OSError:
+        return None
+    return host, port
+
+
 def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
     """The queue, waiting changes, dead letters and last error as the store's folder holds them.
 

@@ -88,7 +88,9 @@ def served_host(listener: Listener, value: str) -> bool:
         return False
     name, port = parsed
     bound = listener.bind_host.strip("[]").lower()
-    local = {bound} | (_LOOPBACK_NAMES if _is_loopback_name(bound) else set())
+    # bound to loopback or to every address (0.0.0.0, ::): this machine's own names too
+    unspecified = bound in ("0.0.0.0", "::")
+    local = {bound} | (_LOOPBACK_NAMES if unspecified or _is_loopback_name(bound) else set())
     if name in local and port in (None, listener.port):
         return True
     for public in listener.public_hosts:
