@@ -38,6 +38,13 @@ ANSWERS: dict[str, tuple[int, dict[str, str], bytes]] = {
     ),
     "html410": (410, {"content-type": "text/html"}, b"<html><body>Gone</body></html>"),
     "redirect": (302, {"location": "https://login.example.invalid/sso"}, b""),
+    # the API's own refusal (FHIR R4: 422 Unprocessable Entity with an OperationOutcome)
+    "fhir422": (
+        422,
+        {"content-type": "application/fhir+json"},
+        b'{"resourceType":"OperationOutcome","issue":[{"severity":"error",'
+        b'"code":"processing","diagnostics":"cannot be read now"}]}',
+    ),
 }
 
 

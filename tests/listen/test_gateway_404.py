@@ -137,3 +137,49 @@ def test_the_apis_own_404_deletes_and_a_heal_after_a_gateway_404_updates(
     assert not dead_letters(receiver)
     rows = load("Appointment", receiver.store).filter(pl.col("id") == kept)
     assert rows.height == 1
+
+
+@pytest.mark.parametrize(("letters", "size"), [(10, 10**9), (1000, 2500)], ids=["count", "bytes"])
+def test_a_flood_of_undeliverable_events_keeps_the_dead_letters_bounded(
+    gated_store: Path, gated_client: Client, proxy: Gateway, dep: Any, letters: int, size: int
+) -> None:
+    """Every read is refused for good (422): each change is dead at once. The folder
+    keeps the newest letters within the bounds; the oldest are removed and counted."""
+    import subprocess
+    import sys
+
+    ids = [f"9{n:07d}" for n in range(30)]
+    proxy.broken.update({f"/main/Appointment/{rid}": "fhir422" for rid in ids})
+    try:
+        with listen(
+            gated_store,
+            client=gated_client,
+            no_auth=True,
+            catch_up=False,
+            max_dead_letters=letters,
+            max_dead_bytes=size,
+        ) as receiver:
+            for rid in ids:
+                post(receiver, notification(("Appointment", rid)))
+            assert receiver.wait_idle(60), receiver.status()
+            kept = dead_letters(receiver)
+            status = receiver.status()
+    finally:
+        proxy.broken.clear()
+    on_disk = sum(p.stat().st_size for p in (gated_store / ".webhooks" / "dead").glob("*.json"))
+    assert len(kept) <= letters and on_disk <= max(size, max(len(orjson.dumps(k)) for k in kept))
+    assert 1 <= len(kept) < 30
+    assert status["dead_letters"] == len(kept)
+    assert status["dead_letters_evicted"] == 30 - len(kept)
+    newest = {letter["change"]["id"] for letter in kept}
+    assert newest == set(ids[30 - len(kept) :])  # the oldest went first
+    listed = subprocess.run(
+        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen",
+         "--store", str(gated_store), "--dead-letters"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert len(lines) == len(kept) + 1
+    assert all("answered 422" in line and "Appointment/9" in line for line in lines[:-1])
+    assert f"{30 - len(kept)} older one(s) removed" in lines[-1]

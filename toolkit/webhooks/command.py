@@ -37,7 +37,12 @@ from toolkit.webhooks.listener import (
     running_receiver,
     write_receiver_file,
 )
-from toolkit.webhooks.queue import AuthHeader, EventQueue
+from toolkit.webhooks.queue import (
+    DEFAULT_MAX_DEAD_BYTES,
+    DEFAULT_MAX_DEAD_LETTERS,
+    AuthHeader,
+    EventQueue,
+)
 from toolkit.webhooks.receiver import make_app
 
 LOOPBACK = "127.0.0.1"
@@ -69,6 +74,8 @@ def listen(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     max_age: float = DEFAULT_MAX_AGE,
     gap_grace: float = DEFAULT_GAP_GRACE,
+    max_dead_letters: int = DEFAULT_MAX_DEAD_LETTERS,
+    max_dead_bytes: int = DEFAULT_MAX_DEAD_BYTES,
     header_timeout: float = HEADER_TIMEOUT,
     body_timeout: float = BODY_TIMEOUT,
     errors: Literal["raise", "warn"] = "raise",
@@ -116,6 +123,9 @@ def listen(
         Seconds a missing event number may still arrive (deliveries come out of
         order) before it is a gap: logged, shown by ``--status`` and healed by an
         incremental sync of the subscription's resource types.
+    max_dead_letters, max_dead_bytes
+        Dead letters kept at most, in files and in bytes; beyond, the oldest are
+        removed and counted (``--status`` shows how many).
     header_timeout, body_timeout
         Seconds a caller has to send a request head, then its body (408 beyond).
     errors
@@ -159,6 +169,8 @@ def listen(
             bind_host=host,
             public_hosts=public_hosts,
             gap_grace=gap_grace,
+            max_dead_letters=max_dead_letters,
+            max_dead_bytes=max_dead_bytes,
         )
         limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
         with _served(listener, _receiver_config(listener, host, port, log_level, limits), host):
@@ -395,6 +407,18 @@ Status = Annotated[
         "--status", help="Show the queue, dead letters and last error of the store, then exit."
     ),
 ]
+MaxDeadLetters = Annotated[
+    int,
+    typer.Option(min=1, help="Dead letters kept at most (the oldest removed and counted)."),
+]
+MaxDeadBytes = Annotated[
+    int,
+    typer.Option(min=1, help="Bytes of dead letters kept at most (the oldest removed, counted)."),
+]
+DeadLetters = Annotated[
+    bool,
+    typer.Option("--dead-letters", help="List the dead letters with their reasons, then exit."),
+]
 RetryDead = Annotated[
     bool, typer.Option("--retry-dead", help="Queue the dead letters again, then exit.")
 ]
@@ -424,8 +448,11 @@ def listen_command(
     max_connections: MaxConnections = None,
     max_attempts: MaxAttempts = DEFAULT_MAX_ATTEMPTS,
     gap_grace: GapGrace = DEFAULT_GAP_GRACE,
+    max_dead_letters: MaxDeadLetters = DEFAULT_MAX_DEAD_LETTERS,
+    max_dead_bytes: MaxDeadBytes = DEFAULT_MAX_DEAD_BYTES,
     requests_per_minute: RequestsPerMinute = catalogue.RATE_LIMIT_PER_MINUTE,
     status: Status = False,
+    dead_letters: DeadLetters = False,
     retry_dead: RetryDead = False,
     output: Output = "text",
 ) -> None:
@@ -440,6 +467,11 @@ def listen_command(
     if output not in ("text", "json"):
         raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
     auth_header = auth_setting(auth_header, command="pmtk listen")
+    if dead_letters and not (status or retry_dead):
+        from toolkit.store.identity import default_store
+
+        _list_dead(Path(default_store()) if store is None else store, output)
+        return
     if status or retry_dead:
         from toolkit.store.identity import default_store
 
@@ -459,6 +491,7 @@ def listen_command(
         limits: dict[str, int | None] = {"max_body_bytes": max_body_bytes}
         limits |= {"max_queue_bytes": max_queue_bytes}
         limits |= {"max_connections": max_connections, "max_attempts": max_attempts}
+        limits |= {"max_dead_letters": max_dead_letters, "max_dead_bytes": max_dead_bytes}
         options = {**served, **limits, "catch_up": catch_up, "gap_grace": gap_grace}
         _receive(store, connection, options, output, lines)
 
@@ -606,6 +639,39 @@ def _inspect(
         echo_json(document)
 
 
+def _list_dead(store: Path, output: str) -> None:
+    """``--dead-letters``: each dead letter, oldest first, with its reason."""
+    from toolkit.store import NotAStore
+    from toolkit.store.layout import claim as _claim
+
+    if not store.is_dir():
+        typer.echo(f"error: there is no store at {store}", err=True)
+        raise typer.Exit(2)
+    try:
+        _claim(store)
+    except NotAStore as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    queue = EventQueue(store)
+    letters = queue.dead_letters()
+    evicted = queue.evicted()
+    if output == "json":
+        echo_json(
+            {"dead_letters": letters, "evicted": evicted, "folder": str(queue.dead_dir.resolve())}
+        )
+        return
+    for letter in letters:
+        record = letter.get("record") or letter["file"]
+        attempts = letter.get("attempts")
+        tried = f", {attempts} attempt(s)" if attempts is not None else ""
+        typer.echo(f"{letter.get('dead_at') or '-'}  {record}{tried}: {letter['reason']}")
+    typer.echo(
+        f"{len(letters)} dead letter(s) in {queue.dead_dir}"
+        + (f"; {evicted} older one(s) removed to keep the bounds" if evicted else "")
+        + ("; pmtk listen --retry-dead requeues them" if letters else "")
+    )
+
+
 def _split_label(line: str) -> tuple[str, str]:
     """``("queued:       ", "3 change(s), ...")``: the padded label and its value."""
     label, _, value = line.partition(":")
@@ -657,8 +723,10 @@ def format_status(report: dict[str, Any]) -> list[str]:
             f"waiting:      {count} {rtype} change(s) until a sync makes the table "
             f"(pmtk sync --resource {rtype})"
         )
+    evicted = report.get("dead_letters_evicted") or 0
     lines.append(
         f"dead letters: {report.get('dead_letters', 0)}"
+        + (f" ({evicted} older one(s) removed to keep the bounds)" if evicted else "")
         + (
             f" in {report.get('dead_letter_folder')} (pmtk listen --retry-dead requeues them)"
             if report.get("dead_letters")

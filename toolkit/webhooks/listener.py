@@ -28,6 +28,8 @@ from toolkit.webhooks.events import (
     note,
 )
 from toolkit.webhooks.queue import (
+    DEFAULT_MAX_DEAD_BYTES,
+    DEFAULT_MAX_DEAD_LETTERS,
     AuthHeader,
     Change,
     EventQueue,
@@ -124,6 +126,8 @@ class Listener:
         bind_host: str = "127.0.0.1",
         public_hosts: Sequence[str] = (),
         gap_grace: float = DEFAULT_GAP_GRACE,
+        max_dead_letters: int = DEFAULT_MAX_DEAD_LETTERS,
+        max_dead_bytes: int = DEFAULT_MAX_DEAD_BYTES,
     ) -> None:
         from toolkit import views
 
@@ -138,7 +142,9 @@ class Listener:
         self.bind_host = bind_host
         self.public_hosts = tuple(public_hosts)
         self.viewed = frozenset(views.VIEWS)
-        self.queue = EventQueue(store, max_queue_bytes)
+        self.queue = EventQueue(
+            store, max_queue_bytes, max_dead=max_dead_letters, max_dead_bytes=max_dead_bytes
+        )
         self.events = EventLog(store / WEBHOOK_DIR, gap_grace=gap_grace)
         self._load_error()
         self.stats = ListenerStats()
@@ -910,6 +916,8 @@ def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
             "waiting_for_sync": queue.waiting(),
         },
         "dead_letters": queue.dead(),
+        "dead_letters_evicted": queue.evicted(),
+        "dead_letter_limits": {"letters": queue.max_dead, "bytes": queue.max_dead_bytes},
         "dead_letter_folder": str(queue.dead_dir),
         "events": EventLog(store / WEBHOOK_DIR).status(),
         "last_error": None,
