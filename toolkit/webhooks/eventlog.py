@@ -52,6 +52,10 @@ DEFAULT_GAP_GRACE = 30.0
 
 FILE_NAME = "events-seen.json"
 
+SAVE_EVERY = 0.5
+"""Seconds between writes of the log while deliveries arrive (and once more on stop):
+a crash forgets at most this much, which costs a repeated read per replay, no change."""
+
 
 def _add(ranges: list[list[int]], number: int) -> bool:
     """Add ``number`` to sorted disjoint ``[lo, hi]`` ranges; false if it was there."""
@@ -141,6 +145,8 @@ class EventLog:
         self.duplicates = 0
         self.gaps_found = 0
         self.last_gap: dict[str, Any] | None = None
+        self._dirty = False
+        self._saved_at = 0.0
         self._load()
 
     # -- persistence -----------------------------------------------------------------
@@ -167,9 +173,16 @@ class EventLog:
             self._subs.clear()
             self._digests.clear()
 
+    def flush(self, *, force: bool = False) -> None:
+        """Write the log if it changed and :data:`SAVE_EVERY` has passed (or ``force``)."""
+        if self._dirty and (force or time.monotonic() - self._saved_at >= SAVE_EVERY):
+            self.save()
+
     def save(self) -> None:
         """Write the log (atomically; not fsynced: losing it costs reads, not changes)."""
         with self._lock:
+            self._dirty = False
+            self._saved_at = time.monotonic()
             data = orjson.dumps(
                 {
                     "subscriptions": {
@@ -270,7 +283,8 @@ class EventLog:
                 sub = self._subs.get(name)
                 if sub is not None:
                     self._note_missing(sub, now)
-        self.save()
+            self._dirty = True
+        self.flush()
 
     def _seen(self, key: tuple[str, str]) -> bool:
         name, number = key

@@ -183,6 +183,7 @@ class Listener:
         if self._started:
             self._worker.join(timeout=60)
         self._readers.shutdown(wait=False, cancel_futures=True)
+        self.events.flush(force=True)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until the catch-up sync is done and no change is queued; true if it got there.
@@ -395,6 +396,7 @@ class Listener:
     def _maintain(self) -> None:
         """The worker's other duties between batches: a failed catch-up tried again, and
         gaps in the event numbers healed once their grace period has passed."""
+        self.events.flush()  # what the last deliveries confirmed, at most SAVE_EVERY late
         due = self._sync_due
         if due is not None and time.monotonic() >= due:
             self._catch_up()
