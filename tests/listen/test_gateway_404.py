@@ -183,3 +183,36 @@ def test_a_flood_of_undeliverable_events_keeps_the_dead_letters_bounded(
     assert len(lines) == len(kept) + 1
     assert all("answered 422" in line and "Appointment/9" in line for line in lines[:-1])
     assert f"{30 - len(kept)} older one(s) removed" in lines[-1]
+
+
+@pytest.mark.parametrize("mode", ["html404", "redirect"])
+@pytest.mark.parametrize("reconcile", [False, True], ids=["export-ids", "reconcile"])
+def test_a_gateway_answer_never_makes_a_sync_drop_records(
+    dep: Any, proxy: Gateway, tmp_path: Path, mode: str, reconcile: bool
+) -> None:
+    """``pmtk sync`` drops records only when a complete answer of the API lacks them:
+    Patient from ``$export-ids``, any type from the whole list with ``--reconcile``.
+    A gateway's answer to either drops nothing."""
+    from toolkit.errors import PmtkError
+    from toolkit.store import SyncFailed, sync
+
+    rtype = "Appointment" if reconcile else "Patient"
+    store = synced_store(_Via(dep, proxy), tmp_path / "store", [rtype])
+    before = load(rtype, store).height
+    path = "/main/Appointment" if reconcile else "/main/Patient/$export-ids"
+    proxy.broken[path] = mode
+    try:
+        from tests.conftest import toolkit_client
+
+        with toolkit_client(_Via(dep, proxy)) as client:
+            try:
+                summary = sync(client, store, resources=[rtype], reconcile=reconcile)
+                results = summary.resources
+            except SyncFailed as exc:  # the failed read is the resource's failure
+                results = exc.summary.resources
+            except PmtkError:  # or the whole run's: either way nothing is dropped
+                results = []
+    finally:
+        proxy.broken.clear()
+    assert load(rtype, store).height == before
+    assert all(r.deleted == 0 for r in results), results
