@@ -316,8 +316,11 @@ class ApiError(PmtkError):
         code: str | None = None,
         diagnostics: str | None = None,
         outcome: dict[str, Any] | None = None,
+        media_type: str | None = None,
     ) -> None:
         self.status = status
+        self.media_type = media_type
+        """The answer's ``Content-Type`` without parameters, lower case (``None``: unknown)."""
         self.method = method
         self.url = redact(url)
         self.code = code

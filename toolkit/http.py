@@ -498,6 +498,7 @@ def api_error(response: httpx.Response, method: str) -> ApiError:
         code=code,
         diagnostics=diagnostics,
         outcome=outcome,
+        media_type=response.headers.get("content-type", "").split(";")[0].strip().lower() or None,
     )
 
 

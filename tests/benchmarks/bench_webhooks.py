@@ -210,7 +210,7 @@ def start_mock(args: argparse.Namespace, receiver_port: int, logs: Path) -> Any:
         "--webhook-concurrency",
         str(args.concurrency),
     ]
-    return child("mock", argv, _env(PM_WEBHOOK_AUTH_HEADER=HEADER), logs)
+    return child("mock", argv, _env(PM_WEBHOOK_AUTH=HEADER), logs)
 
 
 def start_relay(upstream: str, break_every: int, logs: Path) -> Any:

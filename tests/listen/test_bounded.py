@@ -77,7 +77,8 @@ def test_big_notifications_stay_within_the_byte_cap_and_memory_does_not_follow(
             warm = notification(("Appointment", "10000001"))
             assert httpx.post(url, content=warm, headers=HEADERS).status_code == 202
             deadline = time.monotonic() + 60
-            while httpx.get(url.replace("/webhook", "/status")).json()["applied"] < 1:
+            status_url = url.replace("/webhook", "/status")
+            while httpx.get(status_url, headers=HEADERS).json()["applied"] < 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
             fcntl.flock(held, fcntl.LOCK_EX)  # a long sync now: nothing is applied meanwhile

@@ -316,7 +316,9 @@ def test_status_and_retry_dead_json_is_one_document_live_or_from_the_folder(
             capture_output=True, text=True, encoding="utf-8", env=env, timeout=120, check=False,
         )  # fmt: skip
         assert run.returncode == 0, run.stderr
-        served = httpx.get(f"http://127.0.0.1:{live.port}/status", trust_env=False).json()
+        served = httpx.get(
+            f"http://127.0.0.1:{live.port}/status", headers=HEADERS, trust_env=False
+        ).json()
     document = json.loads(run.stdout)  # the whole of stdout is one document
     assert set(document) == {"status"}
     assert document["status"]["worker"] == "running" and document["status"]["accepting"] is True

@@ -129,7 +129,10 @@ def test_connections_past_the_cap_are_answered_503_and_closed_at_once(
     time.sleep(0.3)
     again = _connect(receiver)
     try:
-        again.sendall(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        again.sendall(
+            b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Hook: s3cret\r\n"
+            b"Connection: close\r\n\r\n"
+        )
         assert _answer(again).startswith(b"HTTP/1.1 200 ")
     finally:
         again.close()
@@ -139,10 +142,11 @@ def test_status_is_refused_to_a_call_forwarded_by_a_proxy(receiver: Listener) ->
     import httpx
 
     base = f"http://127.0.0.1:{receiver.port}/status"
-    direct = httpx.get(base)
+    signed = {"X-Hook": "s3cret"}
+    direct = httpx.get(base, headers=signed)
     assert direct.status_code == 200
     report = direct.json()
     assert report["worker"] == "running" and report["queue"]["events"] == 0
     assert report["store"] == str(receiver.store.resolve())
     for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):
-        assert httpx.get(base, headers={header: "203.0.113.9"}).status_code == 404
+        assert httpx.get(base, headers={**signed, header: "203.0.113.9"}).status_code == 404

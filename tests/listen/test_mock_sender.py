@@ -254,7 +254,7 @@ def test_the_commands_document_their_webhook_options() -> None:
     runner = CliRunner()
     mock_help = runner.invoke(app, ["mock", "--help"]).output
     listen_help = runner.invoke(app, ["listen", "--help"]).output
-    assert "--webhook" in mock_help and "--webhook-header" in mock_help
+    assert "--webhook" in mock_help and "--auth-header" in mock_help
     assert "--webhook-concurrency" in mock_help
     for option in ("--store", "--port", "--auth-header", "--no-catch-up"):
         assert option in listen_help

@@ -124,7 +124,7 @@ def test_a_flood_of_idle_connections_is_turned_away_and_the_worker_keeps_working
         answer = httpx.post(url, content=body, headers=HEADERS)
         assert answer.status_code == 202, answer.text
         assert _applied(store, rid, 60)
-        status = httpx.get(url.replace("/webhook", "/status")).json()
+        status = httpx.get(url.replace("/webhook", "/status"), headers=HEADERS).json()
         assert status["worker"] == "running" and status["restarts"] == 0
 
 
@@ -161,7 +161,7 @@ def test_a_worker_that_fails_is_logged_restarted_and_503_is_answered_meanwhile(
             time.sleep(min(5, int(answer.headers["retry-after"])))
         assert answer.status_code == 202, answer.text
         assert _applied(store, rid, 60)
-        after = httpx.get(url.replace("/webhook", "/status")).json()
+        after = httpx.get(url.replace("/webhook", "/status"), headers=HEADERS).json()
         assert after["worker"] == "running" and after["restarts"] >= 1
     stderr = errors[0]
     assert "the worker failed" in stderr and "Too many open files" in stderr

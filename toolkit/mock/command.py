@@ -44,12 +44,22 @@ Webhook = Annotated[
     str | None,
     typer.Option(help="Announce writes to this loopback URL, as the live service does."),
 ]
+AuthHeader = Annotated[
+    str | None,
+    typer.Option(
+        "--auth-header",
+        help="NAME:VALUE sent with every webhook (default: the environment variable "
+        "PM_WEBHOOK_AUTH, which pmtk listen reads too; prefer the variable).",
+        show_default=False,
+    ),
+]
 WebhookHeader = Annotated[
     str | None,
     typer.Option(
-        envvar="PM_WEBHOOK_AUTH_HEADER",
-        help="NAME:VALUE sent with every webhook (prefer the environment variable).",
+        "--webhook-header",
+        help="Deprecated name of --auth-header.",
         show_default=False,
+        hidden=True,
     ),
 ]
 
@@ -74,13 +84,17 @@ def mock_command(
     fault: FaultName = None,
     shapes: ShapesOption = ShapesChoice.live,
     webhook: Webhook = None,
+    auth_header: AuthHeader = None,
     webhook_header: WebhookHeader = None,
     webhook_concurrency: WebhookConcurrency = 8,
 ) -> None:
     """Serve a mock practice-management deployment on 127.0.0.1 until Ctrl-C."""
     from toolkit.errors import ConfigurationError
     from toolkit.mock.server import serve
+    from toolkit.webhooks.setting import auth_setting
 
+    header = auth_setting(auth_header, command="pmtk mock", old_option=webhook_header)
+    _print_deliveries()
     try:
         with serve(
             port=port,
@@ -93,7 +107,7 @@ def mock_command(
             fault=fault,
             shapes=shapes.value,
             webhook=webhook,
-            webhook_header=webhook_header,
+            webhook_header=header if webhook else None,
             webhook_concurrency=webhook_concurrency,
         ) as dep:
             _banner(dep, test_controls=test_controls, fault=fault, shapes=shapes, webhook=webhook)
@@ -101,6 +115,22 @@ def mock_command(
     except ConfigurationError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def _print_deliveries() -> None:
+    """Each refused or failed webhook delivery, as a line on stderr with its status code."""
+    import logging
+    import sys
+
+    class _Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            print(f"pmtk mock: {record.getMessage()}", file=sys.stderr, flush=True)
+
+    logger = logging.getLogger("pmtk.mock.webhooks")
+    if not any(isinstance(h, _Lines) for h in logger.handlers):
+        logger.addHandler(_Lines())
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
 
 
 def _banner(

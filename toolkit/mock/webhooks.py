@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import ipaddress
+import logging
 import ssl
 import threading
 import time
@@ -62,13 +63,24 @@ DEFAULT_CONCURRENCY = 8
 MAX_CONCURRENCY = 64
 
 
+log = logging.getLogger("pmtk.mock.webhooks")
+"""Each refused or failed delivery is logged here (``pmtk mock`` prints it on stderr)."""
+
+
 def _iso(epoch: float) -> str:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
     return f"{stamp}.{int(epoch * 1000) % 1000:03d}Z"
 
 
 def notification(
-    rtype: str, rid: str, action: str, *, number: int, origin: str, at: float
+    rtype: str,
+    rid: str,
+    action: str,
+    *,
+    number: int,
+    origin: str,
+    at: float,
+    subscription: str = "pmtk-mock",
 ) -> bytes:
     """The JSON body announcing one change (a ``history`` Bundle).
 
@@ -84,6 +96,9 @@ def notification(
         ``http://127.0.0.1:<port>``: references are absolute, as the live service sends.
     at
         Epoch seconds of the change.
+    subscription
+        The subscription's id: one per sender, since its numbers count from 1 (a
+        receiver keeps the numbers it has seen per subscription).
     """
     topic = f"{TOPIC_BASE}/{rtype.lower()}-{action}"
     full = f"{origin}/main/{rtype}/{rid}"
@@ -95,7 +110,7 @@ def notification(
         "notificationEvent": [
             {"eventNumber": str(number), "timestamp": _iso(at), "focus": {"reference": full}}
         ],
-        "subscription": {"reference": f"{origin}/main/Subscription/pmtk-mock"},
+        "subscription": {"reference": f"{origin}/main/Subscription/{subscription}"},
         "topic": topic,
     }
     entries: list[dict[str, Any]] = [
@@ -196,6 +211,8 @@ class WebhookSender:
         self._halt = threading.Event()  # ends a backoff pause early, only when stopping
         self._stop = False
         self._number = 0
+        self.subscription = f"pmtk-mock-{uuid.uuid4().hex[:12]}"
+        """This sender's subscription id (its event numbers count from 1)."""
         self.sent = 0
         self.retries = 0
         self.dropped = 0
@@ -295,25 +312,50 @@ class WebhookSender:
     def _deliver(self, http: httpx.Client, item: _Pending, number: int) -> bool:
         """Post one announcement until it is accepted or refused for good; false if stopped."""
         body = notification(
-            item.rtype, item.rid, item.action, number=number, origin=self.origin, at=item.at
+            item.rtype,
+            item.rid,
+            item.action,
+            number=number,
+            origin=self.origin,
+            at=item.at,
+            subscription=self.subscription,
         )
         delay = FIRST_DELAY
         refusals = 0
+        failures = 0
+        what = f"{item.rtype}/{item.rid} {item.action} (event {number})"
         while True:
             try:
                 status = http.post(self.url, content=body).status_code
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
                 status = 0  # down or unreachable: retried until it is back
+                problem = f"could not connect ({type(exc).__name__})"
+            else:
+                problem = f"answered {status}"
             if status in SUCCESS:
                 with self._work:
                     self.sent += 1
+                if failures:
+                    log.warning("webhook %s delivered after %d failure(s)", what, failures)
                 return True
+            failures += 1
             if 400 <= status < 500 and status not in (408, 429):
                 refusals += 1
                 if refusals >= REFUSED_ATTEMPTS:
                     with self._work:
                         self.refused += 1
+                    log.warning(
+                        "webhook %s refused by %s: %s, %d times; not sent again",
+                        what,
+                        self.url,
+                        problem,
+                        refusals,
+                    )
                     return True
+            if failures == 1:
+                log.warning(
+                    "webhook %s to %s failed: %s; retrying with backoff", what, self.url, problem
+                )
             with self._work:
                 self.retries += 1
             if self._halt.wait(delay):

@@ -29,7 +29,14 @@ and the current version is what the store wants; a late or duplicated event
 then fetches the same (or a newer) version, so order does not matter. A record
 that answers 404 or 410 is removed from the store, and a delete event is applied
 only then (a record still served is applied as an update), so a forged delete
-changes nothing.
+changes nothing. Only the API's own answer deletes: a 404/410 whose body is a FHIR
+OperationOutcome sent as FHIR JSON; a gateway's HTML 404 page is a failed read.
+
+Every event once: ``.webhooks/events-seen.json`` (:mod:`toolkit.webhooks.eventlog`)
+keeps the (subscription, eventNumber) pairs, or body digests, already queued; a
+replay is answered 202 without a read, and numbers that never arrive are healed by a
+sync after a grace period. The receiver answers only the ``Host`` names it serves
+(421 otherwise: DNS rebinding), and ``/status`` needs the webhook's authentication.
 
 On start, :func:`listen` runs an incremental :func:`toolkit.store.sync` of the
 announced resources the store holds, so changes made while the receiver was down

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,14 +26,23 @@ from toolkit.webhooks._output import (
     echo_json,
     print_lines,
 )
+from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE_BYTES
 from toolkit.webhooks.listener import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_ATTEMPTS,
     Listener,
     disk_status,
+    remove_receiver_file,
+    running_receiver,
+    write_receiver_file,
 )
-from toolkit.webhooks.queue import AuthHeader, EventQueue
+from toolkit.webhooks.queue import (
+    DEFAULT_MAX_DEAD_BYTES,
+    DEFAULT_MAX_DEAD_LETTERS,
+    AuthHeader,
+    EventQueue,
+)
 from toolkit.webhooks.receiver import make_app
 
 LOOPBACK = "127.0.0.1"
@@ -57,12 +66,16 @@ def listen(
     host: str = LOOPBACK,
     auth_header: AuthHeader | str | None = None,
     no_auth: bool = False,
+    public_hosts: Sequence[str] = (),
     catch_up: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
     max_connections: int | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     max_age: float = DEFAULT_MAX_AGE,
+    gap_grace: float = DEFAULT_GAP_GRACE,
+    max_dead_letters: int = DEFAULT_MAX_DEAD_LETTERS,
+    max_dead_bytes: int = DEFAULT_MAX_DEAD_BYTES,
     header_timeout: float = HEADER_TIMEOUT,
     body_timeout: float = BODY_TIMEOUT,
     errors: Literal["raise", "warn"] = "raise",
@@ -87,6 +100,12 @@ def listen(
         :class:`AuthHeader` or ``"NAME:VALUE"``. Required unless ``no_auth``.
     no_auth
         Accept any caller; allowed only on a loopback ``host``.
+    public_hosts
+        The names the sender (or the reverse proxy in front) uses to reach the
+        receiver, such as ``"hooks.example.org"`` (any port) or
+        ``"hooks.example.org:443"``. Calls whose ``Host`` is neither one of these
+        nor the bound address (or ``localhost`` on loopback) get 421: a page using
+        DNS rebinding cannot reach the receiver.
     catch_up
         Run an incremental sync of the announced resources first (events that
         arrive meanwhile are queued and applied after it).
@@ -100,6 +119,13 @@ def listen(
     max_attempts, max_age
         A change whose read keeps failing goes to the dead letters after this
         many attempts or this many seconds.
+    gap_grace
+        Seconds a missing event number may still arrive (deliveries come out of
+        order) before it is a gap: logged, shown by ``--status`` and healed by an
+        incremental sync of the subscription's resource types.
+    max_dead_letters, max_dead_bytes
+        Dead letters kept at most, in files and in bytes; beyond, the oldest are
+        removed and counted (``--status`` shows how many).
     header_timeout, body_timeout
         Seconds a caller has to send a request head, then its body (408 beyond).
     errors
@@ -124,6 +150,7 @@ def listen(
     """
     header = AuthHeader.parse(auth_header) if isinstance(auth_header, str) else auth_header
     check_auth(header, no_auth, host)
+    check_public_hosts(public_hosts)
     with _connected(client) as connected:
         from toolkit.store.identity import default_store
 
@@ -139,6 +166,11 @@ def listen(
             max_queue_bytes=max_queue_bytes,
             max_attempts=max_attempts,
             max_age=max_age,
+            bind_host=host,
+            public_hosts=public_hosts,
+            gap_grace=gap_grace,
+            max_dead_letters=max_dead_letters,
+            max_dead_bytes=max_dead_bytes,
         )
         limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
         with _served(listener, _receiver_config(listener, host, port, log_level, limits), host):
@@ -181,11 +213,13 @@ def _served(listener: Listener, config: Any, host: str) -> Iterator[None]:
         shown = f"[{host}]" if ":" in host else host
         listener.url = f"http://{shown}:{running.port}/webhook"
         listener.start_worker()
+        write_receiver_file(listener.store, host, running.port)
         yield
     finally:
         if running is not None:
             running.stop()
         listener.stop_worker()
+        remove_receiver_file(listener.store)
 
 
 def is_loopback(host: str) -> bool:
@@ -219,6 +253,21 @@ def check_auth(header: AuthHeader | None, no_auth: bool, host: str) -> None:
             "reaches the port could make the receiver read and change the store"
         )
         raise ConfigurationError(msg)
+
+
+def check_public_hosts(names: Sequence[str]) -> None:
+    """Refuse a ``--public-host`` that is not a host name with an optional port."""
+    from toolkit.errors import ConfigurationError
+    from toolkit.webhooks.receiver import split_host
+
+    for name in names:
+        parsed = split_host(name) if isinstance(name, str) else None
+        if parsed is None or not parsed[0]:
+            msg = (
+                f"--public-host {str(name)[:60]!r} is not a host name with an optional "
+                "port, such as hooks.example.org or hooks.example.org:443"
+            )
+            raise ConfigurationError(msg)
 
 
 def connection_cap(requested: int | None) -> int:
@@ -299,9 +348,17 @@ AuthHeaderOption = Annotated[
     str | None,
     typer.Option(
         "--auth-header",
-        envvar=["PM_WEBHOOK_AUTH", "PM_WEBHOOK_AUTH_HEADER"],
-        help="NAME:VALUE every webhook must carry (prefer the environment variable "
-        "PM_WEBHOOK_AUTH).",
+        help="NAME:VALUE every webhook must carry (default: the environment variable "
+        "PM_WEBHOOK_AUTH, which pmtk mock --webhook reads too; prefer the variable).",
+        show_default=False,
+    ),
+]
+PublicHost = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--public-host",
+        help="A name the sender uses to reach the receiver (its Host header), e.g. "
+        "hooks.example.org; repeat for several. Other Host values get 421.",
         show_default=False,
     ),
 ]
@@ -329,6 +386,13 @@ MaxConnections = Annotated[
 MaxAttempts = Annotated[
     int, typer.Option(help="Reads of one change before it goes to the dead letters.")
 ]
+GapGrace = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        help="Seconds a missing event number may still arrive before the gap is healed by a sync.",
+    ),
+]
 RequestsPerMinute = Annotated[
     int,
     typer.Option(
@@ -342,6 +406,18 @@ Status = Annotated[
     typer.Option(
         "--status", help="Show the queue, dead letters and last error of the store, then exit."
     ),
+]
+MaxDeadLetters = Annotated[
+    int,
+    typer.Option(min=1, help="Dead letters kept at most (the oldest removed and counted)."),
+]
+MaxDeadBytes = Annotated[
+    int,
+    typer.Option(min=1, help="Bytes of dead letters kept at most (the oldest removed, counted)."),
+]
+DeadLetters = Annotated[
+    bool,
+    typer.Option("--dead-letters", help="List the dead letters with their reasons, then exit."),
 ]
 RetryDead = Annotated[
     bool, typer.Option("--retry-dead", help="Queue the dead letters again, then exit.")
@@ -362,6 +438,7 @@ def listen_command(
     host: Host = LOOPBACK,
     auth_header: AuthHeaderOption = None,
     no_auth: NoAuth = False,
+    public_host: PublicHost = None,
     catch_up: CatchUp = True,
     base_url: BaseUrl = None,
     client_id: ClientId = None,
@@ -370,8 +447,12 @@ def listen_command(
     max_queue_bytes: MaxQueueBytes = DEFAULT_MAX_QUEUE_BYTES,
     max_connections: MaxConnections = None,
     max_attempts: MaxAttempts = DEFAULT_MAX_ATTEMPTS,
+    gap_grace: GapGrace = DEFAULT_GAP_GRACE,
+    max_dead_letters: MaxDeadLetters = DEFAULT_MAX_DEAD_LETTERS,
+    max_dead_bytes: MaxDeadBytes = DEFAULT_MAX_DEAD_BYTES,
     requests_per_minute: RequestsPerMinute = catalogue.RATE_LIMIT_PER_MINUTE,
     status: Status = False,
+    dead_letters: DeadLetters = False,
     retry_dead: RetryDead = False,
     output: Output = "text",
 ) -> None:
@@ -381,23 +462,37 @@ def listen_command(
     and --retry-dead look at the store's queue and exit. --output json writes JSON
     Lines while receiving, and one JSON document for --status and --retry-dead.
     """
+    from toolkit.webhooks.setting import auth_setting
+
     if output not in ("text", "json"):
         raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
+    auth_header = auth_setting(auth_header, command="pmtk listen")
+    if dead_letters and not (status or retry_dead):
+        from toolkit.store.identity import default_store
+
+        _list_dead(Path(default_store()) if store is None else store, output)
+        return
     if status or retry_dead:
         from toolkit.store.identity import default_store
 
         folder = Path(default_store()) if store is None else store
-        _inspect(folder, port, host, status=status, retry_dead=retry_dead, output=output)
+        with _exit_codes():
+            header = AuthHeader.parse(auth_header) if auth_header else None
+        _inspect(
+            folder, port, host, status=status, retry_dead=retry_dead, output=output, auth=header
+        )
         return
     with _log_to(output) as lines, _exit_codes():
         header = _checked_header(auth_header, no_auth, host, port)
         connection: dict[str, Any] = {**connection_settings(base_url, client_id, client_secret)}
         connection["requests_per_minute"] = requests_per_minute or None
         served = {"port": port, "host": host, "auth_header": header, "no_auth": no_auth}
+        served["public_hosts"] = tuple(public_host or ())
         limits: dict[str, int | None] = {"max_body_bytes": max_body_bytes}
         limits |= {"max_queue_bytes": max_queue_bytes}
         limits |= {"max_connections": max_connections, "max_attempts": max_attempts}
-        options = {**served, **limits, "catch_up": catch_up}
+        limits |= {"max_dead_letters": max_dead_letters, "max_dead_bytes": max_dead_bytes}
+        options = {**served, **limits, "catch_up": catch_up, "gap_grace": gap_grace}
         _receive(store, connection, options, output, lines)
 
 
@@ -491,7 +586,14 @@ def _banner(
 
 
 def _inspect(
-    store: Path, port: int, host: str, *, status: bool, retry_dead: bool, output: str = "text"
+    store: Path,
+    port: int,
+    host: str,
+    *,
+    status: bool,
+    retry_dead: bool,
+    output: str = "text",
+    auth: AuthHeader | None = None,
 ) -> None:
     """``--retry-dead`` then ``--status``: from the running receiver if it answers, else disk.
 
@@ -523,12 +625,51 @@ def _inspect(
             if kept:
                 typer.echo(f"{kept} unreadable file(s) left in {queue.dead_dir}")
     if status:
-        report = _live_status(store, port, host) or {"worker": "not running", **disk_status(store)}
+        # the receiver that says (in the store) it serves it, else the one on --port
+        found = running_receiver(store)
+        report = (found and _live_status(store, found[1], found[0], auth)) or _live_status(
+            store, port, host, auth
+        )
+        if report is None:
+            report = {"worker": "not running", **disk_status(store)}
         document["status"] = report
         if output == "text":
             print_lines([_split_label(line) for line in format_status(report)])
     if output == "json":
         echo_json(document)
+
+
+def _list_dead(store: Path, output: str) -> None:
+    """``--dead-letters``: each dead letter, oldest first, with its reason."""
+    from toolkit.store import NotAStore
+    from toolkit.store.layout import claim as _claim
+
+    if not store.is_dir():
+        typer.echo(f"error: there is no store at {store}", err=True)
+        raise typer.Exit(2)
+    try:
+        _claim(store)
+    except NotAStore as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    queue = EventQueue(store)
+    letters = queue.dead_letters()
+    evicted = queue.evicted()
+    if output == "json":
+        echo_json(
+            {"dead_letters": letters, "evicted": evicted, "folder": str(queue.dead_dir.resolve())}
+        )
+        return
+    for letter in letters:
+        record = letter.get("record") or letter["file"]
+        attempts = letter.get("attempts")
+        tried = f", {attempts} attempt(s)" if attempts is not None else ""
+        typer.echo(f"{letter.get('dead_at') or '-'}  {record}{tried}: {letter['reason']}")
+    typer.echo(
+        f"{len(letters)} dead letter(s) in {queue.dead_dir}"
+        + (f"; {evicted} older one(s) removed to keep the bounds" if evicted else "")
+        + ("; pmtk listen --retry-dead requeues them" if letters else "")
+    )
 
 
 def _split_label(line: str) -> tuple[str, str]:
@@ -538,15 +679,22 @@ def _split_label(line: str) -> tuple[str, str]:
     return line[:padded], line[padded:]
 
 
-def _live_status(store: Path, port: int, host: str) -> dict[str, Any] | None:
+def _live_status(
+    store: Path, port: int, host: str, auth: AuthHeader | None = None
+) -> dict[str, Any] | None:
     """The running receiver's ``GET /status`` for this store, or ``None``."""
     import httpx
     import orjson
 
     target = host if is_loopback(host) else LOOPBACK
     shown = f"[{target}]" if ":" in target else target
+    headers: dict[bytes, bytes] = {}
+    if auth is not None:
+        headers[auth.name.encode()] = auth.value_for_sending().encode()
     try:
-        answer = httpx.get(f"http://{shown}:{port}/status", timeout=3.0, trust_env=False)
+        answer = httpx.get(
+            f"http://{shown}:{port}/status", timeout=3.0, trust_env=False, headers=headers
+        )
         report = orjson.loads(answer.content) if answer.status_code == 200 else None
     except (httpx.HTTPError, orjson.JSONDecodeError):
         return None
@@ -575,21 +723,54 @@ def format_status(report: dict[str, Any]) -> list[str]:
             f"waiting:      {count} {rtype} change(s) until a sync makes the table "
             f"(pmtk sync --resource {rtype})"
         )
+    evicted = report.get("dead_letters_evicted") or 0
     lines.append(
         f"dead letters: {report.get('dead_letters', 0)}"
+        + (f" ({evicted} older one(s) removed to keep the bounds)" if evicted else "")
         + (
             f" in {report.get('dead_letter_folder')} (pmtk listen --retry-dead requeues them)"
             if report.get("dead_letters")
             else ""
         )
     )
+    lines.extend(_event_lines(report.get("events") or {}))
     error = report.get("last_error")
+    resolved = report.get("resolved_error")
+    if resolved and not error:
+        lines.append(
+            f"resolved:     {resolved.get('text')} (it has succeeded since, "
+            f"{resolved.get('resolved_s_ago', 0):.0f} s ago)"
+        )
     if not error:
         lines.append("last error:   -")
     else:
         age_s = error.get("age_s")
         when = "" if age_s is None else f"{age_s:.0f} s ago: "
         lines.append(f"last error:   {when}{error.get('text')}")
+    return lines
+
+
+def _event_lines(events: dict[str, Any]) -> list[str]:
+    """Replays not queued again, event numbers still missing, and the last gap healed."""
+    lines: list[str] = []
+    if events.get("duplicates"):
+        lines.append(f"replays:      {events['duplicates']} event(s) received again, not re-read")
+    for name, sub in sorted((events.get("subscriptions") or {}).items()):
+        count = sub.get("missing_count") or 0
+        if count:
+            shown = ", ".join(str(n) for n in sub.get("missing") or [])
+            more = f" and {count - len(sub.get('missing') or [])} more" if count > 50 else ""
+            lines.append(
+                f"missing:      {count} event(s) of {name}: {shown}{more} "
+                f"(waiting {sub.get('oldest_missing_s', 0):.0f} s; a sync heals them)"
+            )
+    gap = events.get("last_gap")
+    if gap:
+        lines.append(
+            f"last gap:     {gap.get('missing_count')} event(s) of {gap.get('subscription')} "
+            f"never arrived ({', '.join(str(n) for n in gap.get('missing') or [])}); "
+            f"healed by a sync of {', '.join(gap.get('types') or []) or 'nothing'}"
+        )
     return lines
 
 

@@ -166,6 +166,43 @@ def _split_reference(reference: Any, where: str) -> tuple[str, str]:
     return rtype, rid
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A notification's events and what it says of its subscription.
+
+    Attributes
+    ----------
+    events
+        As :func:`parse_notification` returns them.
+    subscription
+        ``SubscriptionStatus.subscription.reference`` (``None`` when absent).
+    events_since_start
+        ``SubscriptionStatus.eventsSinceSubscriptionStart`` as a number, when given.
+    """
+
+    events: list[Event]
+    subscription: str | None = None
+    events_since_start: int | None = None
+
+
+def parse_delivery(body: bytes) -> Delivery:
+    """The :class:`Delivery` of a webhook body (raises :class:`NotificationError`)."""
+    events = parse_notification(body)
+    status = orjson.loads(body)["entry"][0]["resource"]
+    reference = status.get("subscription")
+    subscription = reference.get("reference") if isinstance(reference, dict) else None
+    since = status.get("eventsSinceSubscriptionStart")
+    count: int | None = None
+    if isinstance(since, int | str) and not isinstance(since, bool):
+        with contextlib.suppress(ValueError):
+            count = int(str(since).strip())
+    return Delivery(
+        events,
+        subscription[:500] if isinstance(subscription, str) else None,
+        count if count is not None and 0 <= count < 2**62 else None,
+    )
+
+
 def parse_notification(body: bytes) -> list[Event]:
     """The events of a webhook body (a ``history`` Bundle led by a SubscriptionStatus).
 

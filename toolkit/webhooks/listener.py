@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
+from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE, EventLog, Gap
 from toolkit.webhooks.events import (
     ANNOUNCED,
     APPLIED_MARKS,
@@ -27,6 +28,8 @@ from toolkit.webhooks.events import (
     note,
 )
 from toolkit.webhooks.queue import (
+    DEFAULT_MAX_DEAD_BYTES,
+    DEFAULT_MAX_DEAD_LETTERS,
     AuthHeader,
     Change,
     EventQueue,
@@ -60,6 +63,12 @@ recent read rate gets through in this time, so a change never waits behind a lon
 
 FIRST_BATCH = 4 * READERS
 """Changes in a batch before any read rate has been measured (a backlog after a restart)."""
+
+CATCH_UP_RETRY_FIRST = 1.0
+"""Seconds before a failed catch-up (or gap-healing) sync is tried again; doubled each
+time up to :data:`CATCH_UP_RETRY_MAX`."""
+
+CATCH_UP_RETRY_MAX = 300.0
 
 STORE_RETRY_MAX = 30.0
 """Longest pause between attempts at a store that cannot be written (a sync holds it)."""
@@ -114,6 +123,11 @@ class Listener:
         max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         max_age: float = DEFAULT_MAX_AGE,
+        bind_host: str = "127.0.0.1",
+        public_hosts: Sequence[str] = (),
+        gap_grace: float = DEFAULT_GAP_GRACE,
+        max_dead_letters: int = DEFAULT_MAX_DEAD_LETTERS,
+        max_dead_bytes: int = DEFAULT_MAX_DEAD_BYTES,
     ) -> None:
         from toolkit import views
 
@@ -125,14 +139,25 @@ class Listener:
         self.errors = errors
         self.max_attempts = max_attempts
         self.max_age = max_age
+        self.bind_host = bind_host
+        self.public_hosts = tuple(public_hosts)
         self.viewed = frozenset(views.VIEWS)
-        self.queue = EventQueue(store, max_queue_bytes)
+        self.queue = EventQueue(
+            store, max_queue_bytes, max_dead=max_dead_letters, max_dead_bytes=max_dead_bytes
+        )
+        self.events = EventLog(store / WEBHOOK_DIR, gap_grace=gap_grace)
+        self._load_error()
         self.stats = ListenerStats()
         self.wake = threading.Event()
         self.caught_up = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Event()
         self._down_until: float | None = None  # monotonic time of the next restart
+        self._sync_due: float | None = None  # monotonic time of the next catch-up try
+        self._sync_delay = 0.0
+        self._gap_due = 0.0  # monotonic time gaps may be healed again (after a failure)
+        self._gap_delay = 0.0
+        self._error_what: str | None = None
         self._started = False
         self.url = ""
         self.port = 0
@@ -158,6 +183,7 @@ class Listener:
         if self._started:
             self._worker.join(timeout=60)
         self._readers.shutdown(wait=False, cancel_futures=True)
+        self.events.flush(force=True)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until the catch-up sync is done and no change is queued; true if it got there.
@@ -194,12 +220,35 @@ class Listener:
         from toolkit.redaction import redact
 
         text = redact(f"{what}: {describe(exc)}")[:1000]
+        self._error_what = what
         self.stats.last_error = text
         self.stats.last_error_at = time.time()
         path = self.store / WEBHOOK_DIR / "last-error.json"
         # when the disk is the problem the error is still logged and kept in memory
         with contextlib.suppress(OSError):
-            _write_durable(path, orjson.dumps({"text": text, "at": self.stats.last_error_at}))
+            saved = {"text": text, "at": self.stats.last_error_at, "what": what}
+            _write_durable(path, orjson.dumps(saved))
+
+    def _load_error(self) -> None:
+        """The last error a previous run kept, so that its success clears it too."""
+        with contextlib.suppress(OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            saved = orjson.loads((self.store / WEBHOOK_DIR / "last-error.json").read_bytes())
+            self.stats.last_error = str(saved["text"])
+            self.stats.last_error_at = float(saved["at"])
+            what = saved.get("what")
+            self._error_what = what if isinstance(what, str) else None
+
+    def clear_error(self, what: str) -> None:
+        """``what`` succeeded: the last error, if it was ``what`` failing, is no longer shown."""
+        if self._error_what != what:
+            return
+        self._error_what = None
+        self.stats.resolved_error = self.stats.last_error
+        self.stats.resolved_error_at = time.time()
+        self.stats.last_error = None
+        self.stats.last_error_at = None
+        with contextlib.suppress(OSError):
+            (self.store / WEBHOOK_DIR / "last-error.json").unlink(missing_ok=True)
 
     # -- status ----------------------------------------------------------------------
 
@@ -232,8 +281,16 @@ class Listener:
                 "refused": self.stats.refused,
                 "requests": self.stats.requests,
                 "catch_up": self.stats.catch_up,
+                "events": self.events.status(),
             }
         )
+        report["last_error"] = None
+        report["resolved_error"] = None
+        if self.stats.resolved_error is not None:
+            report["resolved_error"] = {
+                "text": self.stats.resolved_error,
+                "resolved_s_ago": round(time.time() - (self.stats.resolved_error_at or 0.0), 1),
+            }
         if self.stats.last_error is not None:
             report["last_error"] = {
                 "text": self.stats.last_error,
@@ -303,6 +360,7 @@ class Listener:
         store_delay = 0.0
         while not self._stop.is_set():
             self.wake.clear()
+            self._maintain()
             self._release_waiting()
             skip = frozenset(pending.paths) if pending is not None else frozenset()
             batch = self.queue.take(self._batch_cap(), skip=skip)
@@ -322,7 +380,11 @@ class Listener:
             pending = self._collect(reading)
 
     def _catch_up_once(self) -> None:
-        """The catch-up sync (or its skipping) before the first batch, once per receiver."""
+        """The catch-up sync (or its skipping) before the first batch, once per receiver.
+
+        A failed catch-up (the API not up yet) does not hold the queue up: it is tried
+        again by :meth:`_maintain`, with backoff, until it succeeds.
+        """
         if self.caught_up.is_set():
             return
         if self.catch_up:
@@ -330,6 +392,18 @@ class Listener:
         else:
             self.stats.catch_up = "skipped"
         self.caught_up.set()
+
+    def _maintain(self) -> None:
+        """The worker's other duties between batches: a failed catch-up tried again, and
+        gaps in the event numbers healed once their grace period has passed."""
+        self.events.flush()  # what the last deliveries confirmed, at most SAVE_EVERY late
+        due = self._sync_due
+        if due is not None and time.monotonic() >= due:
+            self._catch_up()
+        if time.monotonic() >= self._gap_due:
+            for gap in self.events.due_gaps():
+                if not self._heal(gap):
+                    break
 
     def _commit_or_pause(
         self, pending: _ReadBatch, reading: _ReadBatch | None, store_delay: float
@@ -476,25 +550,82 @@ class Listener:
             self.stats.failures += 1
         self.queue.done(read.paths)
         self.stats.batches += 1
+        self.clear_error("writing the store failed")
+        self.clear_error("the worker failed")
         took = time.monotonic() - began
         self._commit_seconds = 0.5 * self._commit_seconds + 0.5 * took
 
     def _catch_up(self) -> None:
-        from toolkit.store import sync
-
         held = synced_types(self.store)
         wanted = [t for t in ANNOUNCED if t in self.viewed and (t in held or not held)]
         try:
-            summary = sync(self.client, self.store, resources=wanted, progress=False)
+            text = self._sync(wanted)
         except Exception as exc:  # the receiver still serves; events queue meanwhile
-            self.stats.catch_up = f"failed: {describe(exc)}"[:300]
+            self._sync_delay = min(
+                CATCH_UP_RETRY_MAX, max(CATCH_UP_RETRY_FIRST, self._sync_delay * 2)
+            )
+            self._sync_due = time.monotonic() + self._sync_delay
+            self.stats.catch_up = (
+                f"failed: {describe(exc)}"[:300] + f" (trying again in {self._sync_delay:.0f} s)"
+            )
             self.record_error("the catch-up sync failed", exc)
-            note(logging.ERROR, "catch-up sync failed: %s", describe(exc))
+            note(
+                logging.ERROR,
+                "catch-up sync failed: %s; trying again in %.0f s",
+                describe(exc),
+                self._sync_delay,
+            )
             return
-        self.stats.catch_up = "ok: " + ", ".join(
+        self._sync_due = None
+        self._sync_delay = 0.0
+        self.stats.catch_up = "ok: " + text
+        self.clear_error("the catch-up sync failed")
+        note(logging.INFO, "catch-up sync: %s", self.stats.catch_up)
+
+    def _sync(self, types: Sequence[str]) -> str:
+        """An incremental sync of ``types``; what it did. Raises when any type failed."""
+        from toolkit.errors import PmtkError
+        from toolkit.store import sync
+
+        summary = sync(self.client, self.store, resources=list(types), progress=False)
+        failed = [r for r in summary.resources if r.status == "failed"]
+        if failed:
+            raise PmtkError("; ".join(f"{r.resource}: {r.error}" for r in failed)[:500])
+        return ", ".join(
             f"{r.resource} {r.status} ({r.fetched} fetched)" for r in summary.resources
         )
-        note(logging.INFO, "catch-up sync: %s", self.stats.catch_up)
+
+    def _heal(self, gap: Gap) -> bool:
+        """Log a gap and sync its types; true when healed (false: tried again later)."""
+        shown = ", ".join(str(n) for n in gap.missing[:50])
+        more = f" and {len(gap.missing) - 50} more" if len(gap.missing) > 50 else ""
+        held = synced_types(self.store)
+        types = sorted(t for t in gap.types if t in held) or sorted(
+            t for t in ANNOUNCED if t in held and t in self.viewed
+        )
+        note(
+            logging.WARNING,
+            "events of %s never arrived: number(s) %s%s; syncing %s",
+            gap.subscription,
+            shown,
+            more,
+            ", ".join(types) or "nothing (no table synced yet)",
+        )
+        try:
+            text = self._sync(types) if types else "nothing to sync"
+        except Exception as exc:
+            self._gap_delay = min(
+                CATCH_UP_RETRY_MAX, max(CATCH_UP_RETRY_FIRST, self._gap_delay * 2)
+            )
+            self._gap_due = time.monotonic() + self._gap_delay
+            self.record_error("healing missed events failed", exc)
+            return False
+        self._gap_delay = 0.0
+        self.events.healed(gap)
+        self.stats.gaps_healed += 1
+        self.clear_error("healing missed events failed")
+        note(logging.INFO, "missed events healed by a sync: %s", text)
+        return True
 
     def _release_waiting(self) -> None:
         """Queue again the waiting changes of types a sync has now made a table for."""
@@ -507,31 +638,37 @@ class Listener:
             note(logging.INFO, "%d waiting change(s) of %s queued", moved, ", ".join(sorted(ready)))
 
     def _fetch(self, event: Event) -> dict[str, Any] | None:
-        """The record's current version, ``None`` when it is gone (404/410).
+        """The record's current version, ``None`` when the API says it is gone.
 
-        Raises :class:`_Retry` for a failure that may pass (network, 5xx, 429,
-        refused credentials) and a :class:`~toolkit.errors.PmtkError` otherwise.
+        Gone means the API's own word: a 404 or 410 whose body is a FHIR
+        OperationOutcome sent as FHIR JSON (:func:`api_says_gone`). Any other
+        answer that is not the API's (a gateway's HTML 404, a JSON 404 that is no
+        OperationOutcome, a redirect off the API's origin) raises :class:`_Retry`,
+        as do failures that may pass (network, 5xx, 429, refused credentials);
+        the API's own refusal (an OperationOutcome 400, 403, 422) raises its
+        :class:`~toolkit.errors.PmtkError`.
         """
         from toolkit.errors import (
             ApiError,
             AuthError,
-            NotFound,
             RateLimited,
+            RedirectRefused,
             ServerError,
             TransportError,
         )
 
         try:
             record = self.client.read(event.resource_type, event.id)
-        except NotFound:
-            return None
-        except (TransportError, ServerError, RateLimited, AuthError) as exc:
+        except (TransportError, ServerError, RateLimited, AuthError, RedirectRefused) as exc:
             # AuthError too: wrong credentials are fixed by the operator, and the
             # changes must still be there when they are.
             raise _Retry(describe(exc)) from exc
         except ApiError as exc:
-            if exc.status == 410:
+            if api_says_gone(exc):
                 return None
+            if not is_fhir_answer(exc):
+                why = f"not the API's answer (no FHIR OperationOutcome): {describe(exc)}"
+                raise _Retry(why) from exc
             if exc.status >= 500 or exc.status in (408, 429):
                 raise _Retry(describe(exc)) from exc
             raise
@@ -675,6 +812,27 @@ class _ReadBatch:
         self.finished = max(self.finished, time.monotonic())
 
 
+FHIR_MEDIA_TYPES = frozenset({"application/fhir+json", "application/json"})
+
+
+def is_fhir_answer(exc: Any) -> bool:
+    """Whether an error answer is the API's own: an OperationOutcome sent as FHIR JSON.
+
+    A gateway, proxy or load balancer in front of the API answers with its own
+    pages (an nginx HTML 404, a plain-text 502, a JSON body of its own); those say
+    nothing about the records behind it.
+    """
+    return getattr(exc, "outcome", None) is not None and (
+        getattr(exc, "media_type", None) in FHIR_MEDIA_TYPES
+    )
+
+
+def api_says_gone(exc: Any) -> bool:
+    """Whether an error answer is the API saying a record does not exist (any more):
+    404 or 410 with an OperationOutcome in a FHIR JSON body. Nothing else deletes."""
+    return getattr(exc, "status", None) in (404, 410) and is_fhir_answer(exc)
+
+
 def _latest(batch: Sequence[tuple[Path, list[Change]]]) -> dict[tuple[str, str], Change]:
     """The latest change of each record, in the order of its latest announcement.
 
@@ -690,6 +848,52 @@ def _latest(batch: Sequence[tuple[Path, list[Change]]]) -> dict[tuple[str, str],
                 change.attempts = max(change.attempts, earlier.attempts)
             latest[change.key] = change
     return latest
+
+
+RECEIVER_FILE = "receiver.json"
+"""Written into ``.webhooks/`` by a running receiver (its pid, address and port), removed
+when it stops cleanly; ``pmtk listen --status`` finds the receiver of a store with it."""
+
+
+def write_receiver_file(store: Path, host: str, port: int) -> None:
+    """Say, in the store, that this process serves it on ``host:port``."""
+    import os
+
+    data = {"pid": os.getpid(), "host": host, "port": port, "started_at": time.time()}
+    with contextlib.suppress(OSError):  # a status aid: the receiver serves without it
+        _write_durable(store / WEBHOOK_DIR / RECEIVER_FILE, orjson.dumps(data))
+
+
+def remove_receiver_file(store: Path) -> None:
+    """Forget the receiver file, if this process wrote it (another may serve meanwhile)."""
+    import os
+
+    path = store / WEBHOOK_DIR / RECEIVER_FILE
+    with contextlib.suppress(OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        if int(orjson.loads(path.read_bytes())["pid"]) == os.getpid():
+            path.unlink()
+
+
+def running_receiver(store: Path) -> tuple[str, int] | None:
+    """``(host, port)`` of the receiver serving ``store``, from its file; ``None`` when
+    there is none or its process is gone (a crash leaves the file behind)."""
+    import os
+
+    path = store / WEBHOOK_DIR / RECEIVER_FILE
+    try:
+        data = orjson.loads(path.read_bytes())
+        pid, host, port = int(data["pid"]), str(data["host"]), int(data["port"])
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # dead: the file is stale
+    except PermissionError:
+        pass  # alive, another user's
+    except OSError:
+        return None
+    return host, port
 
 
 def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
@@ -714,7 +918,10 @@ def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
             "waiting_for_sync": queue.waiting(),
         },
         "dead_letters": queue.dead(),
+        "dead_letters_evicted": queue.evicted(),
+        "dead_letter_limits": {"letters": queue.max_dead, "bytes": queue.max_dead_bytes},
         "dead_letter_folder": str(queue.dead_dir),
+        "events": EventLog(store / WEBHOOK_DIR).status(),
         "last_error": None,
     }
     path = store / WEBHOOK_DIR / "last-error.json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hmac
 import itertools
@@ -182,6 +183,15 @@ class _Delivery:
     error: BaseException | None = None
 
 
+DEFAULT_MAX_DEAD_LETTERS = 10_000
+"""Dead letters kept at most; beyond, the oldest are removed and counted."""
+
+DEFAULT_MAX_DEAD_BYTES = 64 * 1024 * 1024
+"""Bytes of dead letters kept at most; beyond, the oldest are removed and counted."""
+
+EVICTED_FILE = "dead-evicted.json"
+"""``.webhooks/dead-evicted.json``: how many dead letters were removed to keep the bounds."""
+
 TMP_MAX_AGE = 3600.0
 """Seconds after which a half-written ``.*.tmp`` file in the queue (a crash between
 the write and the rename) is removed when a queue is opened: it was never acknowledged."""
@@ -225,8 +235,20 @@ class EventQueue:
         :meth:`over_cap` is true and the receiver answers 503.
     """
 
-    def __init__(self, store: Path, max_bytes: int = DEFAULT_MAX_QUEUE_BYTES) -> None:
+    def __init__(
+        self,
+        store: Path,
+        max_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
+        *,
+        max_dead: int = DEFAULT_MAX_DEAD_LETTERS,
+        max_dead_bytes: int = DEFAULT_MAX_DEAD_BYTES,
+    ) -> None:
         base = store / WEBHOOK_DIR
+        self.max_dead = max(1, max_dead)
+        self.max_dead_bytes = max(1, max_dead_bytes)
+        self._evicted_path = base / EVICTED_FILE
+        self._dead_lock = threading.Lock()
+        self._dead_cache: collections.deque[tuple[Path, int]] | None = None
         self.dir = base / "queue"
         self.waiting_dir = base / "waiting"
         self.dead_dir = base / "dead"
@@ -481,7 +503,7 @@ class EventQueue:
             "dead_at": _iso(time.time()),
             "first_received": _iso(change.first_ns / 1e9),
         }
-        write_dead_letter(self.dead_dir, name, payload)
+        self._bound_dead(write_dead_letter(self.dead_dir, name, payload))
         note(
             logging.WARNING,
             "%s/%s moved to the dead letters after %d attempt(s): %s",
@@ -497,16 +519,92 @@ class EventQueue:
             raw = path.read_bytes().decode("utf-8", "replace")
         except OSError:
             raw = ""
-        write_dead_letter(
+        written = write_dead_letter(
             self.dead_dir,
             f"{time.time_ns():020d}-unreadable.json",
             {"file": path.name, "content": raw[:100_000], "reason": reason},
         )
+        self._bound_dead(written)
         path.unlink(missing_ok=True)
         note(logging.WARNING, "queue file %s set aside: %s", path.name, reason)
 
     def dead(self) -> int:
         return sum(1 for p in os.listdir(self.dead_dir) if p.endswith(".json"))
+
+    def _bound_dead(self, written: Path | None = None) -> None:
+        """Remove the oldest dead letters beyond :attr:`max_dead` files or
+        :attr:`max_dead_bytes` bytes, and count them in ``dead-evicted.json``.
+
+        Names start with the time of death, so the sorted names are oldest first. The
+        newest letter is always kept, however large.
+        """
+        with self._dead_lock:
+            if self._dead_cache is None:  # read once; then kept up to date here
+                self._dead_cache = collections.deque()
+                for path in sorted(self.dead_dir.glob("*.json")):
+                    with contextlib.suppress(OSError):
+                        self._dead_cache.append((path, path.stat().st_size))
+            elif written is not None:
+                with contextlib.suppress(OSError):
+                    self._dead_cache.append((written, written.stat().st_size))
+            letters = self._dead_cache
+            total = sum(size for _path, size in letters)
+            evicted = 0
+            while len(letters) > 1 and (
+                len(letters) > self.max_dead or total > self.max_dead_bytes
+            ):
+                path, size = letters.popleft()
+                total -= size
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue  # requeued or removed by someone else: not an eviction
+                evicted += 1
+            if not evicted:
+                return
+            _fsync_dir(self.dead_dir)
+            count = self.evicted() + evicted
+            _write_durable(
+                self._evicted_path, orjson.dumps({"evicted": count, "last_at": _iso(time.time())})
+            )
+        note(
+            logging.WARNING,
+            "removed the %d oldest dead letter(s) to keep at most %d letters and %d bytes "
+            "(%d removed so far)",
+            evicted,
+            self.max_dead,
+            self.max_dead_bytes,
+            count,
+        )
+
+    def evicted(self) -> int:
+        """Dead letters removed so far to keep the bounds (from ``dead-evicted.json``)."""
+        try:
+            return int(orjson.loads(self._evicted_path.read_bytes())["evicted"])
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return 0
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """Each dead letter, oldest first: file, record, attempts, when and why."""
+        found: list[dict[str, Any]] = []
+        for path in sorted(self.dead_dir.glob("*.json")):
+            try:
+                data = orjson.loads(path.read_bytes())
+            except FileNotFoundError:
+                continue
+            except (OSError, orjson.JSONDecodeError) as exc:
+                found.append({"file": path.name, "reason": f"unreadable: {exc}"})
+                continue
+            change = data.get("change") if isinstance(data, dict) else None
+            entry: dict[str, Any] = {"file": path.name}
+            if isinstance(change, dict):
+                entry["record"] = f"{change.get('type')}/{change.get('id')}"
+                entry["action"] = change.get("action")
+                entry["attempts"] = change.get("attempts")
+            entry["dead_at"] = data.get("dead_at") if isinstance(data, dict) else None
+            entry["reason"] = str(data.get("reason")) if isinstance(data, dict) else "?"
+            found.append(entry)
+        return found
 
     def requeue_dead(self) -> tuple[int, int]:
         """Queue every dead letter again, attempts reset: ``(requeued, unreadable kept)``."""
@@ -581,7 +679,12 @@ class ListenerStats:
     """Times the worker failed as a whole and was started again."""
     last_error: str | None = None
     last_error_at: float | None = None
+    resolved_error: str | None = None
+    """The last error cleared because the thing that failed has since succeeded."""
+    resolved_error_at: float | None = None
     catch_up: str = "not run"
+    gaps_healed: int = 0
+    """Gaps in the event numbers healed by a sync of the types concerned."""
     applied_at: dict[str, float] = field(default_factory=dict)
     """``"Type/id" -> time.time()`` of the latest application (the last 10,000 records)."""
 

@@ -9,10 +9,11 @@ import orjson
 
 from toolkit.webhooks.events import (
     MEDIA_TYPES,
+    Delivery,
     Event,
     NotificationError,
     note,
-    parse_notification,
+    parse_delivery,
 )
 from toolkit.webhooks.queue import _outcome
 
@@ -30,10 +31,14 @@ def make_app(listener: Listener) -> Any:
     from starlette.routing import Route
 
     async def status(request: Request) -> Response:
+        misdirected = _misdirected(listener, request)
+        if misdirected is not None:
+            listener.stats.refused += 1
+            return misdirected
         return _status(listener, request)
 
     async def receive(request: Request) -> Response:
-        refusal = _refusal(listener, request)
+        refusal = _misdirected(listener, request) or _refusal(listener, request)
         if refusal is None:
             return await _receive(listener, request)
         listener.stats.refused += 1
@@ -48,8 +53,73 @@ def make_app(listener: Listener) -> Any:
     )
 
 
+_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """``("name", port or None)`` of a ``Host`` header value (lower case, IPv6 without
+    brackets); ``None`` when it is not one."""
+    value = value.strip().lower()
+    if not value or any(c in value for c in " /\\@?#"):
+        return None
+    if value.startswith("["):
+        name, sep, rest = value[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return None
+        port_text = rest[1:]
+    elif value.count(":") > 1:
+        return None
+    else:
+        name, _, port_text = value.partition(":")
+    if port_text and not (port_text.isdigit() and len(port_text) <= 5):
+        return None
+    return name.rstrip("."), int(port_text) if port_text else None
+
+
+def served_host(listener: Listener, value: str) -> bool:
+    """Whether a ``Host`` header names this receiver (DNS rebinding defence).
+
+    Accepted: the bound address (and, bound to loopback, ``localhost``, ``127.0.0.1``
+    and ``::1``) with the bound port or none; a name given as a public host, with
+    any port (``name``) or exactly the one given (``name:port``).
+    """
+    parsed = split_host(value)
+    if parsed is None:
+        return False
+    name, port = parsed
+    bound = listener.bind_host.strip("[]").lower()
+    # bound to loopback or to every address (0.0.0.0, ::): this machine's own names too
+    unspecified = bound in ("0.0.0.0", "::")
+    local = {bound} | (_LOOPBACK_NAMES if unspecified or _is_loopback_name(bound) else set())
+    if name in local and port in (None, listener.port):
+        return True
+    for public in listener.public_hosts:
+        wanted = split_host(public)
+        if wanted is not None and wanted[0] == name and wanted[1] in (None, port):
+            return True
+    return False
+
+
+def _is_loopback_name(host: str) -> bool:
+    return host == "localhost" or _is_loopback(host)
+
+
+def _misdirected(listener: Listener, request: Any) -> Any:
+    """421 for a call whose ``Host`` this receiver does not serve (a rebound DNS name)."""
+    value = request.headers.get("host", "")
+    if served_host(listener, value):
+        return None
+    note(logging.WARNING, "refused a call for host %r: not a host this receiver serves", value[:80])
+    return _outcome(
+        421,
+        "forbidden",
+        "this receiver does not serve that Host (give the name with --public-host)",
+    )
+
+
 def _status(listener: Listener, request: Any) -> Any:
-    """``GET /status``: the listener's status, to a loopback caller that no proxy forwarded."""
+    """``GET /status``: the listener's status, to a loopback caller that no proxy
+    forwarded and that carries the authentication header (when one is set)."""
     from starlette.responses import Response
 
     client = request.client.host if request.client else ""
@@ -58,6 +128,10 @@ def _status(listener: Listener, request: Any) -> Any:
         # Behind a reverse proxy every caller is 127.0.0.1: a forwarding header
         # says the call came from outside, and the status is for the operator.
         return _outcome(404, "not-found", "no such endpoint")
+    auth = listener.auth_header
+    if auth is not None and not auth.matches(request.headers.getlist(auth.name)):
+        listener.stats.refused += 1
+        return _outcome(401, "login", f"missing or wrong {auth.name} header")
     body = orjson.dumps(listener.status(), option=orjson.OPT_INDENT_2)
     return Response(body, media_type="application/json")
 
@@ -73,24 +147,63 @@ async def _receive(listener: Listener, request: Any) -> Any:
         listener.stats.refused += 1
         return _outcome(400, "incomplete", "the body was not sent in full")
     try:
-        events = parse_notification(body)
+        delivery = parse_delivery(body)
     except NotificationError as exc:
         listener.stats.refused += 1
         note(logging.WARNING, "refused a webhook body: %s", exc)
         return _outcome(400, "structure", f"not a history Bundle notification: {exc}")
-    kept = _storable(listener, events)
-    if kept:
-        refusal = await _enqueue(listener, kept)
-        if refusal is not None:
-            listener.stats.refused += 1
-            return refusal
+    return await _admit(listener, body, delivery)
+
+
+async def _admit(listener: Listener, body: bytes, delivery: Delivery) -> Any:
+    """Queue the events not queued before (every event once), then 202.
+
+    Each event is claimed in the event log before it is queued and confirmed after
+    the queue's fsync; a copy of it arriving meanwhile waits for that outcome. When
+    queueing fails the claims are released: the sender retries, nothing is lost.
+    """
+    from starlette.concurrency import run_in_threadpool
+
+    log = listener.events
+    events = delivery.events
+    keys = log.keys(body, delivery.subscription, [e.event_number for e in events])
+    fresh, waits = log.claim(keys)
+    while waits:  # the same event is being queued by another call: its outcome decides
+        await run_in_threadpool(_wait_for, waits)
+        fresh, waits = log.claim(keys)
+    claimed = [key for key, new in zip(keys, fresh, strict=True) if new]
+    confirmed = False
+    try:
+        new_events = [event for event, new in zip(events, fresh, strict=True) if new]
+        replayed = len(events) - len(new_events)
+        kept = _storable(listener, new_events)
+        if kept:
+            refusal = await _enqueue(listener, kept)
+            if refusal is not None:
+                listener.stats.refused += 1
+                return refusal
+        announced = (delivery.subscription, delivery.events_since_start)
+        types = [event.resource_type for event in new_events]
+        await run_in_threadpool(log.confirm, claimed, types, announced)
+        confirmed = True
+    finally:
+        if not confirmed:
+            log.release(claimed)
     listener.stats.received += 1
-    text = f"queued {len(kept)} event(s)" + (
-        f"; {len(events) - len(kept)} of a type pmtk keeps no table of, not applied"
-        if len(kept) != len(events)
-        else ""
-    )
+    if replayed:
+        log.duplicates += replayed
+        note(logging.INFO, "%d event(s) already queued before: not queued again", replayed)
+    text = f"queued {len(kept)} event(s)"
+    if len(kept) != len(new_events):
+        text += f"; {len(new_events) - len(kept)} of a type pmtk keeps no table of, not applied"
+    if replayed:
+        text += f"; {replayed} already received, not queued again"
     return _outcome(202, "informational", text, severity="information")
+
+
+def _wait_for(claims: list[Any]) -> None:
+    for claim in claims:
+        claim.done.wait(60)
 
 
 def _is_loopback(host: str) -> bool:
@@ -164,5 +277,6 @@ async def _enqueue(listener: Listener, kept: list[Event]) -> Any:
         response.headers["retry-after"] = "10"
         return response
     listener.stats.events_queued += len(kept)
+    listener.clear_error("writing the event queue failed")
     listener.wake.set()
     return None
