@@ -80,6 +80,8 @@ def test_a_rebind_leaves_no_data_of_the_old_deployment_views_included(
     queue = store / ".webhooks" / "queue"
     queue.mkdir(parents=True)
     (queue / "event.json").write_text('{"id": "x"}', "utf-8")
+    seen = store / ".webhooks" / "events-seen.json"  # the old deployment's event numbers
+    seen.write_text('{"subscriptions": {"sub-1": [1, 2, 3]}}', "utf-8")
     (store / "views" / "notes.txt").write_text("the user's own file", "utf-8")
 
     result = CliRunner().invoke(
@@ -95,6 +97,7 @@ def test_a_rebind_leaves_no_data_of_the_old_deployment_views_included(
     }
     assert _parquet_files(store) == named  # no view, leftover or staged page of the old one
     assert not list(queue.glob("*"))
+    assert not seen.exists()  # else the new deployment's events 1-3 would be "replays"
     assert (store / "views" / "notes.txt").is_file()  # not pmtk's: kept
     new_ids = set(load(RT, store)["id"].to_list())
     assert new_ids

@@ -252,6 +252,11 @@ VIEW_FILE = re.compile(r"\.?[A-Za-z][A-Za-z0-9_\-]{0,63}\.parquet(\.tmp)?")
 WEBHOOK_FOLDERS = ("queue", "waiting", "dead")
 """The folders of ``.webhooks/`` holding the events a deployment announced."""
 
+WEBHOOK_FILES = ("events-seen.json", "dead-evicted.json", "last-error.json")
+"""The files of ``.webhooks/`` about the old deployment's events: which event numbers were
+seen (kept, they would make the new deployment's first events look like replays and its
+numbers look like gaps), how many dead letters were evicted, its last error."""
+
 
 def discard_data(root: Path, manifest: dict[str, Any]) -> None:
     """Delete every data file of the old deployment after a rebind (the manifest names none).
@@ -259,7 +264,8 @@ def discard_data(root: Path, manifest: dict[str, Any]) -> None:
     That is: every committed data file in a table folder that the manifest does not
     name (the old tables, and leftovers of earlier commits), the staged pages, the
     views written from the old records (``views/<name>.parquet``) and the webhook
-    events the old deployment announced (``.webhooks/queue``, ``waiting``, ``dead``).
+    events the old deployment announced (``.webhooks/queue``, ``waiting``, ``dead``) with
+    what the receiver noted of them (:data:`WEBHOOK_FILES`).
     Nothing is deleted through a link, nor outside these folders; a user's own file
     in ``views/`` that pmtk does not write is left. Called under the lock, after the
     manifest switched to the new deployment with ``"discarding": true``; the marker
@@ -282,10 +288,14 @@ def discard_data(root: Path, manifest: dict[str, Any]) -> None:
             for path in views.iterdir():
                 if VIEW_FILE.fullmatch(path.name) and not path.is_symlink():
                     path.unlink(missing_ok=True)
-    for name in WEBHOOK_FOLDERS:
-        folder = root / ".webhooks" / name
-        if folder.is_dir() and not (root / ".webhooks").is_symlink():
-            rmtree(folder)
+    hooks = root / ".webhooks"
+    if hooks.is_dir() and not hooks.is_symlink():
+        for name in WEBHOOK_FOLDERS:
+            if (hooks / name).is_dir():
+                rmtree(hooks / name)
+        for name in WEBHOOK_FILES:  # unlink removes a link itself, never its target
+            with contextlib.suppress(OSError):
+                (hooks / name).unlink(missing_ok=True)
 
 
 def finish_discard(root: Path, manifest: dict[str, Any]) -> bool:
