@@ -447,6 +447,7 @@ def render_summary(report: dict[str, Any]) -> Any:
             f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped, "
             f"{s.get('observed', 0)} observed (not failures); "
             f"{s['requests']} requests in {report['elapsed_seconds']:.1f} s"
+            f"{_waited(report)}"
         ),
         *_data_lines(report),
         *_failure_lines(report),
@@ -454,6 +455,15 @@ def render_summary(report: dict[str, Any]) -> Any:
         *_baseline_lines(report),
     ]
     return Group(*lines)
+
+
+def _waited(report: dict[str, Any]) -> str:
+    """``, 45.0 s of it waiting for the rate limit`` when the run waited, else nothing."""
+    requests = (report.get("observations") or {}).get("requests")
+    seconds = requests.get("seconds_waited_for_rate_limit") if isinstance(requests, dict) else None
+    if not isinstance(seconds, int | float) or seconds <= 0:
+        return ""
+    return f", {seconds:.1f} s of it waiting for the rate limit"
 
 
 def _data_lines(report: dict[str, Any]) -> list[Text]:

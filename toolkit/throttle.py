@@ -76,6 +76,28 @@ WaitListener = Callable[[float, str], None]
 """``listener(seconds, reason)``, called before the throttle sleeps."""
 
 
+def wait_notice(seconds: float, reason: str) -> str:
+    """How pmtk words a wait on a progress line: ``waiting 12 s: rate limit (429)``.
+
+    Examples
+    --------
+    >>> wait_notice(11.6, RATE_LIMITED)
+    'waiting 12 s: rate limit (429)'
+    """
+    return f"waiting {seconds:.0f} s: {reason}"
+
+
+def remaining_reason(remaining: int) -> str:
+    """The wait reason when the server's ``x-ratelimit-remaining`` is down to ``remaining``.
+
+    Examples
+    --------
+    >>> remaining_reason(0) == WINDOW_SPENT
+    True
+    """
+    return f"rate limit (server reports {remaining} requests left)"
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """The retry defaults of every client, in one place.
