@@ -309,7 +309,11 @@ class PmtkGroup(TyperGroup):
         except NoArgsIsHelpError as exc:  # plain `pmtk`: the help, as a usage error
             if not standalone:
                 raise
-            sys.stderr.write((exc.ctx.get_help() if exc.ctx is not None else "") + "\n")
+            # The error was built from ctx.get_help(), which with rich help has printed
+            # the help already (and returned ""): print only what it returned, so the
+            # help appears once, never twice.
+            if exc.message:
+                sys.stderr.write(exc.message + "\n")
             sys.exit(EXIT_REFUSED)
         except UsageError as exc:
             if not standalone:

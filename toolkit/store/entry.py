@@ -405,6 +405,9 @@ def load(
     -------
     polars.DataFrame or polars.LazyFrame
     """
+    # A misspelt type is named as such, before the store is opened: "did you mean
+    # 'Appointment'?", never "run pmtk sync --resource Appointmnet".
+    catalogue.resource(resource_type)
     root = Path(store if store is not None else default_store())
     if deployment is not None:
         _check_source(root, deployment)
