@@ -238,6 +238,16 @@ PROJECT_MARKERS = (".git", "pyproject.toml")
 """What marks a project's root folder: the ``.env`` search goes no higher."""
 
 
+def project_root(start: Path | None = None) -> Path | None:
+    """The project ``start`` (default the working directory) is in: the nearest folder
+    from it upwards that holds ``.git`` or ``pyproject.toml``; ``None`` outside any."""
+    here = (start if start is not None else Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return None
+
+
 def find_dotenv(start: Path | None = None) -> Path | None:
     """The ``.env`` file settings are read from: the nearest one up to the project root.
 
@@ -254,11 +264,10 @@ def find_dotenv(start: Path | None = None) -> Path | None:
     True
     """
     here = (start if start is not None else Path.cwd()).resolve()
-    folders = [here]
-    for folder in (here, *here.parents):
-        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
-            folders = [here, *here.parents[: len(here.parents) - len(folder.parents)]]
-            break
+    root = project_root(here)
+    folders = (
+        [here] if root is None else [here, *here.parents[: len(here.parents) - len(root.parents)]]
+    )
     for folder in folders:
         candidate = folder / ".env"
         if candidate.is_file():
