@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from toolkit._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
+from toolkit._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, is_plain
 from toolkit._options import BaseUrl, ClientId, ClientSecret, UserAgent
 from toolkit.config import DEFAULT_USER_AGENT as DEFAULT_UA
 from toolkit.errors import ConfigurationError
@@ -412,7 +412,7 @@ def _consoles(output: str) -> tuple[Console, Console]:
 
 
 def _check(out: Console, err: Console, *, output: str = "text", **settings: Any) -> int:
-    from contracts.report import render_summary
+    from contracts.report import MAX_OBSERVED_SHOWN, render_summary
     from contracts.suite import OUTCOME, OptionError, Options, validate_options
     from toolkit._cli import emit
 
@@ -446,7 +446,13 @@ def _check(out: Console, err: Console, *, output: str = "text", **settings: Any)
             _error(err, OUTCOME.reason or "the contract suite could not run")
         return code
     if OUTCOME.report is not None and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
-        emit(out, render_summary(OUTCOME.report))
+        # A terminal shows the first observations; a pipe or a log gets every one, one
+        # whole line each, as the README promises (grep finds them).
+        plain = is_plain(out.file)
+        emit(
+            out,
+            render_summary(OUTCOME.report, observed_limit=None if plain else MAX_OBSERVED_SHOWN),
+        )
         out.print(
             f"reports in {options.report_dir}/ (report.json, junit.xml, report.html)",
             markup=False,

@@ -430,7 +430,9 @@ def write_reports(report: dict[str, Any], directory: Path) -> Path:
     return directory / "report.json"
 
 
-def render_summary(report: dict[str, Any]) -> Any:
+def render_summary(
+    report: dict[str, Any], *, observed_limit: int | None = MAX_OBSERVED_SHOWN
+) -> Any:
     """A rich renderable: per-category counts, each failed check with its reason, time.
 
     Every piece of server or user text goes in as a :class:`rich.text.Text` (or through
@@ -451,7 +453,7 @@ def render_summary(report: dict[str, Any]) -> Any:
         ),
         *_data_lines(report),
         *_failure_lines(report),
-        *_observed_lines(report),
+        *_observed_lines(report, observed_limit),
         *_baseline_lines(report),
     ]
     return Group(*lines)
@@ -523,18 +525,17 @@ def _failure_lines(report: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def _observed_lines(report: dict[str, Any]) -> list[Text]:
-    """The first :data:`MAX_OBSERVED_SHOWN` observations, and how many more there are."""
+def _observed_lines(report: dict[str, Any], limit: int | None) -> list[Text]:
+    """The observations, one whole line each: the first ``limit`` and how many more
+    there are (a terminal), or every one (``None``: a pipe or a log, where grep reads them)."""
     from rich.text import Text
 
     observed = [o for c in report["checks"] for o in c.get("observed", [])]
+    shown = observed if limit is None else observed[:limit]
     # One observation, one whole line (never cut mid-token): grep finds it in a log.
-    lines = [
-        Text(" ".join(f"observed: {_observed_line(o)}".split()))
-        for o in observed[:MAX_OBSERVED_SHOWN]
-    ]
-    if len(observed) > MAX_OBSERVED_SHOWN:
-        more = len(observed) - MAX_OBSERVED_SHOWN
+    lines = [Text(" ".join(f"observed: {_observed_line(o)}".split())) for o in shown]
+    if len(observed) > len(shown):
+        more = len(observed) - len(shown)
         lines.append(Text(f"observed: ... and {more} more in report.json / report.html"))
     return lines
 
