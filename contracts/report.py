@@ -337,6 +337,9 @@ table { border-collapse: collapse; margin: 1rem 0; }
 td, th { border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }
 .passed { color: #176f2c; } .failed { color: #b00020; font-weight: bold; } .skipped { color: #777; }
 pre { background: #f5f5f5; padding: .6rem; overflow-x: auto; white-space: pre-wrap; }
+/* A long example (a URL, a JSON value) wraps inside its cell, so no table runs off the
+   page; numbers and names are short and stay whole. */
+td.example, td.message { overflow-wrap: anywhere; }
 details { margin: .4rem 0 1rem 0; }
 </style></head><body>
 <h1>pmtk contract report</h1>
@@ -366,12 +369,12 @@ spec's, and declared fields absent from every record: reported once per field.</
 <table><tr><th>Check</th><th>Field</th><th>Rule</th><th>Source</th><th>Count</th><th>Example</th></tr>
 {% for c in report.checks %}{% for o in c.observed %}<tr><td>{{ c.id }}</td><td>{{ o.field }}</td>
 <td>{{ o.rule }}</td><td>{{ o.source }}</td><td>{{ o.count }}</td>
-<td>{{ o.example[:300] }}</td></tr>
+<td class="example">{{ o.example[:300] }}</td></tr>
 {% endfor %}{% endfor %}</table>
 <h2>All checks</h2>
 <table><tr><th>Check</th><th>Category</th><th>Status</th><th>Message</th></tr>
 {% for c in report.checks %}<tr><td>{{ c.id }}</td><td>{{ c.category }}</td>
-<td class="{{ c.status }}">{{ c.status }}</td><td>{{ c.message[:300] }}</td></tr>
+<td class="{{ c.status }}">{{ c.status }}</td><td class="message">{{ c.message[:300] }}</td></tr>
 {% endfor %}</table>
 <h2>Observations</h2>
 <pre>{{ report.observations | tojson(indent=2) }}</pre>
