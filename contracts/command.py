@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import io
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from toolkit._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
+from toolkit._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, is_plain
 from toolkit._options import BaseUrl, ClientId, ClientSecret, UserAgent
 from toolkit.config import DEFAULT_USER_AGENT as DEFAULT_UA
 from toolkit.errors import ConfigurationError
@@ -91,6 +91,10 @@ class ConsoleProgress:
         self.started: dict[str, float] = {}
         self.progress: Progress | None = None
         self.task: TaskID | None = None
+        self.check_id: str | None = None
+        self.waited = 0.0
+        """Seconds the run waited for the rate limit, as the session announced them."""
+        self._unsubscribe: Callable[[], None] | None = None
 
     # -- pytest hooks ------------------------------------------------------------
 
@@ -110,6 +114,7 @@ class ConsoleProgress:
             line = Text("checking ")
             line.append(run.target, style="bold")
         self.console.print(line)
+        self._unsubscribe = run.session.subscribe(self.wait)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         from contracts.suite import check_identity
@@ -138,10 +143,37 @@ class ConsoleProgress:
         from contracts.suite import check_identity
 
         check_id, category = check_identity(item)
+        self.check_id = check_id
         self.started.setdefault(category, time.monotonic())
         if self.progress is not None and self.task is not None:
             self.progress.update(self.task, description=f"checking {escape(check_id)}")
             self.progress.refresh()
+
+    # -- the session's rate-limit waits ---------------------------------------------
+
+    def wait(self, seconds: float, reason: str) -> None:
+        """The session waits ``seconds`` for the rate limit: say so, as ``pmtk sync`` does.
+
+        On a terminal the live line shows it beside the check that waits; elsewhere a
+        wait of :data:`~toolkit.store.progress.NOTICE_MIN_WAIT` seconds or more is one
+        whole line. The total is in the summary (``seconds_waited_for_rate_limit``).
+        """
+        from rich.markup import escape
+        from rich.text import Text
+
+        from toolkit.store.progress import NOTICE_MIN_WAIT
+        from toolkit.throttle import wait_notice
+
+        self.waited += seconds
+        notice = wait_notice(seconds, reason)
+        where = self.check_id or "the run"
+        if self.progress is not None and self.task is not None:
+            self.progress.update(
+                self.task, description=f"checking {escape(where)}: {escape(notice)}"
+            )
+            self.progress.refresh()
+        elif seconds >= NOTICE_MIN_WAIT:
+            self.console.print(Text(f"  {where}: {notice}", style="yellow"))
 
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         # By teardown the plugin in contracts/conftest.py has recorded the check's outcome.
@@ -180,6 +212,9 @@ class ConsoleProgress:
 
     def stop(self) -> None:
         """Remove the live line (also after Ctrl-C, so the cursor comes back)."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
@@ -377,7 +412,7 @@ def _consoles(output: str) -> tuple[Console, Console]:
 
 
 def _check(out: Console, err: Console, *, output: str = "text", **settings: Any) -> int:
-    from contracts.report import render_summary
+    from contracts.report import MAX_OBSERVED_SHOWN, render_summary
     from contracts.suite import OUTCOME, OptionError, Options, validate_options
     from toolkit._cli import emit
 
@@ -411,7 +446,13 @@ def _check(out: Console, err: Console, *, output: str = "text", **settings: Any)
             _error(err, OUTCOME.reason or "the contract suite could not run")
         return code
     if OUTCOME.report is not None and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
-        emit(out, render_summary(OUTCOME.report))
+        # A terminal shows the first observations; a pipe or a log gets every one, one
+        # whole line each, as the README promises (grep finds them).
+        plain = is_plain(out.file)
+        emit(
+            out,
+            render_summary(OUTCOME.report, observed_limit=None if plain else MAX_OBSERVED_SHOWN),
+        )
         out.print(
             f"reports in {options.report_dir}/ (report.json, junit.xml, report.html)",
             markup=False,

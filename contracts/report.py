@@ -337,6 +337,9 @@ table { border-collapse: collapse; margin: 1rem 0; }
 td, th { border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }
 .passed { color: #176f2c; } .failed { color: #b00020; font-weight: bold; } .skipped { color: #777; }
 pre { background: #f5f5f5; padding: .6rem; overflow-x: auto; white-space: pre-wrap; }
+/* A long example (a URL, a JSON value) wraps inside its cell, so no table runs off the
+   page; numbers and names are short and stay whole. */
+td.example, td.message { overflow-wrap: anywhere; }
 details { margin: .4rem 0 1rem 0; }
 </style></head><body>
 <h1>pmtk contract report</h1>
@@ -366,12 +369,12 @@ spec's, and declared fields absent from every record: reported once per field.</
 <table><tr><th>Check</th><th>Field</th><th>Rule</th><th>Source</th><th>Count</th><th>Example</th></tr>
 {% for c in report.checks %}{% for o in c.observed %}<tr><td>{{ c.id }}</td><td>{{ o.field }}</td>
 <td>{{ o.rule }}</td><td>{{ o.source }}</td><td>{{ o.count }}</td>
-<td>{{ o.example[:300] }}</td></tr>
+<td class="example">{{ o.example[:300] }}</td></tr>
 {% endfor %}{% endfor %}</table>
 <h2>All checks</h2>
 <table><tr><th>Check</th><th>Category</th><th>Status</th><th>Message</th></tr>
 {% for c in report.checks %}<tr><td>{{ c.id }}</td><td>{{ c.category }}</td>
-<td class="{{ c.status }}">{{ c.status }}</td><td>{{ c.message[:300] }}</td></tr>
+<td class="{{ c.status }}">{{ c.status }}</td><td class="message">{{ c.message[:300] }}</td></tr>
 {% endfor %}</table>
 <h2>Observations</h2>
 <pre>{{ report.observations | tojson(indent=2) }}</pre>
@@ -430,7 +433,9 @@ def write_reports(report: dict[str, Any], directory: Path) -> Path:
     return directory / "report.json"
 
 
-def render_summary(report: dict[str, Any]) -> Any:
+def render_summary(
+    report: dict[str, Any], *, observed_limit: int | None = MAX_OBSERVED_SHOWN
+) -> Any:
     """A rich renderable: per-category counts, each failed check with its reason, time.
 
     Every piece of server or user text goes in as a :class:`rich.text.Text` (or through
@@ -447,13 +452,23 @@ def render_summary(report: dict[str, Any]) -> Any:
             f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped, "
             f"{s.get('observed', 0)} observed (not failures); "
             f"{s['requests']} requests in {report['elapsed_seconds']:.1f} s"
+            f"{_waited(report)}"
         ),
         *_data_lines(report),
         *_failure_lines(report),
-        *_observed_lines(report),
+        *_observed_lines(report, observed_limit),
         *_baseline_lines(report),
     ]
     return Group(*lines)
+
+
+def _waited(report: dict[str, Any]) -> str:
+    """``, 45.0 s of it waiting for the rate limit`` when the run waited, else nothing."""
+    requests = (report.get("observations") or {}).get("requests")
+    seconds = requests.get("seconds_waited_for_rate_limit") if isinstance(requests, dict) else None
+    if not isinstance(seconds, int | float) or seconds <= 0:
+        return ""
+    return f", {seconds:.1f} s of it waiting for the rate limit"
 
 
 def _data_lines(report: dict[str, Any]) -> list[Text]:
@@ -513,18 +528,17 @@ def _failure_lines(report: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def _observed_lines(report: dict[str, Any]) -> list[Text]:
-    """The first :data:`MAX_OBSERVED_SHOWN` observations, and how many more there are."""
+def _observed_lines(report: dict[str, Any], limit: int | None) -> list[Text]:
+    """The observations, one whole line each: the first ``limit`` and how many more
+    there are (a terminal), or every one (``None``: a pipe or a log, where grep reads them)."""
     from rich.text import Text
 
     observed = [o for c in report["checks"] for o in c.get("observed", [])]
+    shown = observed if limit is None else observed[:limit]
     # One observation, one whole line (never cut mid-token): grep finds it in a log.
-    lines = [
-        Text(" ".join(f"observed: {_observed_line(o)}".split()))
-        for o in observed[:MAX_OBSERVED_SHOWN]
-    ]
-    if len(observed) > MAX_OBSERVED_SHOWN:
-        more = len(observed) - MAX_OBSERVED_SHOWN
+    lines = [Text(" ".join(f"observed: {_observed_line(o)}".split())) for o in shown]
+    if len(observed) > len(shown):
+        more = len(observed) - len(shown)
         lines.append(Text(f"observed: ... and {more} more in report.json / report.html"))
     return lines
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -23,6 +23,7 @@ import httpx
 from toolkit import catalogue as cat
 from toolkit import redaction
 from toolkit.redaction import REDACTED, secret_forms
+from toolkit.throttle import RATE_LIMITED, WaitListener, remaining_reason
 
 __all__ = [
     "DEFAULT_USER_AGENT",
@@ -163,6 +164,7 @@ class Session:
         self.epoch = 0
         self.waited = 0.0
         self._sleep = sleep
+        self._listeners: list[WaitListener] = []
         self.add_secret(client_secret)
         self._token: Token | None = None
         self._http = httpx.Client(timeout=timeout, follow_redirects=False)
@@ -254,10 +256,33 @@ class Session:
                     return None
         return None
 
-    def wait(self, seconds: float) -> None:
-        """Sleep ``seconds`` (a 429's ``retry-after``), counted in ``waited``."""
+    def subscribe(self, listener: WaitListener) -> Callable[[], None]:
+        """Call ``listener(seconds, reason)`` before every rate-limit wait; returns the unsubscribe.
+
+        The same hook as :meth:`toolkit.throttle.Throttle.subscribe`, so ``pmtk check``
+        shows its waits as ``pmtk sync`` does. A listener's error never stops the wait.
+        """
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _sleep_for(self, seconds: float, reason: str) -> None:
+        """Announce, count in ``waited``, then sleep ``seconds``."""
+        for listener in list(self._listeners):
+            try:
+                listener(seconds, reason)
+            except Exception:  # a display that fails must not stop the run
+                continue
         self.waited += seconds
         self._sleep(seconds)
+
+    def wait(self, seconds: float, reason: str = RATE_LIMITED) -> None:
+        """Sleep ``seconds`` (a 429's ``retry-after``), counted in ``waited``."""
+        self._sleep_for(seconds, reason)
 
     def pace(self) -> None:
         """Wait while the deployment says fewer than PACE_RESERVE requests remain."""
@@ -266,9 +291,7 @@ class Session:
             return
         # A sliding window frees slots only as old requests age out; wait a slice of it and
         # let the next response say how much room there is.
-        pause = cat.RATE_LIMIT_WINDOW_SECONDS / 12
-        self.waited += pause
-        self._sleep(pause)
+        self._sleep_for(cat.RATE_LIMIT_WINDOW_SECONDS / 12, remaining_reason(remaining))
 
     # ------------------------------------------------------------------ requests
 

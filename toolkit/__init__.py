@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the names re-exported lazily below, for type checkers
     from toolkit import catalogue, errors
     from toolkit.client import Client, FetchSummary, connect, search_params
     from toolkit.config import region_for_country
+    from toolkit.days import local_day
     from toolkit.errors import (
         ApiError,
         ConfigurationError,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # the names re-exported lazily below, for type checkers
         PmtkError,
         RequestValidationError,
     )
+    from toolkit.listing import search_pairs
     from toolkit.schemas import validate
     from toolkit.store import load, sync
     from toolkit.throttle import RetryPolicy
@@ -75,6 +77,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "FetchSummary": ("toolkit.client", "FetchSummary"),
     "connect": ("toolkit.client", "connect"),
     "search_params": ("toolkit.client", "search_params"),
+    "search_pairs": ("toolkit.listing", "search_pairs"),
+    "local_day": ("toolkit.days", "local_day"),
     "region_for_country": ("toolkit.config", "region_for_country"),
     "RetryPolicy": ("toolkit.throttle", "RetryPolicy"),
     "flatten": ("toolkit.views", "flatten"),

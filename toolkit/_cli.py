@@ -24,6 +24,7 @@ never cut nor wrapped, tables as aligned text.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
@@ -146,6 +147,71 @@ def table_lines(table: Any) -> list[str]:
     return lines
 
 
+_WHOLE_VALUE = re.compile(r"[-+]?[\d][\d.,]*(?:\s?(?:s|ms|%))?|-|[-+]?[\d.,]+/[\d.,?]+")
+"""A cell that is a value (``1,641``, ``53.5 s``, ``-``): never wrapped nor cut."""
+
+
+def fitted_table(table: Any, width: int) -> Any:
+    """``table`` laid out in ``width`` columns without losing a value, or ``None``.
+
+    The one rule of every command on a terminal: a cell of text may wrap (at word
+    boundaries), a number or a name never does. The first column (the names) and
+    every column whose cells are all values keep their width; the others wrap. The
+    layout is drawn once off-screen and refused (``None``: the caller prints whole
+    lines) when any value, name or word did not come out whole.
+    """
+    import copy
+
+    from rich.console import Console
+
+    fitted = copy.copy(table)
+    fitted.columns = [copy.copy(c) for c in table.columns]
+    whole: list[str] = []
+    words: list[str] = []
+    for i, column in enumerate(fitted.columns):
+        cells = [" ".join(_cell_text(c).split()) for c in column.cells]
+        if i == 0 or all(_WHOLE_VALUE.fullmatch(c) for c in cells if c):
+            column.no_wrap = True
+            whole.extend(c for c in cells if c)
+        else:
+            column.no_wrap, column.overflow, column.max_width = False, "fold", None
+            words.extend(w for c in cells for w in c.split())
+        words.extend(_cell_text(column.header).split())
+    for box in (fitted.box, None):  # with its lines, else without (3 columns a cell less)
+        fitted.box = box
+        fitted.pad_edge = box is not None
+        probe = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
+        probe.print(fitted)
+        drawn = probe.file.getvalue()  # type: ignore[attr-defined]
+        cut = "…" in drawn or any(len(line) > width for line in drawn.splitlines())
+        if not cut and all(text in drawn for text in (*whole, *words)):
+            return fitted
+    return None
+
+
+def record_lines(table: Any) -> list[Any]:
+    """A table as one paragraph per row, for a terminal too narrow for its columns.
+
+    ``Organization: mode full, status updated, fetched 23, rows 23, ...``: the row's
+    name, then each column's header and value; the console wraps the paragraph at
+    spaces, so every value and name stays whole and every row stays together.
+    """
+    from rich.text import Text
+
+    columns = table.columns
+    header = [" ".join(_cell_text(c.header).split()) for c in columns]
+    body = [[" ".join(_cell_text(cell).split()) for cell in c.cells] for c in columns]
+    out: list[Any] = []
+    if table.title:
+        out.append(Text(" ".join(_cell_text(table.title).split())))
+    for row in zip(*body, strict=True) if body else []:
+        pairs = [f"{header[i]} {value}" for i, value in enumerate(row) if i and value]
+        out.append(Text(f"{row[0]}: {', '.join(pairs)}"))
+    if table.caption:
+        out.append(Text(" ".join(_cell_text(table.caption).split())))
+    return out
+
+
 def emit(console: Any, renderable: Any) -> None:
     """Print ``renderable``; on a plain console, tables become aligned lines of text."""
     from rich.console import Group
@@ -155,6 +221,10 @@ def emit(console: Any, renderable: Any) -> None:
     if console.is_terminal and not console.no_color:
         from rich.measure import Measurement
 
+        if isinstance(renderable, Group):
+            for part in renderable.renderables:
+                emit(console, part)
+            return
         fits = not isinstance(renderable, Table) or (
             Measurement.get(console, console.options.update(width=PLAIN_WIDTH), renderable).maximum
             <= console.width
@@ -162,9 +232,14 @@ def emit(console: Any, renderable: Any) -> None:
         if fits:
             console.print(renderable)
             return
-        # A table wider than the terminal would be squeezed ("2,…"): whole lines instead.
-        for text in table_lines(renderable):
-            console.print(Text(text))
+        # Too wide: rich would squeeze every column ("2,…"). Wrap the text cells instead,
+        # keeping every number and name whole; where even that cannot fit, whole lines.
+        fitted = fitted_table(renderable, console.width)
+        if fitted is not None:
+            console.print(fitted)
+            return
+        for text in record_lines(renderable):
+            console.print(text, soft_wrap=False, overflow="fold")
         return
     if isinstance(renderable, Group):
         for part in renderable.renderables:
@@ -309,7 +384,11 @@ class PmtkGroup(TyperGroup):
         except NoArgsIsHelpError as exc:  # plain `pmtk`: the help, as a usage error
             if not standalone:
                 raise
-            sys.stderr.write((exc.ctx.get_help() if exc.ctx is not None else "") + "\n")
+            # The error was built from ctx.get_help(), which with rich help has printed
+            # the help already (and returned ""): print only what it returned, so the
+            # help appears once, never twice.
+            if exc.message:
+                sys.stderr.write(exc.message + "\n")
             sys.exit(EXIT_REFUSED)
         except UsageError as exc:
             if not standalone:

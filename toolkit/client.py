@@ -298,7 +298,8 @@ class Client:
         TransportError
             When the deployment could not be reached after the allowed retries.
         """
-        query = {k: listing.param_value(v) for k, v in (params or {}).items() if v is not None}
+        # A list or tuple repeats its parameter (FHIR: AND), as a search keyword does.
+        query = listing.search_pairs({}, params)
         return self._call(
             method,
             path,
@@ -705,7 +706,7 @@ class Client:
         if declared is None:
             return []
         allowed = declared.get(resource_type, set()) | catalogue.RESULT_PARAMETERS
-        names = listing.search_params(search)
+        names = dict.fromkeys(name for name, _ in listing.search_pairs(search))
         return [name for name in names if name.split(":")[0] not in allowed]
 
     def find(
@@ -742,7 +743,7 @@ class Client:
         unambiguously (the mock's ids name the role and are unique).
         """
         listing.check_duration(duration)
-        query = search_params({"start": start, "end": end, "duration": duration, **filters})
+        query = listing.search_pairs({"start": start, "end": end, "duration": duration, **filters})
         walk = self._new_walk("Appointment", _FIND_PATH, query, track_ids=False)
         return listing.proposed_frame(r for page in self._walk(walk) for r in page.records)
 

@@ -2,8 +2,9 @@
 
 One configuration path serves :class:`toolkit.Client`, :func:`toolkit.connect`,
 ``pmtk check``, ``pmtk sync`` and the notebooks. Each setting comes from a keyword
-argument, else the environment, else a ``.env`` file in the working directory
-(read by pydantic-settings):
+argument, else the environment, else a ``.env`` file: the nearest one from the
+working directory up to the project root (:func:`find_dotenv`; read by
+pydantic-settings):
 
 ==================  =====================  ==============================================
 Argument            Environment variable   Meaning
@@ -225,11 +226,53 @@ def _read_environment(environ: Mapping[str, str] | None) -> _Environment:
         _check_timezone(env.timezone, "environment")
         return env
     _check_names(list(os.environ), "environment")
-    _check_names(_dotenv_names(Path(".env")), "file .env")
-    env = _Environment()
-    where = "environment" if os.environ.get("PM_TIMEZONE") else "file .env"
-    _check_timezone(env.timezone, where)
+    dotenv = find_dotenv()
+    where = f"file {dotenv}" if dotenv is not None else "file .env"
+    _check_names(_dotenv_names(dotenv) if dotenv is not None else [], where)
+    env = _Environment(_env_file=dotenv)  # type: ignore[call-arg]
+    _check_timezone(env.timezone, "environment" if os.environ.get("PM_TIMEZONE") else where)
     return env
+
+
+PROJECT_MARKERS = (".git", "pyproject.toml")
+"""What marks a project's root folder: the ``.env`` search goes no higher."""
+
+
+def project_root(start: Path | None = None) -> Path | None:
+    """The project ``start`` (default the working directory) is in: the nearest folder
+    from it upwards that holds ``.git`` or ``pyproject.toml``; ``None`` outside any."""
+    here = (start if start is not None else Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return None
+
+
+def find_dotenv(start: Path | None = None) -> Path | None:
+    """The ``.env`` file settings are read from: the nearest one up to the project root.
+
+    From ``start`` (default the working directory) up through its parents to the
+    project root, the first folder holding ``.git`` or ``pyproject.toml``: ``pmtk
+    sync`` run in ``docs/`` reads the project's ``.env`` (it used to look in ``docs/``
+    only, find nothing and sync the embedded mock). Outside any project only
+    ``start`` itself is looked in: a ``.env`` in a home folder or ``/`` is never
+    picked up by a command run somewhere below it.
+
+    Examples
+    --------
+    >>> find_dotenv(Path("/")) is None or find_dotenv(Path("/")) == Path("/.env")
+    True
+    """
+    here = (start if start is not None else Path.cwd()).resolve()
+    root = project_root(here)
+    folders = (
+        [here] if root is None else [here, *here.parents[: len(here.parents) - len(root.parents)]]
+    )
+    for folder in folders:
+        candidate = folder / ".env"
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def region_for_country(country: str) -> str:

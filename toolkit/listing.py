@@ -40,7 +40,9 @@ __all__ = [
     "newest_records",
     "open_walk",
     "param_value",
+    "param_values",
     "proposed_frame",
+    "search_pairs",
     "search_params",
     "validated_frame",
     "validated_frames",
@@ -63,6 +65,10 @@ Params = Mapping[str, Any] | Sequence[tuple[str, Any]]
 def param_value(value: Any) -> str:
     """One query parameter value as the API reads it.
 
+    A collection becomes one comma-separated value, which FHIR reads as *any of* (OR):
+    this is what a set gives as a search keyword. A list or tuple given as a search
+    keyword instead repeats the parameter (:func:`search_pairs`).
+
     Examples
     --------
     >>> param_value(True), param_value(date(2026, 1, 2)), param_value(["a", "b"])
@@ -77,31 +83,104 @@ def param_value(value: Any) -> str:
     return str(value)
 
 
-def search_params(
-    search: Mapping[str, Any], params: Mapping[str, Any] | None = None
-) -> dict[str, str]:
-    """Map Python keyword names to API query parameters.
+ANY_OF_PARAMETERS = frozenset({"_id"})
+"""Parameters whose list is *any of* (one comma-joined value): a record has one id, so
+``_id=a&_id=b`` (all of two ids) could match nothing; ``ids=[...]`` asks for those records."""
 
-    ``last_updated`` -> ``_lastUpdated``, ``count`` -> ``_count``, ``id`` ->
-    ``_id``, ``sort`` -> ``_sort``, ``total`` -> ``_total``; other underscores
-    become hyphens (``practitioner_role`` -> ``practitioner-role``). Lists are
-    comma-joined, dates and datetimes ISO-formatted. ``params`` passes raw names
-    unchanged and wins on a clash. ``None`` values are dropped.
+
+def param_values(name: str, value: Any) -> list[str]:
+    """The values of one query parameter: one per item of a list or tuple, else one.
+
+    FHIR reads a repeated parameter as *all of* (AND) and a comma inside one value as
+    *any of* (OR): ``date=["ge2026-11-02", "lt2026-11-09"]`` is the week (two
+    parameters), never ``date=ge2026-11-02,lt2026-11-09`` (any date at all, which
+    servers refuse). A set or frozenset stays one comma-joined value (OR), as does a
+    string with commas in it, and a list of ids (:data:`ANY_OF_PARAMETERS`).
+
+    Raises
+    ------
+    ConfigurationError
+        An empty list or tuple: it would drop the filter and return every record.
 
     Examples
     --------
-    >>> search_params({"last_updated": "gt2026-01-01T00:00:00Z", "id": ["a", "b"]})
-    {'_lastUpdated': 'gt2026-01-01T00:00:00Z', '_id': 'a,b'}
+    >>> param_values("date", ["ge2026-11-02", "lt2026-11-09"])
+    ['ge2026-11-02', 'lt2026-11-09']
+    >>> param_values("_id", ["a", "b"]), param_values("subject", frozenset({"a"}))
+    (['a,b'], ['a'])
     """
-    out: dict[str, str] = {}
+    if isinstance(value, list | tuple) and name in ANY_OF_PARAMETERS and value:
+        return [param_value(value)]
+    if isinstance(value, list | tuple):
+        if not value:
+            msg = (
+                f"{name}= got an empty {type(value).__name__}: it would drop the filter and "
+                "return every record; leave the keyword out (or pass None) for no filter"
+            )
+            raise ConfigurationError(msg)
+        return [param_value(v) for v in value]
+    return [param_value(value)]
+
+
+def search_pairs(
+    search: Mapping[str, Any], params: Mapping[str, Any] | None = None
+) -> list[tuple[str, str]]:
+    """Map Python keyword names to API query parameters, as ``(name, value)`` pairs.
+
+    ``last_updated`` -> ``_lastUpdated``, ``count`` -> ``_count``, ``id`` ->
+    ``_id``, ``sort`` -> ``_sort``, ``total`` -> ``_total``; other underscores
+    become hyphens (``practitioner_role`` -> ``practitioner-role``). A list or
+    tuple repeats the parameter (FHIR: all of, AND), except a list of ids; a set
+    is comma-joined (any of, OR); dates and datetimes are ISO-formatted. ``params`` passes raw names
+    unchanged and replaces a keyword of the same name. ``None`` values are dropped.
+
+    Examples
+    --------
+    >>> search_pairs({"date": ["ge2026-11-02", "lt2026-11-09"], "id": "a,b"})
+    [('date', 'ge2026-11-02'), ('date', 'lt2026-11-09'), ('_id', 'a,b')]
+    """
+    raw = [(key, value) for key, value in (params or {}).items() if value is not None]
+    named = {key for key, _ in raw}
+    out: list[tuple[str, str]] = []
     for key, value in search.items():
         if value is None:
             continue
         name = _SEARCH_ALIASES.get(key, key if key.startswith("_") else key.replace("_", "-"))
-        out[name] = param_value(value)
-    for key, value in (params or {}).items():
-        if value is not None:
-            out[key] = param_value(value)
+        if name not in named:
+            out.extend((name, v) for v in param_values(name, value))
+    for key, value in raw:
+        out.extend((key, v) for v in param_values(key, value))
+    return out
+
+
+def search_params(
+    search: Mapping[str, Any], params: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """Map Python keyword names to API query parameters, one value per name.
+
+    The names and values of :func:`search_pairs`, as a dict. A list or tuple of
+    two or more values repeats its parameter, which a dict cannot hold: use
+    :func:`search_pairs` for those.
+
+    Raises
+    ------
+    ConfigurationError
+        A keyword given as a list or tuple of several values.
+
+    Examples
+    --------
+    >>> search_params({"last_updated": "gt2026-01-01T00:00:00Z", "id": "a,b"})
+    {'_lastUpdated': 'gt2026-01-01T00:00:00Z', '_id': 'a,b'}
+    """
+    out: dict[str, str] = {}
+    for name, value in search_pairs(search, params):
+        if name in out:
+            msg = (
+                f"{name} is given several values, which repeat the parameter (AND): "
+                "use search_pairs(), which returns (name, value) pairs"
+            )
+            raise ConfigurationError(msg)
+        out[name] = value
     return out
 
 
@@ -127,11 +206,16 @@ def list_query(
         if key not in known:
             raise unknown_name("search keyword", key, known, f" for {resource_type}")
     if params is None or isinstance(params, Mapping):
-        pairs = list(search_params(search, params).items())
+        pairs = search_pairs(search, params)
     else:
-        raw = [(str(k), param_value(v)) for k, v in params if v is not None]
+        raw = [
+            (str(k), v)
+            for k, value in params
+            if value is not None
+            for v in param_values(str(k), value)
+        ]
         named = {k for k, _ in raw}
-        pairs = [(k, v) for k, v in search_params(search).items() if k not in named] + raw
+        pairs = [(k, v) for k, v in search_pairs(search) if k not in named] + raw
     counts = [v for k, v in pairs if k == "_count"] or [str(catalogue.MAX_PAGE_SIZE)]
     if not any(k == "_count" for k, _ in pairs):
         pairs.append(("_count", counts[0]))

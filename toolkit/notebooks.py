@@ -34,6 +34,7 @@ from typing import Annotated, Any
 
 import typer
 
+from toolkit.errors import PmtkError
 from toolkit.notebook_data import NotebookData, notebook_data, notebook_store_dir
 
 __all__ = [
@@ -45,9 +46,11 @@ __all__ = [
     "REPORT_HIDE_TAG",
     "REPORT_SUMMARY_TAG",
     "KeyFigures",
+    "MissingExtra",
     "NotebookData",
     "RenderResult",
     "chart_html",
+    "default_html_dir",
     "default_notebook_dir",
     "execute_notebook",
     "kernel_manager_class",
@@ -59,6 +62,7 @@ __all__ = [
     "render_html",
     "render_notebooks",
     "report_cells",
+    "require_notebook_modules",
     "setup_charts",
     "vega_script",
 ]
@@ -401,8 +405,47 @@ class RenderResult:
         return self.error is None
 
 
+SHIPPED_NOTEBOOKS = Path(__file__).resolve().parent / "_notebooks"
+"""The notebooks inside an installed pmtk: the wheel carries a copy of the repository's
+``notebooks/`` here (``force-include`` in pyproject.toml), so a project that installed
+``pmtk-practice`` runs its reports without the repository."""
+
+NOTEBOOK_MODULES = ("nbformat", "nbclient", "nbconvert", "ipykernel", "jupyter_client")
+"""What executing and rendering a notebook imports: the ``notebooks`` extra."""
+
+EXTRA_INSTALL = 'pip install "pmtk-practice[notebooks]" (or: uv add "pmtk-practice[notebooks]")'
+
+
+class MissingExtra(PmtkError, ImportError):
+    """A command needs an optional extra of pmtk that is not installed; the message
+    names the missing modules and the install command."""
+
+
+def require_notebook_modules() -> None:
+    """Refuse, naming the ``notebooks`` extra, when a module notebooks need is missing.
+
+    Raises
+    ------
+    MissingExtra
+        ``pmtk notebooks needs the "notebooks" extra ... (missing: nbformat, ...)``.
+    """
+    import importlib.util
+
+    missing = [m for m in NOTEBOOK_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        msg = (
+            f'running the notebooks needs the "notebooks" extra of pmtk, which is not '
+            f"installed (missing: {', '.join(missing)}): {EXTRA_INSTALL}"
+        )
+        raise MissingExtra(msg)
+
+
 def default_notebook_dir() -> Path:
-    """The ``notebooks/`` folder: beside the package in a checkout, else under the cwd.
+    """The notebooks to run: the checkout's ``notebooks/``, else the ones pmtk ships.
+
+    In a checkout, the ``notebooks/`` folder beside the package; in an installed
+    pmtk, the copy inside the package (:data:`SHIPPED_NOTEBOOKS`); else
+    ``notebooks/`` under the working directory.
 
     Returns
     -------
@@ -412,7 +455,23 @@ def default_notebook_dir() -> Path:
     beside_package = Path(__file__).resolve().parent.parent / "notebooks"
     if beside_package.is_dir():
         return beside_package
+    if SHIPPED_NOTEBOOKS.is_dir():
+        return SHIPPED_NOTEBOOKS
     return Path.cwd() / "notebooks"
+
+
+def default_html_dir() -> Path:
+    """Where ``pmtk notebooks`` writes its pages without ``--html``: the project's ``build/``.
+
+    ``build/notebooks`` under the project root (:func:`toolkit.config.project_root`,
+    the nearest folder up with ``.git`` or ``pyproject.toml``), so the command run in
+    ``docs/`` does not make ``docs/build/``; outside any project, under the working
+    directory.
+    """
+    from toolkit.config import project_root
+
+    root = project_root()
+    return (root if root is not None else Path.cwd()) / "build" / "notebooks"
 
 
 def notebook_paths(directory: Path | None = None, only: Sequence[str] = ()) -> list[Path]:
@@ -442,7 +501,13 @@ def notebook_paths(directory: Path | None = None, only: Sequence[str] = ()) -> l
         found = [p for p in found if any(p.name.startswith(o) for o in only)]
     if not found:
         which = f" matching {', '.join(only)}" if only else ""
-        msg = f"no numbered notebooks{which} in {folder}"
+        hint = (
+            "; --only keeps the notebooks whose name starts with it (01 ... 05)"
+            if only
+            else "; pass --source DIR, a folder of NN_name.ipynb notebooks"
+            + ("" if directory is not None else ", or leave it out to run pmtk's own")
+        )
+        msg = f"no numbered notebooks{which} in {folder}{hint}"
         raise FileNotFoundError(msg)
     return found
 
@@ -504,6 +569,7 @@ def execute_notebook(
         The executed notebook (outputs filled in, up to a failing cell) and the
         error text of the failing cell, or ``None``.
     """
+    require_notebook_modules()
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -648,6 +714,7 @@ def render_notebooks(
         One result per notebook, in order. A failing notebook does not stop the
         others; check :attr:`RenderResult.ok`.
     """
+    require_notebook_modules()  # before the folder is made: no empty build/ left behind
     paths = list(notebooks) if notebooks is not None else notebook_paths()
     out_dir.mkdir(parents=True, exist_ok=True)
     results: list[RenderResult] = []
@@ -663,9 +730,13 @@ def render_notebooks(
 
 def notebooks_command(
     html: Annotated[
-        Path,
-        typer.Option("--html", help="Folder to write the rendered HTML pages into."),
-    ] = Path("build/notebooks"),
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Folder to write the rendered HTML pages into "
+            "(default: build/notebooks at the project's root).",
+        ),
+    ] = None,
     report: Annotated[
         bool,
         typer.Option(
@@ -681,7 +752,11 @@ def notebooks_command(
     ] = None,
     source: Annotated[
         Path | None,
-        typer.Option("--source", help="Folder holding the notebooks (default: notebooks/)."),
+        typer.Option(
+            "--source",
+            help="Folder holding the notebooks (default: the checkout's notebooks/, "
+            "else the ones installed with pmtk).",
+        ),
     ] = None,
     timeout: Annotated[int, typer.Option(help="Seconds allowed per cell.")] = 300,
 ) -> None:
@@ -692,12 +767,14 @@ def notebooks_command(
     """
     try:
         paths = notebook_paths(source, only or ())
-    except FileNotFoundError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
+        require_notebook_modules()
+    except (FileNotFoundError, MissingExtra) as exc:
+        typer.echo(f"pmtk notebooks: {exc}", err=True)
+        raise typer.Exit(2) from None
+    out = html if html is not None else default_html_dir()
     failed = 0
     for path in paths:
-        (result,) = render_notebooks(html, notebooks=[path], timeout=timeout, report=report)
+        (result,) = render_notebooks(out, notebooks=[path], timeout=timeout, report=report)
         state = "ok" if result.ok else "FAILED"
         typer.echo(f"{state:6} {result.seconds:6.1f}s  {path.name} -> {result.html}")
         if not result.ok:

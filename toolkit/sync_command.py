@@ -225,7 +225,7 @@ def sync_command(
     with _forgotten_if_nothing_staged(out, fresh, display):
         summary = _run(err, display, client, out, wanted, options, quiet=quiet, output=output)
     _print_repaired(err, summary)
-    _print_summary(summary, quiet=quiet, output=output)
+    _print_summary(summary, quiet=quiet, output=output, rebuild=rebuild)
     if view:
         _write_views(err, out, view, quiet=quiet_run)
 
@@ -272,14 +272,47 @@ def _progress(err: Any, *, quiet: bool) -> Any:
     )
 
 
-def _print_summary(summary: Any, *, quiet: bool, output: str) -> None:
-    """The summary on stdout: a table (plain lines off a terminal) or one JSON document."""
+def _print_summary(summary: Any, *, quiet: bool, output: str, rebuild: bool = False) -> None:
+    """The summary on stdout: a table (plain lines off a terminal) or one JSON document.
+
+    A ``--rebuild`` sent no request: its pages and records came from the store's raw
+    records, and the summary says so instead of reporting them as fetched.
+    """
     if output == "json":
         import json
 
-        typer.echo(json.dumps(summary_json(summary), ensure_ascii=False))
+        data = summary_json(summary)
+        if rebuild:
+            data["source"] = "raw records"
+            data["pages_fetched"] = 0
+        typer.echo(json.dumps(data, ensure_ascii=False))
     elif not quiet:
-        emit(make_console(), summary.table())
+        table = summary.table()
+        if rebuild:
+            _as_rebuild(table, summary)
+        emit(make_console(), table)
+
+
+REBUILD_HEADERS = {"fetched": "read from raw", "pages": "raw pages"}
+"""Summary columns of a ``--rebuild``: nothing was fetched, pages were read from the store."""
+
+
+def _as_rebuild(table: Any, summary: Any) -> None:
+    """Retitle the summary table of a rebuild: read from the raw records, 0 pages fetched."""
+    from rich.text import Text
+
+    for column in table.columns:
+        header = column.header.plain if isinstance(column.header, Text) else column.header
+        if header in REBUILD_HEADERS:
+            column.header = REBUILD_HEADERS[header]
+    table.title = Text(f"pmtk sync --rebuild -> {summary.out}")
+    caption = table.caption.plain if isinstance(table.caption, Text) else str(table.caption)
+    fetched = f"{summary.requests} requests ({summary.pages} pages) in {summary.elapsed:.1f} s"
+    read = (
+        f"{summary.requests} requests, 0 pages fetched: {summary.pages} pages read from "
+        f"the raw records in {summary.elapsed:.1f} s"
+    )
+    table.caption = Text(caption.replace(fetched, read, 1))
 
 
 def summary_json(summary: Any) -> dict[str, Any]:

@@ -69,11 +69,34 @@ PACING = "rate limit pacing"
 RATE_LIMITED = "rate limit (429)"
 """Wait reason: the server answered 429 (waiting out ``retry-after`` or a growing pause)."""
 
-WINDOW_SPENT = "rate limit (server reports 0 requests left)"
-"""Wait reason: the server's ``x-ratelimit-remaining`` reached 0."""
+WINDOW_SPENT = "rate limit (0 left)"
+"""Wait reason: the server's ``x-ratelimit-remaining`` reached 0. Short, so that
+``waiting 49 s: rate limit (0 left)`` fits the bar of an 80-column terminal whole."""
 
 WaitListener = Callable[[float, str], None]
 """``listener(seconds, reason)``, called before the throttle sleeps."""
+
+
+def wait_notice(seconds: float, reason: str) -> str:
+    """How pmtk words a wait on a progress line: ``waiting 12 s: rate limit (429)``.
+
+    Examples
+    --------
+    >>> wait_notice(11.6, RATE_LIMITED)
+    'waiting 12 s: rate limit (429)'
+    """
+    return f"waiting {seconds:.0f} s: {reason}"
+
+
+def remaining_reason(remaining: int) -> str:
+    """The wait reason when the server's ``x-ratelimit-remaining`` is down to ``remaining``.
+
+    Examples
+    --------
+    >>> remaining_reason(0) == WINDOW_SPENT
+    True
+    """
+    return f"rate limit ({remaining} left)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -309,6 +309,32 @@ def test_tz_and_pm_timezone_override_every_clinic(monkeypatch: pytest.MonkeyPatc
     ]
 
 
+def test_an_override_zone_keeps_each_appointments_clinic(monkeypatch: pytest.MonkeyPatch) -> None:
+    # PM_TIMEZONE (or tz=) changes the clock, not which clinic an appointment is at:
+    # notebook 03 groups by clinic and crashed ("unable to find column clinic") when set.
+    zones = analysis.organization_zones(*_group())
+    roles = analysis.role_zones(_roles(), zones, default=analysis.practice_zone(zones))
+    appointment, participant = _appointments(
+        [
+            ("B1", "PR-B", dt.datetime(2026, 1, 15, 0, 0, tzinfo=UTC)),
+            ("P1", "PR-P", dt.datetime(2026, 1, 15, 0, 0, tzinfo=UTC)),
+            ("X1", "PR-X", dt.datetime(2026, 1, 15, 0, 0, tzinfo=UTC)),
+        ]
+    )
+    now = dt.datetime(2026, 11, 1, tzinfo=UTC)
+    monkeypatch.setenv("PM_TIMEZONE", "Europe/London")
+    for tz in (None, "Pacific/Auckland"):
+        visits = analysis.appointment_visits(
+            appointment, participant, now=now, zones=roles, default_zone="Australia/Perth", tz=tz
+        )
+        zone = tz or "Europe/London"
+        assert visits.select("id", "clinic", "clinic_id", "time_zone").rows() == [
+            ("B1", "Brisbane clinic", "CL-BNE", zone),
+            ("P1", "Perth clinic", "CL-PER", zone),
+            ("X1", "CL-GONE", "CL-GONE", zone),
+        ]
+
+
 def test_a_bad_pm_timezone_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PM_TIMEZONE", "Sydney")
     with pytest.raises(TimeZoneError, match=r"PM_TIMEZONE='Sydney' is not an IANA time zone"):

@@ -82,3 +82,16 @@ def test_a_table_too_wide_for_the_terminal_is_printed_as_whole_lines() -> None:
     shown = narrow.file.getvalue()  # type: ignore[attr-defined]
     assert "…" not in shown and "2,034" in shown and "incremental (resumed)" in shown
     assert table_lines(table)[2].split()[:2] == ["Appointment", "incremental"]
+
+
+def test_pmtk_without_arguments_prints_the_help_once_and_exits_2() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pmtk = Path(sys.executable).parent / "pmtk"
+    done = subprocess.run([str(pmtk)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    shown = done.stdout + done.stderr
+    assert shown.count("Usage: pmtk") == 1, shown
+    assert shown.count("Commands") == 1, shown

@@ -66,12 +66,12 @@ def test_region_for_country():
 
 def test_search_names_map_to_api_parameters():
     assert search_params(
-        {"last_updated": "gt2026-01-01T00:00:00Z", "count": 50, "id": ["a", "b"], "sort": "-date"},
+        {"last_updated": "gt2026-01-01T00:00:00Z", "count": 50, "id": {"a"}, "sort": "-date"},
         {"_total": "accurate"},
     ) == {
         "_lastUpdated": "gt2026-01-01T00:00:00Z",
         "_count": "50",
-        "_id": "a,b",
+        "_id": "a",
         "_sort": "-date",
         "_total": "accurate",
     }

@@ -474,3 +474,40 @@ def test_ctrl_c_exits_130_and_leaves_the_previous_reports_untouched(
     assert sorted(p.name for p in reports.iterdir()) == sorted(before)
     assert SECRET not in stdout + stderr
     _no_noise(stdout + stderr)
+
+
+def test_on_a_pipe_every_observation_is_one_whole_line(clean_run: dict[str, Any]) -> None:
+    # The README: on a pipe, "each observation of pmtk check one whole line", so grep
+    # finds every one; a terminal shows the first ones and says how many more.
+    proc, report = clean_run["proc"], clean_run["report"]
+    observed = [o for c in report["checks"] for o in c.get("observed", [])]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("observed: ")]
+    assert len(lines) == len(observed)
+    assert "more in report.json" not in proc.stdout
+
+
+def test_a_terminal_summary_shows_the_first_observations_and_counts_the_rest() -> None:
+    from contracts.report import MAX_OBSERVED_SHOWN, render_summary
+
+    observation = {
+        "field": "Coverage.payor", "rule": "reference-form", "source": "facts", "example": "x",
+    }  # fmt: skip
+    report = {
+        "target": {"base_url": "http://127.0.0.1:1/main", "embedded_mock": False},
+        "elapsed_seconds": 1.0,
+        "summary": {
+            "passed": 1, "failed": 0, "skipped": 0, "observed": 31, "requests": 3,
+            "by_category": {"reference": {"passed": 1, "failed": 0, "skipped": 0}},
+        },
+        "checks": [{"id": "reference.forms", "status": "passed",
+                    "observed": [{**observation, "count": n} for n in range(31)]}],
+    }  # fmt: skip
+    shown = render_summary(report).renderables
+    every = render_summary(report, observed_limit=None).renderables
+    texts = [str(t) for t in shown if str(t).startswith("observed:")]
+    assert len(texts) == MAX_OBSERVED_SHOWN + 1
+    assert (
+        texts[-1]
+        == f"observed: ... and {31 - MAX_OBSERVED_SHOWN} more in report.json / report.html"
+    )
+    assert len([t for t in every if str(t).startswith("observed:")]) == 31

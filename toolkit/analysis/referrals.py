@@ -93,7 +93,8 @@ def appointment_visits(
         The moment that separates past appointments from upcoming ones.
     tz
         One IANA zone for every appointment (``"UTC"`` reads all in UTC); wins over
-        ``PM_TIMEZONE`` and ``zones``.
+        ``PM_TIMEZONE`` and the zones of ``zones``, whose other columns (``clinic``,
+        ...) are still carried.
     zones, default_zone
         :func:`role_zones` (``practitioner_id``: the role id, ``time_zone``, columns
         to carry such as ``clinic``); the zone of others (:func:`practice_zone`).
@@ -114,8 +115,9 @@ def appointment_visits(
         _participants(participant), left_on="id", right_on="appointment_id", how="left"
     )
     chosen = override_zone(tz)
-    if chosen is None:
-        visits = _with_role_zones(visits, zones, default_zone)
+    # An override zone changes the clock only: each appointment keeps its clinic (and
+    # the other columns ``zones`` carries), and local_times writes the one zone.
+    visits = _with_role_zones(visits, zones, None if chosen is not None else default_zone)
     visits = _booked_date(local_times(visits, "start", tz=chosen), chosen)
     return visits.with_columns(_outcome_and_lead_times(_utc(now), "created" in visits.columns))
 

@@ -408,6 +408,9 @@ def load(
     -------
     polars.DataFrame or polars.LazyFrame
     """
+    # A misspelt type is named as such, before the store is opened: "did you mean
+    # 'Appointment'?", never "run pmtk sync --resource Appointmnet".
+    catalogue.resource(resource_type)
     if store is not None:
         from toolkit.lake.command import is_lake_target
 

@@ -161,6 +161,11 @@ class SyncProgress:
             # After a resume the server may not repeat its total: the bar ends on the
             # records fetched instead of staying at "2726/?" with its clock running.
             completed = known if known is not None else max(result.fetched, 0)
+            # Rich stops a bar's clock when its count first reaches the total (the last
+            # page), which left 0:00:00 on resources whose time went to waits and the
+            # merge after it: the clock stops here instead, at the resource's end, as the
+            # summary's elapsed does.
+            self.progress.tasks[task].finished_time = None
             self.progress.update(task, completed=completed, total=completed, status=None)
             self.progress.stop_task(task)
 

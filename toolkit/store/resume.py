@@ -19,6 +19,9 @@ from toolkit.store.results import PAGE_SIZE, STORE_FORMAT, Mode
 
 _T = TypeVar("_T")
 
+_POLL = 0.2
+"""Seconds between checks for Ctrl-C while the consumer waits for the next page."""
+
 
 class Prefetch(Generic[_T]):
     """Iterate ``pages`` in a worker thread, at most ``depth`` pages ahead.
@@ -68,7 +71,7 @@ class Prefetch(Generic[_T]):
         while True:
             batch: list[_T] = []
             end: tuple[str, Any] | None = None
-            kind, value = self._queue.get()
+            kind, value = self._next()
             while True:
                 if kind != "page":
                     end = (kind, value)
@@ -86,6 +89,20 @@ class Prefetch(Generic[_T]):
                 if end[0] == "error":
                     raise end[1]
                 return
+
+    def _next(self) -> tuple[str, Any]:
+        """The next item, waiting in short steps so that Ctrl-C is answered at once.
+
+        An untimed ``get`` can sleep through SIGINT until the worker hands on its
+        next page, up to a minute of rate-limit wait (Python runs the handler in
+        the main thread only once that thread wakes); a timed one wakes every
+        ``_POLL`` seconds and lets the handler raise ``KeyboardInterrupt``.
+        """
+        while True:
+            try:
+                return self._queue.get(timeout=_POLL)
+            except queue.Empty:
+                continue
 
     def __enter__(self) -> Prefetch:
         return self

@@ -208,6 +208,10 @@ class ResourceSyncer:
         # pages while the run was interrupted, the overlap (merged by id) keeps
         # them from falling into the gap.
         first_page = max(cp.pages_done, 1)
+        if cp.pages_done >= 1:
+            # The re-read page's records were counted when it was staged: count only the
+            # full pages before it, or they count twice (1,741 fetched for 1,641 rows).
+            cp.records = min(cp.records, (first_page - 1) * cp.page_size)
         self.txn.parts.drop_unrecorded(cp)
         staged_before = cp.parts
         requested = 0
