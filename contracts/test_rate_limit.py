@@ -21,8 +21,15 @@ def _authenticated(pm: Run) -> list[Exchange]:
     # The headers are read from the run's own answers. In a whole run the data checks
     # made them already (the sample is kept); a run of this category alone
     # (``--category rate-limit``) makes them here, or it would have nothing to inspect.
+    # An exchange another check's root cause spoiled (a 401 on a token revoked early) is
+    # that cause's finding (the cascade guard), not a response to judge here.
     pm.sample()
-    return [ex for ex in pm.session.log if ex.authenticated and ex.status is not None]
+    guard = pm.session.cascade
+    return [
+        ex
+        for ex in pm.session.log
+        if ex.authenticated and ex.status is not None and guard.cause_of(ex) is None
+    ]
 
 
 def _int(value: str | None) -> int | None:

@@ -106,6 +106,30 @@ def tokens_outlive_expires_in(dep: Deployment, client: httpx.Client) -> None:
     assert client.get("Patient").status_code == 200
 
 
+def token_revoked_early(dep: Deployment, client: httpx.Client) -> None:
+    from toolkit.mock.faults import REVOKE_AFTER_USES
+
+    token = httpx.post(
+        f"{dep.base_url}/oauth/token",
+        json={
+            "grant_type": "client_credentials",
+            "client_id": dep.client_id,
+            "client_secret": dep.client_secret,
+        },
+        headers={"User-Agent": USER_AGENT},
+    ).json()["access_token"]
+    claims = jwt.decode(token, options={"verify_signature": False})
+    headers = {"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT}
+    statuses = []
+    for _ in range(REVOKE_AFTER_USES + 1):
+        dep.reset_rate_limit()
+        response = httpx.get(f"{dep.base_url}/Organization/PG-1000", headers=headers)
+        statuses.append(response.status_code)
+    assert statuses == [200] * REVOKE_AFTER_USES + [401]
+    assert response.json()["issue"][0]["code"] == "expired"
+    assert claims["exp"] - claims["iat"] == 900  # the JWT still claims its 15 minutes
+
+
 def auth_not_enforced(dep: Deployment, client: httpx.Client) -> None:
     response = httpx.get(f"{dep.base_url}/Patient", headers={"User-Agent": USER_AGENT})
     assert response.status_code == 200 and response.json()["entry"]
@@ -188,6 +212,7 @@ CHECKS: dict[str, Callable[[Deployment, httpx.Client], None]] = {
     "rate-limit-not-enforced": rate_limit_not_enforced,
     "tokens-die-early": tokens_die_early,
     "tokens-outlive-expires-in": tokens_outlive_expires_in,
+    "token-revoked-early": token_revoked_early,
     "auth-not-enforced": auth_not_enforced,
     "any-secret-accepted": any_secret_accepted,
     "paging-loop": paging_loop,

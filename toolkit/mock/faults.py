@@ -35,6 +35,8 @@ __all__ = ["FAULT_PROFILES", "Fault", "fault_table", "make_fault"]
 
 DIE_EARLY_SECONDS = 300
 """When ``tokens-die-early`` refuses a token, in seconds after its issue."""
+REVOKE_AFTER_USES = 30
+"""How many requests ``token-revoked-early`` accepts with one token before refusing it."""
 
 
 class Fault:
@@ -126,6 +128,10 @@ class Fault:
     def token_deadline(self, issued: int, expires: int) -> float | None:
         """When a token issued at ``issued`` with ``exp`` ``expires`` stops working."""
         return expires
+
+    def token_revoked(self, uses: int) -> bool:
+        """Whether an unexpired token presented for the ``uses``-th time is refused."""
+        return False
 
     # ------------------------------------------------------------ writes
     books_taken_slots: ClassVar[bool] = False
@@ -298,6 +304,18 @@ class TokensOutliveExpiresIn(Fault):
 
     def token_deadline(self, issued: int, expires: int) -> float | None:
         return None
+
+
+class TokenRevokedEarly(Fault):
+    name = "token-revoked-early"
+    description = (
+        f"Each token refused (401 `expired`) after {REVOKE_AFTER_USES} requests, "
+        "its JWT `exp` still ~15 minutes away"
+    )
+    category = "token-lifetime"
+
+    def token_revoked(self, uses: int) -> bool:
+        return uses > REVOKE_AFTER_USES
 
 
 class AuthNotEnforced(Fault):
