@@ -123,3 +123,18 @@ def test_the_guard_groups_only_under_a_root_check_that_runs() -> None:
     rec.fail("GET /main/Patient (401) has no x-ratelimit-limit", refused)
     assert rec.problems == ["GET /main/Patient (401) has no x-ratelimit-limit"]
     assert session.cascade.follow_ons == {}
+
+
+def test_a_limit_counted_per_token_fails_rate_limit_scope_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    with serve(test_controls=True, fault="rate-limit-per-token") as dep:
+        code, report, output = _check(dep, tmp_path, "--probe-rate-limit")
+    assert code == 1, output
+    assert _failed(report) == {"rate-limit.scope": "rate-limit"}
+    scope = next(c for c in report["checks"] if c["id"] == "rate-limit.scope")
+    assert "a new token answered 200" in scope["message"]
+    assert "per token, not per client" in scope["message"]
+    assert scope["evidence"][0]["response"]["status"] == 200
+    # The burst itself was throttled as the spec says: only the scope is wrong.
+    assert report["observations"]["rate_limit_probe"]["first_429_at"] == 501

@@ -9,7 +9,7 @@ import httpx
 import jwt
 import pytest
 
-from tests.conftest import USER_AGENT, api_client
+from tests.conftest import USER_AGENT, api_client, token_for
 from tests.mock.test_booking import WINDOW, book_body
 from tests.mock.test_writes import attachment, referral_body
 from toolkit.mock import FAULT_PROFILES, Deployment, serve
@@ -90,6 +90,15 @@ def no_retry_after(dep: Deployment, client: httpx.Client) -> None:
 
 def rate_limit_not_enforced(dep: Deployment, client: httpx.Client) -> None:
     assert _exhaust(client).status_code == 200
+
+
+def rate_limit_per_token(dep: Deployment, client: httpx.Client) -> None:
+    dep.reset_rate_limit()
+    statuses = [client.get("Organization/PG-1000").status_code for _ in range(RATE + 1)]
+    assert statuses == [200] * RATE + [429]
+    fresh = {"Authorization": f"Bearer {token_for(dep)}"}
+    # The spec's limit is the client's: with a new token the same client is let through.
+    assert client.get("Organization/PG-1000", headers=fresh).status_code == 200
 
 
 def tokens_die_early(dep: Deployment, client: httpx.Client) -> None:
@@ -210,6 +219,7 @@ CHECKS: dict[str, Callable[[Deployment, httpx.Client], None]] = {
     "no-ratelimit-headers": no_ratelimit_headers,
     "no-retry-after": no_retry_after,
     "rate-limit-not-enforced": rate_limit_not_enforced,
+    "rate-limit-per-token": rate_limit_per_token,
     "tokens-die-early": tokens_die_early,
     "tokens-outlive-expires-in": tokens_outlive_expires_in,
     "token-revoked-early": token_revoked_early,

@@ -121,6 +121,10 @@ class Fault:
     enforces_rate_limit: ClassVar[bool] = True
     """Whether requests beyond the limit get 429."""
 
+    def rate_limit_key(self, client: str, token: str) -> str:
+        """Whose window a request counts in: the OAuth client's (the spec's limit is per client)."""
+        return client
+
     # ------------------------------------------------------------ tokens
     checks_secret: ClassVar[bool] = True
     """Whether the token endpoint checks the client secret (the client id always is)."""
@@ -281,6 +285,15 @@ class RateLimitNotEnforced(Fault):
     description = "Never answers 429"
     category = "rate-limit"
     enforces_rate_limit = False
+
+
+class RateLimitPerToken(Fault):
+    name = "rate-limit-per-token"
+    description = "The limit is counted per access token: a new token after a 429 is not throttled"
+    category = "rate-limit"
+
+    def rate_limit_key(self, client: str, token: str) -> str:
+        return f"{client} {token}"
 
 
 # ---------------------------------------------------------------- tokens and auth
