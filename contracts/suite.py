@@ -326,6 +326,8 @@ class Run:
         self.started = dt.datetime.now(dt.UTC)
         self.records: dict[str, CheckRecord] = {}
         self.observations: dict[str, Any] = {}
+        self.scratch: dict[str, Any] = {}
+        """State checks hand on to later checks that is not reported (the writes made)."""
         self._sample: Sample | None = None
 
     def target_info(self) -> dict[str, Any]:

@@ -138,3 +138,28 @@ def test_a_limit_counted_per_token_fails_rate_limit_scope_and_nothing_else(
     assert scope["evidence"][0]["response"]["status"] == 200
     # The burst itself was throttled as the spec says: only the scope is wrong.
     assert report["observations"]["rate_limit_probe"]["first_429_at"] == 501
+
+
+def test_a_patch_reply_whose_id_the_reads_do_not_use_fails_write_read_back(
+    tmp_path: Path,
+) -> None:
+    with serve(test_controls=True, fault="patch-reply-id-prefix") as dep:
+        code, report, output = _check(dep, tmp_path, "--allow-writes", "--category", "write")
+    assert code == 1, output
+    assert _failed(report) == {"write.read-back": "write"}
+    message = next(c for c in report["checks"] if c["id"] == "write.read-back")["message"]
+    assert "the reply's id is 'RF-" in message and "a read of the record says '" in message
+    assert "lastUpdated" not in message  # the stamp and the incremental search are right
+
+
+def test_a_patch_stamped_before_its_previous_version_fails_write_read_back(
+    tmp_path: Path,
+) -> None:
+    with serve(test_controls=True, fault="patch-stale-last-updated") as dep:
+        code, report, output = _check(dep, tmp_path, "--allow-writes", "--category", "write")
+    assert code == 1, output
+    assert _failed(report) == {"write.read-back": "write"}
+    message = next(c for c in report["checks"] if c["id"] == "write.read-back")["message"]
+    assert "is not after the previous version's" in message
+    assert "(before the write) does not find it" in message
+    assert "the reply's id" not in message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import jwt
@@ -184,6 +185,37 @@ def attachment_type_unchecked(dep: Deployment, client: httpx.Client) -> None:
     assert client.post("Referral", json=referral_body(attachments=[item])).status_code == 201
 
 
+def _patch_comment(dep: Deployment, client: httpx.Client) -> tuple[dict[str, Any], httpx.Response]:
+    dep.reset_rate_limit()
+    created = client.post("Referral", json=referral_body())
+    assert created.status_code == 201
+    record = created.json()
+    reply = client.patch(
+        f"Referral/{record['id']}",
+        json={"comment": "patched"},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert reply.status_code == 200
+    return record, reply
+
+
+def patch_reply_id_prefix(dep: Deployment, client: httpx.Client) -> None:
+    record, reply = _patch_comment(dep, client)
+    assert reply.json()["id"] == f"RF-{record['id']}"
+    assert client.get(f"Referral/{record['id']}").json()["id"] == record["id"]
+
+
+def patch_stale_last_updated(dep: Deployment, client: httpx.Client) -> None:
+    record, reply = _patch_comment(dep, client)
+    stamp = reply.json()["meta"]["lastUpdated"]
+    assert stamp < record["meta"]["lastUpdated"]  # ISO instants in UTC sort as text
+    search = client.get(
+        "Referral",
+        params={"_id": record["id"], "_lastUpdated": f"ge{record['meta']['lastUpdated']}"},
+    )
+    assert search.json().get("entry", []) == []
+
+
 def flaky_503(dep: Deployment, client: httpx.Client) -> None:
     dep.reset_rate_limit()
     statuses = []
@@ -230,6 +262,8 @@ CHECKS: dict[str, Callable[[Deployment, httpx.Client], None]] = {
     "wrong-content-type": wrong_content_type,
     "double-booking": double_booking,
     "attachment-type-unchecked": attachment_type_unchecked,
+    "patch-reply-id-prefix": patch_reply_id_prefix,
+    "patch-stale-last-updated": patch_stale_last_updated,
     "flaky-503": flaky_503,
     "drop-connections": drop_connections,
     "relative-next-links": relative_next_links,

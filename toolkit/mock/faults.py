@@ -35,6 +35,8 @@ __all__ = ["FAULT_PROFILES", "Fault", "fault_table", "make_fault"]
 
 DIE_EARLY_SECONDS = 300
 """When ``tokens-die-early`` refuses a token, in seconds after its issue."""
+STALE_HOURS = 3
+"""How far behind its write ``patch-stale-last-updated`` stamps a PATCH."""
 REVOKE_AFTER_USES = 30
 """How many requests ``token-revoked-early`` accepts with one token before refusing it."""
 
@@ -142,6 +144,13 @@ class Fault:
     """Whether ``$book`` books a slot that is already taken."""
     checks_attachment_types: ClassVar[bool] = True
     """Whether attachments of a content type the spec does not allow are refused."""
+
+    def patch_stamp(self, now: float) -> float:
+        """The ``meta.lastUpdated`` (epoch seconds) a PATCH stores for a write made at ``now``."""
+        return now
+
+    def patch_reply(self, rtype: str, record: dict[str, Any]) -> None:
+        """Change a copy of the stored record before it is sent as the PATCH's reply."""
 
 
 FAULT_PROFILES: dict[str, type[Fault]] = {}
@@ -387,6 +396,30 @@ class AttachmentTypeUnchecked(Fault):
     description = "Attachments of any content type are accepted"
     category = "write"
     checks_attachment_types = False
+
+
+class PatchReplyIdPrefix(Fault):
+    name = "patch-reply-id-prefix"
+    description = (
+        "A PATCH reply's `id` carries a prefix the reads do not (`RF-3041` where reads "
+        "say `3041`); what is stored is right"
+    )
+    category = "write"
+
+    def patch_reply(self, rtype: str, record: dict[str, Any]) -> None:
+        record["id"] = f"RF-{record['id']}"
+
+
+class PatchStaleLastUpdated(Fault):
+    name = "patch-stale-last-updated"
+    description = (
+        f"A PATCH stamps `meta.lastUpdated` {STALE_HOURS} hours behind its time (before the "
+        "previous version), so `_lastUpdated=ge` misses the change"
+    )
+    category = "write"
+
+    def patch_stamp(self, now: float) -> float:
+        return now - STALE_HOURS * 3600
 
 
 # ---------------------------------------------------------------- the client's resilience
