@@ -163,3 +163,18 @@ def test_a_patch_stamped_before_its_previous_version_fails_write_read_back(
     assert "is not after the previous version's" in message
     assert "(before the write) does not find it" in message
     assert "the reply's id" not in message
+
+
+def test_pmtk_client_recovers_from_tokens_revoked_early_with_one_replay_each() -> None:
+    from toolkit.client import Client
+
+    reads = REVOKE_AFTER_USES * 2 + 5
+    with (
+        serve(test_controls=True, fault="token-revoked-early") as dep,
+        Client(dep.base_url, dep.client_id, dep.client_secret, progress=False) as client,
+    ):
+        records = [client.read("Organization", "PG-1000") for _ in range(reads)]
+        auth = client.auth
+    assert all(r["id"] == "PG-1000" for r in records)
+    assert auth.replays == 2  # after the 30th and the 60th accepted request
+    assert auth.token_requests == 3
