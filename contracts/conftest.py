@@ -337,6 +337,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         pytest.skip(f"{exc}; raise --request-budget to run this check")
     except Unreachable as exc:
         raise CheckFailed(f"deployment stopped answering: {exc}") from None
+    except TokenRefused as exc:
+        # A new token is taken mid-run (a 401 on a live token, the lifetime kept): the
+        # endpoint refusing it then is this check's one line, not a traceback.
+        raise CheckFailed(f"no new token mid-run: {exc}") from None
     except ForeignOrigin as exc:
         rec.fail(str(exc))
     if rec.problems:
