@@ -292,6 +292,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The checks of resources outside the spec run last, so that a request budget goes
     # to the spec's checks first (walking every Slot page can cost hundreds of requests).
     items.sort(key=lambda item: (_outside_spec(item), _rank(item)))
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.session.cascade.active = {_marker(item)[0] for item in items}
 
 
 @pytest.fixture(scope="session")
@@ -313,6 +316,9 @@ def _recorder(item: pytest.Item) -> Recorder:
     rec = item.stash.get(RECORDER_KEY, None)
     if rec is None:
         rec = Recorder(*_marker(item))
+        run = item.config.stash.get(RUN_KEY, None)
+        if run is not None:
+            rec.guard = run.session.cascade
         resource = _resource_of(item)
         if resource is not None:
             rec.outside_spec(resource)
@@ -331,6 +337,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         pytest.skip(f"{exc}; raise --request-budget to run this check")
     except Unreachable as exc:
         raise CheckFailed(f"deployment stopped answering: {exc}") from None
+    except TokenRefused as exc:
+        # A new token is taken mid-run (a 401 on a live token, the lifetime kept): the
+        # endpoint refusing it then is this check's one line, not a traceback.
+        raise CheckFailed(f"no new token mid-run: {exc}") from None
     except ForeignOrigin as exc:
         rec.fail(str(exc))
     if rec.problems:
@@ -384,6 +394,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # complete report.
     if run is None or OUTCOME.interrupted or exitstatus not in _COMPLETE:
         return
+    _group_follow_ons(run)
     finished = dt.datetime.now(dt.UTC)
     report = build_report(
         target=run.target_info(),
@@ -406,6 +417,34 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _stop(str(exc), run)
     session.config.stash[REPORT_KEY] = report
     OUTCOME.report = report
+
+
+MAX_FOLLOW_ONS_SHOWN = 5
+
+
+def _group_follow_ons(run: Run) -> None:
+    """Show each root cause's follow-on failures under its own check (the cascade guard).
+
+    Every follow-on is listed in ``observations.cascade``; the root check's message says
+    how many there were and shows the first few, so the report names the one fault once.
+    """
+    follow_ons = run.session.cascade.follow_ons
+    if not follow_ons:
+        return
+    run.observations["cascade"] = {root: list(items) for root, items in follow_ons.items()}
+    for root, items in follow_ons.items():
+        record = run.records.get(root)
+        if record is None:
+            continue
+        lines = [f"{len(items)} follow-on failures in other checks, grouped here:"]
+        lines += [
+            f"  {f['check']} ({f['category']}): {f['message']}"
+            for f in items[:MAX_FOLLOW_ONS_SHOWN]
+        ]
+        if len(items) > MAX_FOLLOW_ONS_SHOWN:
+            more = len(items) - MAX_FOLLOW_ONS_SHOWN
+            lines.append(f"  ... and {more} more (observations.cascade)")
+        record.message = "\n".join([record.message, *lines]).strip()
 
 
 _COMPLETE = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)

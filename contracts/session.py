@@ -131,12 +131,80 @@ class Exchange:
 
 
 @dataclass
+class TokenLife:
+    """One token over the run: what it claimed and when the deployment first refused it."""
+
+    number: int
+    obtained_at: float
+    """``time.monotonic()`` when it was issued (its age is measured from here)."""
+    obtained_epoch: int
+    expires_in: Any
+    jwt_lifetime: int | None
+    """``exp - iat`` of its JWT (None: not a JWT or no integer claims)."""
+    requests: int = 0
+    """Requests sent with it (the refused one included)."""
+    refused_after_seconds: float | None = None
+    refused_at_request: int | None = None
+    """The number of the request (1-based) the deployment first refused it on."""
+    refused_code: str | None = None
+    refused_seq: int | None = None
+    clock_moved: bool = False
+    """The virtual clock moved while it was in use: its age on the server is unknown."""
+
+
+@dataclass
 class Token:
-    access_token: str
+    access_token: str = field(repr=False)
     expires_in: Any
     token_type: Any
     obtained_epoch: int
     obtained_at: float
+    life: TokenLife | None = field(default=None, repr=False)
+
+
+class CascadeGuard:
+    """Exchanges that one root cause spoiled, and the failures of other checks they caused.
+
+    A root-cause check (``token-lifetime.observed``) marks the exchanges its fault
+    spoiled (a 401 on a token the deployment revoked early); a check that fails only on
+    such exchanges is not failed in its own category: its finding is grouped under the
+    root cause (:meth:`group`), so one fault is reported once, where it belongs.
+    """
+
+    def __init__(self) -> None:
+        self.causes: dict[int, str] = {}
+        self.follow_ons: dict[str, list[dict[str, str]]] = {}
+        self.active: set[str] | None = None
+        """Root-cause checks selected in this run (None: all); a cause whose check does not
+        run groups nothing, so no finding is hidden under a check that is not reported."""
+
+    def mark(self, ex: Exchange, root: str) -> None:
+        self.causes[ex.seq] = root
+
+    def cause_of(self, ex: Exchange) -> str | None:
+        return self.causes.get(ex.seq)
+
+    def root_of(self, exchanges: tuple[Exchange | None, ...]) -> str | None:
+        """The root cause of a finding whose every exchange that cause spoiled, else None."""
+        given = [ex for ex in exchanges if ex is not None]
+        if not given:
+            return None
+        roots = {self.causes.get(ex.seq) for ex in given}
+        if len(roots) != 1 or None in roots:
+            return None
+        root = roots.pop()
+        if root is None or (self.active is not None and root not in self.active):
+            return None
+        return root
+
+    def group(self, root: str, check_id: str, category: str, message: str) -> None:
+        self.follow_ons.setdefault(root, []).append(
+            {"check": check_id, "category": category, "message": message}
+        )
+
+
+TOKEN_ROOT_CAUSE = "token-lifetime.observed"
+"""The check that owns a token refused before its stated lifetime."""
 
 
 class Session:
@@ -167,6 +235,9 @@ class Session:
         self._listeners: list[WaitListener] = []
         self.add_secret(client_secret)
         self._token: Token | None = None
+        self.started = time.monotonic()
+        self.token_lives: list[TokenLife] = []
+        self.cascade = CascadeGuard()
         self._http = httpx.Client(timeout=timeout, follow_redirects=False)
         self.test_controls = False
         self.may_probe_test_controls = False
@@ -315,7 +386,40 @@ class Session:
         ``exempt`` requests (test controls, the opt-in probes) do not use the budget.
         """
         self._spend(exempt=exempt)
-        bearer = self.token().access_token if auth == "token" else auth
+        if auth != "token":
+            return self._send(
+                method, path, params, json_body, headers, auth, content_type, operation, None
+            )
+        token = self.token()
+        ex = self._send(
+            method, path, params, json_body, headers, auth, content_type, operation, token
+        )
+        if not self.token_answered(token, ex):
+            return ex
+        # Refused before its time: a new token, and this request once more (as pmtk's
+        # client does), so one early revocation does not spoil the checks that follow.
+        self.forget_token()
+        token = self.token()
+        self._spend(exempt=exempt)
+        retried = self._send(
+            method, path, params, json_body, headers, auth, content_type, operation, token
+        )
+        self.token_answered(token, retried)
+        return retried
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        json_body: Any,
+        headers: Mapping[str, str] | None,
+        auth: str | None,
+        content_type: str,
+        operation: str | None,
+        token: Token | None,
+    ) -> Exchange:
+        bearer = token.access_token if token is not None else auth
         sent_headers = self._headers(
             bearer, content_type if json_body is not None else None, headers
         )
@@ -342,7 +446,7 @@ class Session:
             {k.lower(): v for k, v in response.headers.items()},
             response.text,
             elapsed,
-            authenticated=bearer is not None and auth == "token",
+            authenticated=token is not None,
             operation=operation or f"{method} {path.split('?')[0]}",
         )
 
@@ -452,8 +556,39 @@ class Session:
             obtained_at=time.monotonic(),
         )
         if remember:
+            token.life = TokenLife(
+                number=len(self.token_lives) + 1,
+                obtained_at=token.obtained_at,
+                obtained_epoch=self.epoch,
+                expires_in=token.expires_in,
+                jwt_lifetime=_jwt_lifetime(access),
+            )
+            self.token_lives.append(token.life)
             self._token = token
         return ex, token
+
+    def token_answered(self, token: Token, ex: Exchange) -> bool:
+        """Count one request sent with the run's ``token``; True if it was refused early.
+
+        A 401 on a token the session still holds as live (issued on this clock, younger
+        than the lifetime it keeps one for) is recorded on the token's :class:`TokenLife`
+        the first time, and the exchange is marked as spoiled by that root cause.
+        """
+        life = token.life
+        if life is None:
+            return False
+        life.requests += 1
+        if life.obtained_epoch != self.epoch:
+            life.clock_moved = True
+        if ex.status != 401 or life.clock_moved:
+            return False
+        if life.refused_at_request is None:
+            life.refused_after_seconds = round(time.monotonic() - life.obtained_at, 1)
+            life.refused_at_request = life.requests
+            life.refused_code = _outcome_code(ex.json)
+            life.refused_seq = ex.seq
+        self.cascade.mark(ex, TOKEN_ROOT_CAUSE)
+        return True
 
     def token(self) -> Token:
         """The cached token, fetched when absent or obtained before the last clock jump."""
@@ -507,6 +642,31 @@ class TokenRefused(Exception):
     def __init__(self, message: str, exchange: Exchange) -> None:
         super().__init__(message)
         self.exchange = exchange
+
+
+def _jwt_lifetime(access_token: str) -> int | None:
+    """``exp - iat`` of an access token that is a JWT (read, not verified), else None."""
+    import jwt
+
+    try:
+        claims = jwt.decode(access_token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    exp, iat = claims.get("exp"), claims.get("iat")
+    if isinstance(exp, int) and isinstance(iat, int):
+        return exp - iat
+    return None
+
+
+def _outcome_code(body: Any) -> str | None:
+    """The first issue code of an OperationOutcome body (``expired``, ``login``)."""
+    if not isinstance(body, dict):
+        return None
+    issues = body.get("issue")
+    if isinstance(issues, list) and issues and isinstance(issues[0], dict):
+        code = issues[0].get("code")
+        return code if isinstance(code, str) else None
+    return None
 
 
 def _int_or(value: object, default: int = cat.TOKEN_LIFETIME_STATED) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.report import CheckRecord, probe_report_dir, public_url, read_baseline
-from contracts.session import Exchange, Session
+from contracts.session import CascadeGuard, Exchange, Session
 from contracts.walker import Problem, Seen, walk_resource
 from toolkit import catalogue as cat
 
@@ -221,6 +221,9 @@ class Recorder:
         self.observed: dict[tuple[str, str], dict[str, Any]] = {}
         self._seen: set[int] = set()
         self._outside: tuple[str, cat.Source] | None = None
+        self.guard: CascadeGuard | None = None
+        """The run's cascade guard: a finding on exchanges another check's root cause
+        spoiled is grouped under that cause instead of failing this check."""
 
     def outside_spec(self, resource: str) -> None:
         """Check ``resource``: when the spec does not list it (its list endpoint comes
@@ -242,6 +245,11 @@ class Recorder:
         For a resource outside the spec (:meth:`outside_spec`) the finding is an
         observation of the rule ``outside-spec`` instead.
         """
+        root = self.guard.root_of(exchanges) if self.guard is not None else None
+        if root is not None and root != self.check_id and self.guard is not None:
+            self.guard.group(root, self.check_id, self.category, message)
+            self.note(f"a follow-on of {root} (reported there): {message}")
+            return
         if self._outside is not None:
             resource, source = self._outside
             self.observe(resource, message, rule="outside-spec", source=source)
@@ -318,6 +326,8 @@ class Run:
         self.started = dt.datetime.now(dt.UTC)
         self.records: dict[str, CheckRecord] = {}
         self.observations: dict[str, Any] = {}
+        self.scratch: dict[str, Any] = {}
+        """State checks hand on to later checks that is not reported (the writes made)."""
         self._sample: Sample | None = None
 
     def target_info(self) -> dict[str, Any]:

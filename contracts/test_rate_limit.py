@@ -21,8 +21,15 @@ def _authenticated(pm: Run) -> list[Exchange]:
     # The headers are read from the run's own answers. In a whole run the data checks
     # made them already (the sample is kept); a run of this category alone
     # (``--category rate-limit``) makes them here, or it would have nothing to inspect.
+    # An exchange another check's root cause spoiled (a 401 on a token revoked early) is
+    # that cause's finding (the cascade guard), not a response to judge here.
     pm.sample()
-    return [ex for ex in pm.session.log if ex.authenticated and ex.status is not None]
+    guard = pm.session.cascade
+    return [
+        ex
+        for ex in pm.session.log
+        if ex.authenticated and ex.status is not None and guard.cause_of(ex) is None
+    ]
 
 
 def _int(value: str | None) -> int | None:
@@ -152,6 +159,7 @@ def test_burst_is_limited_and_retry_after_restores_service(pm: Run, check: Recor
             )
             return
         wait = _judge_429(check, first, result)
+        _new_token_after_429(pm, result)
         delay = wait if wait is not None else float(cat.RATE_LIMIT_WINDOW_SECONDS)
         if not _wait_out(pm, check, first, delay):
             return
@@ -167,3 +175,44 @@ def test_burst_is_limited_and_retry_after_restores_service(pm: Run, check: Recor
     finally:
         if session.test_controls:
             session.reset_rate_limit()
+
+
+def _new_token_after_429(pm: Run, result: dict[str, object]) -> None:
+    """Right after the burst's 429: a new token, and one request with it (for rate-limit.scope)."""
+    ex, token = pm.session.request_token(remember=False, exempt=True)
+    if token is None:
+        result["new_token"] = {"token_status": ex.status}
+        return
+    probe = pm.session.get(
+        "/Patient",
+        params={"_count": 1},
+        auth=token.access_token,
+        exempt=True,
+        operation="GET /main/Patient",
+    )
+    result["new_token"] = {"status": probe.status, "seq": probe.seq}
+
+
+@pytest.mark.pm_check("rate-limit.scope", "rate-limit", phase=PROBE_PHASE)
+def test_the_limit_belongs_to_the_client_not_the_token(pm: Run, check: Recorder) -> None:
+    """After the probe's 429, a request with a brand-new token must still be throttled.
+
+    The spec's limit is the client's (500 per minute per OAuth client): a deployment that
+    counts it per token lets any client multiply its limit by taking tokens.
+    """
+    if not pm.options.probe_rate_limit:
+        pytest.skip("opt-in: --probe-rate-limit (judged from the burst probe's 429)")
+    probe = pm.observations.get("rate_limit_probe")
+    seen = probe.get("new_token") if isinstance(probe, dict) else None
+    if not isinstance(seen, dict) or "status" not in seen:
+        pytest.skip("the burst probe reached no 429, or no new token was issued after it")
+    by_seq = {ex.seq: ex for ex in pm.session.log}
+    ex = by_seq.get(int(str(seen["seq"])))
+    if seen["status"] != 429:
+        check.fail(
+            f"right after a 429, a request with a new token answered {seen['status']}: "
+            "the limit is counted per token, not per client",
+            ex,
+        )
+    else:
+        check.note("a new token taken after the 429 was still throttled (per-client limit)")

@@ -14,6 +14,7 @@ from typing import Any
 import jwt
 import pytest
 
+from contracts.session import TOKEN_ROOT_CAUSE
 from contracts.suite import Recorder, Run
 from toolkit import catalogue as cat
 from toolkit.auth import token_lifetime
@@ -175,3 +176,96 @@ def test_token_lifetime_on_the_wall_clock(pm: Run, check: Recorder) -> None:
             f"a token was accepted {last_alive:.0f} s after issue, past expires_in {expires_in}",
             probe,
         )
+
+
+OBSERVE_REQUESTS = 60
+"""A run whose tokens each served fewer requests than this sends a few more (one token
+kept that long), so an early revocation counted in requests has room to show."""
+SHOWN = 3
+
+
+@pytest.mark.pm_check(TOKEN_ROOT_CAUSE, "token-lifetime")
+def test_tokens_live_their_stated_lifetime_over_the_whole_run(pm: Run, check: Recorder) -> None:
+    """Every token the run used, what it claimed, and when the deployment first refused it.
+
+    The session recovers from a 401 on a live token (a new token, the request once more)
+    and records the refusal on the token; here each refusal before the token's stated
+    lifetime (the shortest of the documented 900 s, ``expires_in`` and the JWT's
+    ``exp - iat``) is a finding, with those figures. Runs after the other checks, so
+    their requests count; follow-on failures they had are grouped under this check.
+    """
+    session = pm.session
+    _top_up(pm)
+    lives = [life for life in session.token_lives if life.requests]
+    if not lives:
+        pytest.skip("no token was used for a request")
+    by_seq = {ex.seq: ex for ex in session.log}
+    early = []
+    tokens = []
+    for life in lives:
+        stated = _stated(life)
+        row: dict[str, Any] = {
+            "token": life.number,
+            "issued_after_seconds": round(life.obtained_at - session.started, 1),
+            "expires_in": life.expires_in,
+            "jwt_exp_minus_iat": life.jwt_lifetime,
+            "requests": life.requests,
+            "refused_after_seconds": life.refused_after_seconds,
+            "refused_at_request": life.refused_at_request,
+            "refused_code": life.refused_code,
+        }
+        tokens.append(row)
+        refused = life.refused_after_seconds
+        if refused is not None and refused < stated:
+            early.append((life, stated))
+    observed = min(
+        (life.refused_after_seconds for life, _ in early if life.refused_after_seconds is not None),
+        default=None,
+    )
+    _lifetimes(pm)["observed_over_run"] = {
+        "stated": {
+            "documented": DOCUMENTED,
+            "expires_in": lives[0].expires_in,
+            "jwt_exp_minus_iat": lives[0].jwt_lifetime,
+        },
+        "observed_seconds": observed,
+        "tokens_used": len(lives),
+        "refused_early": len(early),
+        "tokens": tokens[:50],
+    }
+    for life, stated in early[:SHOWN]:
+        accepted = (life.refused_at_request or 1) - 1
+        check.fail(
+            f"token {life.number} (expires_in {life.expires_in!r}, JWT exp - iat "
+            f"{life.jwt_lifetime}) was refused ({life.refused_code or '401'}) after "
+            f"{life.refused_after_seconds:g} s and {accepted} accepted requests, before its "
+            f"stated lifetime of {stated} s",
+            by_seq.get(life.refused_seq or -1),
+        )
+    if len(early) > SHOWN:
+        check.fail(f"{len(early)} of {len(lives)} tokens were refused before their stated lifetime")
+    check.note(f"{len(lives)} tokens observed over the run; none refused early")
+
+
+def _stated(life: Any) -> int:
+    """The shortest lifetime a token claimed: documented, ``expires_in``, JWT ``exp - iat``."""
+    stated = min(DOCUMENTED, _expires_in(life.expires_in))
+    if isinstance(life.jwt_lifetime, int) and life.jwt_lifetime > 0:
+        stated = min(stated, life.jwt_lifetime)
+    return stated
+
+
+def _top_up(pm: Run) -> None:
+    """Keep the current token for :data:`OBSERVE_REQUESTS` requests, if no token was yet."""
+    session = pm.session
+    lives = session.token_lives
+    if any(life.refused_at_request is not None for life in lives):
+        return
+    if any(life.requests >= OBSERVE_REQUESTS for life in lives):
+        return
+    token = session.token()
+    life = token.life
+    while life is not None and life.requests < OBSERVE_REQUESTS:
+        ex = session.get("/Patient", params={"_count": 1}, operation="GET /main/Patient")
+        if ex.status != 200 or life.refused_at_request is not None:
+            return

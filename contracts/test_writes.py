@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import time
 import uuid
 from typing import Any
 
@@ -53,12 +54,14 @@ def _create(
 ) -> None:
     """POST ``body`` to the catalogue's create path; on success remember the new id."""
     path = cat.CREATE_PATHS[resource]
+    started = _now()
     ex = pm.session.request(
         "POST", path.removeprefix(cat.API_PREFIX), json_body=body, operation=f"POST {path}"
     )
     created = _created(check, ex, resource)
     if created:
         writes[resource.lower()] = created["id"]
+        _log_write(pm, resource, str(created["id"]), ex, body, started, previous=None)
 
 
 def _ref(resource: str, rid: str) -> dict[str, str]:
@@ -192,6 +195,8 @@ def test_patch_changes_exactly_what_was_sent(
         pytest.skip("needs the Referral created by write.referral-attachments")
     before = pm.session.get(f"/Referral/{rid}", operation="GET /main/Referral/{id}")
     comment = f"{MARK} {uuid.uuid4().hex[:8]}"
+    _next_second_after(_last_updated(before.json))
+    started = _now()
     ex = pm.session.request(
         "PATCH",
         f"/Referral/{rid}",
@@ -202,6 +207,7 @@ def test_patch_changes_exactly_what_was_sent(
     if ex.status != 200:
         check.fail(f"PATCH answered {ex.status}, expected 200", ex)
         return
+    _log_write(pm, "Referral", rid, ex, {"comment": comment}, started, previous=before)
     after = pm.session.get(f"/Referral/{rid}", operation="GET /main/Referral/{id}")
     data = after.json if isinstance(after.json, dict) else {}
     if data.get("comment") != comment:
@@ -276,3 +282,164 @@ def test_booking_the_same_slot_twice_is_refused(
     )
     if ex.status != 409:
         check.fail(f"booking an already-booked slot again answered {ex.status}, expected 409", ex)
+
+
+CLOCK_ALLOWANCE = dt.timedelta(seconds=120)
+"""How far a deployment's clock may differ from ours before a ``lastUpdated`` is wrong."""
+NOT_COMPARED = ("resourceType", "meta", "attachments")
+"""Fields of a write not compared between its reply and a read: the type, the version
+stamp (judged on its own) and attachments (stored apart from the record)."""
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _log_write(
+    pm: Run,
+    resource: str,
+    rid: str,
+    reply: Exchange,
+    sent: dict[str, Any],
+    started: dt.datetime,
+    *,
+    previous: Exchange | None,
+) -> None:
+    """Read a write that succeeded back at once (before a later write changes the record):
+    the record by its id and ``_lastUpdated=ge<before the write>``, for write.read-back."""
+    since = started - CLOCK_ALLOWANCE
+    read = pm.session.get(f"/{resource}/{rid}", operation=f"GET /main/{resource}/{{id}}")
+    search = pm.session.get(
+        f"/{resource}",
+        params={"_id": rid, "_lastUpdated": f"ge{_stamp(since)}"},
+        operation=f"GET /main/{resource}",
+    )
+    log: list[dict[str, Any]] = pm.scratch.setdefault("writes", [])
+    log.append(
+        {
+            "resource": resource,
+            "id": rid,
+            "reply": reply,
+            "sent": sent,
+            "since": since,
+            "previous": previous,
+            "read": read,
+            "search": search,
+        }
+    )
+
+
+def _last_updated(record: Any) -> dt.datetime | None:
+    meta = record.get("meta") if isinstance(record, dict) else None
+    value = meta.get("lastUpdated") if isinstance(meta, dict) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        stamp = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else None
+
+
+def _next_second_after(stamp: dt.datetime | None) -> None:
+    """Wait (under a second) until the clock has left the second ``stamp`` falls in.
+
+    A deployment may stamp ``meta.lastUpdated`` to the second: a PATCH in the same second
+    as the previous version could not be stamped strictly after it, which write.read-back
+    requires.
+    """
+    if stamp is None:
+        return
+    left = (stamp.replace(microsecond=0) + dt.timedelta(seconds=1) - _now()).total_seconds()
+    if 0 < left <= 1:
+        time.sleep(left + 0.05)
+
+
+def _stamp(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.pm_check("write.read-back", "write")
+def test_every_write_reads_back_as_its_reply_said(
+    pm: Run, check: Recorder, writes: dict[str, Any]
+) -> None:
+    """Each write's reply against a read of the same record and an incremental search.
+
+    Same id (prefix included), the same values for the fields sent, ``meta.lastUpdated``
+    strictly after the previous version's (a PATCH) and not in the future beyond
+    :data:`CLOCK_ALLOWANCE`, and ``_lastUpdated=ge<before the write>`` finds the record.
+    """
+    log: list[dict[str, Any]] = pm.scratch.get("writes", [])
+    if not log:
+        pytest.skip("no write succeeded to read back")
+    for write in log:
+        _read_back(check, write)
+    check.note(f"{len(log)} writes read back")
+
+
+def _read_back(check: Recorder, write: dict[str, Any]) -> None:
+    resource, rid, reply_ex = write["resource"], write["id"], write["reply"]
+    what = f"{reply_ex.method} {resource}/{rid}"
+    reply = reply_ex.json if isinstance(reply_ex.json, dict) else {}
+    read_ex: Exchange = write["read"]
+    if read_ex.status != 200 or not isinstance(read_ex.json, dict):
+        check.fail(f"{what}: reading it back answered {read_ex.status}", reply_ex, read_ex)
+        return
+    read = read_ex.json
+    if reply.get("id") != read.get("id"):
+        check.fail(
+            f"{what}: the reply's id is {reply.get('id')!r}, a read of the record says "
+            f"{read.get('id')!r}",
+            reply_ex,
+            read_ex,
+        )
+    for key in sorted(set(write["sent"]) - set(NOT_COMPARED)):
+        if reply.get(key) != read.get(key):
+            check.fail(
+                f"{what}: the reply's {key} is {reply.get(key)!r}, a read says {read.get(key)!r}",
+                reply_ex,
+                read_ex,
+            )
+    _judge_last_updated(check, write, what, reply, read_ex)
+
+
+def _judge_last_updated(
+    check: Recorder,
+    write: dict[str, Any],
+    what: str,
+    reply: dict[str, Any],
+    read_ex: Exchange,
+) -> None:
+    reply_ex: Exchange = write["reply"]
+    stamp = _last_updated(read_ex.json)
+    if stamp is None:
+        check.fail(f"{what}: a read has no meta.lastUpdated with a time zone", read_ex)
+        return
+    if _last_updated(reply) != stamp:
+        shown = (reply.get("meta") or {}).get("lastUpdated") if isinstance(reply, dict) else None
+        check.fail(
+            f"{what}: the reply's meta.lastUpdated is {shown!r}, a read says {_stamp(stamp)}",
+            reply_ex,
+            read_ex,
+        )
+    previous: Exchange | None = write["previous"]
+    before = _last_updated(previous.json) if previous is not None else None
+    if before is not None and not stamp > before:
+        check.fail(
+            f"{what}: meta.lastUpdated {_stamp(stamp)} is not after the previous version's "
+            f"{_stamp(before)}",
+            previous,
+            reply_ex,
+            read_ex,
+        )
+    if stamp > _now() + CLOCK_ALLOWANCE:
+        check.fail(f"{what}: meta.lastUpdated {_stamp(stamp)} is in the future", read_ex)
+    since, rid, search = write["since"], write["id"], write["search"]
+    found = [r.get("id") for r in entries(search.json) if isinstance(r, dict)]
+    if search.status != 200 or rid not in found:
+        check.fail(
+            f"{what}: _lastUpdated=ge{_stamp(since)} (before the write) does not find it "
+            f"({search.status}, {len(found)} found): an incremental reader loses this change",
+            reply_ex,
+            search,
+        )

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import jwt
 import pytest
 
-from tests.conftest import USER_AGENT, api_client
+from tests.conftest import USER_AGENT, api_client, token_for
 from tests.mock.test_booking import WINDOW, book_body
 from tests.mock.test_writes import attachment, referral_body
 from toolkit.mock import FAULT_PROFILES, Deployment, serve
@@ -92,6 +93,15 @@ def rate_limit_not_enforced(dep: Deployment, client: httpx.Client) -> None:
     assert _exhaust(client).status_code == 200
 
 
+def rate_limit_per_token(dep: Deployment, client: httpx.Client) -> None:
+    dep.reset_rate_limit()
+    statuses = [client.get("Organization/PG-1000").status_code for _ in range(RATE + 1)]
+    assert statuses == [200] * RATE + [429]
+    fresh = {"Authorization": f"Bearer {token_for(dep)}"}
+    # The spec's limit is the client's: with a new token the same client is let through.
+    assert client.get("Organization/PG-1000", headers=fresh).status_code == 200
+
+
 def tokens_die_early(dep: Deployment, client: httpx.Client) -> None:
     token = client.headers["Authorization"].split()[1]
     claims = jwt.decode(token, options={"verify_signature": False})
@@ -104,6 +114,30 @@ def tokens_die_early(dep: Deployment, client: httpx.Client) -> None:
 def tokens_outlive_expires_in(dep: Deployment, client: httpx.Client) -> None:
     dep.advance_clock(7200)
     assert client.get("Patient").status_code == 200
+
+
+def token_revoked_early(dep: Deployment, client: httpx.Client) -> None:
+    from toolkit.mock.faults import REVOKE_AFTER_USES
+
+    token = httpx.post(
+        f"{dep.base_url}/oauth/token",
+        json={
+            "grant_type": "client_credentials",
+            "client_id": dep.client_id,
+            "client_secret": dep.client_secret,
+        },
+        headers={"User-Agent": USER_AGENT},
+    ).json()["access_token"]
+    claims = jwt.decode(token, options={"verify_signature": False})
+    headers = {"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT}
+    statuses = []
+    for _ in range(REVOKE_AFTER_USES + 1):
+        dep.reset_rate_limit()
+        response = httpx.get(f"{dep.base_url}/Organization/PG-1000", headers=headers)
+        statuses.append(response.status_code)
+    assert statuses == [200] * REVOKE_AFTER_USES + [401]
+    assert response.json()["issue"][0]["code"] == "expired"
+    assert claims["exp"] - claims["iat"] == 900  # the JWT still claims its 15 minutes
 
 
 def auth_not_enforced(dep: Deployment, client: httpx.Client) -> None:
@@ -151,6 +185,37 @@ def attachment_type_unchecked(dep: Deployment, client: httpx.Client) -> None:
     assert client.post("Referral", json=referral_body(attachments=[item])).status_code == 201
 
 
+def _patch_comment(dep: Deployment, client: httpx.Client) -> tuple[dict[str, Any], httpx.Response]:
+    dep.reset_rate_limit()
+    created = client.post("Referral", json=referral_body())
+    assert created.status_code == 201
+    record = created.json()
+    reply = client.patch(
+        f"Referral/{record['id']}",
+        json={"comment": "patched"},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert reply.status_code == 200
+    return record, reply
+
+
+def patch_reply_id_prefix(dep: Deployment, client: httpx.Client) -> None:
+    record, reply = _patch_comment(dep, client)
+    assert reply.json()["id"] == f"RF-{record['id']}"
+    assert client.get(f"Referral/{record['id']}").json()["id"] == record["id"]
+
+
+def patch_stale_last_updated(dep: Deployment, client: httpx.Client) -> None:
+    record, reply = _patch_comment(dep, client)
+    stamp = reply.json()["meta"]["lastUpdated"]
+    assert stamp < record["meta"]["lastUpdated"]  # ISO instants in UTC sort as text
+    search = client.get(
+        "Referral",
+        params={"_id": record["id"], "_lastUpdated": f"ge{record['meta']['lastUpdated']}"},
+    )
+    assert search.json().get("entry", []) == []
+
+
 def flaky_503(dep: Deployment, client: httpx.Client) -> None:
     dep.reset_rate_limit()
     statuses = []
@@ -186,8 +251,10 @@ CHECKS: dict[str, Callable[[Deployment, httpx.Client], None]] = {
     "no-ratelimit-headers": no_ratelimit_headers,
     "no-retry-after": no_retry_after,
     "rate-limit-not-enforced": rate_limit_not_enforced,
+    "rate-limit-per-token": rate_limit_per_token,
     "tokens-die-early": tokens_die_early,
     "tokens-outlive-expires-in": tokens_outlive_expires_in,
+    "token-revoked-early": token_revoked_early,
     "auth-not-enforced": auth_not_enforced,
     "any-secret-accepted": any_secret_accepted,
     "paging-loop": paging_loop,
@@ -195,6 +262,8 @@ CHECKS: dict[str, Callable[[Deployment, httpx.Client], None]] = {
     "wrong-content-type": wrong_content_type,
     "double-booking": double_booking,
     "attachment-type-unchecked": attachment_type_unchecked,
+    "patch-reply-id-prefix": patch_reply_id_prefix,
+    "patch-stale-last-updated": patch_stale_last_updated,
     "flaky-503": flaky_503,
     "drop-connections": drop_connections,
     "relative-next-links": relative_next_links,

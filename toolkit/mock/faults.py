@@ -35,6 +35,10 @@ __all__ = ["FAULT_PROFILES", "Fault", "fault_table", "make_fault"]
 
 DIE_EARLY_SECONDS = 300
 """When ``tokens-die-early`` refuses a token, in seconds after its issue."""
+STALE_HOURS = 3
+"""How far behind its write ``patch-stale-last-updated`` stamps a PATCH."""
+REVOKE_AFTER_USES = 30
+"""How many requests ``token-revoked-early`` accepts with one token before refusing it."""
 
 
 class Fault:
@@ -119,6 +123,10 @@ class Fault:
     enforces_rate_limit: ClassVar[bool] = True
     """Whether requests beyond the limit get 429."""
 
+    def rate_limit_key(self, client: str, token: str) -> str:
+        """Whose window a request counts in: the OAuth client's (the spec's limit is per client)."""
+        return client
+
     # ------------------------------------------------------------ tokens
     checks_secret: ClassVar[bool] = True
     """Whether the token endpoint checks the client secret (the client id always is)."""
@@ -127,11 +135,22 @@ class Fault:
         """When a token issued at ``issued`` with ``exp`` ``expires`` stops working."""
         return expires
 
+    def token_revoked(self, uses: int) -> bool:
+        """Whether an unexpired token presented for the ``uses``-th time is refused."""
+        return False
+
     # ------------------------------------------------------------ writes
     books_taken_slots: ClassVar[bool] = False
     """Whether ``$book`` books a slot that is already taken."""
     checks_attachment_types: ClassVar[bool] = True
     """Whether attachments of a content type the spec does not allow are refused."""
+
+    def patch_stamp(self, now: float) -> float:
+        """The ``meta.lastUpdated`` (epoch seconds) a PATCH stores for a write made at ``now``."""
+        return now
+
+    def patch_reply(self, rtype: str, record: dict[str, Any]) -> None:
+        """Change a copy of the stored record before it is sent as the PATCH's reply."""
 
 
 FAULT_PROFILES: dict[str, type[Fault]] = {}
@@ -277,6 +296,15 @@ class RateLimitNotEnforced(Fault):
     enforces_rate_limit = False
 
 
+class RateLimitPerToken(Fault):
+    name = "rate-limit-per-token"
+    description = "The limit is counted per access token: a new token after a 429 is not throttled"
+    category = "rate-limit"
+
+    def rate_limit_key(self, client: str, token: str) -> str:
+        return f"{client} {token}"
+
+
 # ---------------------------------------------------------------- tokens and auth
 
 
@@ -298,6 +326,18 @@ class TokensOutliveExpiresIn(Fault):
 
     def token_deadline(self, issued: int, expires: int) -> float | None:
         return None
+
+
+class TokenRevokedEarly(Fault):
+    name = "token-revoked-early"
+    description = (
+        f"Each token refused (401 `expired`) after {REVOKE_AFTER_USES} requests, "
+        "its JWT `exp` still ~15 minutes away"
+    )
+    category = "token-lifetime"
+
+    def token_revoked(self, uses: int) -> bool:
+        return uses > REVOKE_AFTER_USES
 
 
 class AuthNotEnforced(Fault):
@@ -356,6 +396,30 @@ class AttachmentTypeUnchecked(Fault):
     description = "Attachments of any content type are accepted"
     category = "write"
     checks_attachment_types = False
+
+
+class PatchReplyIdPrefix(Fault):
+    name = "patch-reply-id-prefix"
+    description = (
+        "A PATCH reply's `id` carries a prefix the reads do not (`RF-3041` where reads "
+        "say `3041`); what is stored is right"
+    )
+    category = "write"
+
+    def patch_reply(self, rtype: str, record: dict[str, Any]) -> None:
+        record["id"] = f"RF-{record['id']}"
+
+
+class PatchStaleLastUpdated(Fault):
+    name = "patch-stale-last-updated"
+    description = (
+        f"A PATCH stamps `meta.lastUpdated` {STALE_HOURS} hours behind its time (before the "
+        "previous version), so `_lastUpdated=ge` misses the change"
+    )
+    category = "write"
+
+    def patch_stamp(self, now: float) -> float:
+        return now - STALE_HOURS * 3600
 
 
 # ---------------------------------------------------------------- the client's resilience

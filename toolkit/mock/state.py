@@ -146,6 +146,7 @@ class MockState:
         self.client_secret = CLIENT_SECRET
         self._jwt_key = secrets.token_bytes(32)
         self._tokens: dict[str, tuple[str, int, int]] = {}
+        self._token_uses: dict[str, int] = {}
         self._windows: dict[str, collections.deque[float]] = {}
         self.stats_data = _Stats()
         self.triggers: list[Trigger] = []
@@ -198,6 +199,7 @@ class MockState:
         with self.lock:
             if len(self._tokens) > 10_000:
                 self._tokens.clear()
+                self._token_uses.clear()
             self._tokens[token] = (client_id, issued, expires)
         return token
 
@@ -219,6 +221,13 @@ class MockState:
         now = self.now()
         deadline = self.fault.token_deadline(issued, expires)
         if deadline is not None and now >= deadline:
+            raise TokenProblem("expired", "the access token has expired")
+        with self.lock:
+            uses = self._token_uses.get(token, 0) + 1
+            if len(self._token_uses) > 10_000:
+                self._token_uses.clear()
+            self._token_uses[token] = uses
+        if self.fault.token_revoked(uses):
             raise TokenProblem("expired", "the access token has expired")
         return client
 

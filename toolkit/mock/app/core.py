@@ -60,7 +60,8 @@ class MockCore:
             client = _authenticate(state, request)
             if isinstance(client, Response):
                 return client
-            remaining, headers, refusal = _admit(state, client)
+            bearer = request.headers.get("authorization", "")[7:].strip()
+            remaining, headers, refusal = _admit(state, state.fault.rate_limit_key(client, bearer))
             if refusal is not None:
                 return refusal
             fault = state.fault

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -121,7 +122,7 @@ class WritingRoom(MockCore):
                 merged["participant"] = participants  # not an array: the rules say so
             self.check_write(rtype, merged)
             merged.pop("attachments", None)
-            now = self.state.now()
+            now = self.state.fault.patch_stamp(self.state.now())
             merged["meta"] = {**(merged.get("meta") or {}), "lastUpdated": iso(now)}
             record, content = self.stored(rtype, merged)
             if rtype == "Appointment":
@@ -136,6 +137,10 @@ class WritingRoom(MockCore):
             coll.prime(index, content)
             coll.move_to_end(index)
             self.state.announce(rtype, coll.ids[index], "update")
+        reply = orjson.loads(content)
+        self.state.fault.patch_reply(rtype, reply)
+        if reply != orjson.loads(content):
+            content = orjson.dumps(reply)
         return self.respond(request, content)
 
     def _move_slot(self, old: Record, new: Record) -> None:
