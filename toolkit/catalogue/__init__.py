@@ -34,6 +34,7 @@ from toolkit.catalogue.capability import (
     capability_statement,
     declared_includes,
     declared_search,
+    search_type,
 )
 from toolkit.catalogue.constants import (
     API_PREFIX,
@@ -215,6 +216,7 @@ __all__ = [
     "reference_pair",
     "resource",
     "search_keywords",
+    "search_type",
     "walk_fields",
     "weakest",
 ]

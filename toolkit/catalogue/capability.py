@@ -39,6 +39,7 @@ __all__ = [
     "capability_statement",
     "declared_includes",
     "declared_search",
+    "search_type",
 ]
 
 METADATA_PATH = "/main/metadata"
@@ -59,7 +60,18 @@ COMMON_DECLARED = tuple(p for p in COMMON_SEARCH_PARAMETERS if p not in RESULT_P
 """The common search parameters a statement declares for every resource."""
 
 
-def _param_type(resource: str, name: str) -> str:
+def search_type(resource: str, name: str) -> str:
+    """FHIR R4's type of ``resource``'s search parameter ``name``: ``string``, ``token``,
+    ``reference`` or ``date``, from the catalogue (the field it selects on).
+
+    The statement declares it, and the mock's one search module
+    (:mod:`toolkit.mock.app.search`) matches a value by it.
+
+    >>> search_type("Appointment", "date"), search_type("Patient", "family")
+    ('date', 'string')
+    >>> search_type("Invoice", "recipient"), search_type("Slot", "status")
+    ('reference', 'token')
+    """
     if name == "_id":
         return "token"
     if name == "_lastUpdated" or name in DATE_SEARCH.get(resource, ((), ""))[0]:
@@ -110,7 +122,7 @@ def capability_statement() -> dict[str, Any]:
     for name, entry in resources.items():
         params = (*COMMON_DECLARED, *SEARCH_PARAMETERS.get(name, ()))
         if any(i["code"] == "search-type" for i in entry["interaction"]):
-            entry["searchParam"] = [{"name": p, "type": _param_type(name, p)} for p in params]
+            entry["searchParam"] = [{"name": p, "type": search_type(name, p)} for p in params]
             entry["searchInclude"] = list(INCLUDES.get(name, {}))
         for key in ("operation", "searchParam", "searchInclude"):
             if not entry[key]:
