@@ -294,3 +294,48 @@ def test_a_bad_reference_says_what_is_wrong(
     answer = mock_api.get(rtype, params=params)
     assert answer.status_code == status, answer.text
     assert words in answer.json()["issue"][0]["diagnostics"]
+
+
+# ---------------------------------------------------------------- client-observed searches
+def _declared(api: httpx.Client, rtype: str) -> set[str]:
+    statement = api.get("metadata").json()
+    entry = next(r for r in statement["rest"][0]["resource"] if r["type"] == rtype)
+    return {p["name"] for p in entry.get("searchParam", [])}
+
+
+def test_patient_general_practitioner_and_role_practitioner_as_a_production_client_asks(
+    mock_api: httpx.Client,
+) -> None:
+    """Facts (client-observed): ``Patient?general-practitioner=Type/id`` and
+    ``PractitionerRole?practitioner=Practitioner/<id>``, declared in the statement."""
+    assert "general-practitioner" in _declared(mock_api, "Patient")
+    assert "practitioner" in _declared(mock_api, "PractitionerRole")
+    patients = all_pages(mock_api, "Patient")
+    kind, rid = next(q for p in patients for q in _pairs(p.get("generalPractitioner")))
+    theirs = {p["id"] for p in patients if (kind, rid) in _pairs(p.get("generalPractitioner"))}
+    assert 0 < len(theirs) < len(patients)
+    for params in (
+        [("general-practitioner", f"{kind}/{rid}")],
+        [(f"general-practitioner:{kind}", rid)],
+    ):
+        answer = mock_api.get("Patient", params=[*params, ("_count", "100")])
+        assert answer.status_code == 200, answer.text
+        assert _ids(answer.json()) == theirs
+        assert "general-practitioner" in str(answer.json()["link"][0]["url"])  # not ignored
+
+    roles = all_pages(mock_api, "PractitionerRole")
+    practitioner = next(q for r in roles for q in _pairs(r.get("practitioner")))
+    of_it = {r["id"] for r in roles if practitioner in _pairs(r.get("practitioner"))}
+    got = mock_api.get(
+        "PractitionerRole", params={"practitioner": "/".join(practitioner), "_count": 100}
+    ).json()
+    assert _ids(got) == of_it and 0 < len(of_it) < len(roles)
+
+
+def test_export_ids_answers_value_references_on_a_live_mock(mock_api: httpx.Client) -> None:
+    """Facts: a production client reads ``parameter[].valueReference.reference``."""
+    body = mock_api.get("Patient/$export-ids").json()
+    patients = {p["id"] for p in all_pages(mock_api, "Patient")}
+    references = [p["valueReference"]["reference"] for p in body["parameter"]]
+    assert all(r.startswith(str(mock_api.base_url).rstrip("/") + "/Patient/") for r in references)
+    assert {r.rsplit("/", 1)[-1] for r in references} == patients

@@ -34,6 +34,7 @@ from toolkit.catalogue.capability import (
     capability_statement,
     declared_includes,
     declared_search,
+    search_field,
     search_type,
 )
 from toolkit.catalogue.constants import (
@@ -215,6 +216,7 @@ __all__ = [
     "includes_of",
     "reference_pair",
     "resource",
+    "search_field",
     "search_keywords",
     "search_type",
     "walk_fields",

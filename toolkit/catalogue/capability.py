@@ -19,6 +19,7 @@ server declares with :func:`declared_search`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = [
     "capability_statement",
     "declared_includes",
     "declared_search",
+    "search_field",
     "search_type",
 ]
 
@@ -80,10 +82,28 @@ def search_type(resource: str, name: str) -> str:
         return "reference"
     if name in _OTHER_TYPES:
         return _OTHER_TYPES[name]
-    kinds = {f.type for f in RESOURCES[resource].fields if f.name == name}
+    field = search_field(resource, name)
+    kinds = {f.type for f in RESOURCES[resource].fields if f.name == field}
     if "reference" in kinds:
         return "reference"
     return "token" if kinds & {"code", "boolean"} else "string"
+
+
+def search_field(resource: str, name: str) -> str:
+    """The top-level field a search parameter of ``resource`` selects on: the field of
+    that name, else the one whose kebab-case name it is (FHIR's naming:
+    ``general-practitioner`` is ``Patient.generalPractitioner``), else ``name`` itself.
+
+    >>> search_field("Patient", "general-practitioner"), search_field("Invoice", "recipient")
+    ('generalPractitioner', 'recipient')
+    """
+    fields = RESOURCES[resource].fields if resource in RESOURCES else ()
+    if any(f.name == name for f in fields):
+        return name
+    kebab = (
+        f.name for f in fields if re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", f.name).lower() == name
+    )
+    return next(kebab, name)
 
 
 _OTHER_TYPES = {

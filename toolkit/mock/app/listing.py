@@ -94,7 +94,7 @@ class ListingRoom(MockCore):
             return _owner_filter(rtype, name, coll, modifier, value)
         if kind == "reference":
             return _reference_filter(coll, rtype, name, modifier, value)
-        return _token_filter(coll, name, value)
+        return _token_filter(coll, catalogue.search_field(rtype, name), value)
 
     def _id_filter(self, rtype: str, coll: Collection, value: str) -> Callable[[int], bool]:
         """``_id=a,b``: any of the ids, as the fault profile stores them."""
@@ -244,12 +244,24 @@ class ListingRoom(MockCore):
     async def export_ids(self, request: Request, ctx: Ctx) -> Response:
         """``GET /main/<Type>/$export-ids``: a Parameters resource of every id of the type.
 
-        One ``{"name": "id", "valueId": ...}`` parameter per record in list order
-        (the facts name the operation and its Parameters answer, not the parameter
-        names: pmtk's reading).
+        One parameter per record in list order. A ``live`` deployment answers in the form
+        a production client reads (facts, client-observed): ``{"name": "id",
+        "valueReference": {"reference": ".../main/Patient/<id>", "type": "Patient"}}``,
+        absolute as every live reference; a ``spec`` one ``{"name": "id", "valueId":
+        "<id>"}`` (pmtk's reading). pmtk's client reads both.
         """
-        coll = self.store[request.url.path.split("/")[2]]  # a route of catalogue.EXPORT_IDS
-        params = [{"name": "id", "valueId": coll.ids[i]} for i in coll.order()]
+        rtype = request.url.path.split("/")[2]  # a route of catalogue.EXPORT_IDS
+        coll = self.store[rtype]
+        if self.state.options.shapes == "live":
+            params = [
+                {
+                    "name": "id",
+                    "valueReference": {"reference": f"/main/{rtype}/{coll.ids[i]}", "type": rtype},
+                }
+                for i in coll.order()
+            ]
+        else:
+            params = [{"name": "id", "valueId": coll.ids[i]} for i in coll.order()]
         body = orjson.dumps({"resourceType": "Parameters", "parameter": params})
         return self.respond(request, body)
 
@@ -437,10 +449,11 @@ def _reference_filter(
     A field that may point at more than one type takes ``Type/id`` or ``:Type``: a
     bare id is refused with 422 (facts, "Shapes seen on the live service").
     """
-    wanted = _wanted_references(rtype, name, name, modifier, value)
+    field = catalogue.search_field(rtype, name)
+    wanted = _wanted_references(rtype, name, field, modifier, value)
 
     def match(i: int) -> bool:
-        value = coll.record(i).get(name)
+        value = coll.record(i).get(field)
         items = value if isinstance(value, list) else [value]  # many=True: any of them
         return any(catalogue.reference_pair(item) in wanted for item in items)
 
