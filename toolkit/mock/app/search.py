@@ -203,7 +203,7 @@ def reference_values(
         raise Problem4xx(400, "not-supported", msg)
     wanted: set[tuple[str, str]] = set()
     for item in or_values(raw):
-        path = item.split("?", 1)[0].rstrip("/")
+        path = item.split("?", 1)[0]
         kind, _, rid = path.rpartition("/")
         kind = kind.rsplit("/", 1)[-1]
         if not rid:
