@@ -39,13 +39,23 @@ def test_the_mock_lists_every_patient_id_and_forgets_a_deleted_one(dep: Any) -> 
     with api_client(dep) as client:
         before = client.get("Patient/$export-ids").json()
         total = client.get("Patient", params={"_count": 1}).json()["total"]
-        first = before["parameter"][0]["valueId"]
+        first = _exported(before["parameter"][0])
         dep.delete("Patient", [first])
         after = client.get("Patient/$export-ids").json()
     assert before["resourceType"] == "Parameters" and len(before["parameter"]) == total
-    assert [p["valueId"] for p in after["parameter"]] == [
-        p["valueId"] for p in before["parameter"][1:]
+    assert [_exported(p) for p in after["parameter"]] == [
+        _exported(p) for p in before["parameter"][1:]
     ]
+
+
+def _exported(parameter: dict[str, Any]) -> str:
+    """The id of one ``$export-ids`` parameter: a live mock's ``valueReference`` (facts,
+    client-observed), a spec one's ``valueId``."""
+    if "valueReference" in parameter:
+        reference: str = parameter["valueReference"]["reference"]
+        return reference.rsplit("/", 1)[-1]
+    value: str = parameter["valueId"]
+    return value
 
 
 def test_an_incremental_sync_drops_a_deleted_patient_in_one_request(

@@ -34,6 +34,8 @@ from toolkit.catalogue.capability import (
     capability_statement,
     declared_includes,
     declared_search,
+    search_field,
+    search_type,
 )
 from toolkit.catalogue.constants import (
     API_PREFIX,
@@ -214,7 +216,9 @@ __all__ = [
     "includes_of",
     "reference_pair",
     "resource",
+    "search_field",
     "search_keywords",
+    "search_type",
     "walk_fields",
     "weakest",
 ]

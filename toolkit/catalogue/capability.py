@@ -19,6 +19,7 @@ server declares with :func:`declared_search`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +40,8 @@ __all__ = [
     "capability_statement",
     "declared_includes",
     "declared_search",
+    "search_field",
+    "search_type",
 ]
 
 METADATA_PATH = "/main/metadata"
@@ -59,7 +62,18 @@ COMMON_DECLARED = tuple(p for p in COMMON_SEARCH_PARAMETERS if p not in RESULT_P
 """The common search parameters a statement declares for every resource."""
 
 
-def _param_type(resource: str, name: str) -> str:
+def search_type(resource: str, name: str) -> str:
+    """FHIR R4's type of ``resource``'s search parameter ``name``: ``string``, ``token``,
+    ``reference`` or ``date``, from the catalogue (the field it selects on).
+
+    The statement declares it, and the mock's one search module
+    (:mod:`toolkit.mock.app.search`) matches a value by it.
+
+    >>> search_type("Appointment", "date"), search_type("Patient", "family")
+    ('date', 'string')
+    >>> search_type("Invoice", "recipient"), search_type("Slot", "status")
+    ('reference', 'token')
+    """
     if name == "_id":
         return "token"
     if name == "_lastUpdated" or name in DATE_SEARCH.get(resource, ((), ""))[0]:
@@ -68,10 +82,28 @@ def _param_type(resource: str, name: str) -> str:
         return "reference"
     if name in _OTHER_TYPES:
         return _OTHER_TYPES[name]
-    kinds = {f.type for f in RESOURCES[resource].fields if f.name == name}
+    field = search_field(resource, name)
+    kinds = {f.type for f in RESOURCES[resource].fields if f.name == field}
     if "reference" in kinds:
         return "reference"
     return "token" if kinds & {"code", "boolean"} else "string"
+
+
+def search_field(resource: str, name: str) -> str:
+    """The top-level field a search parameter of ``resource`` selects on: the field of
+    that name, else the one whose kebab-case name it is (FHIR's naming:
+    ``general-practitioner`` is ``Patient.generalPractitioner``), else ``name`` itself.
+
+    >>> search_field("Patient", "general-practitioner"), search_field("Invoice", "recipient")
+    ('generalPractitioner', 'recipient')
+    """
+    fields = RESOURCES[resource].fields if resource in RESOURCES else ()
+    if any(f.name == name for f in fields):
+        return name
+    kebab = (
+        f.name for f in fields if re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", f.name).lower() == name
+    )
+    return next(kebab, name)
 
 
 _OTHER_TYPES = {
@@ -110,7 +142,7 @@ def capability_statement() -> dict[str, Any]:
     for name, entry in resources.items():
         params = (*COMMON_DECLARED, *SEARCH_PARAMETERS.get(name, ()))
         if any(i["code"] == "search-type" for i in entry["interaction"]):
-            entry["searchParam"] = [{"name": p, "type": _param_type(name, p)} for p in params]
+            entry["searchParam"] = [{"name": p, "type": search_type(name, p)} for p in params]
             entry["searchInclude"] = list(INCLUDES.get(name, {}))
         for key in ("operation", "searchParam", "searchInclude"):
             if not entry[key]:

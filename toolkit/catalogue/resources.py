@@ -542,7 +542,8 @@ PATIENT = Resource(
         *_endpoints("Patient", ("list", "List patients")),
         *_endpoints("Patient", ("read", "Get Patient"), source="pmtk"),
     ),
-    search=("name", "family", "given", "email"),
+    # general-practitioner: a production client searches by it live (facts, client-observed)
+    search=("name", "family", "given", "email", "general-practitioner"),
 )
 
 # The referenced resources of spec section 2.7 (fields "not shown"): their fields are
@@ -614,6 +615,8 @@ PRACTITIONER_ROLE = Resource(
         ("read", "Get PractitionerRole"),
         source="facts",
     ),
+    # a production client searches by it live (facts, client-observed)
+    search=("practitioner",),
 )
 
 REFERRAL_DEFINITION = Resource(

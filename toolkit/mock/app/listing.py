@@ -22,10 +22,12 @@ from toolkit.mock.app.responses import (
     Problem4xx,
 )
 from toolkit.mock.app.search import (
-    _date_predicate,
-    _fold,
+    DAY,
     _int_param,
-    _last_segment,
+    date_matcher,
+    reference_values,
+    string_matcher,
+    token_values,
 )
 from toolkit.mock.data import GRID_MINUTES
 from toolkit.mock.store import Collection
@@ -60,35 +62,43 @@ class ListingRoom(MockCore):
             if name not in (*allowed, *_COMMON_FILTERS) or not value.strip(", "):
                 ignored.append(key)  # FHIR servers ignore unsupported parameters and empty values
                 continue
-            if modifier and not (name in _NAME_PARTS and modifier in ("exact", "contains")):
-                raise Problem4xx(
-                    400, "not-supported", f"{rtype} search {name!r} takes no :{modifier} modifier"
-                )
-            if name == "_id":
-                filters.append(self._id_filter(rtype, coll, value))
-            elif name == "_lastUpdated":
-                filters.append(_instant_filter(coll.updated, name, value))
-            elif name == "_sort":
+            if name == "_sort":
                 sort_spec = value
-            elif (rtype, name) in _SPECIAL:
-                filters.append(_SPECIAL[(rtype, name)](self, coll, value))
-            elif name in DATE_SORT.get(rtype, ()):
-                filters.append(_instant_filter(coll.date, name, value))
-            elif name == OWNER_PARAM.get(rtype):
-                filters.append(_owner_filter(coll, value))
-            elif name in _NAME_PARTS:
-                filters.append(_name_filter(coll, rtype, name, modifier, value))
-            elif catalogue.field_at(rtype, name).type == "reference":
-                filters.append(_reference_filter(coll, rtype, name, value))
             else:
-                filters.append(_token_filter(coll, name, value))
+                filters.append(self._filter(rtype, coll, name, modifier, value))
         order = coll.order()
         indices = [i for i in order if all(f(i) for f in filters)] if filters else order
         return (self.sort(rtype, coll, indices, sort_spec) if sort_spec else indices), ignored
 
+    def _filter(
+        self, rtype: str, coll: Collection, name: str, modifier: str, value: str
+    ) -> Callable[[int], bool]:
+        """One parameter's filter, by its FHIR type in the catalogue (one path for all)."""
+        kind = catalogue.search_type(rtype, name)
+        if modifier and not (
+            (kind == "string" and modifier in ("exact", "contains")) or kind == "reference"
+        ):
+            raise Problem4xx(
+                400, "not-supported", f"{rtype} search {name!r} takes no :{modifier} modifier"
+            )
+        if name == "_id":
+            return self._id_filter(rtype, coll, value)
+        special = _SPECIAL.get((rtype, name))
+        if special is not None:
+            return special(self, coll, modifier, value)
+        if kind == "date":
+            return _date_filter(rtype, coll, name, value)
+        if kind == "string":
+            return _name_filter(coll, rtype, name, modifier, value)
+        if kind == "reference" and name == OWNER_PARAM.get(rtype):
+            return _owner_filter(rtype, name, coll, modifier, value)
+        if kind == "reference":
+            return _reference_filter(coll, rtype, name, modifier, value)
+        return _token_filter(coll, catalogue.search_field(rtype, name), value)
+
     def _id_filter(self, rtype: str, coll: Collection, value: str) -> Callable[[int], bool]:
         """``_id=a,b``: any of the ids, as the fault profile stores them."""
-        wanted = {v.strip() for v in value.split(",") if v.strip()}
+        wanted = token_values(value)
         stored = {self.state.fault.stored_id(rtype, w) for w in wanted}
         return lambda i: coll.ids[i] in stored
 
@@ -234,12 +244,24 @@ class ListingRoom(MockCore):
     async def export_ids(self, request: Request, ctx: Ctx) -> Response:
         """``GET /main/<Type>/$export-ids``: a Parameters resource of every id of the type.
 
-        One ``{"name": "id", "valueId": ...}`` parameter per record in list order
-        (the facts name the operation and its Parameters answer, not the parameter
-        names: pmtk's reading).
+        One parameter per record in list order. A ``live`` deployment answers in the form
+        a production client reads (facts, client-observed): ``{"name": "id",
+        "valueReference": {"reference": ".../main/Patient/<id>", "type": "Patient"}}``,
+        absolute as every live reference; a ``spec`` one ``{"name": "id", "valueId":
+        "<id>"}`` (pmtk's reading). pmtk's client reads both.
         """
-        coll = self.store[request.url.path.split("/")[2]]  # a route of catalogue.EXPORT_IDS
-        params = [{"name": "id", "valueId": coll.ids[i]} for i in coll.order()]
+        rtype = request.url.path.split("/")[2]  # a route of catalogue.EXPORT_IDS
+        coll = self.store[rtype]
+        if self.state.options.shapes == "live":
+            params = [
+                {
+                    "name": "id",
+                    "valueReference": {"reference": f"/main/{rtype}/{coll.ids[i]}", "type": rtype},
+                }
+                for i in coll.order()
+            ]
+        else:
+            params = [{"name": "id", "valueId": coll.ids[i]} for i in coll.order()]
         body = orjson.dumps({"resourceType": "Parameters", "parameter": params})
         return self.respond(request, body)
 
@@ -253,7 +275,6 @@ _CAPABILITY = orjson.dumps(catalogue.capability_statement())
 
 _PAGING = frozenset({"_count", "page", "_total"})
 _COMMON_FILTERS = ("_id", "_lastUpdated", "_sort")
-_NAME_PARTS = ("name", "family", "given")
 
 
 def strict(request: Request) -> bool:
@@ -282,9 +303,11 @@ def refuse_ignored(request: Request, what: str, ignored: Sequence[str]) -> None:
         )
 
 
-def _email_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[int], bool]:
+def _email_filter(
+    room: ListingRoom, coll: Collection, modifier: str, value: str
+) -> Callable[[int], bool]:
     """Patient ``email`` (facts): a telecom of system email, compared without case."""
-    wanted = {v.strip().casefold() for v in value.split(",") if v.strip()}
+    wanted = {v.casefold() for v in token_values(value)}
 
     def match(i: int) -> bool:
         for item in coll.record(i).get("telecom") or []:
@@ -297,9 +320,11 @@ def _email_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[
     return match
 
 
-def _actor_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[int], bool]:
+def _actor_filter(
+    room: ListingRoom, coll: Collection, modifier: str, value: str
+) -> Callable[[int], bool]:
     """Appointment ``actor`` (facts): any participant's actor, given as ``Type/id``."""
-    wanted = _wanted_references("Appointment", "actor", "participant.actor", value)
+    wanted = _wanted_references("Appointment", "actor", "participant.actor", modifier, value)
 
     def match(i: int) -> bool:
         for part in coll.record(i).get("participant") or []:
@@ -311,38 +336,40 @@ def _actor_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[
     return match
 
 
-def _slot_role_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[int], bool]:
+def _slot_role_filter(
+    room: ListingRoom, coll: Collection, modifier: str, value: str
+) -> Callable[[int], bool]:
     """Slot ``practitioner-role`` (facts): the role the Slot belongs to."""
-    roles = {
-        rid
-        for _kind, rid in _wanted_references("Slot", "practitioner-role", "practitionerRole", value)
-    }
+    wanted = _wanted_references("Slot", "practitioner-role", "practitionerRole", modifier, value)
+    roles = {rid for _kind, rid in wanted}
     return lambda i: room.slot_role(i) in roles
 
 
 def _slot_practitioner_filter(
-    room: ListingRoom, coll: Collection, value: str
+    room: ListingRoom, coll: Collection, modifier: str, value: str
 ) -> Callable[[int], bool]:
     """Slot ``practitioner`` (facts): the Slots of the roles of that Practitioner."""
-    wanted = {_last_segment(v.strip()) for v in value.split(",") if v.strip()}
+    wanted = reference_values("Slot", "practitioner", modifier, value, ("Practitioner",))
     roles = room.store["PractitionerRole"]
     of_practitioner = {
         roles.ids[i]
         for i in roles.order()
-        if _last_segment(str((roles.record(i).get("practitioner") or {}).get("reference", "")))
-        in wanted
+        if catalogue.reference_pair(roles.record(i).get("practitioner")) in wanted
     }
     return lambda i: room.slot_role(i) in of_practitioner
 
 
-def _slot_end_filter(room: ListingRoom, coll: Collection, value: str) -> Callable[[int], bool]:
+def _slot_end_filter(
+    room: ListingRoom, coll: Collection, modifier: str, value: str
+) -> Callable[[int], bool]:
     """Slot ``end`` (facts: a ``start``/``end`` window): a date search on the Slot's end."""
-    test = _date_predicate("end", value)
+    test = date_matcher("end", value)
     unit = GRID_MINUTES * 60
     return lambda i: test(None if (d := coll.date[i]) is None else d + unit)
 
 
-_SPECIAL: dict[tuple[str, str], Callable[[ListingRoom, Collection, str], Callable[[int], bool]]] = {
+_Special = Callable[[ListingRoom, Collection, str, str], Callable[[int], bool]]
+_SPECIAL: dict[tuple[str, str], _Special] = {
     ("Patient", "email"): _email_filter,
     ("Appointment", "actor"): _actor_filter,
     ("Slot", "practitioner-role"): _slot_role_filter,
@@ -352,23 +379,35 @@ _SPECIAL: dict[tuple[str, str], Callable[[ListingRoom, Collection, str], Callabl
 """Searches the facts name that select on something other than one field of the record."""
 
 
-def _instant_filter(
-    instants: Sequence[float | None], name: str, value: str
-) -> Callable[[int], bool]:
-    """A date search (``ge2026-01-01``) on one instant per record (``_lastUpdated``, dates)."""
-    test = _date_predicate(name, value)
+def _date_filter(rtype: str, coll: Collection, name: str, value: str) -> Callable[[int], bool]:
+    """A date search (``ge2026-01-01``) on one instant per record (``_lastUpdated``, dates).
+
+    ``meta.lastUpdated`` and date-times are served to the second; a field the catalogue
+    declares with format ``date`` (``Invoice.date``, ``Coverage.period.start``) is a
+    whole UTC day, so FHIR's ranges compare it as one (:func:`date_matcher`).
+    """
+    if name == "_lastUpdated":
+        instants: Sequence[float | None] = coll.updated
+        width = 1.0
+    else:
+        instants = coll.date
+        path = catalogue.DATE_SEARCH[rtype][1]
+        width = DAY if catalogue.field_at(rtype, path).format == "date" else 1.0
+    test = date_matcher(name, value, width)
     return lambda i: test(instants[i])
 
 
-def _owner_filter(coll: Collection, value: str) -> Callable[[int], bool]:
-    """A search on the owning record (comma-separated references or ids: any of)."""
-    owners = {_last_segment(v.strip()) for v in value.split(",") if v.strip()}
+def _owner_filter(
+    rtype: str, name: str, coll: Collection, modifier: str, value: str
+) -> Callable[[int], bool]:
+    """A search on the patient a record belongs to (id, ``Patient/id``, URL; any of)."""
+    owners = {rid for _k, rid in reference_values(rtype, name, modifier, value, ("Patient",))}
     return lambda i: coll.owner[i] in owners
 
 
 def _token_filter(coll: Collection, name: str, value: str) -> Callable[[int], bool]:
     """A search on a coded field (``status=free``; comma-separated: any of)."""
-    wanted = {v.strip() for v in value.split(",") if v.strip()}
+    wanted = token_values(value)
 
     def match(i: int) -> bool:
         found = coll.record(i).get(name)
@@ -402,74 +441,39 @@ def _includes(rtype: str, params: list[tuple[str, str]]) -> list[catalogue.Inclu
     return out
 
 
-def _reference_filter(coll: Collection, rtype: str, name: str, value: str) -> Callable[[int], bool]:
+def _reference_filter(
+    coll: Collection, rtype: str, name: str, modifier: str, value: str
+) -> Callable[[int], bool]:
     """A search on a reference field (``recipient=Patient/123``; comma-separated: any of).
 
-    A field that may point at more than one type takes ``Type/id`` only: a bare id
-    is refused with 422 (facts, "Shapes seen on the live service").
+    A field that may point at more than one type takes ``Type/id`` or ``:Type``: a
+    bare id is refused with 422 (facts, "Shapes seen on the live service").
     """
-    wanted = _wanted_references(rtype, name, name, value)
+    field = catalogue.search_field(rtype, name)
+    wanted = _wanted_references(rtype, name, field, modifier, value)
 
     def match(i: int) -> bool:
-        value = coll.record(i).get(name)
+        value = coll.record(i).get(field)
         items = value if isinstance(value, list) else [value]  # many=True: any of them
         return any(catalogue.reference_pair(item) in wanted for item in items)
 
     return match
 
 
-def _wanted_references(rtype: str, name: str, path: str, value: str) -> set[tuple[str, str]]:
-    """The (type, id) pairs of a reference search's value (comma-separated: any of)."""
+def _wanted_references(
+    rtype: str, name: str, path: str, modifier: str, value: str
+) -> set[tuple[str, str]]:
+    """The (type, id) pairs of a reference search on the field at ``path``."""
     field = catalogue.field_at(rtype, path)
     if field.ref is None:
         raise Problem4xx(400, "not-supported", f"{rtype} cannot be searched by {name!r}")
-    wanted: set[tuple[str, str]] = set()
-    for item in (v.strip() for v in value.split(",")):
-        if not item:
-            continue
-        kind, _, rid = item.rpartition("/")
-        kind = kind.rsplit("/", 1)[-1]
-        if not rid:
-            raise Problem4xx(400, "invalid", f"{name}={item!r} is neither an id nor Type/id")
-        if kind and kind not in field.ref.types:
-            types = ", ".join(field.ref.types)
-            raise Problem4xx(
-                400, "invalid", f"{name}={item!r}: {rtype}.{name} cannot point at {kind} ({types})"
-            )
-        if not kind and len(field.ref.types) > 1:
-            types = " or ".join(field.ref.types)
-            guess = next(
-                (t.type for t in field.ref.targets if t.prefixes and item.startswith(t.prefixes)),
-                field.ref.types[0],
-            )
-            raise Problem4xx(
-                422,
-                "invalid",
-                f"{name}={item!r}: {rtype}.{name} may be a {types}; give Type/id, "
-                f"for example {guess}/{item}",
-            )
-        wanted.add((kind or field.ref.types[0], rid))
-    return wanted
+    prefixes = {t.type: t.prefixes for t in field.ref.targets}
+    return reference_values(rtype, name, modifier, value, field.ref.types, prefixes)
 
 
 def _name_filter(
     coll: Collection, rtype: str, part: str, modifier: str, value: str
 ) -> Callable[[int], bool]:
-    """A ``name``/``family``/``given`` search: word prefix by default, ``:exact``, ``:contains``."""
-    needle = _fold(value)
-    mode = modifier or "starts"
-
-    def match(i: int) -> bool:
-        for text in _names_of(coll.record(i), rtype, part):
-            folded = _fold(text)
-            if mode == "exact" and text == value:
-                return True
-            if mode == "contains" and needle in folded:
-                return True
-            if mode not in ("exact", "contains") and any(
-                w.startswith(needle) for w in (folded, *folded.split())
-            ):
-                return True
-        return False
-
-    return match
+    """A string search (``name``/``family``/``given``): word prefix, ``:exact``, ``:contains``."""
+    test = string_matcher(part, modifier, value)
+    return lambda i: test(_names_of(coll.record(i), rtype, part))

@@ -32,7 +32,7 @@ DATE_SORT = {rtype: names for rtype, (names, _field) in catalogue.DATE_SEARCH.it
 OWNER_PARAM = {rtype: param for rtype, (param, _field) in catalogue.OWNER_SEARCH.items()}
 
 
-PREFIXES = ("eq", "ne", "gt", "ge", "lt", "le")
+PREFIXES = ("eq", "ne", "gt", "ge", "lt", "le", "sa", "eb")
 
 
 TOKEN_BODY_LIMIT = 64 * 1024
