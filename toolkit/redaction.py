@@ -68,7 +68,15 @@ MIN_LENGTH = 8
 MAX_TOKENS = 256
 """Issued tokens kept in the registry (the oldest are forgotten first)."""
 
-LOGGERS = ("toolkit", "toolkit.client", "toolkit.retries", "pmtk", "pmtk.listen", "httpx")
+LOGGERS = (
+    "toolkit",
+    "toolkit.client",
+    "toolkit.retries",
+    "pmtk",
+    "pmtk.listen",
+    "pmtk.mock.webhooks",
+    "httpx",
+)
 """The loggers :class:`RedactingFilter` is installed on (a logger's filter sees only
 records logged on that very logger, not those of its children)."""
 
