@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timedelta
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -157,15 +158,16 @@ def test_as_of_reads_an_earlier_commit(tmp_path: Path, fresh_mock: Any) -> None:
     _sync(fresh_mock, where, "north")
     first = lake.load("Appointment", where)
     version = _state_version(where)
+    between = datetime.now(UTC)  # after the first sync's commits, before the second's
+    time.sleep(0.01)
     gone = sorted(ground_truth(fresh_mock, "Appointment"))[3]
     fresh_mock.delete("Appointment", [gone])
     _sync(fresh_mock, where, "north", full=True)
     assert gone not in lake.load("Appointment", where)["id"].to_list()
     old = lake.load("Appointment", where, as_of=version)
     assert old.equals(first)
-    # by time: the moment between the two syncs
+    # by time: a moment between the two syncs
     history = lake.history(str(where), "north").filter(pl.col("resource") == "Appointment")
-    between = datetime.fromisoformat(history["committed_at"][0]) + timedelta(milliseconds=500)
     assert between < datetime.fromisoformat(history["committed_at"][1])
     assert lake.load("Appointment", where, as_of=between).equals(first)
 

@@ -56,14 +56,25 @@ def lake_sync_command(
     from_store: Path | None = None,
 ) -> None:
     """Run a lake sync or verify from the command line; exit codes as ``pmtk sync``."""
-    import toolkit
-    from toolkit.errors import ConfigurationError, PmtkError
-    from toolkit.lake import LakeBusy, LakeDamaged, LakeError, LeaseLost
-    from toolkit.lake import sync as lake_sync
-    from toolkit.lake import verify as lake_verify
-    from toolkit.store.identity import WrongDeployment
-
     err = make_console(stderr=True)
+    lake = _checked_target(err, out, refused_options)
+    if from_store is not None:
+        _import(err, from_store, lake, deployment, quiet=quiet)
+    if verify:
+        _verify(err, lake, deployment, quiet=quiet)
+        return
+    options = {
+        "deployment": deployment,
+        "resources": wanted,
+        "full": full,
+        "reconcile": reconcile,
+        "errors": "warn" if errors == "warn" else "raise",
+    }
+    _print(_sync(err, lake, settings, options), quiet=quiet, output=output)
+
+
+def _checked_target(err: Any, out: str | None, refused_options: list[str]) -> str:
+    """The lake ``--out`` names, after the refusals that need no connection (exit 2)."""
     if out is None:
         _say(err, "refused", "a lake needs --out (a folder or an s3:// URL)")
         raise typer.Exit(EXIT_REFUSED)
@@ -72,17 +83,29 @@ def lake_sync_command(
         _say(err, "refused", f"{names} is not available for a lake ({out}); nothing was written")
         raise typer.Exit(EXIT_REFUSED)
     _refuse_store(err, out)
-    if from_store is not None:
-        _import(err, from_store, out, deployment, quiet=quiet)
-    if verify:
-        report = lake_verify(out, deployment=deployment)
-        for problem in report.problems:
-            _say(err, "damaged", problem)
-        if not report.ok:
-            raise typer.Exit(EXIT_DAMAGED)
-        if not quiet:
-            make_console().print(f"verified {report.files} files in {out}: all match their sha256")
-        return
+    return out
+
+
+def _verify(err: Any, lake: str, deployment: str | None, *, quiet: bool) -> None:
+    """``--verify``: every damaged file one line, exit 3; else one line (unless quiet)."""
+    from toolkit.lake import verify
+
+    report = verify(lake, deployment=deployment)
+    for problem in report.problems:
+        _say(err, "damaged", problem)
+    if not report.ok:
+        raise typer.Exit(EXIT_DAMAGED)
+    if not quiet:
+        make_console().print(f"verified {report.files} files in {lake}: all match their sha256")
+
+
+def _sync(err: Any, lake: str, settings: dict[str, Any], options: dict[str, Any]) -> Any:
+    """Connect and sync; each failure one line with the exit code of ``pmtk sync``."""
+    import toolkit
+    from toolkit.errors import ConfigurationError, PmtkError
+    from toolkit.lake import LakeDamaged, sync
+    from toolkit.store.identity import WrongDeployment
+
     try:
         client = toolkit.connect(**settings)
     except ConfigurationError as exc:
@@ -90,17 +113,9 @@ def lake_sync_command(
         raise typer.Exit(EXIT_REFUSED) from None
     try:
         with client:
-            summary = lake_sync(
-                client,
-                out,
-                deployment=deployment,
-                resources=wanted,
-                full=full,
-                reconcile=reconcile,
-                errors="warn" if errors == "warn" else "raise",
-            )
+            return sync(client, lake, **options)
     except KeyboardInterrupt:
-        _say(err, "interrupted", f"nothing of the resource under way was committed to {out}")
+        _say(err, "interrupted", f"nothing of the resource under way was committed to {lake}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except (WrongDeployment, ConfigurationError) as exc:
         _say(err, "refused", str(exc))
@@ -108,10 +123,9 @@ def lake_sync_command(
     except LakeDamaged as exc:
         _say(err, "damaged", str(exc))
         raise typer.Exit(EXIT_DAMAGED) from None
-    except (LakeBusy, LeaseLost, LakeError, PmtkError) as exc:
+    except PmtkError as exc:  # LakeBusy, LeaseLost, another LakeError, a failed fetch
         _say(err, "sync failed", str(exc))
         raise typer.Exit(EXIT_FAILED) from None
-    _print(summary, quiet=quiet, output=output)
 
 
 def _import(err: Any, store: Path, out: str, deployment: str | None, *, quiet: bool) -> None:

@@ -250,34 +250,17 @@ def _commit_locked(
     wanted: Pin,
     after_table: Any,
 ) -> CommitResult:
+    """Steps 1 and 2 of the module's docstring, under the lease; the pin to move."""
     from toolkit.store.layout import later
 
     now = _current_pin(loc, deployment, resource_type, wanted)
     if now.high_water_mark is not None:
         wanted.high_water_mark = later(now.high_water_mark, wanted.high_water_mark)
-    result = CommitResult()
-    raw_name = raw_table(resource_type)
-    raw = change.tables[raw_name].lazy().select("id", "last_updated", PART).collect()
-    chosen = newest_per_id(raw, PART)
-    stored = stored_versions(loc, resource_type, deployment, chosen["id"])
-    wins = staged_wins(chosen, stored)
-    winners = chosen.filter(wins)
-    result.upserted = sorted(winners["id"].to_list())
-    result.stale = sorted(chosen.filter(~wins)["id"].to_list())
-    deletes = set(change.deletes)
-    if change.present is not None:
-        deletes |= _missing(loc, resource_type, deployment, change.present, change.present_since)
-    held = stored_versions(
-        loc, resource_type, deployment, pl.Series(sorted(deletes), dtype=pl.String)
-    )
-    deletes = {d for d in deletes if d in held}
-    deletes -= set(result.upserted)
-    result.deleted = sorted(deletes)
+    result, keep = _decide(loc, deployment, resource_type, change)
     touched = sorted({*result.upserted, *result.deleted})
     wanted.schema_version = schema_version(resource_type)
     wanted.fetched_at = now_iso()
     if touched:
-        keep = winners.select("id", PART)
         for table, schema in lake_tables(resource_type).items():
             key = key_of(resource_type, table)
             rows = (
@@ -296,6 +279,28 @@ def _commit_locked(
     wanted.seq = now.seq + 1
     result.pin = wanted
     return result
+
+
+def _decide(
+    loc: Location, deployment: str, resource_type: str, change: Change
+) -> tuple[CommitResult, pl.DataFrame]:
+    """Which staged versions win (``id`` and part of each), which are stale, which ids go."""
+    raw = change.tables[raw_table(resource_type)].lazy().select("id", "last_updated", PART)
+    chosen = newest_per_id(raw.collect(), PART)
+    stored = stored_versions(loc, resource_type, deployment, chosen["id"])
+    wins = staged_wins(chosen, stored)
+    winners = chosen.filter(wins)
+    result = CommitResult()
+    result.upserted = sorted(winners["id"].to_list())
+    result.stale = sorted(chosen.filter(~wins)["id"].to_list())
+    deletes = set(change.deletes)
+    if change.present is not None:
+        deletes |= _missing(loc, resource_type, deployment, change.present, change.present_since)
+    held = stored_versions(
+        loc, resource_type, deployment, pl.Series(sorted(deletes), dtype=pl.String)
+    )
+    result.deleted = sorted({d for d in deletes if d in held} - set(result.upserted))
+    return result, winners.select("id", PART)
 
 
 def _missing(
@@ -349,42 +354,52 @@ def _write_table(
                 writer_properties=WRITER,
             )
         else:
-            markers = pl.DataFrame(
-                {"deployment": deployment, key: touched},
-                schema={"deployment": pl.String, key: pl.String},
-            )
-            source = pl.concat(
-                [
-                    markers.lazy().with_columns(pl.lit("delete").alias(OP)),
-                    new.with_columns(pl.lit("insert").alias(OP)),
-                ],
-                how="diagonal_relaxed",
-            )
-            columns = ["deployment", *schema]
-            predicate = (
-                f't."deployment" = \'{deployment}\' AND t."deployment" = s."deployment" '
-                f'AND t."{key}" = s."{key}" AND s."{OP}" = \'delete\''
-            )
-            (
-                dt.merge(
-                    stream(source),
-                    predicate=predicate,
-                    source_alias="s",
-                    target_alias="t",
-                    writer_properties=WRITER,
-                )
-                .when_matched_delete()
-                .when_not_matched_insert(
-                    updates={f'"{c}"': f's."{c}"' for c in columns},
-                    predicate=f"s.\"{OP}\" = 'insert'",
-                )
-                .execute()
-            )
+            _merge(dt, deployment, key, new, touched, ["deployment", *schema])
         return int(DeltaTable(uri, storage_options=loc.storage_options).version())
 
     version = retrying(write, f"writing {deployment}/{table}")
     dt = DeltaTable(uri, version=version, storage_options=loc.storage_options)
     return version, _digests(loc, dt, table, deployment, known)
+
+
+def _merge(
+    dt: Any, deployment: str, key: str, new: pl.LazyFrame, touched: list[str], columns: list[str]
+) -> None:
+    """One ``MERGE``: delete every row of the touched records, insert the winners' rows.
+
+    The source holds a delete marker per touched id (matching all its stored rows)
+    and the new rows (which match nothing, so they are inserted).
+    """
+    markers = pl.LazyFrame(
+        {"deployment": deployment, key: touched},
+        schema={"deployment": pl.String, key: pl.String},
+    )
+    source = pl.concat(
+        [
+            markers.with_columns(pl.lit("delete").alias(OP)),
+            new.with_columns(pl.lit("insert").alias(OP)),
+        ],
+        how="diagonal_relaxed",
+    )
+    predicate = (
+        f't."deployment" = \'{deployment}\' AND t."deployment" = s."deployment" '
+        f'AND t."{key}" = s."{key}" AND s."{OP}" = \'delete\''
+    )
+    (
+        dt.merge(
+            stream(source),
+            predicate=predicate,
+            source_alias="s",
+            target_alias="t",
+            writer_properties=WRITER,
+        )
+        .when_matched_delete()
+        .when_not_matched_insert(
+            updates={f'"{c}"': f's."{c}"' for c in columns},
+            predicate=f"s.\"{OP}\" = 'insert'",
+        )
+        .execute()
+    )
 
 
 def _digests(

@@ -73,16 +73,8 @@ def load(
     """
     loc = Location.of(lake, storage_options)
     if deployment is not None and not isinstance(deployment, str):
-        from toolkit.lake.state import resolve
-        from toolkit.store.identity import deployment_of
-
-        deployment = resolve(loc, deployment_of(deployment), None).name
-    tables = lake_tables(resource)
-    name = table or resource
-    if name not in tables:
-        known = ", ".join(tables)
-        raise LakeError(f"{resource} has no table {name!r} in a lake; its tables: {known}")
-    schema = pl.Schema({"deployment": pl.String(), **tables[name]})
+        deployment = _name_of(loc, deployment)
+    name, schema = _table_schema(resource, table)
     frames = []
     for pin in _selected(loc, resource, deployment, as_of):
         version = pin.versions.get(name)
@@ -91,6 +83,24 @@ def load(
         frames.append(_scan(loc, pin, name, version, schema, verify=verify))
     out = pl.concat(frames, how="vertical") if frames else pl.LazyFrame(schema=schema)
     return out if lazy else out.collect()
+
+
+def _name_of(loc: Location, client: Any) -> str:
+    """The lake's short name of a client's deployment (refused if the lake has none)."""
+    from toolkit.lake.state import resolve
+    from toolkit.store.identity import deployment_of
+
+    return resolve(loc, deployment_of(client), None).name
+
+
+def _table_schema(resource: str, table: str | None) -> tuple[str, pl.Schema]:
+    """The table's name and its columns as read: the deployment first."""
+    tables = lake_tables(resource)
+    name = table or resource
+    if name not in tables:
+        known = ", ".join(tables)
+        raise LakeError(f"{resource} has no table {name!r} in a lake; its tables: {known}")
+    return name, pl.Schema({"deployment": pl.String(), **tables[name]})
 
 
 def _scan(

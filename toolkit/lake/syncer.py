@@ -125,43 +125,42 @@ def sync(
     lock_timeout
         Seconds a commit waits for another writer of the same deployment and resource.
     """
-    from toolkit import catalogue
+    from toolkit.store.entry import _listed  # the store's check: a listed type, else refused
 
     loc = Location.of(lake, storage_options)
-    wanted = list(resources) if resources else list(catalogue.LISTED_RESOURCES)
-    unknown = [r for r in wanted if r not in catalogue.LISTED_RESOURCES]
-    if unknown:
-        from toolkit.errors import ConfigurationError
-
-        raise ConfigurationError(f"cannot sync {', '.join(unknown)}: not a listed resource")
+    wanted = _listed(resources)
     with _connected(client) as source:
         init_lake(loc)
         known = resolve(loc, deployment_of(source), deployment)
         summary = LakeSyncSummary(loc.uri, known.name)
+        run = _Run(loc, known.name, source, full, reconcile, errors, lock_timeout, after_table)
         for rt in wanted:
-            summary.resources[rt] = _sync_one(
-                loc, known.name, source, rt, full, reconcile, errors, lock_timeout, after_table
-            )
+            summary.resources[rt] = _sync_one(run, rt)
     return summary
 
 
-def _sync_one(
-    loc: Location,
-    deployment: str,
-    source: PageSource,
-    rt: str,
-    full: bool,
-    reconcile: bool,
-    errors: ErrorsMode,
-    lock_timeout: float,
-    after_table: Callable[[str], None] | None,
-) -> LakeResourceSync:
+@dataclass(slots=True)
+class _Run:
+    """The options of one :func:`sync`, shared by its resources."""
+
+    loc: Location
+    deployment: str
+    source: PageSource
+    full: bool
+    reconcile: bool
+    errors: ErrorsMode
+    lock_timeout: float
+    after_table: Callable[[str], None] | None
+
+
+def _sync_one(run: _Run, rt: str) -> LakeResourceSync:
+    """Walk one resource (from its pin's mark, or in full), stage it, commit it."""
     started = time.monotonic()
-    sent = source.requests_sent
+    sent = run.source.requests_sent
     result = LakeResourceSync(rt)
-    previous = pin_of(loc, deployment, rt)
+    previous = pin_of(run.loc, run.deployment, rt)
     incremental = (
-        not full
+        not run.full
         and previous.seq > 0
         and previous.schema_version == schema_version(rt)
         and previous.high_water_mark is not None
@@ -169,51 +168,51 @@ def _sync_one(
     result.mode = "incremental" if incremental else "full"
     since = (previous.next_since or f"ge{previous.high_water_mark}") if incremental else None
     with tempfile.TemporaryDirectory(prefix="pmtk-lake-stage-") as stage:
-        staged = _walk(Path(stage), source, rt, since, errors, result)
-        present: set[str] | None = None
-        if not incremental:
-            present = staged.ids
-        elif rt == "Patient" or reconcile:
-            present = _present(source, rt, reconcile)
-        change = Change(
-            tables=staged.tables(rt),
-            present=present,
-            present_since=staged.server_time,
+        staged = _walk(Path(stage), run.source, rt, since, run.errors, result)
+        present = (
+            _present(run.source, rt, run.reconcile)
+            if incremental and (rt == "Patient" or run.reconcile)
+            else None
+            if incremental
+            else staged.ids
         )
-        mark = staged.max_last_updated
-        hwm = later(previous.high_water_mark, mark) if incremental else mark
-        pin = Pin(
-            deployment,
-            rt,
-            seq=previous.seq,
-            high_water_mark=hwm,
-            next_since=since_after(hwm, staged.server_time),
-            server_time=staged.server_time,
-            last_sync={
-                "mode": result.mode,
-                "records_fetched": result.records_fetched,
-                "pages": result.pages,
-            },
-        )
-        counts = {"records_fetched": result.records_fetched}
+        change = Change(staged.tables(rt), present=present, present_since=staged.server_time)
         done = commit(
-            loc,
-            deployment,
+            run.loc,
+            run.deployment,
             rt,
             change,
-            pin=pin,
+            pin=_next_pin(run.deployment, previous, staged, result),
             kind=f"sync-{result.mode}",
-            lock_timeout=lock_timeout,
-            counts=counts,
-            after_table=after_table,
+            lock_timeout=run.lock_timeout,
+            counts={"records_fetched": result.records_fetched},
+            after_table=run.after_table,
         )
-    result.upserted = len(done.upserted)
-    result.stale = len(done.stale)
+    result.upserted, result.stale = len(done.upserted), len(done.stale)
     result.deleted = len(done.deleted)
     result.high_water_mark = done.pin.high_water_mark if done.pin else None
-    result.requests = source.requests_sent - sent
+    result.requests = run.source.requests_sent - sent
     result.elapsed = time.monotonic() - started
     return result
+
+
+def _next_pin(deployment: str, previous: Pin, staged: _Staged, result: LakeResourceSync) -> Pin:
+    """The marks a sync's commit leaves: the high-water mark and the next search's bound."""
+    mark = staged.max_last_updated
+    hwm = later(previous.high_water_mark, mark) if result.mode == "incremental" else mark
+    return Pin(
+        deployment,
+        result.resource,
+        seq=previous.seq,
+        high_water_mark=hwm,
+        next_since=since_after(hwm, staged.server_time),
+        server_time=staged.server_time,
+        last_sync={
+            "mode": result.mode,
+            "records_fetched": result.records_fetched,
+            "pages": result.pages,
+        },
+    )
 
 
 @dataclass(slots=True)
@@ -326,28 +325,12 @@ def apply_changes(
     prove that nothing else changed. ``deletes`` must be ids the API itself said are
     gone (a 404 or 410 OperationOutcome).
     """
-    from toolkit import schemas, views
     from toolkit.lake.state import UnknownDeployment, deployments
 
     loc = Location.of(lake, storage_options)
     if deployment not in deployments(loc):
         raise UnknownDeployment(f"the lake {loc.uri} holds no deployment {deployment!r}")
-    records = [dict(r) for r in upserts if r.get("resourceType") == resource_type]
-    page = orjson.dumps(
-        {"resourceType": "Bundle", "type": "searchset", "entry": [{"resource": r} for r in records]}
-    )
-    tables = views.flatten_tables(resource_type, [page])
-    for name, frame in tables.items():
-        schemas.validate(
-            frame, resource_type, table=None if name == resource_type else name, errors=errors
-        )
-    tables[raw_table(resource_type)] = raw_frame(resource_type, records)
-    full = {
-        name: tables.get(name, pl.DataFrame(schema=schema))
-        .select(list(schema))
-        .with_columns(pl.lit(1, pl.Int64).alias(PART))
-        for name, schema in lake_tables(resource_type).items()
-    }
+    tables = _validated_tables(resource_type, upserts, errors)
     previous = pin_of(loc, deployment, resource_type)
     pin = Pin(
         deployment,
@@ -362,8 +345,32 @@ def apply_changes(
         loc,
         deployment,
         resource_type,
-        Change(full, deletes={d for d in deletes if isinstance(d, str) and d}),
+        Change(tables, deletes={d for d in deletes if isinstance(d, str) and d}),
         pin=pin,
         kind="change",
         lock_timeout=lock_timeout,
     )
+
+
+def _validated_tables(
+    resource_type: str, upserts: Sequence[Mapping[str, Any]], errors: ErrorsMode
+) -> dict[str, pl.DataFrame]:
+    """The records flattened into every table of a lake and validated (before any write)."""
+    from toolkit import schemas, views
+
+    records = [dict(r) for r in upserts if r.get("resourceType") == resource_type]
+    page = orjson.dumps(
+        {"resourceType": "Bundle", "type": "searchset", "entry": [{"resource": r} for r in records]}
+    )
+    tables = views.flatten_tables(resource_type, [page])
+    for name, frame in tables.items():
+        schemas.validate(
+            frame, resource_type, table=None if name == resource_type else name, errors=errors
+        )
+    tables[raw_table(resource_type)] = raw_frame(resource_type, records)
+    return {
+        name: tables.get(name, pl.DataFrame(schema=schema))
+        .select(list(schema))
+        .with_columns(pl.lit(1, pl.Int64).alias(PART))
+        for name, schema in lake_tables(resource_type).items()
+    }

@@ -36,7 +36,7 @@ def import_store(
     storage_options: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Bring every resource of ``store`` into ``lake`` as ``deployment``; per resource, rows."""
-    from toolkit.store import load, verify
+    from toolkit.store import verify
     from toolkit.store.identity import recorded_deployment
     from toolkit.store.layout import read_manifest
 
@@ -63,14 +63,7 @@ def import_store(
             continue
         if entry.get("schema_version") != schema_version(rt):
             continue  # written for another view: the next sync of the lake fetches it in full
-        tables: dict[str, pl.DataFrame] = {}
-        for name, schema in lake_tables(rt).items():
-            if name in entry["tables"]:
-                loaded = load(rt, root, table=name)
-                frame = loaded.collect() if isinstance(loaded, pl.LazyFrame) else loaded
-            else:
-                frame = pl.DataFrame(schema=schema)
-            tables[name] = frame.select(list(schema)).with_columns(pl.lit(1, pl.Int64).alias(PART))
+        tables = _stored_tables(root, rt, entry)
         previous = pin_of(loc, deployment, rt)
         pin = Pin(
             deployment,
@@ -84,3 +77,18 @@ def import_store(
         result = commit(loc, deployment, rt, Change(tables), pin=pin, kind="import")
         done[rt] = len(result.upserted)
     return done
+
+
+def _stored_tables(root: Path, rt: str, entry: dict[str, Any]) -> dict[str, pl.DataFrame]:
+    """Every lake table of ``rt`` as the store holds it (checked against its sha256)."""
+    from toolkit.store import load
+
+    tables: dict[str, pl.DataFrame] = {}
+    for name, schema in lake_tables(rt).items():
+        if name in entry["tables"]:
+            loaded = load(rt, root, table=name)
+            frame = loaded.collect() if isinstance(loaded, pl.LazyFrame) else loaded
+        else:
+            frame = pl.DataFrame(schema=schema)
+        tables[name] = frame.select(list(schema)).with_columns(pl.lit(1, pl.Int64).alias(PART))
+    return tables
