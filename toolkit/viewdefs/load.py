@@ -94,16 +94,14 @@ _ENTRY_KEY = re.compile(rb'"entry"\s*:\s*$')
 _ID_KEY = re.compile(rb'"id"\s*:\s*"([^"\\]{1,64})"')
 
 
-def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes, list[str]] | None:
-    """A Bundle page with the entries whose resource nests deeper than ``limit`` cut out.
+def _measure_entries(
+    page: bytes, masked: bytes
+) -> tuple[tuple[int, int] | None, list[tuple[int, int, int]]]:
+    """Where the page's ``entry`` array opens and closes, and each entry's span and levels.
 
-    For a page too deep for the JSON parser itself (orjson stops at 1,024 levels):
-    the brackets outside strings are counted, each entry of the page's ``entry``
-    array is measured, and the page is written again with only the entries that
-    are shallow enough; the ids of those cut (or ``entry[i]``) are returned with it.
-    None when the page has no ``entry`` array to cut from.
+    The brackets of ``masked`` (the page with its strings blanked) are counted; the
+    array is None when the page has none.
     """
-    masked = _JSON_STRING.sub(lambda m: b'"' + b"_" * (len(m.group()) - 2) + b'"', page)
     depth = 0
     in_entries = False
     array: tuple[int, int] | None = None
@@ -127,6 +125,29 @@ def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes,
         elif depth == 2 and in_entries:
             in_entries, array = False, (opened, pos)
         depth -= 1
+    return array, entries
+
+
+def _entry_name(page: bytes, masked: bytes, index: int, begin: int, end: int) -> str:
+    """The id of the resource of the entry at ``page[begin:end]``, else ``entry[index]``."""
+    for found in _ID_KEY.finditer(page, begin, end):
+        inside = masked[begin : found.start()]
+        if inside.count(b"{") + inside.count(b"[") - inside.count(b"}") - inside.count(b"]") == 2:
+            return found.group(1).decode("utf-8", "replace")
+    return f"entry[{index}]"
+
+
+def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes, list[str]] | None:
+    """A Bundle page with the entries whose resource nests deeper than ``limit`` cut out.
+
+    For a page too deep for the JSON parser itself (orjson stops at 1,024 levels):
+    the brackets outside strings are counted, each entry of the page's ``entry``
+    array is measured, and the page is written again with only the entries that
+    are shallow enough; the ids of those cut (or ``entry[i]``) are returned with it.
+    None when the page has no ``entry`` array to cut from.
+    """
+    masked = _JSON_STRING.sub(lambda m: b'"' + b"_" * (len(m.group()) - 2) + b'"', page)
+    array, entries = _measure_entries(page, masked)
     if array is None:
         return None
     kept: list[bytes] = []
@@ -135,17 +156,8 @@ def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes,
         # the entry object is one level above its resource
         if levels - 1 <= limit:
             kept.append(page[begin:end])
-            continue
-        name = f"entry[{i}]"
-        for found in _ID_KEY.finditer(page, begin, end):
-            inside = masked[begin : found.start()]
-            if (
-                inside.count(b"{") + inside.count(b"[") - inside.count(b"}") - inside.count(b"]")
-                == 2
-            ):
-                name = found.group(1).decode("utf-8", "replace")
-                break
-        cut.append(name)
+        else:
+            cut.append(_entry_name(page, masked, i, begin, end))
     return page[: array[0] + 1] + b",".join(kept) + page[array[1] :], cut
 
 
@@ -712,27 +724,28 @@ def _plan(kinds: dict[str, Counter[str]]) -> dict[str, Any]:
     return plan
 
 
-def read_resources(
-    resources: list[dict[str, Any]], resource_type: str, cut: list[str] | None = None
-) -> pl.DataFrame:
-    """Resources (dicts of one type) read by Polars after the shape normalisation above.
+def _split_deep(resources: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The resources no deeper than :data:`MAX_RECORD_DEPTH`, and the ids of the others."""
+    if not any(_too_deep(res) for res in resources):
+        return resources, []
+    shallow = []
+    deep: list[str] = []
+    for i, res in enumerate(resources):
+        if _too_deep(res):
+            deep.append(str(res.get("id", f"#{i}")))
+        else:
+            shallow.append(res)
+    return shallow, deep
 
-    A resource nested deeper than :data:`MAX_RECORD_DEPTH` is left out with a
-    warning, as are those already ``cut`` from their pages (their ids).
+
+def _read_normalised(
+    resources: list[dict[str, Any]], resource_type: str
+) -> tuple[pl.DataFrame, list[tuple[str, str, Any]]]:
+    """The resources as one Polars frame after the shape normalisation above.
+
+    With it, the values read as null for being of another JSON type than the rest
+    of their field: (resource id, path, value).
     """
-    deep = list(cut or [])
-    if any(_too_deep(res) for res in resources):
-        shallow = []
-        for i, res in enumerate(resources):
-            if _too_deep(res):
-                deep.append(str(res.get("id", f"#{i}")))
-            else:
-                shallow.append(res)
-        resources = shallow
-    if deep:
-        deep_warning(resource_type, deep)
-    if not resources:
-        return _empty()
     kinds: dict[str, Counter[str]] = {}
     for res in resources:
         _survey_item(res, "", kinds)
@@ -750,25 +763,51 @@ def read_resources(
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         msg = f"the {resource_type} resources cannot be read as one table ({first})"
         raise DataValidationError(msg, None) from None
-    if odd:
-        from toolkit.schemas import PmtkDataWarning
+    return frame, odd
 
-        shown = "; ".join(
-            f"{rid} {path or '(resource)'} = {orjson.dumps(v).decode()[:60]}"
-            for rid, path, v in odd[:5]
-        )
-        more = f" (and {len(odd) - 5} more)" if len(odd) > 5 else ""
-        msg = (
-            f"{len(odd)} {resource_type} value(s) of another JSON type than the rest of their "
-            f"field were read as null: {shown}{more}"
-        )
-        cases = pl.DataFrame(
-            {
-                "id": [rid for rid, _, _ in odd],
-                "column": [path for _, path, _ in odd],
-                "check": ["json_type"] * len(odd),
-                "failure_case": [orjson.dumps(v).decode() for _, _, v in odd],
-            }
-        )
-        warnings.warn(PmtkDataWarning(msg, cases), stacklevel=3)
+
+def _odd_warning(resource_type: str, odd: list[tuple[str, str, Any]]) -> None:
+    """One :class:`~toolkit.schemas.PmtkDataWarning` for the values read as null.
+
+    Called by :func:`read_resources` only: the warning names its caller's caller.
+    """
+    from toolkit.schemas import PmtkDataWarning
+
+    shown = "; ".join(
+        f"{rid} {path or '(resource)'} = {orjson.dumps(v).decode()[:60]}"
+        for rid, path, v in odd[:5]
+    )
+    more = f" (and {len(odd) - 5} more)" if len(odd) > 5 else ""
+    msg = (
+        f"{len(odd)} {resource_type} value(s) of another JSON type than the rest of their "
+        f"field were read as null: {shown}{more}"
+    )
+    cases = pl.DataFrame(
+        {
+            "id": [rid for rid, _, _ in odd],
+            "column": [path for _, path, _ in odd],
+            "check": ["json_type"] * len(odd),
+            "failure_case": [orjson.dumps(v).decode() for _, _, v in odd],
+        }
+    )
+    warnings.warn(PmtkDataWarning(msg, cases), stacklevel=4)
+
+
+def read_resources(
+    resources: list[dict[str, Any]], resource_type: str, cut: list[str] | None = None
+) -> pl.DataFrame:
+    """Resources (dicts of one type) read by Polars after the shape normalisation above.
+
+    A resource nested deeper than :data:`MAX_RECORD_DEPTH` is left out with a
+    warning, as are those already ``cut`` from their pages (their ids).
+    """
+    resources, too_deep = _split_deep(resources)
+    deep = list(cut or []) + too_deep
+    if deep:
+        deep_warning(resource_type, deep)
+    if not resources:
+        return _empty()
+    frame, odd = _read_normalised(resources, resource_type)
+    if odd:
+        _odd_warning(resource_type, odd)
     return frame.select(pl.struct(pl.all()).alias("__c"))
