@@ -496,6 +496,43 @@ def _binary(node: fp.Binary, scope: Scope) -> Val:
     raise scope.fail(f"the operator {op!r} is not supported")
 
 
+def _count(base: Val) -> Val:
+    """``count()``: how many items (0 for none)."""
+    if base.empty:
+        return Val(pl.lit(0, pl.Int64), pl.Int64(), False)
+    if base.many:
+        return Val(base.expr.list.len().fill_null(0).cast(pl.Int64), pl.Int64(), False)
+    return Val(base.expr.is_not_null().cast(pl.Int64), pl.Int64(), False)
+
+
+def _join(base: Val, node: fp.Call, scope: Scope) -> Val:
+    """``join([separator])``: the items as one string (a constant string separator, else none)."""
+    sep = ""
+    if node.args:
+        arg = compile_node(node.args[0], scope)
+        if not isinstance(node.args[0], fp.Literal | fp.Constant) or not isinstance(
+            arg.dtype, pl.String
+        ):
+            raise scope.fail("join() needs a string separator")
+        sep = str(_const_value(node.args[0], scope))
+    if base.empty:
+        return Val(pl.lit(""), pl.String(), False)
+    if base.many:
+        joined = base.expr.cast(pl.List(pl.String)).list.join(sep).fill_null("")
+    else:
+        joined = base.expr.cast(pl.String).fill_null("")
+    return Val(joined, pl.String(), False)
+
+
+def _extension(base: Val, node: fp.Call, scope: Scope) -> Val:
+    """``extension(url)``: the extensions with that url."""
+    url = _const_value(node.args[0], scope)
+    ext = member(base, "extension", scope)
+    if ext.empty or "url" not in _fields(ext.dtype):
+        return _empty()
+    return _where(ext, lambda e: e.struct.field("url") == str(url))
+
+
 def _call(node: fp.Call, scope: Scope) -> Val:
     name = node.name
     if name == "ofType":
@@ -521,37 +558,15 @@ def _call(node: fp.Call, scope: Scope) -> Val:
             return base
         return Val(getattr(base.expr.list, name)(), base.dtype, False)
     if name == "count":
-        if base.empty:
-            return Val(pl.lit(0, pl.Int64), pl.Int64(), False)
-        if base.many:
-            return Val(base.expr.list.len().fill_null(0).cast(pl.Int64), pl.Int64(), False)
-        return Val(base.expr.is_not_null().cast(pl.Int64), pl.Int64(), False)
+        return _count(base)
     if name == "not":
         return Val(~to_bool(base, scope, "the input of not()"), pl.Boolean(), False)
     if name == "join":
-        sep = ""
-        if node.args:
-            arg = compile_node(node.args[0], scope)
-            if not isinstance(node.args[0], fp.Literal | fp.Constant) or not isinstance(
-                arg.dtype, pl.String
-            ):
-                raise scope.fail("join() needs a string separator")
-            sep = str(_const_value(node.args[0], scope))
-        if base.empty:
-            return Val(pl.lit(""), pl.String(), False)
-        if base.many:
-            joined = base.expr.cast(pl.List(pl.String)).list.join(sep).fill_null("")
-        else:
-            joined = base.expr.cast(pl.String).fill_null("")
-        return Val(joined, pl.String(), False)
+        return _join(base, node, scope)
     if name == "toString":
         return _map(base, lambda e: e.cast(pl.String), pl.String())
     if name == "extension":
-        url = _const_value(node.args[0], scope)
-        ext = member(base, "extension", scope)
-        if ext.empty or "url" not in _fields(ext.dtype):
-            return _empty()
-        return _where(ext, lambda e: e.struct.field("url") == str(url))
+        return _extension(base, node, scope)
     if name == "getResourceKey":
         return member(base, "id", scope)
     if name == "getReferenceKey":
