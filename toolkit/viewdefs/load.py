@@ -28,7 +28,7 @@ import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -484,6 +484,54 @@ _PART = 40_000
 evaluated) while the next is decoded; each costs a fixed ~20 ms of Polars planning."""
 
 
+class _PartQueue:
+    """Decoded resources batched into chunks read on the pool, and the chunks into parts.
+
+    Every :data:`_CHUNK` resources are re-encoded and read by Polars on a reader
+    thread; every :data:`_PART` resources read make a part, whose work (``then``)
+    is queued after its chunks' reads, so the reader thread that takes it never
+    waits for a read no thread has taken.
+    """
+
+    def __init__(
+        self, pool: Executor, schema: pl.Schema, then: Callable[[pl.DataFrame], Any] | None
+    ) -> None:
+        self.pool, self.schema, self.then = pool, schema, then
+        self.parts: list[Future[Part]] = []
+        self.chunks: list[Future[pl.DataFrame]] = []
+        self.kept: list[Any] = []
+        self.size = 0
+
+    def add(self, resources: list[Any]) -> None:
+        """One page's resources; a chunk (and a part) submitted once there are enough."""
+        self.kept.extend(resources)
+        if len(self.kept) >= _CHUNK:
+            self.flush()
+            if self.size >= _PART:
+                self.close()
+
+    def flush(self) -> None:
+        """The resources kept so far submitted as one chunk's read."""
+        if self.kept:
+            encoded = _ENCODER.encode(self.kept)
+            self.chunks.append(self.pool.submit(pl.read_json, encoded, schema=self.schema))
+            self.size += len(self.kept)
+            self.kept = []
+
+    def close(self) -> None:
+        """The chunks submitted so far made one part."""
+        if self.chunks:
+            self.parts.append(self.pool.submit(_finish_part, list(self.chunks), self.then))
+            self.chunks, self.size = [], 0
+
+    def cancel(self) -> None:
+        """Every chunk and part not yet started, cancelled."""
+        for chunk in self.chunks:
+            chunk.cancel()
+        for part in self.parts:
+            part.cancel()
+
+
 def read_parts_projected(
     pages: list[bytes],
     resource_type: str,
@@ -507,46 +555,19 @@ def read_parts_projected(
     # One thread (this one) decodes and re-encodes, which holds the interpreter lock;
     # Polars reads each chunk on a reader thread meanwhile (its read releases the
     # lock). Two threads decoding at once only took turns with the lock, and the
-    # switching cost more CPU than the decoding itself. A part's work is queued
-    # after its chunks' reads, so the reader thread that takes it never waits for
-    # a read no thread has taken.
-    pool = _executor()
-    parts: list[Future[Part]] = []
-    chunks: list[Future[pl.DataFrame]] = []
-    kept: list[Any] = []
-    size = 0
-
-    def flush() -> None:
-        nonlocal kept, size
-        if kept:
-            chunks.append(pool.submit(pl.read_json, _ENCODER.encode(kept), schema=schema))
-            size += len(kept)
-            kept = []
-
-    def close() -> None:
-        nonlocal chunks, size
-        if chunks:
-            parts.append(pool.submit(_finish_part, list(chunks), then))
-            chunks, size = [], 0
-
+    # switching cost more CPU than the decoding itself (see _PartQueue).
+    queue = _PartQueue(_executor(), schema, then)
     with _collector_paused():
         for raw in pages:
             resources = _check_page(raw, resource_type, decoder)
             if resources is None:
-                for chunk in chunks:
-                    chunk.cancel()
-                for part in parts:
-                    part.cancel()
+                queue.cancel()
                 return None
-            kept.extend(resources)
-            if len(kept) >= _CHUNK:
-                flush()
-                if size >= _PART:
-                    close()
-    flush()
-    close()
+            queue.add(resources)
+    queue.flush()
+    queue.close()
     try:
-        done = [part.result() for part in parts]
+        done = [part.result() for part in queue.parts]
     except (pl.exceptions.PolarsError, ValueError):  # pragma: no cover - re-encoded exactly
         return None
     return done or None
