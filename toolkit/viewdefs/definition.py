@@ -496,6 +496,32 @@ def _constants(raw: Any) -> dict[str, tuple[object, str]]:
     return out
 
 
+def _resource_type(raw: dict[str, Any]) -> str:
+    """The view's resource type, once its ``resourceType`` (if any) is ViewDefinition."""
+    if raw.get("resourceType", "ViewDefinition") != "ViewDefinition":
+        msg = f"resourceType is {raw['resourceType']!r}, not 'ViewDefinition'"
+        raise _fail("resourceType", msg)
+    resource = raw.get("resource")
+    if not isinstance(resource, str) or not re.fullmatch(r"[A-Z][A-Za-z]*", resource):
+        raise _fail("resource", f"the view needs a resource type, found {resource!r}")
+    return resource
+
+
+def _wheres(raw: dict[str, Any], checker: _Checker) -> tuple[tuple[fp.Node, str], ...]:
+    """The view's ``where`` paths, checked, each with its path in the view."""
+    wheres_raw = raw.get("where", [])
+    if not isinstance(wheres_raw, list):
+        raise _fail("where", "where must be a list")
+    wheres: list[tuple[fp.Node, str]] = []
+    for i, item in enumerate(wheres_raw):
+        where = f"where[{i}].path"
+        if not isinstance(item, dict) or "path" not in item:
+            raise _fail(f"where[{i}]", "a where needs a path")
+        node = checker.path(item["path"], where)
+        wheres.append((node, where))
+    return tuple(wheres)
+
+
 def load_view(view: Any) -> View:
     """Read and check a ViewDefinition.
 
@@ -528,12 +554,7 @@ def load_view(view: Any) -> View:
     if isinstance(view, View):
         return view
     raw = _as_dict(view)
-    if raw.get("resourceType", "ViewDefinition") != "ViewDefinition":
-        msg = f"resourceType is {raw['resourceType']!r}, not 'ViewDefinition'"
-        raise _fail("resourceType", msg)
-    resource = raw.get("resource")
-    if not isinstance(resource, str) or not re.fullmatch(r"[A-Z][A-Za-z]*", resource):
-        raise _fail("resource", f"the view needs a resource type, found {resource!r}")
+    resource = _resource_type(raw)
     constants = _constants(raw.get("constant"))
     checker = _Checker(constants)
     selects = raw.get("select")
@@ -541,20 +562,9 @@ def load_view(view: Any) -> View:
         raise _fail("select", "the view needs a non-empty list of selects")
     root = Select(selects=tuple(checker.select(s, f"select[{i}]") for i, s in enumerate(selects)))
     checker.names(root)
-    wheres_raw = raw.get("where", [])
-    if not isinstance(wheres_raw, list):
-        raise _fail("where", "where must be a list")
-    wheres: list[tuple[fp.Node, str]] = []
-    for i, item in enumerate(wheres_raw):
-        where = f"where[{i}].path"
-        if not isinstance(item, dict) or "path" not in item:
-            raise _fail(f"where[{i}]", "a where needs a path")
-        node = checker.path(item["path"], where)
-        wheres.append((node, where))
+    wheres = _wheres(raw, checker)
     name = raw.get("name")
-    return View(
-        resource, root, tuple(wheres), constants, name if isinstance(name, str) else None, raw
-    )
+    return View(resource, root, wheres, constants, name if isinstance(name, str) else None, raw)
 
 
 def _uses_resource(node: fp.Node) -> bool:
