@@ -56,40 +56,47 @@ def export_command(
         typer.echo(str(path))
 
 
+# the options of ``pmtk views run``
+_ViewFile = Annotated[Path, typer.Argument(help="The ViewDefinition (a JSON file).")]
+_Store = Annotated[
+    Path | None,
+    typer.Option("--store", help="Run over this store's raw records (no request is sent)."),
+]
+_BaseUrl = Annotated[
+    str | None,
+    typer.Option("--base-url", help="The API's base URL (default: PM_BASE_URL, else the mock)."),
+]
+_ClientId = Annotated[str | None, typer.Option("--client-id", help="OAuth client id.")]
+_ClientSecret = Annotated[str | None, typer.Option("--client-secret", help="OAuth client secret.")]
+_Format = Annotated[str, typer.Option("--format", "-f", help="csv, ndjson, json or parquet.")]
+_Output = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Write the rows to this file (default: stdout)."),
+]
+_Since = Annotated[
+    str | None, typer.Option("--since", help="Only records updated after this ISO date-time.")
+]
+_Limit = Annotated[int | None, typer.Option("--limit", help="At most this many rows.")]
+_MaxRows = Annotated[
+    int | None,
+    typer.Option("--max-rows", help="The row budget of the evaluation (default 20 million)."),
+]
+_Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No status line.")]
+
+
 @views_app.command("run")
 def run_command(
-    view: Annotated[Path, typer.Argument(help="The ViewDefinition (a JSON file).")],
-    store: Annotated[
-        Path | None,
-        typer.Option("--store", help="Run over this store's raw records (no request is sent)."),
-    ] = None,
-    base_url: Annotated[
-        str | None,
-        typer.Option(
-            "--base-url", help="The API's base URL (default: PM_BASE_URL, else the mock)."
-        ),
-    ] = None,
-    client_id: Annotated[str | None, typer.Option("--client-id", help="OAuth client id.")] = None,
-    client_secret: Annotated[
-        str | None, typer.Option("--client-secret", help="OAuth client secret.")
-    ] = None,
-    fmt: Annotated[
-        str, typer.Option("--format", "-f", help="csv, ndjson, json or parquet.")
-    ] = "csv",
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Write the rows to this file (default: stdout)."),
-    ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option("--since", help="Only records updated after this ISO date-time."),
-    ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="At most this many rows.")] = None,
-    max_rows: Annotated[
-        int | None,
-        typer.Option("--max-rows", help="The row budget of the evaluation (default 20 million)."),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No status line.")] = False,
+    view: _ViewFile,
+    store: _Store = None,
+    base_url: _BaseUrl = None,
+    client_id: _ClientId = None,
+    client_secret: _ClientSecret = None,
+    fmt: _Format = "csv",
+    output: _Output = None,
+    since: _Since = None,
+    limit: _Limit = None,
+    max_rows: _MaxRows = None,
+    quiet: _Quiet = False,
 ) -> None:
     """Run a ViewDefinition over a store or a deployment (SQL-on-FHIR $viewdefinition-run).
 

@@ -270,86 +270,86 @@ def _reference_key(v: Val, type_arg: str | None, scope: Scope) -> Val:
 _DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 
 
+def _decimal_boundary(e: pl.Expr, high: bool) -> pl.Expr:
+    """A number's boundary: half a unit of its last decimal place above or below it."""
+    text = e.cast(pl.String)
+    decimals = text.str.extract(r"\.(\d+)$", 1).str.len_chars().fill_null(0)
+    half = pl.lit(0.5) * pl.lit(10.0).pow(-decimals.cast(pl.Float64))
+    out = e.cast(pl.Float64) + half if high else e.cast(pl.Float64) - half
+    return out.round(8)
+
+
+def _clock_boundary(clock: pl.Expr, hh: pl.Expr, high: bool) -> pl.Expr:
+    """``hh:mm:ss.fff`` from a time ``hh[:mm[:ss[.fff]]]``, the missing parts at their bound."""
+    return pl.format(
+        "{}:{}:{}.{}",
+        hh,
+        pl.coalesce(clock.str.extract(r"^\d{2}:(\d{2})", 1), pl.lit("59" if high else "00")),
+        pl.coalesce(clock.str.extract(r"^\d{2}:\d{2}:(\d{2})", 1), pl.lit("59" if high else "00")),
+        pl.coalesce(
+            clock.str.extract(r"\.(\d+)", 1).str.pad_end(3, "9" if high else "0").str.slice(0, 3),
+            pl.lit("999" if high else "000"),
+        ),
+    )
+
+
+def _date_boundary(e: pl.Expr, high: bool) -> pl.Expr:
+    """``YYYY-MM-DD`` from a date (or a date-time's date), the missing parts at their bound."""
+    year = e.str.slice(0, 4)
+    month = e.str.slice(5, 2)
+    last_day = (
+        pl.date(year.cast(pl.Int32, strict=False), month.cast(pl.Int8, strict=False), 1)
+        .dt.month_end()
+        .dt.day()
+        .cast(pl.String)
+        .str.zfill(2)
+    )
+    day_len = e.str.len_chars()
+    mon = pl.when(day_len >= 7).then(month).otherwise(pl.lit("12" if high else "01"))
+    day = (
+        pl.when(day_len >= 10)
+        .then(e.str.slice(8, 2))
+        .otherwise(
+            pl.when(day_len >= 7).then(last_day).otherwise(pl.lit("31" if high else "01"))
+            if high
+            else pl.lit("01")
+        )
+    )
+    return pl.format("{}-{}-{}", year, mon, day)
+
+
+def _text_boundary(e: pl.Expr, high: bool, fhir: str | None) -> pl.Expr:
+    """The boundary of a time, a date-time (``fhir`` says one without a ``T`` is) or a date."""
+    is_time = e.str.contains(r"^\d{2}:")
+    time = _clock_boundary(e, e.str.slice(0, 2), high)
+    date = _date_boundary(e, high)
+    is_datetime = e.str.contains("T") | pl.lit(fhir in {"dateTime", "instant"})
+    tz = e.str.extract(r"(Z|[+-]\d{2}:\d{2})$", 1)
+    clock = e.str.extract(r"T([0-9:.]+)", 1)
+    c_hh = pl.coalesce(clock.str.slice(0, 2).replace("", None), pl.lit("23" if high else "00"))
+    dt_time = _clock_boundary(clock, c_hh, high)
+    # no time zone: the earliest instant is at +14:00, the latest at -12:00
+    zone = pl.coalesce(tz, pl.lit("-12:00" if high else "+14:00"))
+    datetime = pl.format("{}T{}{}", date, dt_time, zone)
+    return (
+        pl.when(is_time)
+        .then(time)
+        .when(is_datetime)
+        .then(datetime)
+        .when(e.str.contains(r"^\d{4}(-\d{2}(-\d{2})?)?$"))
+        .then(date)
+    )
+
+
 def _boundary(v: Val, high: bool, scope: Scope) -> Val:
     """``lowBoundary()``/``highBoundary()`` of decimals, dates, date-times and times."""
     if v.empty:
         return v
     if isinstance(v.dtype, pl.Float64 | pl.Int64):
-
-        def dec(e: pl.Expr) -> pl.Expr:
-            text = e.cast(pl.String)
-            decimals = text.str.extract(r"\.(\d+)$", 1).str.len_chars().fill_null(0)
-            half = pl.lit(0.5) * pl.lit(10.0).pow(-decimals.cast(pl.Float64))
-            out = e.cast(pl.Float64) + half if high else e.cast(pl.Float64) - half
-            return out.round(8)
-
-        return _map(v, dec, pl.Float64())
+        return _map(v, lambda e: _decimal_boundary(e, high), pl.Float64())
     if not isinstance(v.dtype, pl.String):
         raise scope.fail(f"lowBoundary()/highBoundary() of {_type_name(v.dtype)}")
-
-    def text(e: pl.Expr) -> pl.Expr:
-        year = e.str.slice(0, 4)
-        month = e.str.slice(5, 2)
-        is_time = e.str.contains(r"^\d{2}:")
-        # a time: hh[:mm[:ss[.fff]]]
-        hh = e.str.slice(0, 2)
-        mm = pl.coalesce(e.str.extract(r"^\d{2}:(\d{2})", 1), pl.lit("59" if high else "00"))
-        ss = pl.coalesce(e.str.extract(r"^\d{2}:\d{2}:(\d{2})", 1), pl.lit("59" if high else "00"))
-        frac = pl.coalesce(
-            e.str.extract(r"\.(\d+)", 1).str.pad_end(3, "9" if high else "0").str.slice(0, 3),
-            pl.lit("999" if high else "000"),
-        )
-        time = pl.format("{}:{}:{}.{}", hh, mm, ss, frac)
-        last_day = (
-            pl.date(year.cast(pl.Int32, strict=False), month.cast(pl.Int8, strict=False), 1)
-            .dt.month_end()
-            .dt.day()
-            .cast(pl.String)
-            .str.zfill(2)
-        )
-        day_len = e.str.len_chars()
-        mon = pl.when(day_len >= 7).then(month).otherwise(pl.lit("12" if high else "01"))
-        day = (
-            pl.when(day_len >= 10)
-            .then(e.str.slice(8, 2))
-            .otherwise(
-                pl.when(day_len >= 7).then(last_day).otherwise(pl.lit("31" if high else "01"))
-                if high
-                else pl.lit("01")
-            )
-        )
-        date = pl.format("{}-{}-{}", year, mon, day)
-        is_datetime = e.str.contains("T") | pl.lit(v.fhir in {"dateTime", "instant"})
-        tz = e.str.extract(r"(Z|[+-]\d{2}:\d{2})$", 1)
-        clock = e.str.extract(r"T([0-9:.]+)", 1)
-        c_hh = pl.coalesce(clock.str.slice(0, 2).replace("", None), pl.lit("23" if high else "00"))
-        dt_time = pl.format(
-            "{}:{}:{}.{}",
-            c_hh,
-            pl.coalesce(clock.str.extract(r"^\d{2}:(\d{2})", 1), pl.lit("59" if high else "00")),
-            pl.coalesce(
-                clock.str.extract(r"^\d{2}:\d{2}:(\d{2})", 1), pl.lit("59" if high else "00")
-            ),
-            pl.coalesce(
-                clock.str.extract(r"\.(\d+)", 1)
-                .str.pad_end(3, "9" if high else "0")
-                .str.slice(0, 3),
-                pl.lit("999" if high else "000"),
-            ),
-        )
-        # no time zone: the earliest instant is at +14:00, the latest at -12:00
-        zone = pl.coalesce(tz, pl.lit("-12:00" if high else "+14:00"))
-        datetime = pl.format("{}T{}{}", date, dt_time, zone)
-        return (
-            pl.when(is_time)
-            .then(time)
-            .when(is_datetime)
-            .then(datetime)
-            .when(e.str.contains(r"^\d{4}(-\d{2}(-\d{2})?)?$"))
-            .then(date)
-        )
-
-    return _map(v, text, pl.String())
+    return _map(v, lambda e: _text_boundary(e, high, v.fhir), pl.String())
 
 
 def _compare(op: str, left: Val, right: Val, scope: Scope) -> Val:
@@ -496,6 +496,43 @@ def _binary(node: fp.Binary, scope: Scope) -> Val:
     raise scope.fail(f"the operator {op!r} is not supported")
 
 
+def _count(base: Val) -> Val:
+    """``count()``: how many items (0 for none)."""
+    if base.empty:
+        return Val(pl.lit(0, pl.Int64), pl.Int64(), False)
+    if base.many:
+        return Val(base.expr.list.len().fill_null(0).cast(pl.Int64), pl.Int64(), False)
+    return Val(base.expr.is_not_null().cast(pl.Int64), pl.Int64(), False)
+
+
+def _join(base: Val, node: fp.Call, scope: Scope) -> Val:
+    """``join([separator])``: the items as one string (a constant string separator, else none)."""
+    sep = ""
+    if node.args:
+        arg = compile_node(node.args[0], scope)
+        if not isinstance(node.args[0], fp.Literal | fp.Constant) or not isinstance(
+            arg.dtype, pl.String
+        ):
+            raise scope.fail("join() needs a string separator")
+        sep = str(_const_value(node.args[0], scope))
+    if base.empty:
+        return Val(pl.lit(""), pl.String(), False)
+    if base.many:
+        joined = base.expr.cast(pl.List(pl.String)).list.join(sep).fill_null("")
+    else:
+        joined = base.expr.cast(pl.String).fill_null("")
+    return Val(joined, pl.String(), False)
+
+
+def _extension(base: Val, node: fp.Call, scope: Scope) -> Val:
+    """``extension(url)``: the extensions with that url."""
+    url = _const_value(node.args[0], scope)
+    ext = member(base, "extension", scope)
+    if ext.empty or "url" not in _fields(ext.dtype):
+        return _empty()
+    return _where(ext, lambda e: e.struct.field("url") == str(url))
+
+
 def _call(node: fp.Call, scope: Scope) -> Val:
     name = node.name
     if name == "ofType":
@@ -521,37 +558,15 @@ def _call(node: fp.Call, scope: Scope) -> Val:
             return base
         return Val(getattr(base.expr.list, name)(), base.dtype, False)
     if name == "count":
-        if base.empty:
-            return Val(pl.lit(0, pl.Int64), pl.Int64(), False)
-        if base.many:
-            return Val(base.expr.list.len().fill_null(0).cast(pl.Int64), pl.Int64(), False)
-        return Val(base.expr.is_not_null().cast(pl.Int64), pl.Int64(), False)
+        return _count(base)
     if name == "not":
         return Val(~to_bool(base, scope, "the input of not()"), pl.Boolean(), False)
     if name == "join":
-        sep = ""
-        if node.args:
-            arg = compile_node(node.args[0], scope)
-            if not isinstance(node.args[0], fp.Literal | fp.Constant) or not isinstance(
-                arg.dtype, pl.String
-            ):
-                raise scope.fail("join() needs a string separator")
-            sep = str(_const_value(node.args[0], scope))
-        if base.empty:
-            return Val(pl.lit(""), pl.String(), False)
-        if base.many:
-            joined = base.expr.cast(pl.List(pl.String)).list.join(sep).fill_null("")
-        else:
-            joined = base.expr.cast(pl.String).fill_null("")
-        return Val(joined, pl.String(), False)
+        return _join(base, node, scope)
     if name == "toString":
         return _map(base, lambda e: e.cast(pl.String), pl.String())
     if name == "extension":
-        url = _const_value(node.args[0], scope)
-        ext = member(base, "extension", scope)
-        if ext.empty or "url" not in _fields(ext.dtype):
-            return _empty()
-        return _where(ext, lambda e: e.struct.field("url") == str(url))
+        return _extension(base, node, scope)
     if name == "getResourceKey":
         return member(base, "id", scope)
     if name == "getReferenceKey":

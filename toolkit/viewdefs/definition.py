@@ -215,6 +215,41 @@ def _parse_json(text: str, what: str) -> dict[str, Any]:
     return data
 
 
+def _check_select_keys(raw: Any, where: str) -> None:
+    """A select is an object, not nested too deep, of known keys, with one iteration at most."""
+    if not isinstance(raw, dict):
+        raise _fail(where, "a select must be an object")
+    if where.count(".") >= MAX_SELECT_DEPTH:
+        msg = f"selects are nested more than {MAX_SELECT_DEPTH} deep"
+        raise _fail(where, msg)
+    unknown = set(raw) - _SELECT_KEYS - {"description"}
+    if unknown:
+        raise _fail(where, f"unknown key(s) {', '.join(sorted(unknown))} in a select")
+    iterations = [k for k in ("forEach", "forEachOrNull", "repeat") if k in raw]
+    if len(iterations) > 1:
+        raise _fail(where, f"a select may have only one of {', '.join(iterations)}")
+
+
+def _check_union(union: tuple[Select, ...], where: str) -> None:
+    """Every unionAll branch gives the first one's columns, in its order and collection flags."""
+    first = union[0].names()
+    for i, branch in enumerate(union[1:], start=1):
+        if branch.names() != first:
+            msg = (
+                f"every unionAll branch must give the same columns in the same order: "
+                f"unionAll[0] gives {first}, unionAll[{i}] gives {branch.names()}"
+            )
+            raise _fail(f"{where}.unionAll[{i}]", msg)
+        shape = _collection_flags(branch)
+        if shape != _collection_flags(union[0]):
+            msg = (
+                "every unionAll branch must give the same columns: "
+                f"unionAll[0] has 'collection': true on {_collections(union[0])}, "
+                f"unionAll[{i}] on {_collections(branch)}"
+            )
+            raise _fail(f"{where}.unionAll[{i}]", msg)
+
+
 class _Checker:
     def __init__(self, constants: dict[str, tuple[object, str]]) -> None:
         self.constants = constants
@@ -345,27 +380,8 @@ class _Checker:
         return Column(name, node, raw["path"], ftype, collection, where, ansi)
 
     def select(self, raw: Any, where: str) -> Select:
-        if not isinstance(raw, dict):
-            raise _fail(where, "a select must be an object")
-        if where.count(".") >= MAX_SELECT_DEPTH:
-            msg = f"selects are nested more than {MAX_SELECT_DEPTH} deep"
-            raise _fail(where, msg)
-        unknown = set(raw) - _SELECT_KEYS - {"description"}
-        if unknown:
-            raise _fail(where, f"unknown key(s) {', '.join(sorted(unknown))} in a select")
-        iterations = [k for k in ("forEach", "forEachOrNull", "repeat") if k in raw]
-        if len(iterations) > 1:
-            raise _fail(where, f"a select may have only one of {', '.join(iterations)}")
-        for_each = None
-        repeat: tuple[fp.Node, ...] = ()
-        if "forEach" in raw or "forEachOrNull" in raw:
-            key = "forEach" if "forEach" in raw else "forEachOrNull"
-            for_each = self.path(raw[key], f"{where}.{key}")
-        if "repeat" in raw:
-            paths = raw["repeat"]
-            if not isinstance(paths, list) or not paths:
-                raise _fail(f"{where}.repeat", "repeat must be a non-empty list of paths")
-            repeat = tuple(self.path(p, f"{where}.repeat[{i}]") for i, p in enumerate(paths))
+        _check_select_keys(raw, where)
+        for_each, repeat = self.iteration(raw, where)
         columns = tuple(
             self.column(c, f"{where}.column[{i}]")
             for i, c in enumerate(self.as_list(raw, "column", where))
@@ -380,25 +396,26 @@ class _Checker:
         )
         node = Select(columns, selects, union, for_each, "forEachOrNull" in raw, repeat, where)
         if union:
-            first = union[0].names()
-            for i, branch in enumerate(union[1:], start=1):
-                if branch.names() != first:
-                    msg = (
-                        f"every unionAll branch must give the same columns in the same order: "
-                        f"unionAll[0] gives {first}, unionAll[{i}] gives {branch.names()}"
-                    )
-                    raise _fail(f"{where}.unionAll[{i}]", msg)
-                shape = _collection_flags(branch)
-                if shape != _collection_flags(union[0]):
-                    msg = (
-                        "every unionAll branch must give the same columns: "
-                        f"unionAll[0] has 'collection': true on {_collections(union[0])}, "
-                        f"unionAll[{i}] on {_collections(branch)}"
-                    )
-                    raise _fail(f"{where}.unionAll[{i}]", msg)
+            _check_union(union, where)
         if not node.names() and not selects and not union:
             raise _fail(where, "a select needs a column, a select or a unionAll")
         return node
+
+    def iteration(
+        self, raw: dict[str, Any], where: str
+    ) -> tuple[fp.Node | None, tuple[fp.Node, ...]]:
+        """A select's ``forEach``/``forEachOrNull`` path (or None) and its ``repeat`` paths."""
+        for_each: fp.Node | None = None
+        repeat: tuple[fp.Node, ...] = ()
+        if "forEach" in raw or "forEachOrNull" in raw:
+            key = "forEach" if "forEach" in raw else "forEachOrNull"
+            for_each = self.path(raw[key], f"{where}.{key}")
+        if "repeat" in raw:
+            paths = raw["repeat"]
+            if not isinstance(paths, list) or not paths:
+                raise _fail(f"{where}.repeat", "repeat must be a non-empty list of paths")
+            repeat = tuple(self.path(p, f"{where}.repeat[{i}]") for i, p in enumerate(paths))
+        return for_each, repeat
 
     def as_list(self, raw: dict[str, Any], key: str, where: str) -> list[Any]:
         value = raw.get(key, [])
@@ -479,6 +496,32 @@ def _constants(raw: Any) -> dict[str, tuple[object, str]]:
     return out
 
 
+def _resource_type(raw: dict[str, Any]) -> str:
+    """The view's resource type, once its ``resourceType`` (if any) is ViewDefinition."""
+    if raw.get("resourceType", "ViewDefinition") != "ViewDefinition":
+        msg = f"resourceType is {raw['resourceType']!r}, not 'ViewDefinition'"
+        raise _fail("resourceType", msg)
+    resource = raw.get("resource")
+    if not isinstance(resource, str) or not re.fullmatch(r"[A-Z][A-Za-z]*", resource):
+        raise _fail("resource", f"the view needs a resource type, found {resource!r}")
+    return resource
+
+
+def _wheres(raw: dict[str, Any], checker: _Checker) -> tuple[tuple[fp.Node, str], ...]:
+    """The view's ``where`` paths, checked, each with its path in the view."""
+    wheres_raw = raw.get("where", [])
+    if not isinstance(wheres_raw, list):
+        raise _fail("where", "where must be a list")
+    wheres: list[tuple[fp.Node, str]] = []
+    for i, item in enumerate(wheres_raw):
+        where = f"where[{i}].path"
+        if not isinstance(item, dict) or "path" not in item:
+            raise _fail(f"where[{i}]", "a where needs a path")
+        node = checker.path(item["path"], where)
+        wheres.append((node, where))
+    return tuple(wheres)
+
+
 def load_view(view: Any) -> View:
     """Read and check a ViewDefinition.
 
@@ -511,12 +554,7 @@ def load_view(view: Any) -> View:
     if isinstance(view, View):
         return view
     raw = _as_dict(view)
-    if raw.get("resourceType", "ViewDefinition") != "ViewDefinition":
-        msg = f"resourceType is {raw['resourceType']!r}, not 'ViewDefinition'"
-        raise _fail("resourceType", msg)
-    resource = raw.get("resource")
-    if not isinstance(resource, str) or not re.fullmatch(r"[A-Z][A-Za-z]*", resource):
-        raise _fail("resource", f"the view needs a resource type, found {resource!r}")
+    resource = _resource_type(raw)
     constants = _constants(raw.get("constant"))
     checker = _Checker(constants)
     selects = raw.get("select")
@@ -524,20 +562,9 @@ def load_view(view: Any) -> View:
         raise _fail("select", "the view needs a non-empty list of selects")
     root = Select(selects=tuple(checker.select(s, f"select[{i}]") for i, s in enumerate(selects)))
     checker.names(root)
-    wheres_raw = raw.get("where", [])
-    if not isinstance(wheres_raw, list):
-        raise _fail("where", "where must be a list")
-    wheres: list[tuple[fp.Node, str]] = []
-    for i, item in enumerate(wheres_raw):
-        where = f"where[{i}].path"
-        if not isinstance(item, dict) or "path" not in item:
-            raise _fail(f"where[{i}]", "a where needs a path")
-        node = checker.path(item["path"], where)
-        wheres.append((node, where))
+    wheres = _wheres(raw, checker)
     name = raw.get("name")
-    return View(
-        resource, root, tuple(wheres), constants, name if isinstance(name, str) else None, raw
-    )
+    return View(resource, root, wheres, constants, name if isinstance(name, str) else None, raw)
 
 
 def _uses_resource(node: fp.Node) -> bool:

@@ -28,7 +28,7 @@ import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -94,16 +94,14 @@ _ENTRY_KEY = re.compile(rb'"entry"\s*:\s*$')
 _ID_KEY = re.compile(rb'"id"\s*:\s*"([^"\\]{1,64})"')
 
 
-def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes, list[str]] | None:
-    """A Bundle page with the entries whose resource nests deeper than ``limit`` cut out.
+def _measure_entries(
+    page: bytes, masked: bytes
+) -> tuple[tuple[int, int] | None, list[tuple[int, int, int]]]:
+    """Where the page's ``entry`` array opens and closes, and each entry's span and levels.
 
-    For a page too deep for the JSON parser itself (orjson stops at 1,024 levels):
-    the brackets outside strings are counted, each entry of the page's ``entry``
-    array is measured, and the page is written again with only the entries that
-    are shallow enough; the ids of those cut (or ``entry[i]``) are returned with it.
-    None when the page has no ``entry`` array to cut from.
+    The brackets of ``masked`` (the page with its strings blanked) are counted; the
+    array is None when the page has none.
     """
-    masked = _JSON_STRING.sub(lambda m: b'"' + b"_" * (len(m.group()) - 2) + b'"', page)
     depth = 0
     in_entries = False
     array: tuple[int, int] | None = None
@@ -127,6 +125,29 @@ def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes,
         elif depth == 2 and in_entries:
             in_entries, array = False, (opened, pos)
         depth -= 1
+    return array, entries
+
+
+def _entry_name(page: bytes, masked: bytes, index: int, begin: int, end: int) -> str:
+    """The id of the resource of the entry at ``page[begin:end]``, else ``entry[index]``."""
+    for found in _ID_KEY.finditer(page, begin, end):
+        inside = masked[begin : found.start()]
+        if inside.count(b"{") + inside.count(b"[") - inside.count(b"}") - inside.count(b"]") == 2:
+            return found.group(1).decode("utf-8", "replace")
+    return f"entry[{index}]"
+
+
+def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes, list[str]] | None:
+    """A Bundle page with the entries whose resource nests deeper than ``limit`` cut out.
+
+    For a page too deep for the JSON parser itself (orjson stops at 1,024 levels):
+    the brackets outside strings are counted, each entry of the page's ``entry``
+    array is measured, and the page is written again with only the entries that
+    are shallow enough; the ids of those cut (or ``entry[i]``) are returned with it.
+    None when the page has no ``entry`` array to cut from.
+    """
+    masked = _JSON_STRING.sub(lambda m: b'"' + b"_" * (len(m.group()) - 2) + b'"', page)
+    array, entries = _measure_entries(page, masked)
     if array is None:
         return None
     kept: list[bytes] = []
@@ -135,17 +156,8 @@ def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes,
         # the entry object is one level above its resource
         if levels - 1 <= limit:
             kept.append(page[begin:end])
-            continue
-        name = f"entry[{i}]"
-        for found in _ID_KEY.finditer(page, begin, end):
-            inside = masked[begin : found.start()]
-            if (
-                inside.count(b"{") + inside.count(b"[") - inside.count(b"}") - inside.count(b"]")
-                == 2
-            ):
-                name = found.group(1).decode("utf-8", "replace")
-                break
-        cut.append(name)
+        else:
+            cut.append(_entry_name(page, masked, i, begin, end))
     return page[: array[0] + 1] + b",".join(kept) + page[array[1] :], cut
 
 
@@ -472,6 +484,54 @@ _PART = 40_000
 evaluated) while the next is decoded; each costs a fixed ~20 ms of Polars planning."""
 
 
+class _PartQueue:
+    """Decoded resources batched into chunks read on the pool, and the chunks into parts.
+
+    Every :data:`_CHUNK` resources are re-encoded and read by Polars on a reader
+    thread; every :data:`_PART` resources read make a part, whose work (``then``)
+    is queued after its chunks' reads, so the reader thread that takes it never
+    waits for a read no thread has taken.
+    """
+
+    def __init__(
+        self, pool: Executor, schema: pl.Schema, then: Callable[[pl.DataFrame], Any] | None
+    ) -> None:
+        self.pool, self.schema, self.then = pool, schema, then
+        self.parts: list[Future[Part]] = []
+        self.chunks: list[Future[pl.DataFrame]] = []
+        self.kept: list[Any] = []
+        self.size = 0
+
+    def add(self, resources: list[Any]) -> None:
+        """One page's resources; a chunk (and a part) submitted once there are enough."""
+        self.kept.extend(resources)
+        if len(self.kept) >= _CHUNK:
+            self.flush()
+            if self.size >= _PART:
+                self.close()
+
+    def flush(self) -> None:
+        """The resources kept so far submitted as one chunk's read."""
+        if self.kept:
+            encoded = _ENCODER.encode(self.kept)
+            self.chunks.append(self.pool.submit(pl.read_json, encoded, schema=self.schema))
+            self.size += len(self.kept)
+            self.kept = []
+
+    def close(self) -> None:
+        """The chunks submitted so far made one part."""
+        if self.chunks:
+            self.parts.append(self.pool.submit(_finish_part, list(self.chunks), self.then))
+            self.chunks, self.size = [], 0
+
+    def cancel(self) -> None:
+        """Every chunk and part not yet started, cancelled."""
+        for chunk in self.chunks:
+            chunk.cancel()
+        for part in self.parts:
+            part.cancel()
+
+
 def read_parts_projected(
     pages: list[bytes],
     resource_type: str,
@@ -495,46 +555,19 @@ def read_parts_projected(
     # One thread (this one) decodes and re-encodes, which holds the interpreter lock;
     # Polars reads each chunk on a reader thread meanwhile (its read releases the
     # lock). Two threads decoding at once only took turns with the lock, and the
-    # switching cost more CPU than the decoding itself. A part's work is queued
-    # after its chunks' reads, so the reader thread that takes it never waits for
-    # a read no thread has taken.
-    pool = _executor()
-    parts: list[Future[Part]] = []
-    chunks: list[Future[pl.DataFrame]] = []
-    kept: list[Any] = []
-    size = 0
-
-    def flush() -> None:
-        nonlocal kept, size
-        if kept:
-            chunks.append(pool.submit(pl.read_json, _ENCODER.encode(kept), schema=schema))
-            size += len(kept)
-            kept = []
-
-    def close() -> None:
-        nonlocal chunks, size
-        if chunks:
-            parts.append(pool.submit(_finish_part, list(chunks), then))
-            chunks, size = [], 0
-
+    # switching cost more CPU than the decoding itself (see _PartQueue).
+    queue = _PartQueue(_executor(), schema, then)
     with _collector_paused():
         for raw in pages:
             resources = _check_page(raw, resource_type, decoder)
             if resources is None:
-                for chunk in chunks:
-                    chunk.cancel()
-                for part in parts:
-                    part.cancel()
+                queue.cancel()
                 return None
-            kept.extend(resources)
-            if len(kept) >= _CHUNK:
-                flush()
-                if size >= _PART:
-                    close()
-    flush()
-    close()
+            queue.add(resources)
+    queue.flush()
+    queue.close()
     try:
-        done = [part.result() for part in parts]
+        done = [part.result() for part in queue.parts]
     except (pl.exceptions.PolarsError, ValueError):  # pragma: no cover - re-encoded exactly
         return None
     return done or None
@@ -712,27 +745,28 @@ def _plan(kinds: dict[str, Counter[str]]) -> dict[str, Any]:
     return plan
 
 
-def read_resources(
-    resources: list[dict[str, Any]], resource_type: str, cut: list[str] | None = None
-) -> pl.DataFrame:
-    """Resources (dicts of one type) read by Polars after the shape normalisation above.
+def _split_deep(resources: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The resources no deeper than :data:`MAX_RECORD_DEPTH`, and the ids of the others."""
+    if not any(_too_deep(res) for res in resources):
+        return resources, []
+    shallow = []
+    deep: list[str] = []
+    for i, res in enumerate(resources):
+        if _too_deep(res):
+            deep.append(str(res.get("id", f"#{i}")))
+        else:
+            shallow.append(res)
+    return shallow, deep
 
-    A resource nested deeper than :data:`MAX_RECORD_DEPTH` is left out with a
-    warning, as are those already ``cut`` from their pages (their ids).
+
+def _read_normalised(
+    resources: list[dict[str, Any]], resource_type: str
+) -> tuple[pl.DataFrame, list[tuple[str, str, Any]]]:
+    """The resources as one Polars frame after the shape normalisation above.
+
+    With it, the values read as null for being of another JSON type than the rest
+    of their field: (resource id, path, value).
     """
-    deep = list(cut or [])
-    if any(_too_deep(res) for res in resources):
-        shallow = []
-        for i, res in enumerate(resources):
-            if _too_deep(res):
-                deep.append(str(res.get("id", f"#{i}")))
-            else:
-                shallow.append(res)
-        resources = shallow
-    if deep:
-        deep_warning(resource_type, deep)
-    if not resources:
-        return _empty()
     kinds: dict[str, Counter[str]] = {}
     for res in resources:
         _survey_item(res, "", kinds)
@@ -750,25 +784,51 @@ def read_resources(
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         msg = f"the {resource_type} resources cannot be read as one table ({first})"
         raise DataValidationError(msg, None) from None
-    if odd:
-        from toolkit.schemas import PmtkDataWarning
+    return frame, odd
 
-        shown = "; ".join(
-            f"{rid} {path or '(resource)'} = {orjson.dumps(v).decode()[:60]}"
-            for rid, path, v in odd[:5]
-        )
-        more = f" (and {len(odd) - 5} more)" if len(odd) > 5 else ""
-        msg = (
-            f"{len(odd)} {resource_type} value(s) of another JSON type than the rest of their "
-            f"field were read as null: {shown}{more}"
-        )
-        cases = pl.DataFrame(
-            {
-                "id": [rid for rid, _, _ in odd],
-                "column": [path for _, path, _ in odd],
-                "check": ["json_type"] * len(odd),
-                "failure_case": [orjson.dumps(v).decode() for _, _, v in odd],
-            }
-        )
-        warnings.warn(PmtkDataWarning(msg, cases), stacklevel=3)
+
+def _odd_warning(resource_type: str, odd: list[tuple[str, str, Any]]) -> None:
+    """One :class:`~toolkit.schemas.PmtkDataWarning` for the values read as null.
+
+    Called by :func:`read_resources` only: the warning names its caller's caller.
+    """
+    from toolkit.schemas import PmtkDataWarning
+
+    shown = "; ".join(
+        f"{rid} {path or '(resource)'} = {orjson.dumps(v).decode()[:60]}"
+        for rid, path, v in odd[:5]
+    )
+    more = f" (and {len(odd) - 5} more)" if len(odd) > 5 else ""
+    msg = (
+        f"{len(odd)} {resource_type} value(s) of another JSON type than the rest of their "
+        f"field were read as null: {shown}{more}"
+    )
+    cases = pl.DataFrame(
+        {
+            "id": [rid for rid, _, _ in odd],
+            "column": [path for _, path, _ in odd],
+            "check": ["json_type"] * len(odd),
+            "failure_case": [orjson.dumps(v).decode() for _, _, v in odd],
+        }
+    )
+    warnings.warn(PmtkDataWarning(msg, cases), stacklevel=4)
+
+
+def read_resources(
+    resources: list[dict[str, Any]], resource_type: str, cut: list[str] | None = None
+) -> pl.DataFrame:
+    """Resources (dicts of one type) read by Polars after the shape normalisation above.
+
+    A resource nested deeper than :data:`MAX_RECORD_DEPTH` is left out with a
+    warning, as are those already ``cut`` from their pages (their ids).
+    """
+    resources, too_deep = _split_deep(resources)
+    deep = list(cut or []) + too_deep
+    if deep:
+        deep_warning(resource_type, deep)
+    if not resources:
+        return _empty()
+    frame, odd = _read_normalised(resources, resource_type)
+    if odd:
+        _odd_warning(resource_type, odd)
     return frame.select(pl.struct(pl.all()).alias("__c"))

@@ -18,7 +18,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
@@ -32,6 +32,11 @@ from toolkit._cli import (
     is_plain,
     make_console,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from toolkit.viewdefs.definition import View
 
 __all__ = ["FORMATS", "encode", "parse_since", "run_view_command"]
 
@@ -145,6 +150,122 @@ def _write_stdout(data: bytes) -> None:
         raise typer.Exit(0) from None
 
 
+def _fail(err: Console, label: str, exc: BaseException | str, code: int) -> typer.Exit:
+    """Print ``label: message`` (redacted, on one line) on ``err``; the exit to raise."""
+    from toolkit.redaction import redact
+
+    err.print(f"{label}: " + redact(" ".join(str(exc).split())), markup=False)
+    return typer.Exit(code)
+
+
+def _check_usage(
+    err: Console,
+    *,
+    store: Path | None,
+    connection: tuple[str | None, str | None, str | None],
+    fmt: str,
+    output: Path | None,
+    since: str | None,
+    limit: int | None,
+    max_rows: int | None,
+) -> datetime | None:
+    """Every usage problem, before any read or request; the ``--since`` time, if given."""
+    if fmt not in FORMATS:
+        raise _fail(err, "usage", f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}", 2)
+    if limit is not None and limit < 0:
+        raise _fail(err, "usage", f"--limit must be 0 or more, not {limit}", EXIT_REFUSED)
+    if max_rows is not None and max_rows < 1:
+        raise _fail(err, "usage", f"--max-rows must be 1 or more, not {max_rows}", EXIT_REFUSED)
+    if store is not None and any(connection):
+        msg = "--store reads the store's records; --base-url and the credentials fetch: not both"
+        raise _fail(err, "usage", msg, EXIT_REFUSED)
+    if output is None and fmt == "parquet" and not is_plain(sys.stdout):
+        msg = "Parquet is binary: give --output FILE or pipe standard output"
+        raise _fail(err, "usage", msg, EXIT_REFUSED)
+    try:
+        return parse_since(since) if since is not None else None
+    except typer.BadParameter as exc:
+        raise _fail(err, "usage", exc, EXIT_REFUSED) from None
+
+
+def _evaluate(
+    err: Console,
+    view: View,
+    *,
+    store: Path | None,
+    connection: tuple[str | None, str | None, str | None],
+    when: datetime | None,
+    max_rows: int | None,
+) -> tuple[pl.DataFrame, str]:
+    """The view's rows over the store's records or the deployment's, and where they came from."""
+    from toolkit.viewdefs import run_view
+
+    if store is not None:
+        if not store.is_dir():
+            raise _fail(err, "refused", f"--store {str(store)!r} is not a folder", EXIT_REFUSED)
+        pages, read = store_pages(store, view.resource, when)
+        source = f"{read} {view.resource} record(s) of {store}"
+        return run_view(view, pages, max_rows=max_rows), source
+    import toolkit
+    from toolkit._options import connection_settings
+
+    settings = connection_settings(*connection)
+    search: dict[str, Any] = {}
+    if when is not None:
+        search["last_updated"] = "gt" + when.isoformat().replace("+00:00", "Z")
+    with toolkit.connect(**settings) as client:
+        # every page of the walk, each record once in its newest version
+        client_pages = client._clean_pages(view.resource, None, None, search)
+        source = f"{view.resource} of {client.base_url}"
+    return run_view(view, client_pages, max_rows=max_rows), source
+
+
+def _evaluate_reporting(
+    err: Console, view: View, *, quiet: bool, **where: Any
+) -> tuple[pl.DataFrame, str]:
+    """:func:`_evaluate` under a status line, its errors as exits (damaged, refused, failed)."""
+    from toolkit.errors import (
+        AuthError,
+        ConfigurationError,
+        DataValidationError,
+        PmtkError,
+        ViewDefinitionError,
+    )
+    from toolkit.store import StoreDamaged, StoreError
+
+    status = None if quiet or is_plain(sys.stderr) else err.status("running the view...")
+    if status is not None:
+        status.start()
+    try:
+        return _evaluate(err, view, **where)
+    except typer.Exit:
+        raise
+    except StoreDamaged as exc:
+        raise _fail(err, "damaged", exc, EXIT_DAMAGED) from None
+    except (StoreError, ConfigurationError, ViewDefinitionError, AuthError) as exc:
+        # refused: a missing store or resource, settings, credentials, the view's size
+        raise _fail(err, "refused", exc, EXIT_REFUSED) from None
+    except DataValidationError as exc:
+        raise _fail(err, "data error", exc, EXIT_FAILED) from None
+    except PmtkError as exc:
+        raise _fail(err, "failed", exc, EXIT_FAILED) from None
+    finally:
+        if status is not None:
+            status.stop()
+
+
+def _deliver(err: Console, data: bytes, output: Path | None) -> None:
+    """The encoded rows to ``output`` (a failed write exits) or to standard output."""
+    if output is None:
+        _write_stdout(data)
+        return
+    try:
+        _write_file(output, data)
+    except OSError as exc:
+        msg = f"{output}: {exc.strerror or exc}"
+        raise _fail(err, "write failed", msg, EXIT_WRITE_FAILED) from None
+
+
 def run_view_command(
     view_file: Path,
     *,
@@ -160,97 +281,34 @@ def run_view_command(
     quiet: bool,
 ) -> None:
     """Run one ViewDefinition and write its rows (see the module docstring)."""
-    from toolkit.errors import (
-        AuthError,
-        ConfigurationError,
-        DataValidationError,
-        PmtkError,
-        ViewDefinitionError,
-    )
-    from toolkit.redaction import redact
-    from toolkit.store import StoreDamaged, StoreError
-    from toolkit.viewdefs import load_view, run_view
+    from toolkit.errors import ViewDefinitionError
+    from toolkit.viewdefs import load_view
 
     err = make_console(stderr=True)
-
-    def fail(label: str, exc: BaseException | str, code: int) -> typer.Exit:
-        err.print(f"{label}: " + redact(" ".join(str(exc).split())), markup=False)
-        return typer.Exit(code)
-
-    # every usage problem before any read or request
-    if fmt not in FORMATS:
-        raise fail("usage", f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}", 2)
-    if limit is not None and limit < 0:
-        raise fail("usage", f"--limit must be 0 or more, not {limit}", EXIT_REFUSED)
-    if max_rows is not None and max_rows < 1:
-        raise fail("usage", f"--max-rows must be 1 or more, not {max_rows}", EXIT_REFUSED)
-    if store is not None and (base_url or client_id or client_secret):
-        msg = "--store reads the store's records; --base-url and the credentials fetch: not both"
-        raise fail("usage", msg, EXIT_REFUSED)
-    if output is None and fmt == "parquet" and not is_plain(sys.stdout):
-        msg = "Parquet is binary: give --output FILE or pipe standard output"
-        raise fail("usage", msg, EXIT_REFUSED)
-    try:
-        when = parse_since(since) if since is not None else None
-    except typer.BadParameter as exc:
-        raise fail("usage", exc, EXIT_REFUSED) from None
+    connection = (base_url, client_id, client_secret)
+    when = _check_usage(
+        err,
+        store=store,
+        connection=connection,
+        fmt=fmt,
+        output=output,
+        since=since,
+        limit=limit,
+        max_rows=max_rows,
+    )
     try:
         view = load_view(view_file)
     except ViewDefinitionError as exc:
-        raise fail(f"refused ({view_file})", exc, EXIT_REFUSED) from None
+        raise _fail(err, f"refused ({view_file})", exc, EXIT_REFUSED) from None
     if output is not None and not output.parent.is_dir():
         msg = f"the folder of --output {str(output)!r} does not exist"
-        raise fail("refused", msg, EXIT_REFUSED)
-
-    status = None if quiet or is_plain(sys.stderr) else err.status("running the view...")
-    if status is not None:
-        status.start()
-    try:
-        if store is not None:
-            if not store.is_dir():
-                raise fail("refused", f"--store {str(store)!r} is not a folder", EXIT_REFUSED)
-            pages, read = store_pages(store, view.resource, when)
-            source = f"{read} {view.resource} record(s) of {store}"
-            frame = run_view(view, pages, max_rows=max_rows)
-        else:
-            import toolkit
-            from toolkit._options import connection_settings
-
-            settings = connection_settings(base_url, client_id, client_secret)
-            search: dict[str, Any] = {}
-            if when is not None:
-                search["last_updated"] = "gt" + when.isoformat().replace("+00:00", "Z")
-            with toolkit.connect(**settings) as client:
-                # every page of the walk, each record once in its newest version
-                pages = client._clean_pages(view.resource, None, None, search)
-                source = f"{view.resource} of {client.base_url}"
-            frame = run_view(view, pages, max_rows=max_rows)
-    except typer.Exit:
-        raise
-    except StoreDamaged as exc:
-        raise fail("damaged", exc, EXIT_DAMAGED) from None
-    except (StoreError, ConfigurationError, ViewDefinitionError, AuthError) as exc:
-        # refused: a missing store or resource, settings, credentials, the view's size
-        raise fail("refused", exc, EXIT_REFUSED) from None
-    except DataValidationError as exc:
-        raise fail("data error", exc, EXIT_FAILED) from None
-    except PmtkError as exc:
-        raise fail("failed", exc, EXIT_FAILED) from None
-    finally:
-        if status is not None:
-            status.stop()
+        raise _fail(err, "refused", msg, EXIT_REFUSED)
+    frame, source = _evaluate_reporting(
+        err, view, quiet=quiet, store=store, connection=connection, when=when, max_rows=max_rows
+    )
     if limit is not None:
         frame = frame.head(limit)
-    data = encode(frame, fmt)
-    if output is not None:
-        try:
-            _write_file(output, data)
-        except OSError as exc:
-            raise fail(
-                "write failed", f"{output}: {exc.strerror or exc}", EXIT_WRITE_FAILED
-            ) from None
-    else:
-        _write_stdout(data)
+    _deliver(err, encode(frame, fmt), output)
     if not quiet:
         where = f" to {output}" if output is not None else ""
         err.print(

@@ -300,31 +300,36 @@ def _select(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.Dat
     return _to_parent(found, items)
 
 
-def _repeat(view: View, node: Select, frame: pl.DataFrame) -> pl.DataFrame:
-    """``repeat``: every item reached by the paths, at any depth, depth-first."""
-    # one frame per (depth, schema): __root the context key, __s the depth-first sort key
+def _repeat_step(view: View, node: Select, level: pl.DataFrame) -> list[pl.DataFrame]:
+    """The items one step below ``level``'s, by each repeat path, with their root and sort key."""
+    level = level.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("__k"))
+    nxt: list[pl.DataFrame] = []
+    for j, path in enumerate(node.repeat):
+        where = f"{node.where}.repeat[{j}]"
+        val = _compiled(view, path, level.schema["__c"], where, "", root=False)
+        if val.empty:
+            continue
+        items = _iterate(level, val, or_null=False)
+        if items.height == 0:
+            continue
+        step = (pl.lit(j * 1_000_000, pl.Int64) + pl.col("__i")).cast(pl.String).str.zfill(9)
+        items = items.with_columns(
+            level.get_column("__root").gather(items.get_column("__pk")).alias("__root"),
+            (level.get_column("__s").gather(items.get_column("__pk")) + step).alias("__s"),
+        ).select("__root", "__c", "__s")
+        nxt.append(items)
+    return nxt
+
+
+def _repeat_levels(view: View, node: Select, frame: pl.DataFrame) -> list[pl.DataFrame]:
+    """Every item ``repeat`` reaches: one frame per (depth, schema), within the budget.
+
+    Each has ``__root`` (the context key), ``__c`` and ``__s`` (the depth-first sort key).
+    """
     frontier = [frame.select(pl.col("__k").alias("__root"), "__c", pl.lit("").alias("__s"))]
     levels: list[pl.DataFrame] = []
     for _depth in range(_MAX_DEPTH):
-        nxt: list[pl.DataFrame] = []
-        for level in frontier:
-            level = level.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("__k"))
-            for j, path in enumerate(node.repeat):
-                where = f"{node.where}.repeat[{j}]"
-                val = _compiled(view, path, level.schema["__c"], where, "", root=False)
-                if val.empty:
-                    continue
-                items = _iterate(level, val, or_null=False)
-                if items.height == 0:
-                    continue
-                step = (
-                    (pl.lit(j * 1_000_000, pl.Int64) + pl.col("__i")).cast(pl.String).str.zfill(9)
-                )
-                items = items.with_columns(
-                    level.get_column("__root").gather(items.get_column("__pk")).alias("__root"),
-                    (level.get_column("__s").gather(items.get_column("__pk")) + step).alias("__s"),
-                ).select("__root", "__c", "__s")
-                nxt.append(items)
+        nxt = [items for level in frontier for items in _repeat_step(view, node, level)]
         if not nxt:
             break
         merged: dict[str, list[pl.DataFrame]] = {}
@@ -338,6 +343,12 @@ def _repeat(view: View, node: Select, frame: pl.DataFrame) -> pl.DataFrame:
         where = f"{node.where}.repeat"
         msg = f"{where}: the repeat goes deeper than {_MAX_DEPTH} levels"
         raise ViewDefinitionError(msg, path=where)
+    return levels
+
+
+def _repeat(view: View, node: Select, frame: pl.DataFrame) -> pl.DataFrame:
+    """``repeat``: every item reached by the paths, at any depth, depth-first."""
+    levels = _repeat_levels(view, node, frame)
     if not levels:
         empty = frame.clear().select("__k", pl.col("__c"), pl.lit(0, pl.Int64).alias("__i"))
         return _body(view, node, empty, False)
