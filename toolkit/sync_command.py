@@ -192,25 +192,61 @@ def sync_command(
             from_store=from_store,
         )
         return
-    # Every argument problem is a usage error (exit 2), found before any request.
+    connection = (base_url, client_id, client_secret)
+    err, wanted, out = _store_arguments(
+        out, resource, view, connection, errors=errors, output=output
+    )
+    if verify:
+        _verify(out, wanted, quiet=quiet)
+        return
+    options = _sync_options(
+        full=full, errors=errors, reconcile=reconcile, rebind=rebind, rebuild=rebuild
+    )
+    _sync_store(
+        err, out, wanted, connection, options, view, quiet=quiet, output=output, rebuild=rebuild
+    )
+
+
+def _store_arguments(
+    out: Path | None,
+    resource: list[str] | None,
+    view: list[Path] | None,
+    connection: tuple[str | None, str | None, str | None],
+    *,
+    errors: str,
+    output: str,
+) -> tuple[Any, list[str], Path]:
+    """The stderr console, the resources and the store of a store sync (default: the
+    connection's store), after checking every argument: each problem is a usage error
+    (exit 2), found before any request."""
     _check_choices(errors=errors, output=output)
     wanted = _resources(resource)
     err = make_console(stderr=True)  # one error, one line: never wrapped, never cut
     _check_views(err, view or [])
     if out is None:
-        out = _default_out(err, base_url, client_id, client_secret)
+        out = _default_out(err, *connection)
+    return err, wanted, out
 
-    if verify:
-        _verify(out, wanted, quiet=quiet)
-        return
+
+def _sync_store(
+    err: Any,
+    out: Path,
+    wanted: list[str],
+    connection: tuple[str | None, str | None, str | None],
+    options: dict[str, Any],
+    view: list[Path] | None,
+    *,
+    quiet: bool,
+    output: str,
+    rebuild: bool,
+) -> None:
+    """Sync into the store at ``out`` (``options``: :func:`_sync_options`), show what was
+    done, then write the ``--view`` files; a new store nothing was staged into is removed."""
     fresh = _fresh(out)
     _check_target(err, out)  # before connecting: a refusal writes nothing and costs nothing
-    client, wanted = _source(err, out, wanted, rebuild, (base_url, client_id, client_secret))
+    client, wanted = _source(err, out, wanted, rebuild, connection)
     quiet_run = quiet or output == "json"
     display = _progress(err, quiet=quiet_run)
-    options = _sync_options(
-        full=full, errors=errors, reconcile=reconcile, rebind=rebind, rebuild=rebuild
-    )
     with _forgotten_if_nothing_staged(out, fresh, display):
         summary = _run(err, display, client, out, wanted, options, quiet=quiet, output=output)
     _print_repaired(err, summary)
