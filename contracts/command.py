@@ -412,24 +412,11 @@ def _consoles(output: str) -> tuple[Console, Console]:
 
 
 def _check(out: Console, err: Console, *, output: str = "text", **settings: Any) -> int:
-    from contracts.report import MAX_OBSERVED_SHOWN, render_summary
-    from contracts.suite import OUTCOME, OptionError, Options, validate_options
-    from toolkit._cli import emit
+    """Run the suite with ``settings`` and show its outcome; the exit code."""
+    from contracts.suite import OUTCOME
 
-    try:
-        settings = _resolve_target(err, settings)
-    except ConfigurationError as exc:
-        _error(err, str(exc))
-        return EXIT_NOT_CHECKED
-    options = Options(**settings)
-    problem = _credentials_problem(options)
-    if problem is None:
-        try:
-            validate_options(options)
-        except OptionError as exc:
-            problem = str(exc)
-    if problem is not None:
-        _error(err, problem)
+    options = _checked_options(err, settings)
+    if options is None:
         return EXIT_NOT_CHECKED
     started = time.monotonic()
     code = run_suite(options, progress=ConsoleProgress(err))
@@ -445,6 +432,43 @@ def _check(out: Console, err: Console, *, output: str = "text", **settings: Any)
         else:
             _error(err, OUTCOME.reason or "the contract suite could not run")
         return code
+    _show_report(out, err, options, code)
+    verdict = VERDICTS[code]
+    if options.categories and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
+        verdict += f" (only {', '.join(options.categories)} checked)"
+    out.print(f"{verdict}; total time {elapsed:.1f} s", markup=False, highlight=False)
+    return code
+
+
+def _checked_options(err: Console, settings: dict[str, Any]) -> Options | None:
+    """The suite's options from ``settings``; ``None`` once a configuration, credentials or
+    option problem has been said on ``err`` (nothing is checked then)."""
+    from contracts.suite import OptionError, Options, validate_options
+
+    try:
+        settings = _resolve_target(err, settings)
+    except ConfigurationError as exc:
+        _error(err, str(exc))
+        return None
+    options = Options(**settings)
+    problem = _credentials_problem(options)
+    if problem is None:
+        try:
+            validate_options(options)
+        except OptionError as exc:
+            problem = str(exc)
+    if problem is not None:
+        _error(err, problem)
+        return None
+    return options
+
+
+def _show_report(out: Console, err: Console, options: Options, code: int) -> None:
+    """The text summary of a run and where its reports are, or why there is none."""
+    from contracts.report import MAX_OBSERVED_SHOWN, render_summary
+    from contracts.suite import OUTCOME
+    from toolkit._cli import emit
+
     if OUTCOME.report is not None and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
         # A terminal shows the first observations; a pipe or a log gets every one, one
         # whole line each, as the README promises (grep finds them).
@@ -460,11 +484,6 @@ def _check(out: Console, err: Console, *, output: str = "text", **settings: Any)
         )
     else:
         _error(err, OUTCOME.reason or "the contract suite could not run")
-    verdict = VERDICTS[code]
-    if options.categories and code in (EXIT_CONFORMANT, EXIT_FINDINGS):
-        verdict += f" (only {', '.join(options.categories)} checked)"
-    out.print(f"{verdict}; total time {elapsed:.1f} s", markup=False, highlight=False)
-    return code
 
 
 def _resolve_target(err: Console, settings: dict[str, Any]) -> dict[str, Any]:

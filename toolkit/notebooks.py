@@ -728,37 +728,42 @@ def render_notebooks(
     return results
 
 
+HtmlOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        help="Folder to write the rendered HTML pages into "
+        "(default: build/notebooks at the project's root).",
+    ),
+]
+ReportOption = Annotated[
+    bool,
+    typer.Option(
+        "--report",
+        help="Render as reports: code hidden, each page opening with its key figures.",
+    ),
+]
+OnlyOption = Annotated[
+    list[str] | None,
+    typer.Option("--only", help="Render only notebooks whose name starts with this (repeatable)."),
+]
+SourceOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--source",
+        help="Folder holding the notebooks (default: the checkout's notebooks/, "
+        "else the ones installed with pmtk).",
+    ),
+]
+TimeoutOption = Annotated[int, typer.Option(help="Seconds allowed per cell.")]
+
+
 def notebooks_command(
-    html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html",
-            help="Folder to write the rendered HTML pages into "
-            "(default: build/notebooks at the project's root).",
-        ),
-    ] = None,
-    report: Annotated[
-        bool,
-        typer.Option(
-            "--report",
-            help="Render as reports: code hidden, each page opening with its key figures.",
-        ),
-    ] = False,
-    only: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--only", help="Render only notebooks whose name starts with this (repeatable)."
-        ),
-    ] = None,
-    source: Annotated[
-        Path | None,
-        typer.Option(
-            "--source",
-            help="Folder holding the notebooks (default: the checkout's notebooks/, "
-            "else the ones installed with pmtk).",
-        ),
-    ] = None,
-    timeout: Annotated[int, typer.Option(help="Seconds allowed per cell.")] = 300,
+    html: HtmlOption = None,
+    report: ReportOption = False,
+    only: OnlyOption = None,
+    source: SourceOption = None,
+    timeout: TimeoutOption = 300,
 ) -> None:
     """Execute the analysis notebooks and render them to HTML, charts included.
 

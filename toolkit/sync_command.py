@@ -177,11 +177,6 @@ def sync_command(
     from toolkit.lake.command import is_lake_target, lake_sync_command
 
     if is_lake_target(out_text := _raw_out(out), deployment):
-        refused = [
-            name
-            for name, given in (("--rebind", rebind), ("--rebuild", rebuild), ("--view", view))
-            if given
-        ]
         lake_sync_command(
             out=out_text,
             deployment=deployment,
@@ -193,41 +188,106 @@ def sync_command(
             quiet=quiet,
             output=output,
             verify=verify,
-            refused_options=refused,
+            refused_options=_lake_refused(rebind=rebind, rebuild=rebuild, view=view),
             from_store=from_store,
         )
         return
-    # Every argument problem is a usage error (exit 2), found before any request.
+    connection = (base_url, client_id, client_secret)
+    err, wanted, out = _store_arguments(
+        out, resource, view, connection, errors=errors, output=output
+    )
+    if verify:
+        _verify(out, wanted, quiet=quiet)
+        return
+    options = _sync_options(
+        full=full, errors=errors, reconcile=reconcile, rebind=rebind, rebuild=rebuild
+    )
+    _sync_store(
+        err, out, wanted, connection, options, view, quiet=quiet, output=output, rebuild=rebuild
+    )
+
+
+def _store_arguments(
+    out: Path | None,
+    resource: list[str] | None,
+    view: list[Path] | None,
+    connection: tuple[str | None, str | None, str | None],
+    *,
+    errors: str,
+    output: str,
+) -> tuple[Any, list[str], Path]:
+    """The stderr console, the resources and the store of a store sync (default: the
+    connection's store), after checking every argument: each problem is a usage error
+    (exit 2), found before any request."""
     _check_choices(errors=errors, output=output)
     wanted = _resources(resource)
     err = make_console(stderr=True)  # one error, one line: never wrapped, never cut
     _check_views(err, view or [])
     if out is None:
-        out = _default_out(err, base_url, client_id, client_secret)
+        out = _default_out(err, *connection)
+    return err, wanted, out
 
-    if verify:
-        _verify(out, wanted, quiet=quiet)
-        return
+
+def _sync_store(
+    err: Any,
+    out: Path,
+    wanted: list[str],
+    connection: tuple[str | None, str | None, str | None],
+    options: dict[str, Any],
+    view: list[Path] | None,
+    *,
+    quiet: bool,
+    output: str,
+    rebuild: bool,
+) -> None:
+    """Sync into the store at ``out`` (``options``: :func:`_sync_options`), show what was
+    done, then write the ``--view`` files; a new store nothing was staged into is removed."""
     fresh = _fresh(out)
     _check_target(err, out)  # before connecting: a refusal writes nothing and costs nothing
-    if rebuild:
-        client, wanted = _raw_source(err, out, wanted)
-    else:
-        client = _connect(err, base_url, client_id, client_secret)
+    client, wanted = _source(err, out, wanted, rebuild, connection)
     quiet_run = quiet or output == "json"
     display = _progress(err, quiet=quiet_run)
-    options = {
-        "full": full or rebuild,
-        "errors": errors,
-        "reconcile": reconcile and not rebuild,
-        "rebind": rebind,
-    }
     with _forgotten_if_nothing_staged(out, fresh, display):
         summary = _run(err, display, client, out, wanted, options, quiet=quiet, output=output)
     _print_repaired(err, summary)
     _print_summary(summary, quiet=quiet, output=output, rebuild=rebuild)
     if view:
         _write_views(err, out, view, quiet=quiet_run)
+
+
+def _lake_refused(*, rebind: bool, rebuild: bool, view: list[Path] | None) -> list[str]:
+    """The store-only options given to a lake sync (it refuses them by name)."""
+    return [
+        name
+        for name, given in (("--rebind", rebind), ("--rebuild", rebuild), ("--view", view))
+        if given
+    ]
+
+
+def _source(
+    err: Any,
+    out: Path,
+    wanted: list[str],
+    rebuild: bool,
+    connection: tuple[str | None, str | None, str | None],
+) -> tuple[Any, list[str]]:
+    """Where the records come from and which resources: with ``--rebuild`` the store's own
+    raw pages, else the deployment (``connection``: base URL, client id and secret)."""
+    if rebuild:
+        return _raw_source(err, out, wanted)
+    return _connect(err, *connection), wanted
+
+
+def _sync_options(
+    *, full: bool, errors: str, reconcile: bool, rebind: bool, rebuild: bool
+) -> dict[str, Any]:
+    """The options of the sync itself: ``--rebuild`` is a full run and never reconciles."""
+    return {
+        "full": full or rebuild,
+        "errors": errors,
+        "reconcile": reconcile and not rebuild,
+        "rebind": rebind,
+    }
 
 
 def _raw_out(out: Path | None) -> str | None:

@@ -110,16 +110,21 @@ def appointment_visits(
         An appointment with no zone, or an unknown zone, raises
         :class:`~toolkit.errors.TimeZoneError`.
     """
-    times = [c for c in ("start", "end", "created") if c in appointment.columns]
-    visits = _as_utc(appointment, *times).join(
-        _participants(participant), left_on="id", right_on="appointment_id", how="left"
-    )
+    visits = _with_participants(appointment, participant)
     chosen = override_zone(tz)
     # An override zone changes the clock only: each appointment keeps its clinic (and
     # the other columns ``zones`` carries), and local_times writes the one zone.
     visits = _with_role_zones(visits, zones, None if chosen is not None else default_zone)
     visits = _booked_date(local_times(visits, "start", tz=chosen), chosen)
     return visits.with_columns(_outcome_and_lead_times(_utc(now), "created" in visits.columns))
+
+
+def _with_participants(appointment: pl.DataFrame, participant: pl.DataFrame) -> pl.DataFrame:
+    """Each appointment (its times in UTC) with its practitioner, patient, status, invoice."""
+    times = [c for c in ("start", "end", "created") if c in appointment.columns]
+    return _as_utc(appointment, *times).join(
+        _participants(participant), left_on="id", right_on="appointment_id", how="left"
+    )
 
 
 def _with_role_zones(

@@ -100,19 +100,11 @@ def notification(
         The subscription's id: one per sender, since its numbers count from 1 (a
         receiver keeps the numbers it has seen per subscription).
     """
-    topic = f"{TOPIC_BASE}/{rtype.lower()}-{action}"
     full = f"{origin}/main/{rtype}/{rid}"
-    status = {
-        "resourceType": "SubscriptionStatus",
-        "status": "active",
-        "type": "event-notification",
-        "eventsSinceSubscriptionStart": str(number),
-        "notificationEvent": [
-            {"eventNumber": str(number), "timestamp": _iso(at), "focus": {"reference": full}}
-        ],
-        "subscription": {"reference": f"{origin}/main/Subscription/{subscription}"},
-        "topic": topic,
-    }
+    topic = f"{TOPIC_BASE}/{rtype.lower()}-{action}"
+    status = _subscription_status(
+        full, topic, number=number, origin=origin, at=at, subscription=subscription
+    )
     entries: list[dict[str, Any]] = [
         {"fullUrl": f"urn:uuid:{uuid.uuid4()}", "resource": status},
     ]
@@ -126,6 +118,24 @@ def notification(
         "entry": entries,
     }
     return orjson.dumps(bundle)
+
+
+def _subscription_status(
+    full: str, topic: str, *, number: int, origin: str, at: float, subscription: str
+) -> dict[str, Any]:
+    """The ``SubscriptionStatus`` opening a notification: event ``number`` on the record
+    at the absolute reference ``full``, in ``topic``."""
+    return {
+        "resourceType": "SubscriptionStatus",
+        "status": "active",
+        "type": "event-notification",
+        "eventsSinceSubscriptionStart": str(number),
+        "notificationEvent": [
+            {"eventNumber": str(number), "timestamp": _iso(at), "focus": {"reference": full}}
+        ],
+        "subscription": {"reference": f"{origin}/main/Subscription/{subscription}"},
+        "topic": topic,
+    }
 
 
 def check_target(url: str) -> None:
@@ -309,6 +319,15 @@ class WebhookSender:
                         if not self._queue and not self._in_flight:
                             self._settled.notify_all()
 
+    def _post(self, http: httpx.Client, body: bytes) -> tuple[int, str]:
+        """One attempt: the status (0 when the receiver is down or unreachable, retried until
+        it is back) and how to say it in the log."""
+        try:
+            status = http.post(self.url, content=body).status_code
+        except httpx.HTTPError as exc:
+            return 0, f"could not connect ({type(exc).__name__})"
+        return status, f"answered {status}"
+
     def _deliver(self, http: httpx.Client, item: _Pending, number: int) -> bool:
         """Post one announcement until it is accepted or refused for good; false if stopped."""
         body = notification(
@@ -325,13 +344,7 @@ class WebhookSender:
         failures = 0
         what = f"{item.rtype}/{item.rid} {item.action} (event {number})"
         while True:
-            try:
-                status = http.post(self.url, content=body).status_code
-            except httpx.HTTPError as exc:
-                status = 0  # down or unreachable: retried until it is back
-                problem = f"could not connect ({type(exc).__name__})"
-            else:
-                problem = f"answered {status}"
+            status, problem = self._post(http, body)
             if status in SUCCESS:
                 with self._work:
                     self.sent += 1

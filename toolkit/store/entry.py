@@ -411,36 +411,56 @@ def load(
     # A misspelt type is named as such, before the store is opened: "did you mean
     # 'Appointment'?", never "run pmtk sync --resource Appointmnet".
     catalogue.resource(resource_type)
-    if store is not None:
-        from toolkit.lake.command import is_lake_target
-
-        if is_lake_target(os.fspath(store), None):  # a lake: one deployment or all of them
-            from toolkit import lake
-
-            return lake.load(
-                resource_type,
-                os.fspath(store),
-                deployment=deployment,
-                table=table,
-                lazy=lazy,
-                verify=verify,
-            )
+    if store is not None and _is_lake(store):  # a lake: one deployment or all of them
+        return _lake_load(resource_type, store, deployment, table=table, lazy=lazy, verify=verify)
     root = Path(store if store is not None else default_store())
     if deployment is not None:
         _check_source(root, deployment)
     name, info = _stored_table(root, resource_type, table)
     path = _checked_file(root, resource_type, name, info, verify=verify)
     frame = _read_stored(root, resource_type, path, declared_schemas(resource_type).get(name))
-    if lazy:
-        return frame
-    try:
-        return frame.collect()
-    except _UNREADABLE as exc:
-        raise _unreadable(root, resource_type, path, exc) from exc
+    return frame if lazy else _collected(frame, root, resource_type, path)
+
+
+def _is_lake(store: str | os.PathLike[str]) -> bool:
+    """Whether ``store`` is a lake folder or an ``s3://`` URL rather than a store."""
+    from toolkit.lake.command import is_lake_target
+
+    return is_lake_target(os.fspath(store), None)
+
+
+def _lake_load(
+    resource_type: str,
+    store: str | os.PathLike[str],
+    deployment: Any,
+    *,
+    table: str | None,
+    lazy: bool,
+    verify: bool,
+) -> pl.DataFrame | pl.LazyFrame:
+    """:func:`toolkit.lake.load`: one deployment of the lake (``deployment``) or all of them."""
+    from toolkit import lake
+
+    return lake.load(
+        resource_type,
+        os.fspath(store),
+        deployment=deployment,
+        table=table,
+        lazy=lazy,
+        verify=verify,
+    )
 
 
 _UNREADABLE = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError)
 """What reading a damaged file raises (Polars can panic, a BaseException, rather than raise)."""
+
+
+def _collected(frame: pl.LazyFrame, root: Path, resource_type: str, path: Path) -> pl.DataFrame:
+    """``frame`` read, a damaged file raised as the store error that says so."""
+    try:
+        return frame.collect()
+    except _UNREADABLE as exc:
+        raise _unreadable(root, resource_type, path, exc) from exc
 
 
 def _unreadable(root: Path, resource_type: str, path: Path, exc: BaseException) -> StoreError:

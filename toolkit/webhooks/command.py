@@ -148,31 +148,62 @@ def listen(
     toolkit.store.WrongDeployment
         ``store`` holds the data of another deployment than the client's.
     """
+    options = {name: value for name, value in locals().items() if name in _LISTENER_OPTIONS}
+    header = _checked_auth(auth_header, no_auth, host, public_hosts)
+    limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
+    with _listening(store, client, header, host, port, log_level, limits, options) as listener:
+        yield listener
+
+
+_LISTENER_OPTIONS = frozenset(
+    {
+        "max_body_bytes",
+        "catch_up",
+        "errors",
+        "max_queue_bytes",
+        "max_attempts",
+        "max_age",
+        "public_hosts",
+        "gap_grace",
+        "max_dead_letters",
+        "max_dead_bytes",
+    }
+)
+"""The arguments of :func:`listen` handed on unchanged to :class:`Listener`."""
+
+
+def _checked_auth(
+    auth_header: AuthHeader | str | None, no_auth: bool, host: str, public_hosts: Sequence[str]
+) -> AuthHeader | None:
+    """The parsed authentication header, after refusing unsafe settings (nothing bound yet)."""
     header = AuthHeader.parse(auth_header) if isinstance(auth_header, str) else auth_header
     check_auth(header, no_auth, host)
     check_public_hosts(public_hosts)
+    return header
+
+
+@contextlib.contextmanager
+def _listening(
+    store: str | os.PathLike[str] | None,
+    client: Any,
+    header: AuthHeader | None,
+    host: str,
+    port: int,
+    log_level: str,
+    limits: Limits,
+    options: dict[str, Any],
+) -> Iterator[Listener]:
+    """Prepare the store, build the :class:`Listener` and serve it until the block ends.
+
+    ``store`` ``None`` is the client's default store; ``options`` are the
+    :class:`Listener` keyword arguments :func:`listen` passes on unchanged.
+    """
     with _connected(client) as connected:
         from toolkit.store.identity import default_store
 
         root = Path(default_store(connected) if store is None else store)
         _prepare_store(root, connected)
-        listener = Listener(
-            root,
-            connected,
-            auth_header=header,
-            max_body_bytes=max_body_bytes,
-            catch_up=catch_up,
-            errors=errors,
-            max_queue_bytes=max_queue_bytes,
-            max_attempts=max_attempts,
-            max_age=max_age,
-            bind_host=host,
-            public_hosts=public_hosts,
-            gap_grace=gap_grace,
-            max_dead_letters=max_dead_letters,
-            max_dead_bytes=max_dead_bytes,
-        )
-        limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
+        listener = Listener(root, connected, auth_header=header, bind_host=host, **options)
         with _served(listener, _receiver_config(listener, host, port, log_level, limits), host):
             yield listener
 
@@ -467,20 +498,8 @@ def listen_command(
     if output not in ("text", "json"):
         raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
     auth_header = auth_setting(auth_header, command="pmtk listen")
-    if dead_letters and not (status or retry_dead):
-        from toolkit.store.identity import default_store
-
-        _list_dead(Path(default_store()) if store is None else store, output)
-        return
-    if status or retry_dead:
-        from toolkit.store.identity import default_store
-
-        folder = Path(default_store()) if store is None else store
-        with _exit_codes():
-            header = AuthHeader.parse(auth_header) if auth_header else None
-        _inspect(
-            folder, port, host, status=status, retry_dead=retry_dead, output=output, auth=header
-        )
+    if dead_letters or status or retry_dead:
+        _look(store, port, host, auth_header, (dead_letters, status, retry_dead), output)
         return
     with _log_to(output) as lines, _exit_codes():
         header = _checked_header(auth_header, no_auth, host, port)
@@ -494,6 +513,29 @@ def listen_command(
         limits |= {"max_dead_letters": max_dead_letters, "max_dead_bytes": max_dead_bytes}
         options = {**served, **limits, "catch_up": catch_up, "gap_grace": gap_grace}
         _receive(store, connection, options, output, lines)
+
+
+def _look(
+    store: Path | None,
+    port: int,
+    host: str,
+    auth_header: str | None,
+    asked: tuple[bool, bool, bool],
+    output: str,
+) -> None:
+    """``--dead-letters``, ``--status``, ``--retry-dead`` (``asked``, in that order): look at
+    the store's queue instead of receiving; ``--dead-letters`` alone lists the dead
+    letters, otherwise the dead letters are retried and the status shown as asked."""
+    from toolkit.store.identity import default_store
+
+    dead_letters, status, retry_dead = asked
+    if dead_letters and not (status or retry_dead):
+        _list_dead(Path(default_store()) if store is None else store, output)
+        return
+    folder = Path(default_store()) if store is None else store
+    with _exit_codes():
+        header = AuthHeader.parse(auth_header) if auth_header else None
+    _inspect(folder, port, host, status=status, retry_dead=retry_dead, output=output, auth=header)
 
 
 def _checked_header(
@@ -600,30 +642,10 @@ def _inspect(
     With ``output="json"``, one document: ``{"retry_dead": {...}, "status": {...}}``,
     each key present when asked for.
     """
-    from toolkit.store import NotAStore
-    from toolkit.store.layout import claim as _claim
-
-    if not store.is_dir():
-        typer.echo(f"error: there is no store at {store}", err=True)
-        raise typer.Exit(2)
-    try:
-        _claim(store)  # a user's folder is not read as a store
-    except NotAStore as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    _require_store(store)
     document: dict[str, Any] = {}
     if retry_dead:
-        queue = EventQueue(store)
-        requeued, kept = queue.requeue_dead()
-        document["retry_dead"] = {
-            "requeued": requeued,
-            "unreadable": kept,
-            "dead_letter_folder": str(queue.dead_dir.resolve()),
-        }
-        if output == "text":
-            typer.echo(f"requeued {requeued} dead letter(s)")
-            if kept:
-                typer.echo(f"{kept} unreadable file(s) left in {queue.dead_dir}")
+        document["retry_dead"] = _retry_dead(store, output)
     if status:
         # the receiver that says (in the store) it serves it, else the one on --port
         found = running_receiver(store)
@@ -639,8 +661,9 @@ def _inspect(
         echo_json(document)
 
 
-def _list_dead(store: Path, output: str) -> None:
-    """``--dead-letters``: each dead letter, oldest first, with its reason."""
+def _require_store(store: Path) -> None:
+    """Exit 2, saying why on stderr, unless ``store`` is a pmtk store (a user's folder
+    is not read as a store)."""
     from toolkit.store import NotAStore
     from toolkit.store.layout import claim as _claim
 
@@ -652,6 +675,26 @@ def _list_dead(store: Path, output: str) -> None:
     except NotAStore as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def _retry_dead(store: Path, output: str) -> dict[str, Any]:
+    """``--retry-dead``: queue the dead letters again; what was done (said too, as text)."""
+    queue = EventQueue(store)
+    requeued, kept = queue.requeue_dead()
+    if output == "text":
+        typer.echo(f"requeued {requeued} dead letter(s)")
+        if kept:
+            typer.echo(f"{kept} unreadable file(s) left in {queue.dead_dir}")
+    return {
+        "requeued": requeued,
+        "unreadable": kept,
+        "dead_letter_folder": str(queue.dead_dir.resolve()),
+    }
+
+
+def _list_dead(store: Path, output: str) -> None:
+    """``--dead-letters``: each dead letter, oldest first, with its reason."""
+    _require_store(store)
     queue = EventQueue(store)
     letters = queue.dead_letters()
     evicted = queue.evicted()

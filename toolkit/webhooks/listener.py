@@ -147,6 +147,10 @@ class Listener:
         )
         self.events = EventLog(store / WEBHOOK_DIR, gap_grace=gap_grace)
         self._load_error()
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        """The worker's state before it starts: statistics, events, back-off clocks, threads."""
         self.stats = ListenerStats()
         self.wake = threading.Event()
         self.caught_up = threading.Event()

@@ -91,17 +91,9 @@ class WritingRoom(MockCore):
     async def patch(self, request: Request, ctx: Ctx) -> Response:
         rtype = request.path_params["rtype"]
         coll, index = self.lookup(rtype, request.path_params["rid"])
-        if rtype in EMPTY_405:
-            return Response(b"", status_code=405, headers={"allow": "GET"})
-        if rtype not in PATCHABLE:
-            raise Problem4xx(405, "not-supported", f"{rtype} does not accept PATCH")
-        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media not in PATCH_TYPES:
-            raise Problem4xx(
-                415,
-                "not-supported",
-                "PATCH bodies are JSON merge patches: Content-Type application/merge-patch+json",
-            )
+        refused = _patch_refused(request, rtype)
+        if refused is not None:
+            return refused
         patch = to_spec(await self.json_object(request), rtype, self.names)
         for key in ("id", "resourceType"):
             if key in patch and patch[key] != coll.record(index).get(key):
@@ -110,16 +102,7 @@ class WritingRoom(MockCore):
         with self.state.lock:
             current = coll.record(index)
             spec_current = to_spec(current, rtype, self.names)
-            participants = patch.pop("participant", None) if rtype == "Appointment" else None
-            merged = merge_patch(spec_current, patch)
-            if isinstance(participants, list):
-                merged["participant"], problems = merge_participants(
-                    spec_current.get("participant"), participants
-                )
-                if problems:
-                    raise self.invalid(rtype, problems)
-            elif participants is not None:
-                merged["participant"] = participants  # not an array: the rules say so
+            merged = self._merged(rtype, spec_current, patch)
             self.check_write(rtype, merged)
             merged.pop("attachments", None)
             now = self.state.fault.patch_stamp(self.state.now())
@@ -143,6 +126,21 @@ class WritingRoom(MockCore):
             content = orjson.dumps(reply)
         return self.respond(request, content)
 
+    def _merged(self, rtype: str, spec_current: dict[str, Any], patch: dict[str, Any]) -> Any:
+        """``patch`` merged into the record; an Appointment's participants are merged by
+        their own rules (a participant that is not an array is kept as sent)."""
+        participants = patch.pop("participant", None) if rtype == "Appointment" else None
+        merged = merge_patch(spec_current, patch)
+        if isinstance(participants, list):
+            merged["participant"], problems = merge_participants(
+                spec_current.get("participant"), participants
+            )
+            if problems:
+                raise self.invalid(rtype, problems)
+        elif participants is not None:
+            merged["participant"] = participants  # not an array: the rules say so
+        return merged
+
     def _move_slot(self, old: Record, new: Record) -> None:
         grid = self.state.data.grid
         for record, take in ((old, False), (new, True)):
@@ -154,3 +152,20 @@ class WritingRoom(MockCore):
                 grid.take(r, start, minutes)
             else:
                 grid.release(r, start, minutes)
+
+
+def _patch_refused(request: Request, rtype: str) -> Response | None:
+    """A PATCH ``rtype`` cannot take (405, an empty one for some types) or a body that is
+    not a JSON merge patch (415); ``None`` when the PATCH may go on."""
+    if rtype in EMPTY_405:
+        return Response(b"", status_code=405, headers={"allow": "GET"})
+    if rtype not in PATCHABLE:
+        raise Problem4xx(405, "not-supported", f"{rtype} does not accept PATCH")
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media not in PATCH_TYPES:
+        raise Problem4xx(
+            415,
+            "not-supported",
+            "PATCH bodies are JSON merge patches: Content-Type application/merge-patch+json",
+        )
+    return None
