@@ -105,3 +105,21 @@ def test_status_without_port_finds_the_running_receiver_of_the_store(
     )  # fmt: skip
     assert gone.returncode == 0, gone.stderr
     assert "worker:       not running" in gone.stdout
+
+
+def test_a_receiver_restarted_after_a_failure_shows_it_then_clears_it(
+    dep: Any, store: Path, client: Client
+) -> None:
+    """The last error a previous run kept is read at start (it used to raise AttributeError
+    before the statistics existed) and cleared once what failed succeeds."""
+    (store / ".webhooks").mkdir(parents=True, exist_ok=True)
+    kept = {"text": "catch-up sync failed: ConnectionFailed", "at": time.time() - 60,
+            "what": "catch-up"}  # fmt: skip
+    (store / ".webhooks" / "last-error.json").write_bytes(orjson.dumps(kept))
+    with listen(store, client=client, no_auth=True, catch_up=False) as receiver:
+        assert receiver.status()["last_error"]["text"] == kept["text"]
+        receiver.clear_error("catch-up")
+        status = receiver.status()
+        assert status["last_error"] is None
+        assert status["resolved_error"]["text"] == kept["text"]
+    assert not (store / ".webhooks" / "last-error.json").exists()

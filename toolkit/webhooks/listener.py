@@ -146,8 +146,8 @@ class Listener:
             store, max_queue_bytes, max_dead=max_dead_letters, max_dead_bytes=max_dead_bytes
         )
         self.events = EventLog(store / WEBHOOK_DIR, gap_grace=gap_grace)
-        self._load_error()
         self._init_runtime()
+        self._load_error()  # after the statistics exist: it fills their last error in
 
     def _init_runtime(self) -> None:
         """The worker's state before it starts: statistics, events, back-off clocks, threads."""
