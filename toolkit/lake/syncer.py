@@ -10,11 +10,10 @@ and it is serialised per (deployment, resource) by the lease.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,20 +72,6 @@ class LakeSyncSummary:
         return all(r.status == "ok" for r in self.resources.values())
 
 
-@contextlib.contextmanager
-def _connected(client: PageSource | None) -> Iterator[PageSource]:
-    if client is not None:
-        yield client
-        return
-    import toolkit
-
-    owned: Any = toolkit.connect()
-    try:
-        yield owned
-    finally:
-        owned.close()
-
-
 def sync(
     client: PageSource | None = None,
     lake: str | os.PathLike[str] | Location = "pmtk-lake",
@@ -125,7 +110,7 @@ def sync(
     lock_timeout
         Seconds a commit waits for another writer of the same deployment and resource.
     """
-    from toolkit.store.entry import _listed  # the store's check: a listed type, else refused
+    from toolkit.store.entry import _connected, _listed  # the store's own connect and check
 
     loc = Location.of(lake, storage_options)
     wanted = _listed(resources)
