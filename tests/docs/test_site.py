@@ -13,11 +13,10 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from tests.notebooks.conftest import FLAGS, INSTALL, find_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,25 +38,6 @@ def site() -> Path:
     return out
 
 
-def _dom(page: Path) -> str:
-    binary = find_chromium()
-    if binary is None:
-        message = f"headless Chromium is not installed: {INSTALL}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    with tempfile.TemporaryDirectory(prefix="pmtk-chromium-") as profile:
-        done = subprocess.run(
-            [binary, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert done.returncode == 0 and "<html" in done.stdout, done.stderr[-2000:]
-    return done.stdout
-
-
 def test_every_docs_page_is_in_the_site(site: Path) -> None:
     pages = {p.stem for p in (ROOT / "docs").glob("*.md")}
     built = {p.parent.name for p in site.glob("*/index.html")}
@@ -65,8 +45,8 @@ def test_every_docs_page_is_in_the_site(site: Path) -> None:
     assert (site / "search" / "search_index.json").is_file()  # the search box has its index
 
 
-def test_the_home_page_is_whole_offline(site: Path) -> None:
-    dom = _dom(site / "index.html")
+def test_the_home_page_is_whole_offline(site: Path, chromium: Callable[[Path], str]) -> None:
+    dom = chromium(site / "index.html")
     assert "pmtk turns a practice-management REST API" in dom
     assert 'type="text"' in dom and "search" in dom.lower()  # the search box
     for title in ("The lake", "The contract suite", "API reference"):
@@ -74,8 +54,10 @@ def test_the_home_page_is_whole_offline(site: Path) -> None:
     assert "fonts.googleapis" not in dom
 
 
-def test_a_reference_page_is_generated_from_the_docstrings(site: Path) -> None:
-    dom = _dom(site / "reference" / "lake" / "index.html")
+def test_a_reference_page_is_generated_from_the_docstrings(
+    site: Path, chromium: Callable[[Path], str]
+) -> None:
+    dom = chromium(site / "reference" / "lake" / "index.html")
     for name in ("toolkit.lake.sync", "toolkit.lake.load", "apply_changes", "import_store"):
         assert name in dom, name
     assert "several writers" in dom.lower() or "many deployments" in dom.lower()
