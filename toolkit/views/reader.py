@@ -17,6 +17,7 @@ import msgspec
 import polars as pl
 
 from toolkit import catalogue
+from toolkit._threads import daemon_pool
 from toolkit.errors import DataValidationError
 from toolkit.views.check import (
     _ENCODER,
@@ -344,12 +345,14 @@ def _executor() -> ThreadPoolExecutor:
 
     A pool per call cost more than the reads of a single page, which is how
     :mod:`toolkit.store` calls the flattener. A forked child process has none
-    of its parent's threads, so it gets a pool of its own.
+    of its parent's threads, so it gets a pool of its own. Its threads are daemons
+    started off the main thread (:func:`toolkit._threads.daemon_pool`), so a Ctrl-C
+    while they start cannot leave one that holds the process's exit.
     """
     global _pool
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
-            pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="pmtk-read")
+            pool = daemon_pool(_WORKERS, "pmtk-read")
             _pool = (os.getpid(), pool)
         return _pool[1]
 
