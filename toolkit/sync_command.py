@@ -103,8 +103,8 @@ Rebind = Annotated[
     bool,
     typer.Option(
         "--rebind",
-        help="Make a store of another deployment this one's: discard its data and sync "
-        "everything in full (without it such a store is refused).",
+        help="Make a store (or a lake's --deployment name) of another deployment this one's: "
+        "discard its data and sync everything in full (without it, it is refused).",
     ),
 ]
 Output = Annotated[
@@ -188,8 +188,9 @@ def sync_command(
             quiet=quiet,
             output=output,
             verify=verify,
-            refused_options=_lake_refused(rebind=rebind, rebuild=rebuild, view=view),
+            refused_options=_lake_refused(rebuild=rebuild, view=view),
             from_store=from_store,
+            rebind=rebind,
         )
         return
     connection = (base_url, client_id, client_secret)
@@ -255,13 +256,9 @@ def _sync_store(
         _write_views(err, out, view, quiet=quiet_run)
 
 
-def _lake_refused(*, rebind: bool, rebuild: bool, view: list[Path] | None) -> list[str]:
+def _lake_refused(*, rebuild: bool, view: list[Path] | None) -> list[str]:
     """The store-only options given to a lake sync (it refuses them by name)."""
-    return [
-        name
-        for name, given in (("--rebind", rebind), ("--rebuild", rebuild), ("--view", view))
-        if given
-    ]
+    return [name for name, given in (("--rebuild", rebuild), ("--view", view)) if given]
 
 
 def _source(

@@ -325,8 +325,18 @@ def test_the_command_line_syncs_two_practices_and_refuses_a_store(
     assert result.exit_code == 2
     assert "Parquet store" in result.output
     assert sorted(os.listdir(store)) == ["manifest.json"]
-    result = runner.invoke(app, ["sync", "--out", str(where), "--deployment", "x", "--rebind"])
-    assert result.exit_code == 2 and "--rebind" in result.output
+    result = runner.invoke(app, ["sync", "--out", str(where), "--deployment", "x", "--rebuild"])
+    assert result.exit_code == 2 and "--rebuild" in result.output
+    # "north" given to the second deployment: refused without --rebind, done with it
+    args = ["sync", "--out", str(where), "--deployment", "north", "-r", "Organization"]
+    result = runner.invoke(app, args, env=env)  # the second deployment's settings
+    assert result.exit_code == 2 and "Choose another --deployment name" in result.output
+    result = runner.invoke(app, [*args, "--rebind", "--quiet"], env=env)
+    assert result.exit_code == 0, result.output
+    north = delta_rows(where, "_raw_Organization", "north")
+    assert dict(zip(north["id"], north["last_updated"], strict=True)) == ground_truth(
+        b, "Organization"
+    )
 
 
 KILLER = """

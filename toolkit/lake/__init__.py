@@ -12,13 +12,17 @@ See ``docs/lake.md`` for the layout, the guarantees and how the failures are han
 """
 
 import os
+from collections.abc import Callable
 from datetime import datetime
 
 import polars as pl
 
+from toolkit import catalogue
 from toolkit.lake.commit import Change, CommitResult, commit, lake_tables
 from toolkit.lake.location import LakeDamaged, LakeError, Location
 from toolkit.lake.read import LakeVerifyReport, load, verify
+from toolkit.lake.rebind import RebindResult
+from toolkit.lake.rebind import rebind as _rebind
 from toolkit.lake.state import (
     LakeBusy,
     LakeDeployment,
@@ -32,6 +36,8 @@ from toolkit.lake.state import is_lake as _is_lake
 from toolkit.lake.state import pins as _pins
 from toolkit.lake.syncer import LakeResourceSync, LakeSyncSummary, apply_changes, sync
 from toolkit.lake.upgrade import StoreNotImportable, import_store
+from toolkit.store.identity import deployment_of
+from toolkit.store.results import PageSource
 
 
 def is_lake(lake: str | os.PathLike[str], storage_options: dict[str, str] | None = None) -> bool:
@@ -56,6 +62,32 @@ def deployments(
     return _deployments(Location.of(lake, storage_options))
 
 
+def rebind(
+    lake: str | os.PathLike[str],
+    deployment: str,
+    client: PageSource | None = None,
+    *,
+    storage_options: dict[str, str] | None = None,
+    lock_timeout: float = 60.0,
+    after_step: Callable[[str], None] | None = None,
+) -> RebindResult:
+    """Give the lake's name ``deployment`` to ``client``'s deployment (default the configured one).
+
+    Every row and data file of the deployment the name had is removed first; the other
+    deployments are untouched. See :mod:`toolkit.lake.rebind` for the steps and what a
+    crash at each leaves; ``after_step`` (tests) is called with each step's name.
+    """
+    from toolkit.store.entry import _connected
+
+    loc = Location.of(lake, storage_options)
+    every = list(catalogue.LISTED_RESOURCES)
+    with _connected(client) as source:
+        return _rebind(
+            loc, deployment, deployment_of(source), every,
+            lock_timeout=lock_timeout, after_step=after_step,
+        )  # fmt: skip
+
+
 def history(
     lake: str | os.PathLike[str],
     deployment: str | None = None,
@@ -78,6 +110,7 @@ __all__ = [
     "LeaseLost",
     "Location",
     "Pin",
+    "RebindResult",
     "StoreNotImportable",
     "UnknownDeployment",
     "apply_changes",
@@ -89,6 +122,7 @@ __all__ = [
     "lake_tables",
     "load",
     "pins",
+    "rebind",
     "sync",
     "verify",
 ]

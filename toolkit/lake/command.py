@@ -54,6 +54,7 @@ def lake_sync_command(
     verify: bool,
     refused_options: list[str],
     from_store: Path | None = None,
+    rebind: bool = False,
 ) -> None:
     """Run a lake sync or verify from the command line; exit codes as ``pmtk sync``."""
     err = make_console(stderr=True)
@@ -69,6 +70,7 @@ def lake_sync_command(
         "full": full,
         "reconcile": reconcile,
         "errors": "warn" if errors == "warn" else "raise",
+        "rebind": rebind,
     }
     _print(_sync(err, lake, settings, options), quiet=quiet, output=output)
 

@@ -114,6 +114,17 @@ def key_of(resource_type: str, table: str) -> str:
     return "id" if table in (resource_type, raw_table(resource_type)) else parent_key(resource_type)
 
 
+def stats_columns(key: str) -> dict[str, str]:
+    """A new table's configuration: Delta statistics for the record key only.
+
+    The log keeps a removed file's statistics for ever (time travel reads them), so a
+    rebind that removes a deployment's files would leave the minimum and maximum of
+    every column in the log: names, birth dates. Only the key is needed (a ``MERGE``
+    prunes files by it); the partition column needs none.
+    """
+    return {"delta.dataSkippingStatsColumns": key}
+
+
 def to_delta(frame: pl.LazyFrame, deployment: str) -> pl.LazyFrame:
     """The rows as written: the deployment first, then the declared columns."""
     return frame.select(pl.lit(deployment, pl.String).alias("deployment"), pl.all())
@@ -352,6 +363,7 @@ def _write_table(
                 partition_by=["deployment"],
                 storage_options=loc.storage_options,
                 writer_properties=WRITER,
+                configuration=stats_columns(key) if dt is None else None,
             )
         else:
             _merge(dt, deployment, key, new, touched, ["deployment", *schema])

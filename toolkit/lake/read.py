@@ -115,7 +115,15 @@ def _scan(
     if verify:
         recorded = pin.files.get(table, {})
         for path in sorted(files):
-            digest = loc.sha256(uri, path)
+            try:
+                digest = loc.sha256(uri, path)
+            except FileNotFoundError:
+                msg = (
+                    f"{pin.deployment}/{table}: {path}, named by this version, is gone from "
+                    "storage (a rebind of the deployment or a vacuum removed it); read a later "
+                    "version"
+                )
+                raise LakeError(msg) from None
             if recorded.get(path) != digest:
                 msg = (
                     f"{pin.deployment}/{table}: {path} does not match the sha256 recorded when "

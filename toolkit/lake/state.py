@@ -522,6 +522,68 @@ def move_pin(loc: Location, pin: Pin, expected_seq: int, owner: str) -> None:
         raise LeaseLost(msg)
 
 
+def write_pin_holding_lease(loc: Location, pin: Pin, expected_seq: int, owner: str) -> None:
+    """Commit ``pin`` like :func:`move_pin` but keep the lease (a rebind's later steps need it)."""
+    row = _state_row(pin.deployment, pin.resource, owner, 0, pin.to_json())
+    row = row.set_column(2, "seq", pa.array([expected_seq + 1], pa.int64()))
+
+    def attempt() -> dict[str, Any]:
+        result: dict[str, Any] = (
+            _table(loc, "state")
+            .merge(row, predicate=_key(pin.deployment), source_alias="s", target_alias="t")
+            .when_matched_update(
+                updates={"seq": "s.seq", "pin": "s.pin"},
+                predicate=f"t.lease_owner = s.lease_owner AND t.seq = {int(expected_seq)}",
+            )
+            .execute()
+        )
+        return result
+
+    metrics = retrying(attempt, f"emptying {pin.deployment}/{pin.resource}")
+    if metrics["num_target_rows_updated"] != 1:
+        msg = f"{pin.deployment}/{pin.resource}: this writer lost its lease; nothing was changed"
+        raise LeaseLost(msg)
+
+
+def set_identity(loc: Location, name: str, old: Deployment, new: Deployment) -> None:
+    """Bind ``name`` to ``new``, only while it is still bound to ``old`` (compare-and-swap)."""
+    from toolkit.store.identity import WrongDeployment
+
+    check_deployment_name(name)
+    row = pa.table(
+        {
+            "name": [name],
+            "base_url": [new.base_url],
+            "client_id_sha256": [new.client_id_sha256],
+            "embedded_mock": [new.embedded_mock],
+            "added_at": [now_iso()],
+        },
+        schema=DEPLOYMENTS_SCHEMA,
+    )
+    was = (
+        f"t.base_url = '{_quoted(old.base_url)}' "
+        f"AND t.client_id_sha256 = '{_quoted(old.client_id_sha256)}'"
+    )
+
+    def swap() -> dict[str, Any]:
+        result: dict[str, Any] = (
+            _table(loc, "deployments")
+            .merge(row, predicate="t.name = s.name", source_alias="s", target_alias="t")
+            .when_matched_update_all(predicate=was)
+            .execute()
+        )
+        return result
+
+    metrics = retrying(swap, f"binding {name!r} to {new.describe()}")
+    if metrics["num_target_rows_updated"] != 1 and not deployments(loc)[name].identity.same_as(new):
+        msg = f"{name!r} was bound to another deployment while it was being rebound; run again"
+        raise WrongDeployment(msg)
+
+
+def _quoted(text: str) -> str:
+    return text.replace("'", "''")
+
+
 def append_history(loc: Location, pin: Pin, kind: str, counts: dict[str, int]) -> None:
     from deltalake import write_deltalake
 

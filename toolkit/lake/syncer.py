@@ -21,9 +21,11 @@ from typing import Any
 import orjson
 import polars as pl
 
+from toolkit import catalogue
+from toolkit.errors import ConfigurationError
 from toolkit.lake.commit import PART, Change, commit, lake_tables
 from toolkit.lake.location import Location
-from toolkit.lake.state import Pin, init_lake, pin_of, resolve
+from toolkit.lake.state import Pin, deployments, init_lake, pin_of, resolve
 from toolkit.store.identity import deployment_of
 from toolkit.store.layout import later, schema_version
 from toolkit.store.raw import raw_frame, raw_table
@@ -84,6 +86,7 @@ def sync(
     storage_options: dict[str, str] | None = None,
     lock_timeout: float = 60.0,
     after_table: Callable[[str], None] | None = None,
+    rebind: bool = False,
 ) -> LakeSyncSummary:
     """Sync one deployment's resources into a lake (see the module's docstring).
 
@@ -109,13 +112,26 @@ def sync(
         After an incremental walk, also walk the whole list and delete what it lacks.
     lock_timeout
         Seconds a commit waits for another writer of the same deployment and resource.
+    rebind
+        Give ``deployment``, a name the lake holds for another deployment, to this
+        client's: every row and file of the old one is removed first
+        (:func:`toolkit.lake.rebind`), then this sync reads everything in full.
     """
     from toolkit.store.entry import _connected, _listed  # the store's own connect and check
 
     loc = Location.of(lake, storage_options)
     wanted = _listed(resources)
+    if rebind and deployment is None:
+        msg = "a rebind names the deployment to give to this client (deployment=NAME)"
+        raise ConfigurationError(msg)
     with _connected(client) as source:
         init_lake(loc)
+        if rebind and deployment in deployments(loc):
+            from toolkit.lake.rebind import rebind as rebind_name
+
+            every = list(catalogue.LISTED_RESOURCES)
+            identity = deployment_of(source)
+            rebind_name(loc, deployment, identity, every, lock_timeout=lock_timeout)
         known = resolve(loc, deployment_of(source), deployment)
         summary = LakeSyncSummary(loc.uri, known.name)
         run = _Run(loc, known.name, source, full, reconcile, errors, lock_timeout, after_table)
