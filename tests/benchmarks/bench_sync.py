@@ -29,6 +29,11 @@ Prints, beside their floors and baselines:
 
 Each measured sync runs in its own child process, so that the mock (which runs
 in this process) and earlier runs do not inflate the peak memory.
+
+``--target lake`` measures the same into a lake (``toolkit.lake.sync``, Delta tables
+written by delta-rs) instead of the Parquet store; ``--target both`` runs the store
+then the lake in one run and prints them side by side (the issue's "full sync within
+1.05x of the floor, peak memory flat as today" for the lake).
 """
 
 from __future__ import annotations
@@ -127,7 +132,9 @@ def _child(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     out: dict[str, Any] = {}
     with child_client(args, rate=args.rate) as client:
-        if args.child == "sync":
+        if args.child == "sync" and args.lake:
+            out.update(_lake_child(client, args))
+        elif args.child == "sync":
             from toolkit.store import load, sync
 
             summary = sync(client, args.out, full=args.full, progress=False)
@@ -160,8 +167,31 @@ def _child(args: argparse.Namespace) -> None:
     print(json.dumps(out))
 
 
+def _lake_child(client: Client, args: argparse.Namespace) -> dict[str, Any]:
+    """A full sync into a lake: the figures the store's child reports."""
+    from toolkit import lake
+
+    summary = lake.sync(client, args.out, deployment="bench", full=args.full)
+    out: dict[str, Any] = {"sync_rss_mb": _peak_mb(), "requests": summary.requests}
+    out["pages"] = sum(r.pages for r in summary.resources.values())
+    out["status"] = {rt: "ok" for rt in summary.resources}
+    frames = [
+        lake.load(rt, args.out, deployment="bench", table=table)
+        for rt in catalogue.LISTED_RESOURCES
+        for table in lake.lake_tables(rt)
+    ]
+    out["frames_mb"] = sum(f.estimated_size() for f in frames) / 2**20
+    out["rows"] = sum(f.height for f in frames)
+    return out
+
+
+LAKE = False
+"""Whether the measured syncs write a lake (``--target lake``) instead of a store."""
+
+
 def _run_child(dep: Any, rate: int, kind: str, out: Path, *, full: bool = False) -> dict[str, Any]:
-    return run_child(__file__, dep, kind, out, "--rate", str(rate), *(["--full"] if full else []))
+    extra = ["--rate", str(rate), *(["--full"] if full else []), *(["--lake"] if LAKE else [])]
+    return run_child(__file__, dep, kind, out, *extra)
 
 
 def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +241,7 @@ def _measure(scale: str, rate: int, work: Path, *, naive: bool) -> dict[str, Any
     with serve(seed=0, scale=scale, rate_limit=rate, test_controls=True) as dep:
         figures["mock_start_s"] = time.perf_counter() - t0
         figures["page_time"] = _page_time(dep)
-        store = work / f"store-{scale}"
+        store = work / f"{'lake' if LAKE else 'store'}-{scale}-{time.monotonic_ns()}"
         before = dep.stats()
         figures["full"] = _run_child(dep, rate, "sync", store)
         figures["full_server"] = _delta(before, dep.stats())
@@ -251,10 +281,21 @@ def main() -> None:
     parser.add_argument("--child", choices=("sync", "naive"), help=argparse.SUPPRESS)
     add_child_options(parser)
     parser.add_argument("--full", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lake", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--target", choices=("store", "lake", "both"), default="store")
     args = parser.parse_args()
     if args.child:
         _child(args)
         return
+    global LAKE
+    for target in ("store", "lake") if args.target == "both" else (args.target,):
+        LAKE = target == "lake"
+        print(f"\n######## {target} ########", flush=True)
+        _report(args)
+
+
+def _report(args: argparse.Namespace) -> None:
+    """Measure and print the three parts (see the module's docstring) for one target."""
 
     rate = args.rate
     n_resources = len(catalogue.LISTED_RESOURCES)
