@@ -274,6 +274,8 @@ def _stage(
 
     records = [r for page in pages for r in page.records]
     result.records_fetched += len(records)
+    if not records:  # an empty list (nothing changed): nothing to flatten, check or stage
+        return
     for record in records:
         rid = record.get("id")
         if isinstance(rid, str):
