@@ -56,6 +56,13 @@ USER_AGENT = "pmtk-tests (tests@example.invalid)"
 # warning delete the variable themselves.
 os.environ["PM_USER_AGENT"] = USER_AGENT
 
+# Lake syncs stage their pages in a folder kept across runs (toolkit.lake.stage); the
+# tests' go to a temporary folder of this run, never to the user's cache.
+if "PMTK_LAKE_STAGE" not in os.environ:
+    import tempfile
+
+    os.environ["PMTK_LAKE_STAGE"] = tempfile.mkdtemp(prefix="pmtk-tests-lake-stage-")
+
 
 def load_script(path: Path, name: str) -> ModuleType:
     """A script that is not in a package (``tools/*.py``, a benchmark), imported as ``name``."""

@@ -2,16 +2,16 @@
 
 Each resource is walked (incrementally from its pin's ``_lastUpdated`` mark, or in
 full), its pages flattened with the resource's view and validated batch by batch
-into a private staging folder on the local disk (never in the lake), then committed
-with :func:`toolkit.lake.commit.commit`. Staging is private to the run, so two runs,
-on one machine or several, never touch each other's pages; only the commit is shared,
-and it is serialised per (deployment, resource) by the lease.
+into a staging folder on the local disk (never in the lake; :mod:`toolkit.lake.stage`
+keeps it across an interruption so that the next run resumes the walk), then committed
+with :func:`toolkit.lake.commit.commit`. Two runs never touch each other's pages (a
+second run of the same resource on one machine stages privately); only the commit is
+shared, and it is serialised per (deployment, resource) by the lease.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from toolkit import catalogue
 from toolkit.errors import ConfigurationError
 from toolkit.lake.commit import PART, Change, commit, lake_tables
 from toolkit.lake.location import Location
+from toolkit.lake.stage import Stage, StageCheckpoint, stage_for
 from toolkit.lake.state import Pin, deployments, init_lake, pin_of, resolve
 from toolkit.store.identity import deployment_of
 from toolkit.store.layout import later, schema_version
@@ -52,6 +53,8 @@ class LakeResourceSync:
     elapsed: float = 0.0
     high_water_mark: str | None = None
     error: str | None = None
+    resumed_from_page: int | None = None
+    """The page a resumed walk started from (``None``: walked from the first page)."""
 
 
 @dataclass(slots=True)
@@ -87,8 +90,12 @@ def sync(
     lock_timeout: float = 60.0,
     after_table: Callable[[str], None] | None = None,
     rebind: bool = False,
+    after_part: Callable[[int], None] | None = None,
 ) -> LakeSyncSummary:
     """Sync one deployment's resources into a lake (see the module's docstring).
+
+    A run stopped before a resource's commit leaves its staged pages on the local
+    disk (:mod:`toolkit.lake.stage`); the next run of the same walk resumes it.
 
     Parameters
     ----------
@@ -116,6 +123,9 @@ def sync(
         Give ``deployment``, a name the lake holds for another deployment, to this
         client's: every row and file of the old one is removed first
         (:func:`toolkit.lake.rebind`), then this sync reads everything in full.
+    after_table, after_part
+        Tests: called with each table's name once its ``MERGE`` committed, and with
+        each staged part's number once it and its checkpoint are on disk.
     """
     from toolkit.store.entry import _connected, _listed  # the store's own connect and check
 
@@ -134,7 +144,9 @@ def sync(
             rebind_name(loc, deployment, identity, every, lock_timeout=lock_timeout)
         known = resolve(loc, deployment_of(source), deployment)
         summary = LakeSyncSummary(loc.uri, known.name)
-        run = _Run(loc, known.name, source, full, reconcile, errors, lock_timeout, after_table)
+        run = _Run(
+            loc, known.name, source, full, reconcile, errors, lock_timeout, after_table, after_part
+        )
         for rt in wanted:
             summary.resources[rt] = _sync_one(run, rt)
     return summary
@@ -152,10 +164,15 @@ class _Run:
     errors: ErrorsMode
     lock_timeout: float
     after_table: Callable[[str], None] | None
+    after_part: Callable[[int], None] | None = None
 
 
 def _sync_one(run: _Run, rt: str) -> LakeResourceSync:
-    """Walk one resource (from its pin's mark, or in full), stage it, commit it."""
+    """Walk one resource (from its pin's mark, or in full), stage it, commit it.
+
+    The pages are staged in the resource's staging folder (:mod:`toolkit.lake.stage`),
+    so a run stopped before its commit is resumed by the next one.
+    """
     started = time.monotonic()
     sent = run.source.requests_sent
     result = LakeResourceSync(rt)
@@ -168,8 +185,11 @@ def _sync_one(run: _Run, rt: str) -> LakeResourceSync:
     )
     result.mode = "incremental" if incremental else "full"
     since = (previous.next_since or f"ge{previous.high_water_mark}") if incremental else None
-    with tempfile.TemporaryDirectory(prefix="pmtk-lake-stage-") as stage:
-        staged = _walk(Path(stage), run.source, rt, since, run.errors, result)
+    wanted = StageCheckpoint(
+        run.loc.uri, run.deployment, rt, schema_version(rt), result.mode, since
+    )
+    with stage_for(wanted) as stage:
+        staged = _walk(stage, run.source, rt, run.errors, result, run.after_part)
         present = (
             _present(run.source, rt, run.reconcile)
             if incremental and (rt == "Patient" or run.reconcile)
@@ -239,32 +259,71 @@ class _Staged:
 
 
 def _walk(
-    folder: Path,
+    stage: Stage,
     source: PageSource,
     rt: str,
-    since: str | None,
     errors: ErrorsMode,
     result: LakeResourceSync,
+    after_part: Callable[[int], None] | None = None,
 ) -> _Staged:
+    """Walk the list from the stage's resume point, staging a part every few pages."""
+    cp = stage.checkpoint
+    first = stage.resume_point()
+    staged = _Staged(stage.folder, parts=cp.parts, server_time=cp.server_time)
+    staged.max_last_updated = cp.max_last_updated
+    if stage.resumed:
+        staged.ids = _staged_ids(stage.folder, rt)
+        result.resumed_from_page = first
+    result.records_fetched = cp.records
     params: dict[str, Any] = {"_count": PAGE_SIZE}
-    if since is not None:
-        params["_lastUpdated"] = since
-    walk = source.walk(rt, params=params, progress=False)
-    staged = _Staged(folder)
+    if cp.since is not None:
+        params["_lastUpdated"] = cp.since
+    if first > 1:
+        params["page"] = first
+    walk = source.walk(rt, params=params, skipped=(first - 1) * PAGE_SIZE, progress=False)
     batch: list[Any] = []
+    pages = first - 1
     for page in walk:
         if staged.server_time is None:
             staged.server_time = walk.summary.started_at
         batch.append(page)
         result.pages += 1
         if len(batch) >= BATCH_PAGES:
-            _stage(staged, rt, batch, errors, result)
+            pages += len(batch)
+            _stage_part(stage, staged, rt, batch, errors, result, pages)
+            if after_part is not None:
+                after_part(staged.parts)
             batch = []
     if batch:
-        _stage(staged, rt, batch, errors, result)
+        _stage_part(stage, staged, rt, batch, errors, result, pages + len(batch))
     if staged.server_time is None:
         staged.server_time = walk.summary.started_at
     return staged
+
+
+def _stage_part(
+    stage: Stage,
+    staged: _Staged,
+    rt: str,
+    pages: list[Any],
+    errors: ErrorsMode,
+    result: LakeResourceSync,
+    pages_done: int,
+) -> None:
+    """Stage one part, then the checkpoint that counts it (in that order)."""
+    _stage(staged, rt, pages, errors, result)
+    cp = stage.checkpoint
+    cp.pages_done, cp.parts, cp.records = pages_done, staged.parts, result.records_fetched
+    cp.server_time, cp.max_last_updated = staged.server_time, staged.max_last_updated
+    stage.save()
+
+
+def _staged_ids(folder: Path, rt: str) -> set[str]:
+    """The ids a resumed stage holds already (a full walk deletes what it lacks)."""
+    files = sorted((folder / raw_table(rt)).glob("part-*.parquet"))
+    if not files:
+        return set()
+    return set(pl.scan_parquet(files).select("id").collect()["id"].to_list())
 
 
 def _stage(
