@@ -129,8 +129,10 @@ _OTHER_TYPES = {
 ``end``, Patient ``email``, Referral ``patient``: FHIR R4 types them so)."""
 
 
-def capability_statement() -> dict[str, Any]:
-    """The statement a deployment that serves exactly the catalogue's API would publish."""
+def capability_statement(*, fhir_search: bool = True) -> dict[str, Any]:
+    """The statement a deployment that serves exactly the catalogue's API would publish;
+    without ``fhir_search``, one that lacks the FHIR-standard searches of
+    :data:`~toolkit.catalogue.FHIR_SEARCH` (what the vendor may well publish)."""
     resources: dict[str, dict[str, Any]] = {}
     for endpoint in ENDPOINTS:
         if endpoint.kind == "token":
@@ -151,7 +153,11 @@ def capability_statement() -> dict[str, Any]:
         else:  # $book, $find
             entry["operation"].append({"name": endpoint.kind, "definition": endpoint.path})
     for name, entry in resources.items():
-        params = (*COMMON_DECLARED, *SEARCH_PARAMETERS.get(name, ()))
+        standard = () if fhir_search else FHIR_SEARCH.get(name, ())
+        params = (
+            *COMMON_DECLARED,
+            *(p for p in SEARCH_PARAMETERS.get(name, ()) if p not in standard),
+        )
         if any(i["code"] == "search-type" for i in entry["interaction"]):
             entry["searchParam"] = [{"name": p, "type": search_type(name, p)} for p in params]
             entry["searchInclude"] = list(INCLUDES.get(name, {}))

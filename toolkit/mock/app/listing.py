@@ -52,6 +52,8 @@ class ListingRoom(MockCore):
         ignored: list[str] = []
         sort_spec: str | None = None
         allowed = catalogue.SEARCH_PARAMETERS.get(rtype, ())
+        if not self.state.fault.fhir_search:  # a deployment without the FHIR-standard ones
+            allowed = tuple(p for p in allowed if p not in catalogue.FHIR_SEARCH.get(rtype, ()))
         for key, value in params:
             name, _, modifier = key.partition(":")
             if key in _PAGING or name == "_include":
@@ -269,10 +271,13 @@ class ListingRoom(MockCore):
 
     async def metadata(self, request: Request, ctx: Ctx) -> Response:
         """``GET /main/metadata``: the CapabilityStatement generated from the catalogue."""
-        return self.respond(request, _CAPABILITY)
+        return self.respond(request, _CAPABILITY[self.state.fault.fhir_search])
 
 
-_CAPABILITY = orjson.dumps(catalogue.capability_statement())
+_CAPABILITY = {
+    standard: orjson.dumps(catalogue.capability_statement(fhir_search=standard))
+    for standard in (True, False)
+}
 
 
 _PAGING = frozenset({"_count", "page", "_total"})
