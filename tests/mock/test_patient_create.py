@@ -11,8 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
+from tests.conftest import api_client, toolkit_client
+from tests.listen.conftest import SECRET_HEADER, free_port
+from tests.listen.test_mock_sender import Recorder
 from toolkit import catalogue
+from toolkit.errors import RequestValidationError
+from toolkit.mock import Deployment, serve
 
 EMAIL = "new.patient+web@example.com"
 
@@ -98,3 +104,29 @@ def test_patients_carry_active_and_search_by_it(mock_api: httpx.Client) -> None:
     assert either.json()["total"] == everyone
     answer = mock_api.get("Patient", params={"active": "true"})
     assert "active=true" in answer.json()["link"][0]["url"]  # applied, so kept in self
+
+
+def test_a_created_patient_is_announced_as_a_patient_create() -> None:
+    """The facts: webhooks exist for Patient create and update; the mock announces its own."""
+    port = free_port()
+    name, value = SECRET_HEADER
+    hook = f"http://127.0.0.1:{port}/hook"
+    with (
+        serve(scale="small", webhook=hook, webhook_header=f"{name}: {value}") as dep,
+        api_client(dep) as api,
+        Recorder(port) as recorder,
+    ):
+        rid = api.post("Patient", json=patient_body()).json()["id"]
+        assert dep.webhooks_sent(10)
+    (bundle,) = recorder.accepted()
+    status = bundle["entry"][0]["resource"]
+    assert status["topic"].endswith("patient-create")
+    assert status["notificationEvent"][0]["focus"]["reference"].endswith(f"/Patient/{rid}")
+
+
+def test_pmtks_client_creates_a_patient_and_checks_the_body_first(fresh_mock: Deployment) -> None:
+    with toolkit_client(fresh_mock) as client:
+        created = client.create("Patient", patient_body())
+        assert client.read("Patient", created["id"])["birthDate"] == "1991-04-17"
+        with pytest.raises(RequestValidationError, match="gender"):
+            client.create("Patient", patient_body(gender="sometimes"))
