@@ -8,6 +8,7 @@ Everything here goes over real loopback HTTP to ``toolkit.mock.serve``.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import httpx
@@ -55,14 +56,14 @@ def test_create_when_not_found_then_found_by_search(fresh_api: httpx.Client) -> 
     lookup = {"email": EMAIL, "_count": "1"}
     assert fresh_api.get("Patient", params=lookup).json()["total"] == 0
     before = fresh_api.get("Patient", params={"_summary": "count"}).json()["total"]
-    response = fresh_api.post("Patient", json=patient_body())
+    response = fresh_api.post("Patient", json=patient_body(active=False))
     assert response.status_code == 201, response.text
     created = response.json()
     rid = created["id"]
     assert rid.isdigit() and int(rid) >= 100001 + before  # the mock's Patient id shape
     assert response.headers["location"].startswith("http://127.0.0.1:")
     assert response.headers["location"].endswith(f"/main/Patient/{rid}")
-    assert created["active"] is True  # read-only, set by the server (facts)
+    assert created["active"] is True  # read-only (facts): set by the server, not the body
     assert fresh_api.get(f"Patient/{rid}").json()["name"][0]["family"] == "Ngata-Whitlock"
     assert _ids(fresh_api.get("Patient", params=lookup).json()) == [rid]
     by_gp = {"general-practitioner": "Practitioner/PR-6001", "active": "true"}
@@ -130,3 +131,27 @@ def test_pmtks_client_creates_a_patient_and_checks_the_body_first(fresh_mock: De
         assert client.read("Patient", created["id"])["birthDate"] == "1991-04-17"
         with pytest.raises(RequestValidationError, match="gender"):
             client.create("Patient", patient_body(gender="sometimes"))
+
+
+def test_concurrent_patient_creates_each_get_their_own_id(fresh_mock: Deployment) -> None:
+    """Second writers: four clients creating at once lose nothing and share no id."""
+    ids: list[str] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        with api_client(fresh_mock) as client:
+            for k in range(4):
+                family = f"Concurrent{n}x{k}"
+                answer = client.post("Patient", json=patient_body(name=[{"family": family}]))
+                with lock:
+                    ids.append(answer.json().get("id", f"failed {answer.status_code}"))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 16 and all(i.isdigit() for i in ids), ids
+    with api_client(fresh_mock) as client:
+        found = client.get("Patient", params={"family": "Concurrent", "_count": "100"}).json()
+    assert sorted(_ids(found)) == sorted(ids)
