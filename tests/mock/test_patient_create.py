@@ -80,6 +80,9 @@ def test_a_bad_patient_body_is_a_4xx_outcome_and_stores_nothing(fresh_api: httpx
         patient_body(birthDate="1991-02-30"),
         patient_body(generalPractitioner=[{"reference": "/main/Practitioner/XX-1"}]),
         patient_body(name=None),
+        {k: v for k, v in patient_body().items() if k != "name"},  # create needs a name
+        patient_body(resourceType="Organization"),
+        patient_body(extension=[{"url": "patient-status", "valueCode": "nope"}]),
         [patient_body()],
     ]
     for body in bad_bodies:
