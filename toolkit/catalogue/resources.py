@@ -555,7 +555,6 @@ PATIENT = Resource(
         # a production client creates a patient when a lookup by email finds none (facts)
         *_endpoints("Patient", ("create", "Create Patient"), source="facts"),
     ),
-    # general-practitioner: a production client searches by it live (facts, client-observed)
     # general-practitioner and active: a production client searches by them live (facts,
     # client-observed)
     search=("name", "family", "given", "email", "general-practitioner", "active"),

@@ -440,7 +440,7 @@ def _date_filter(rtype: str, coll: Collection, name: str, value: str) -> Callabl
     if name == "_lastUpdated":
         instants: Sequence[float | None] = coll.updated
         width = 1.0
-    elif name in catalogue.DATE_SEARCH[rtype][0] if rtype in catalogue.DATE_SEARCH else False:
+    elif name in catalogue.DATE_SEARCH.get(rtype, ((), ""))[0]:
         instants = coll.date
         path = catalogue.DATE_SEARCH[rtype][1]
         width = DAY if catalogue.field_at(rtype, path).format == "date" else 1.0
