@@ -33,9 +33,7 @@ def test_a_deployment_without_the_fhir_standard_searches_is_told_apart() -> None
         serve(fault="vendor-search-only") as dep,
         Client(dep.base_url, dep.client_id, dep.client_secret, user_agent=UA) as client,
     ):
-        assert client.undeclared_search("Appointment", status="booked", date="2026") == [
-            "status"
-        ]
+        assert client.undeclared_search("Appointment", status="booked", date="2026") == ["status"]
 
 
 def test_without_a_statement_nothing_is_declared_and_nothing_refused() -> None:
