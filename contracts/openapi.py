@@ -117,7 +117,7 @@ def _list_parameters(resource_name: str) -> list[JsonSchema]:
     date_names = cat.DATE_SEARCH.get(resource_name, ((), ""))[0]
     for name in cat.SEARCH_PARAMETERS.get(resource_name, ()):
         schema: JsonSchema = {"type": "string", "minLength": 1}
-        if name in date_names:
+        if name in date_names or cat.search_type(resource_name, name) == "date":
             schema = {"type": "string", "pattern": f"^(eq|ne|gt|ge|lt|le)?{SEARCH_DATE}$"}
         params.append({"name": name, "in": "query", "required": False, "schema": schema})
     return params

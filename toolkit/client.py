@@ -617,7 +617,8 @@ class Client:
         Parameters
         ----------
         resource_type
-            ``"Referral"``, ``"Coverage"``, ``"Organization"`` or ``"Practitioner"``.
+            ``"Referral"``, ``"Coverage"``, ``"Organization"``, ``"Practitioner"`` or
+            ``"Patient"`` (the keys of ``catalogue.CREATE_PATHS``).
         body
             A dict or a pydantic model using the API's field names.
 

@@ -37,13 +37,13 @@ def test_differences_name_what_is_missing_and_what_is_extra() -> None:
     resources[:] = [r for r in resources if r["type"] != "Patient"]
     appointment = next(r for r in resources if r["type"] == "Appointment")
     appointment["searchParam"] = [p for p in appointment["searchParam"] if p["name"] != "date"]
-    appointment["searchParam"].append({"name": "practitioner", "type": "reference"})
+    appointment["searchParam"].append({"name": "location", "type": "reference"})
     resources.append({"type": "Location", "interaction": [{"code": "read"}]})
     assert cat.capability_differences(changed) == [
         "Patient: in the catalogue, not declared by the server",
         "Location: declared by the server, not in the catalogue",
         "Appointment: searchParam date not declared",
-        "Appointment: searchParam practitioner declared, not in the catalogue",
+        "Appointment: searchParam location declared, not in the catalogue",
     ]
     assert cat.capability_differences({"resourceType": "Bundle"}) == [
         "the answer is not a CapabilityStatement"
@@ -125,4 +125,20 @@ def test_differences_name_missing_and_extra_includes() -> None:
     assert cat.capability_differences(changed) == [
         "Appointment: searchInclude Appointment:patient not declared",
         "Appointment: searchInclude Appointment:practitioner declared, not in the catalogue",
+    ]
+
+
+def test_a_missing_fhir_standard_parameter_is_named_as_such() -> None:
+    """A deployment without a FHIR-standard parameter no source says the vendor serves
+    (``cat.FHIR_SEARCH``) is told apart from one without a vendor-confirmed one."""
+    assert cat.FHIR_SEARCH["Appointment"] == ("status", "practitioner")
+    changed = copy.deepcopy(cat.capability_statement())
+    appointment = next(r for r in changed["rest"][0]["resource"] if r["type"] == "Appointment")
+    appointment["searchParam"] = [
+        p for p in appointment["searchParam"] if p["name"] not in ("status", "date")
+    ]
+    assert cat.capability_differences(changed) == [
+        "Appointment: searchParam date not declared",
+        "Appointment: searchParam status not declared (FHIR R4 standard, not known to be "
+        "served by the vendor)",
     ]

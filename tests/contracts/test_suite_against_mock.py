@@ -150,3 +150,22 @@ def test_baseline_comparison_lists_new_and_fixed_findings(tmp_path: Path) -> Non
     assert code == 0
     assert "format.values[Organization]" in second["baseline"]["fixed"]
     assert second["summary"]["new_findings"] == []
+
+
+def test_a_deployment_without_the_fhir_standard_searches_is_observed_not_failed(
+    tmp_path: Path,
+) -> None:
+    """The FHIR-standard searches no source says the vendor serves (``FHIR_SEARCH``:
+    Appointment ``status``...) are observations when a deployment lacks them, never a
+    failure: ``vendor-search-only`` ignores them and leaves them out of its metadata."""
+    with serve(test_controls=True, fault="vendor-search-only") as dep:
+        code, report, output = _check(dep, tmp_path, "--category", "schema")
+    assert code == 0, output
+    observed = [o for c in report["checks"] for o in c.get("observed", [])]
+    texts = [o["example"] for o in observed if o["rule"] == "capability"]
+    assert (
+        "Appointment: searchParam practitioner, status not declared (FHIR R4 standard, "
+        "not known to be served by the vendor)"
+    ) in texts
+    assert not any("searchParam date" in t for t in texts)
+    assert all(c["status"] != "failed" for c in report["checks"])

@@ -26,7 +26,7 @@ CLAIMS: dict[tuple[str, str], str] = {
     ("interfaces.md", "has no `end`"): "tests/mock/test_faults.py (missing-required)",
     ("mock.md", "has no `end`"): "tests/mock/test_faults.py (missing-required)",
     ("mock.md", "the API itself has no delete"): "test_the_api_has_no_delete",
-    ("mock.md", "The mock has no Patient or Invoice writes"): "test_the_mock_has_no_patient_or_invoice_writes",  # noqa: E501
+    ("mock.md", "The mock has no Patient PATCH and no Invoice writes"): "test_the_mock_has_no_patient_patch_and_no_invoice_writes",  # noqa: E501
     ("mock.md", "has no head-size limit"): "third party (uvicorn), tests/hostile",
     ("notebooks.md", "the roles frame has no column"): "an example message (tests/analysis)",
     ("notebooks.md", "ipykernel has no reason"): "third party (ipykernel)",
@@ -191,10 +191,15 @@ def test_an_event_of_a_type_without_a_view_is_accepted_logged_and_not_queued(
     assert _files(store) == before  # nothing in the store changed
 
 
-def test_the_mock_has_no_patient_or_invoice_writes(mock_deployment: Any) -> None:
+def test_the_mock_has_no_patient_patch_and_no_invoice_writes(mock_deployment: Any) -> None:
     with api_client(mock_deployment) as api:
-        for path in ("Patient", "Invoice"):
-            response = api.post(path, json={"resourceType": path})
+        invoice = api.get("Invoice", params={"_count": 1}).json()["entry"][0]["resource"]["id"]
+        for method, path in (
+            ("PATCH", "Patient/100001"),
+            ("POST", "Invoice"),
+            ("PATCH", f"Invoice/{invoice}"),
+        ):
+            response = api.request(method, path, json={"active": True})
             assert response.status_code in (404, 405), (path, response.status_code)
             assert response.json()["resourceType"] == "OperationOutcome"
 

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import USER_AGENT, api_client, token_for
 from tests.mock.test_booking import WINDOW, book_body
 from tests.mock.test_writes import attachment, referral_body
+from toolkit import catalogue as cat
 from toolkit.mock import FAULT_PROFILES, Deployment, serve
 
 RATE = 3
@@ -241,6 +242,16 @@ def relative_next_links(dep: Deployment, client: httpx.Client) -> None:
     assert _next(client.get("Referral").json()).startswith("/main/Referral?")
 
 
+def vendor_search_only(dep: Deployment, client: httpx.Client) -> None:
+    everyone = client.get("Appointment", params={"_summary": "count"}).json()["total"]
+    answer = client.get("Appointment", params={"status": "booked", "_summary": "count"}).json()
+    assert answer["total"] == everyone  # ignored, as FHIR lets a server
+    assert "status=" not in answer["link"][0]["url"]  # and left out of self
+    declared = cat.declared_search(client.get("metadata").json())
+    assert not declared["Appointment"] & set(cat.FHIR_SEARCH["Appointment"])
+    assert {"date", "patient", "actor"} <= declared["Appointment"]
+
+
 CHECKS: dict[str, Callable[[Deployment, httpx.Client], None]] = {
     "wrong-id-prefix": wrong_id_prefix,
     "enum-outside-spec": enum_outside_spec,
@@ -267,6 +278,7 @@ CHECKS: dict[str, Callable[[Deployment, httpx.Client], None]] = {
     "flaky-503": flaky_503,
     "drop-connections": drop_connections,
     "relative-next-links": relative_next_links,
+    "vendor-search-only": vendor_search_only,
 }
 
 

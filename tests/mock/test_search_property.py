@@ -1,11 +1,16 @@
-"""A property test of the mock's date and string search against FHIR R4's rules.
+"""A property test of the mock's search against FHIR R4's rules, every declared type.
 
 Over generated queries on the records the session mock serves, each answer is
 compared with a brute-force filter written here from the rules alone (FHIR R4
-search 3.1.1.4.4.1 for dates, 3.1.1.4.6 for strings; the facts file's "FHIR R4
-search rules": a comma is OR, a repeated parameter is AND, a value of lower
-precision is an implicit range and so is the stored value). It shares no code
-with the mock: the ranges are computed with :mod:`datetime` from the served text.
+search 3.1.1.4.4.1 for dates, 3.1.1.4.6 for strings, 3.1.1.4.9 for tokens,
+3.1.1.4.10 for references; the facts file's "FHIR R4 search rules": a comma is OR,
+a repeated parameter is AND, a value of lower precision is an implicit range and so
+is the stored value; a reference is read by the last two segments of its path). It
+shares no code with the mock: the ranges are computed with :mod:`datetime` from the
+served text, and references, codes and extensions are read from the served JSON.
+
+Slots are many (every 30 minutes of every role): their queries carry a two-day
+``start`` window, and the oracle counts over the window's records.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ DATES = (  # (type, parameter, how to read the stored text)
     ("Appointment", "date", lambda r: r.get("start")),
     ("Invoice", "created", lambda r: r.get("date")),
     ("Patient", "_lastUpdated", lambda r: r["meta"]["lastUpdated"]),
+    ("Patient", "birthdate", lambda r: r.get("birthDate")),
 )
 NAMES = (("Patient", "name"), ("Patient", "family"), ("Patient", "given"), ("Organization", "name"))
 
@@ -43,7 +49,17 @@ def api(mock_deployment: Deployment) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def records(api: httpx.Client) -> dict[str, list[dict[str, Any]]]:
-    return {t: all_pages(api, t) for t in ("Appointment", "Invoice", "Patient", "Organization")}
+    types = ("Appointment", "Invoice", "Patient", "Organization", "Referral", "PractitionerRole")
+    out = {t: all_pages(api, t) for t in types}
+    out["Slot"] = all_pages(api, "Slot", **dict(slot_window(api)))
+    return out
+
+
+def slot_window(api: httpx.Client) -> list[tuple[str, str]]:
+    """Two UTC days of Slots from the first one's: the set every Slot query runs over."""
+    first = api.get("Slot", params={"_count": 1}).json()["entry"][0]["resource"]["start"]
+    day = dt.date.fromisoformat(first[:10])
+    return [("start", f"ge{day}"), ("start", f"lt{day + dt.timedelta(days=2)}")]
 
 
 # ---------------------------------------------------------------- FHIR's rules, plainly
@@ -232,3 +248,126 @@ def test_string_search_agrees_with_fhirs_rules(
     mock_deployment.reset_rate_limit()
     expected = sum(string_matches(modifier, values, name_texts(r, part)) for r in records[rtype])
     assert _total(api, rtype, params) == expected, params
+
+
+# ---------------------------------------------------------------- tokens and references
+def pair(reference: Any) -> tuple[str, str] | None:
+    """(type, id) of a Reference, from the last two segments of its path (facts)."""
+    text = reference.get("reference") if isinstance(reference, dict) else None
+    parts = text.split("?")[0].strip("/").split("/") if isinstance(text, str) else []
+    return (parts[-2], parts[-1]) if len(parts) >= 2 else None
+
+
+def patient_statuses(record: dict[str, Any]) -> set[str]:
+    """An Appointment's status as the vendor records it: its Patient participants' status."""
+    out: set[str] = set()
+    for part in record.get("participant") or []:
+        if (pair(part.get("actor")) or ("", ""))[0] != "Patient":
+            continue
+        for ext in part.get("modifierExtension") or []:
+            if ext.get("url", "").rsplit("/", 1)[-1] == "appointment-participant-status":
+                coding = ext.get("valueCoding") or {}
+                out.add(coding.get("code") or ext.get("valueCode") or ext.get("valueString"))
+    return out
+
+
+def codes_of(rtype: str, param: str, record: dict[str, Any]) -> set[str]:
+    if (rtype, param) == ("Appointment", "status"):
+        return patient_statuses(record)
+    value = record.get(param)
+    if isinstance(value, bool):
+        return {"true" if value else "false"}
+    return {value} if isinstance(value, str) else set()
+
+
+TOKENS = (
+    ("Patient", "gender"),
+    ("Patient", "active"),
+    ("Invoice", "status"),
+    ("Slot", "status"),
+    ("Appointment", "status"),
+)
+
+
+@st.composite
+def token_queries(draw: st.DrawFn, records: dict[str, list[dict[str, Any]]]) -> Any:
+    rtype, param = draw(st.sampled_from(TOKENS))
+    seen = sorted({c for r in records[rtype] for c in codes_of(rtype, param, r)})
+    params = []
+    for _ in range(draw(st.integers(1, 2))):
+        values = draw(st.lists(st.sampled_from([*seen, "no-such-code"]), min_size=1, max_size=3))
+        params.append((param, ",".join(values)))
+    return (
+        rtype,
+        params,
+        lambda r: all(codes_of(rtype, param, r) & set(v.split(",")) for _p, v in params),
+    )
+
+
+def references_of(
+    rtype: str, param: str, record: dict[str, Any], roles: dict[str, tuple[str, str] | None]
+) -> set[tuple[str, str]]:
+    """What a reference search of ``rtype``'s ``param`` compares: FHIR R4's paths."""
+    if (rtype, param) == ("Appointment", "practitioner"):  # a Practitioner participant
+        actors = [pair(p.get("actor")) for p in record.get("participant") or []]
+        direct = {a for a in actors if a and a[0] == "Practitioner"}
+        via_role = {roles.get(a[1]) for a in actors if a and a[0] == "PractitionerRole"}
+        return direct | {p for p in via_role if p}
+    field = {"patient": "subject", "general-practitioner": "generalPractitioner"}.get(param, param)
+    value = record.get(field)
+    items = value if isinstance(value, list) else [value]
+    return {p for p in map(pair, items) if p}
+
+
+REFERENCES = (  # (type, parameter, the one type it points at, or "" for several)
+    ("Invoice", "subject", "Patient"),
+    ("Referral", "patient", "Patient"),
+    ("Slot", "schedule", "Schedule"),
+    ("Appointment", "practitioner", "Practitioner"),
+    ("PractitionerRole", "practitioner", "Practitioner"),
+    ("Patient", "general-practitioner", ""),
+)
+
+
+@st.composite
+def reference_queries(draw: st.DrawFn, records: dict[str, list[dict[str, Any]]]) -> Any:
+    rtype, param, single = draw(st.sampled_from(REFERENCES))
+    roles = {r["id"]: pair(r.get("practitioner")) for r in records["PractitionerRole"]}
+    seen = sorted({p for r in records[rtype] for p in references_of(rtype, param, r, roles)})
+    params, wanted = [], []
+    for _ in range(draw(st.integers(1, 2))):
+        chosen = draw(st.lists(st.sampled_from(seen), min_size=1, max_size=2))
+        if draw(st.booleans()):
+            chosen.append((chosen[0][0], "999999999"))  # no such record
+        typed = draw(st.sampled_from(["Type/id", "absolute", "bare", ":Type"]))
+        if typed in ("bare", ":Type") and not single:
+            typed = "Type/id"
+        if typed == ":Type":
+            chosen = [c for c in chosen if c[0] == chosen[0][0]]
+        forms = {
+            "Type/id": lambda t, i: f"{t}/{i}",
+            "absolute": lambda t, i: f"https://au-api.halaxy.com/main/{t}/{i}",
+            "bare": lambda t, i: i,
+            ":Type": lambda t, i: i,
+        }
+        key = f"{param}:{chosen[0][0]}" if typed == ":Type" else param
+        params.append((key, ",".join(forms[typed](t, i) for t, i in chosen)))
+        wanted.append(set(chosen))
+    return rtype, params, lambda r: all(references_of(rtype, param, r, roles) & w for w in wanted)
+
+
+@_SETTINGS
+@given(data=st.data(), kind=st.sampled_from(["token", "reference"]))
+def test_token_and_reference_search_agree_with_fhirs_rules(
+    data: st.DataObject,
+    kind: str,
+    api: httpx.Client,
+    records: dict[str, list[dict[str, Any]]],
+    mock_deployment: Deployment,
+) -> None:
+    strategy = token_queries if kind == "token" else reference_queries
+    rtype, params, matches = data.draw(strategy(records))
+    window = slot_window(api) if rtype == "Slot" else []
+    mock_deployment.reset_rate_limit()
+    expected = sum(1 for r in records[rtype] if matches(r))
+    assert _total(api, rtype, [*params, *window]) == expected, params

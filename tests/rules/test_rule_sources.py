@@ -144,6 +144,8 @@ NON_SPEC: dict[tuple[str, str, str, str], list[str]] = {
         "Slot.practitioner_role_type reference_type (pmtk)",
         "Slot.healthcare_service_id reference_id (pmtk)",
         "Slot.healthcare_service_type reference_type (pmtk)",
+        "Slot.schedule_id reference_id (pmtk)",
+        "Slot.schedule_type reference_type (pmtk)",
     ],
     ("Schedule", "*", "all", "facts"): [
         "Schedule.last_updated_precision full_precision (pmtk)",

@@ -27,6 +27,7 @@ from toolkit.catalogue.endpoints import (
     COMMON_SEARCH_PARAMETERS,
     DATE_SEARCH,
     ENDPOINTS,
+    FHIR_SEARCH,
     INCLUDES,
     OWNER_SEARCH,
     SEARCH_PARAMETERS,
@@ -86,6 +87,8 @@ def search_type(resource: str, name: str) -> str:
     kinds = {f.type for f in RESOURCES[resource].fields if f.name == field}
     if "reference" in kinds:
         return "reference"
+    if kinds & {"date", "date-time"}:
+        return "date"
     return "token" if kinds & {"code", "boolean"} else "string"
 
 
@@ -94,14 +97,20 @@ def search_field(resource: str, name: str) -> str:
     that name, else the one whose kebab-case name it is (FHIR's naming:
     ``general-practitioner`` is ``Patient.generalPractitioner``), else ``name`` itself.
 
+    FHIR also joins some words without a hyphen (``birthdate`` is ``Patient.birthDate``).
+
     >>> search_field("Patient", "general-practitioner"), search_field("Invoice", "recipient")
     ('generalPractitioner', 'recipient')
+    >>> search_field("Patient", "birthdate")
+    'birthDate'
     """
     fields = RESOURCES[resource].fields if resource in RESOURCES else ()
     if any(f.name == name for f in fields):
         return name
     kebab = (
-        f.name for f in fields if re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", f.name).lower() == name
+        f.name
+        for f in fields
+        if name in (re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", f.name).lower(), f.name.lower())
     )
     return next(kebab, name)
 
@@ -110,16 +119,20 @@ _OTHER_TYPES = {
     "actor": "reference",
     "practitioner": "reference",
     "practitioner-role": "reference",
+    "patient": "reference",
     "end": "date",
     "email": "token",
+    "status": "token",
 }
-"""The type of the facts' searches that select on no top-level field of their name
-(Appointment ``actor``, Slot ``practitioner``, ``practitioner-role``, ``end``, Patient
-``email``: FHIR R4 types them so)."""
+"""The type of the searches that select on no top-level field of their name (Appointment
+``actor``, ``practitioner``, ``status``, Slot ``practitioner``, ``practitioner-role``,
+``end``, Patient ``email``, Referral ``patient``: FHIR R4 types them so)."""
 
 
-def capability_statement() -> dict[str, Any]:
-    """The statement a deployment that serves exactly the catalogue's API would publish."""
+def capability_statement(*, fhir_search: bool = True) -> dict[str, Any]:
+    """The statement a deployment that serves exactly the catalogue's API would publish;
+    without ``fhir_search``, one that lacks the FHIR-standard searches of
+    :data:`~toolkit.catalogue.FHIR_SEARCH` (what the vendor may well publish)."""
     resources: dict[str, dict[str, Any]] = {}
     for endpoint in ENDPOINTS:
         if endpoint.kind == "token":
@@ -140,7 +153,11 @@ def capability_statement() -> dict[str, Any]:
         else:  # $book, $find
             entry["operation"].append({"name": endpoint.kind, "definition": endpoint.path})
     for name, entry in resources.items():
-        params = (*COMMON_DECLARED, *SEARCH_PARAMETERS.get(name, ()))
+        standard = () if fhir_search else FHIR_SEARCH.get(name, ())
+        params = (
+            *COMMON_DECLARED,
+            *(p for p in SEARCH_PARAMETERS.get(name, ()) if p not in standard),
+        )
         if any(i["code"] == "search-type" for i in entry["interaction"]):
             entry["searchParam"] = [{"name": p, "type": search_type(name, p)} for p in params]
             entry["searchInclude"] = list(INCLUDES.get(name, {}))
@@ -219,8 +236,16 @@ def capability_differences(statement: Any) -> list[str]:
     for rtype in sorted(set(expected) & set(declared)):
         for kind in _KINDS:
             want, have = expected[rtype][kind], declared[rtype][kind]
-            if want - have:
-                problems.append(f"{rtype}: {kind} {', '.join(sorted(want - have))} not declared")
+            fhir = set(FHIR_SEARCH.get(rtype, ())) if kind == "searchParam" else set()
+            if (want - have) - fhir:
+                missing = ", ".join(sorted(want - have - fhir))
+                problems.append(f"{rtype}: {kind} {missing} not declared")
+            if (want - have) & fhir:
+                missing = ", ".join(sorted((want - have) & fhir))
+                problems.append(
+                    f"{rtype}: {kind} {missing} not declared (FHIR R4 standard, not known to be "
+                    "served by the vendor)"
+                )
             if have - want:
                 problems.append(
                     f"{rtype}: {kind} {', '.join(sorted(have - want))} declared, "

@@ -16,9 +16,17 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 """Every operation of spec section 4 (each resource's, in spec order) and the token's."""
 
 SEARCH_PARAMETERS: dict[str, tuple[str, ...]] = {
-    r.name: r.search for r in RESOURCES.values() if r.listed
+    r.name: (*r.search, *r.fhir_search) for r in RESOURCES.values() if r.listed
 }
-"""Per-resource search parameters (facts); all lists also take the common ones."""
+"""Per-resource search parameters (facts, then the FHIR-standard ones of
+:data:`FHIR_SEARCH`); all lists also take the common ones."""
+
+FHIR_SEARCH: dict[str, tuple[str, ...]] = {
+    r.name: r.fhir_search for r in RESOURCES.values() if r.listed and r.fhir_search
+}
+"""Per-resource FHIR R4 standard search parameters that no source says the vendor serves
+(:attr:`~toolkit.catalogue.model.Resource.fhir_search`): a deployment without them is
+observed, never failed."""
 
 EXPORT_IDS: dict[str, str] = {"Patient": "/main/Patient/$export-ids"}
 """Resource type -> the operation answering a Parameters resource of every id it holds

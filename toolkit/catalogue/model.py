@@ -186,6 +186,11 @@ class Resource:
     """Its operations of spec section 4, in spec order; none: only referenced by others."""
     search: tuple[str, ...] = ()
     """Its own search parameters (facts); every list also takes the common ones."""
+    fhir_search: tuple[str, ...] = ()
+    """FHIR R4's standard search parameters that generic FHIR clients use most, on fields
+    its records carry, that no source says the vendor serves (pmtk): the mock serves them
+    and its CapabilityStatement declares them, and a deployment without them is an
+    observation of ``pmtk check``, never a failure."""
     owner_search: tuple[str, str] | None = None
     """(search parameter, field path) naming the patient a record belongs to (facts)."""
     date_search: tuple[tuple[str, ...], str] | None = None

@@ -211,6 +211,7 @@ REFERRAL = Resource(
         ("update", "Update Referral"),
     ),
     search=("subject",),
+    fhir_search=("patient",),
     owner_search=("subject", "subject"),
     date_search=(("created",), "created"),
 )
@@ -288,6 +289,7 @@ APPOINTMENT = Resource(
         ),
     ),
     search=("date", "patient", "actor"),
+    fhir_search=("status", "practitioner"),
     owner_search=("patient", "participant.actor"),
     date_search=(("date", "start"), "start"),
 )
@@ -520,6 +522,13 @@ PATIENT = Resource(
             prefer=("use", "official"),
         ),
         TELECOM,
+        Field(
+            "active",
+            "boolean",
+            source="facts",
+            doc="Whether the record is in use (FHIR R4); read-only, set by the server "
+            "(facts); a production client searches active=true.",
+        ),
         Field("gender", "code", enum=("male", "female", "other", "unknown")),
         Field("birthDate", "date", format="date"),
         ADDRESS,
@@ -538,12 +547,18 @@ PATIENT = Resource(
         ),
     ),
     source="facts",
+    create_required=("name",),
+    create_source="pmtk",
     endpoints=(
         *_endpoints("Patient", ("list", "List patients")),
         *_endpoints("Patient", ("read", "Get Patient"), source="pmtk"),
+        # a production client creates a patient when a lookup by email finds none (facts)
+        *_endpoints("Patient", ("create", "Create Patient"), source="facts"),
     ),
-    # general-practitioner: a production client searches by it live (facts, client-observed)
-    search=("name", "family", "given", "email", "general-practitioner"),
+    # general-practitioner and active: a production client searches by them live (facts,
+    # client-observed)
+    search=("name", "family", "given", "email", "general-practitioner", "active"),
+    fhir_search=("birthdate", "gender"),
 )
 
 # The referenced resources of spec section 2.7 (fields "not shown"): their fields are
@@ -575,6 +590,7 @@ INVOICE = Resource(
         *_endpoints("Invoice", ("read", "Get Invoice"), source="pmtk"),
     ),
     search=("created", "recipient"),
+    fhir_search=("status", "subject"),
     date_search=(("created",), "date"),
 )
 
@@ -676,11 +692,18 @@ SLOT = Resource(
         ),
         _reference_field("practitionerRole", _ref(ROLE_ANY)),
         _reference_field("healthcareService", _ref("HealthcareService")),
+        _reference_field(
+            "schedule",
+            _ref("Schedule"),
+            doc="The Schedule the Slot belongs to, its role's (FHIR R4: required).",
+        ),
     ),
     source="pmtk",
     doc="A 30-minute unit of a role's bookable time, free or busy; what $find draws from.",
     endpoints=_endpoints("Slot", ("list", "List Slots"), ("read", "Get Slot"), source="pmtk"),
-    search=("status", "start", "end", "practitioner", "practitioner-role"),
+    # start, end, practitioner, practitioner-role: public clients send them live (facts)
+    search=("start", "end", "practitioner", "practitioner-role"),
+    fhir_search=("status", "schedule"),
     date_search=(("start",), "start"),
 )
 

@@ -97,6 +97,9 @@ class Fault:
         """The ``Bundle.total`` served for ``total`` matching records."""
         return total
 
+    fhir_search: ClassVar[bool] = True
+    """Whether lists take the FHIR-standard searches no source says the vendor serves
+    (``catalogue.FHIR_SEARCH``), and ``/main/metadata`` declares them."""
     absolute_links: ClassVar[bool] = True
     """Whether ``next``/``last`` links carry the scheme and host."""
 
@@ -442,6 +445,16 @@ class DropConnections(Fault):
 
     def cuts_list(self) -> bool:
         return self.every("list", 5)
+
+
+class VendorSearchOnly(Fault):
+    name = "vendor-search-only"
+    description = (
+        "Lists take only the searches a source says the vendor serves: the FHIR-standard "
+        "ones (`Appointment?status=`, `Patient?gender=`...) are ignored, left out of `self` "
+        "and of `/main/metadata`"
+    )
+    fhir_search = False
 
 
 class RelativeNextLinks(Fault):

@@ -12,8 +12,8 @@ from starlette.responses import Response
 
 from toolkit import catalogue
 from toolkit.mock.app.core import MockCore
-from toolkit.mock.app.patching import _names_of
-from toolkit.mock.app.records import origin
+from toolkit.mock.app.patching import _actor_key, _names_of
+from toolkit.mock.app.records import _participant_status, origin
 from toolkit.mock.app.responses import (
     DATE_SORT,
     LISTED,
@@ -24,6 +24,7 @@ from toolkit.mock.app.responses import (
 from toolkit.mock.app.search import (
     DAY,
     _int_param,
+    _parse_instant,
     date_matcher,
     reference_values,
     string_matcher,
@@ -51,6 +52,8 @@ class ListingRoom(MockCore):
         ignored: list[str] = []
         sort_spec: str | None = None
         allowed = catalogue.SEARCH_PARAMETERS.get(rtype, ())
+        if not self.state.fault.fhir_search:  # a deployment without the FHIR-standard ones
+            allowed = tuple(p for p in allowed if p not in catalogue.FHIR_SEARCH.get(rtype, ()))
         for key, value in params:
             name, _, modifier = key.partition(":")
             if key in _PAGING or name == "_include":
@@ -90,7 +93,8 @@ class ListingRoom(MockCore):
             return _date_filter(rtype, coll, name, value)
         if kind == "string":
             return _name_filter(coll, rtype, name, modifier, value)
-        if kind == "reference" and name == OWNER_PARAM.get(rtype):
+        if kind == "reference" and name in (OWNER_PARAM.get(rtype), "patient"):
+            # FHIR's ``patient``: the owner search of a type whose owner field is not so named
             return _owner_filter(rtype, name, coll, modifier, value)
         if kind == "reference":
             return _reference_filter(coll, rtype, name, modifier, value)
@@ -267,10 +271,13 @@ class ListingRoom(MockCore):
 
     async def metadata(self, request: Request, ctx: Ctx) -> Response:
         """``GET /main/metadata``: the CapabilityStatement generated from the catalogue."""
-        return self.respond(request, _CAPABILITY)
+        return self.respond(request, _CAPABILITY[self.state.fault.fhir_search])
 
 
-_CAPABILITY = orjson.dumps(catalogue.capability_statement())
+_CAPABILITY = {
+    standard: orjson.dumps(catalogue.capability_statement(fhir_search=standard))
+    for standard in (True, False)
+}
 
 
 _PAGING = frozenset({"_count", "page", "_total"})
@@ -368,10 +375,54 @@ def _slot_end_filter(
     return lambda i: test(None if (d := coll.date[i]) is None else d + unit)
 
 
+def _appointment_status_filter(
+    room: ListingRoom, coll: Collection, modifier: str, value: str
+) -> Callable[[int], bool]:
+    """Appointment ``status`` (FHIR R4; pmtk's reading): the vendor records an appointment's
+    status per participant (facts), so this is the status of its Patient participant."""
+    wanted = token_values(value)
+
+    def match(i: int) -> bool:
+        return any(
+            isinstance(part, dict)
+            and "/Patient/" in str(_actor_key(part) or "")
+            and _participant_status(part) in wanted
+            for part in coll.record(i).get("participant") or []
+        )
+
+    return match
+
+
+def _appointment_practitioner_filter(
+    room: ListingRoom, coll: Collection, modifier: str, value: str
+) -> Callable[[int], bool]:
+    """Appointment ``practitioner`` (FHIR R4): a participant that is that Practitioner, or
+    one of its PractitionerRoles (the vendor's practitioner participant is a role)."""
+    types = ("Practitioner",)
+    wanted = reference_values("Appointment", "practitioner", modifier, value, types)
+    roles = room.store["PractitionerRole"]
+    of_practitioner = wanted | {
+        ("PractitionerRole", roles.ids[i])
+        for i in roles.order()
+        if catalogue.reference_pair(roles.record(i).get("practitioner")) in wanted
+    }
+
+    def match(i: int) -> bool:
+        for part in coll.record(i).get("participant") or []:
+            actor = part.get("actor") if isinstance(part, dict) else None
+            if catalogue.reference_pair(actor) in of_practitioner:
+                return True
+        return False
+
+    return match
+
+
 _Special = Callable[[ListingRoom, Collection, str, str], Callable[[int], bool]]
 _SPECIAL: dict[tuple[str, str], _Special] = {
     ("Patient", "email"): _email_filter,
     ("Appointment", "actor"): _actor_filter,
+    ("Appointment", "status"): _appointment_status_filter,
+    ("Appointment", "practitioner"): _appointment_practitioner_filter,
     ("Slot", "practitioner-role"): _slot_role_filter,
     ("Slot", "practitioner"): _slot_practitioner_filter,
     ("Slot", "end"): _slot_end_filter,
@@ -389,12 +440,27 @@ def _date_filter(rtype: str, coll: Collection, name: str, value: str) -> Callabl
     if name == "_lastUpdated":
         instants: Sequence[float | None] = coll.updated
         width = 1.0
-    else:
+    elif name in catalogue.DATE_SEARCH.get(rtype, ((), ""))[0]:
         instants = coll.date
         path = catalogue.DATE_SEARCH[rtype][1]
         width = DAY if catalogue.field_at(rtype, path).format == "date" else 1.0
+    else:  # a date field with no column (Patient ``birthdate``): read from each record
+        path = catalogue.search_field(rtype, name)
+        width = DAY if catalogue.field_at(rtype, path).format == "date" else 1.0
+        test = date_matcher(name, value, width)
+        return lambda i: test(_instant(coll.record(i).get(path)))
     test = date_matcher(name, value, width)
     return lambda i: test(instants[i])
+
+
+def _instant(value: object) -> float | None:
+    """The start of a stored date or date-time, or None when it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return _parse_instant(value)[0]
+    except Problem4xx:
+        return None
 
 
 def _owner_filter(

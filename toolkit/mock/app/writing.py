@@ -28,6 +28,10 @@ from toolkit.mock.shapes import (
 )
 from toolkit.mock.store import Record
 
+SERVER_SET: dict[str, dict[str, Any]] = {"Patient": {"active": True}}
+"""Fields the server sets on a create, whatever the body says: a Patient's ``active`` is
+read-only (facts), and a new patient record is in use."""
+
 
 class WritingRoom(MockCore):
     """Creates and merge-patches, with the slot a moved appointment frees."""
@@ -72,6 +76,7 @@ class WritingRoom(MockCore):
         for key, value in body.items():
             if key not in ("resourceType", "id", "meta", "attachments"):
                 record[key] = value
+        record.update(SERVER_SET.get(rtype, {}))
         return record
 
     def _add_external_role(self, rid: str, now: float) -> None:

@@ -41,6 +41,7 @@ STATUSES = codes(
     "Patient", "patient-status", "current", "contact", "archived", "blocked", "deceased"
 )
 STATUS_WEIGHTS = (90, 4, 4, 1, 1)
+ARCHIVED = STATUSES[2]
 GENDERS = codes("Patient", "gender", "female", "male", "other", "unknown")
 GENDER_WEIGHTS = (52, 45, 2, 1)
 (OFFICIAL,) = codes("Patient", "name.use", "official")
@@ -71,17 +72,15 @@ def _email(given: str, family: str, pid: str) -> str:
 def _patient(rng: random.Random, pid: str, externals: list[str]) -> tuple[Record, int]:
     given, family = person_name(rng)
     updated = past(rng, 0.5, 380)
+    status = rng.choices(STATUSES, STATUS_WEIGHTS)[0]
     rec: Record = {
         "resourceType": "Patient",
         "id": pid,
         "meta": meta(updated),
-        "extension": [
-            {
-                "url": PATIENT_STATUS[0],
-                PATIENT_STATUS[1]: rng.choices(STATUSES, STATUS_WEIGHTS)[0],
-            }
-        ],
+        "extension": [{"url": PATIENT_STATUS[0], PATIENT_STATUS[1]: status}],
         "name": [{"use": OFFICIAL, "given": [given], "family": family}],
+        # FHIR R4's Patient.active, read-only (facts): an archived record is not in use
+        "active": status != ARCHIVED,
         "gender": rng.choices(GENDERS, GENDER_WEIGHTS)[0],
         "birthDate": iso_date(ANCHOR - rng.randrange(3 * 365, 90 * 365) * DAY),
     }

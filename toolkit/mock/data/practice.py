@@ -38,7 +38,7 @@ from toolkit.mock.data.organizations import (
     add_organizations,
     clinic_zone,
 )
-from toolkit.mock.data.patients import Patients, add_patients
+from toolkit.mock.data.patients import PATIENT_BASE, Patients, add_patients
 from toolkit.mock.data.practitioners import (
     EXTERNAL_BASE,
     Practitioners,
@@ -217,6 +217,7 @@ def generate(seed: int = 0, scale: str = "small", shapes: Shapes = "live") -> Pr
             "Appointment": APPOINTMENT_BASE + len(store["Appointment"]),
             "Referral": REFERRAL_BASE + len(store["Referral"]),
             "Coverage": COVERAGE_BASE + len(store["Coverage"]),
+            "Patient": PATIENT_BASE + len(store["Patient"]),
             "SP-": EXTERNAL_PRACTICE_BASE + len(d.orgs.external_practices),
             "EP-": EXTERNAL_BASE + len(d.prs.externals),
         },

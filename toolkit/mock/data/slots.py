@@ -34,6 +34,7 @@ __all__ = ["SLOTS_PUBLISHED", "SlotIndex", "add_slots", "slot_changed"]
 FREE, BUSY = codes("Slot", "status", "free", "busy")
 ROLE = link("Slot", "practitionerRole")
 SERVICE = link("Slot", "healthcareService")
+SCHEDULE = link("Slot", "schedule")
 SLOTS_PUBLISHED = ANCHOR - 7 * DAY
 """``meta.lastUpdated`` of a Slot nothing has changed since the schedule was published."""
 UNIT = GRID_MINUTES * 60
@@ -93,6 +94,8 @@ class _SlotBuilder:
             "status": BUSY if self.grid.taken[(role, unit)] > 0 else FREE,
             "practitionerRole": ROLE(self.roles[role]),
             "healthcareService": SERVICE(self.role_service[role]),
+            # the role's Schedule (toolkit.mock.data.schedules): SC- and the role's number
+            "schedule": SCHEDULE(f"SC-{self.roles[role].removeprefix('PR-')}"),
         }
 
 
