@@ -347,3 +347,71 @@ def test_the_command_writes_reports(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     page = (plain / "01_tiny.html").read_text(encoding="utf-8")
     assert INPUT_ELEMENT.search(page) and "value_shown" in page
+
+
+# Marks, in the page's DOM, every word of the printed output that the browser laid
+# out on more than one line (a Range over the word has rects on several lines). A
+# line may end after a hyphen, as in any text: the pieces between hyphens are the words.
+_BROKEN_WORD_PROBE = """<script>
+window.addEventListener('load', () => {
+  const broken = [];
+  for (const pre of document.querySelectorAll('.jp-OutputArea-output pre')) {
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/[^\\s-]+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (tops.size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  const out = document.createElement('div');
+  out.id = 'pmtk-broken-words';
+  out.textContent = JSON.stringify(broken);
+  document.body.appendChild(out);
+});
+</script>"""
+
+LONG_LINE_NOTEBOOK = {
+    **REPORT_NOTEBOOK,
+    "cells": [
+        REPORT_NOTEBOOK["cells"][0],
+        {
+            "cell_type": "code",
+            "id": "long",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": (
+                "print('; '.join(f'practitioner-week {n:,} of Harbourside Allied Health "
+                "Paddington' for n in range(1000, 1040)))"
+            ),
+        },
+    ],
+}
+
+
+def test_printed_lines_wrap_between_words_in_a_report(
+    tmp_path: Path, chromium: Callable[[Path], str]
+) -> None:
+    import typer
+
+    source = tmp_path / "nbs"
+    source.mkdir()
+    (source / "01_long.ipynb").write_text(json.dumps(LONG_LINE_NOTEBOOK), encoding="utf-8")
+    app = typer.Typer()
+    app.command()(notebooks_command)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["--report", "--html", str(out), "--source", str(source)])
+    assert result.exit_code == 0, result.output
+    page = out / "01_long.html"
+    html = page.read_text(encoding="utf-8")
+    assert "practitioner-week 1,039 of Harbourside" in html
+    probed = page.with_name("probed.html")
+    probed.write_text(html.replace("</body>", _BROKEN_WORD_PROBE + "</body>"), encoding="utf-8")
+    dom = chromium(probed)
+    found = re.search(r'<div id="pmtk-broken-words">(.*?)</div>', dom)
+    assert found, "the probe did not run"
+    assert json.loads(unescape(found.group(1))) == []
