@@ -31,6 +31,7 @@ from toolkit.paging import FetchSummary, Page
 __all__ = [
     "RAW_SCHEMA",
     "RawPageSource",
+    "bundle_pages",
     "check_rebuild",
     "raw_frame",
     "raw_pages",
@@ -95,6 +96,15 @@ VIEW_PAGE_SIZE = 500
 """Records per Bundle page of :func:`raw_pages`."""
 
 
+def bundle_pages(records: list[bytes], size: int = VIEW_PAGE_SIZE) -> list[bytes]:
+    """Records' JSON bytes wrapped in Bundle pages of ``size``, each record unchanged, in order."""
+    head, tail = b'{"resourceType":"Bundle","type":"collection","entry":[', b"]}"
+    return [
+        head + b",".join(b'{"resource":' + r + b"}" for r in records[i : i + size]) + tail
+        for i in range(0, len(records), size)
+    ]
+
+
 def raw_pages(
     store: str | os.PathLike[str], resource_type: str, *, size: int = VIEW_PAGE_SIZE
 ) -> list[bytes]:
@@ -119,11 +129,9 @@ def raw_pages(
     assert isinstance(frame, pl.DataFrame)  # not lazy: load's default
     column = frame.get_column("json")
     del frame
-    head, tail = b'{"resourceType":"Bundle","type":"searchset","entry":[', b"]}"
     pages = []
     for start in range(0, len(column), size):  # a page's records at a time: never all as bytes
-        records = column.slice(start, size).to_list()
-        pages.append(head + b",".join(b'{"resource":' + r + b"}" for r in records) + tail)
+        pages += bundle_pages(column.slice(start, size).to_list(), size)
     return pages
 
 
