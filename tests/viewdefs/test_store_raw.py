@@ -128,6 +128,8 @@ def test_a_damaged_raw_file_is_never_rebuilt_from(synced: Path, tmp_path: Path) 
     raw.write_bytes(bytes(data))
     with pytest.raises(StoreDamaged):
         raw_records(copy, "Referral")
+    with pytest.raises(StoreDamaged):
+        raw_pages(copy, "Referral")
     stored = load("Referral", copy)
     result = CliRunner().invoke(
         app, ["sync", "--out", str(copy), "--rebuild", "-q", "-r", "Referral"]
