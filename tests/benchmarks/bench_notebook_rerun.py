@@ -16,7 +16,9 @@ as a notebook does against a real deployment.
    the store while they are fresh).
 
 For each run: wall-clock time of the whole execution (kernel start included),
-the kernel's peak RSS (its ``VmHWM``, read by a cell appended to the notebook),
+the kernel's CPU time (user and system, which a busy machine does not inflate as
+it does the wall clock), its peak RSS (``VmHWM``; both read by a cell appended to
+the notebook),
 and the requests the mock answered, by path (``$find``, lists, token).
 
 The kernel keeps compiled bytecode as Python does by default:
@@ -42,19 +44,22 @@ from tests.benchmarks.bench_sync import USER_AGENT
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
-# Appended to the notebook copy: the kernel's own peak memory, on one line.
+# Appended to the notebook copy: the kernel's own peak memory and CPU time, on one line.
 PEAK_CELL = (
+    "import os as _os; _t = _os.times(); "
     "print('PEAK_RSS_KB', next(l.split()[1] for l in open('/proc/self/status') "
-    "if l.startswith('VmHWM:')))"
+    "if l.startswith('VmHWM:')), _t.user + _t.system)"
 )
 
 
-def _peak_kb(nb: Any) -> int:
+def _kernel_figures(nb: Any) -> tuple[int, float]:
+    """The kernel's peak RSS (kB) and CPU seconds, as the appended cell printed them."""
     for output in nb.cells[-1].get("outputs", []):
         for line in output.get("text", "").splitlines():
             if line.startswith("PEAK_RSS_KB"):
-                return int(line.split()[1])
-    return 0
+                _, kb, cpu = line.split()
+                return int(kb), float(cpu)
+    return 0, 0.0
 
 
 def _requests(dep: Any) -> Counter[str]:
@@ -85,7 +90,8 @@ def run_once(dep: Any, notebook: Path) -> dict[str, Any]:
         seconds = time.perf_counter() - began
     if error:
         raise SystemExit(f"{notebook.name} failed:\n{error[-3000:]}")
-    return {"seconds": seconds, "peak_mb": _peak_kb(executed) / 1024, "requests": _requests(dep)}
+    kb, cpu = _kernel_figures(executed)
+    return {"seconds": seconds, "cpu": cpu, "peak_mb": kb / 1024, "requests": _requests(dep)}
 
 
 def main() -> None:
@@ -120,12 +126,13 @@ def main() -> None:
         runs["rerun (fresh store)"] = run_once(dep, notebook)
     bytecode = "not kept" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "kept"
     print(f"\n{notebook.name} at {args.scale} scale, run twice on one store (bytecode {bytecode})")
-    print(f"{'run':26} {'seconds':>8} {'peak MB':>8} {'requests':>9} {'$find':>6} {'lists':>6}")
+    head = f"{'run':26} {'seconds':>8} {'kernel CPU s':>12} {'peak MB':>8} {'requests':>9}"
+    print(f"{head} {'$find':>6} {'lists':>6}")
     for name, r in runs.items():
         req = r["requests"]
         print(
-            f"{name:26} {r['seconds']:8.1f} {r['peak_mb']:8.0f} {sum(req.values()):9,} "
-            f"{req['$find']:6,} {req['lists']:6,}"
+            f"{name:26} {r['seconds']:8.1f} {r['cpu']:12.1f} {r['peak_mb']:8.0f} "
+            f"{sum(req.values()):9,} {req['$find']:6,} {req['lists']:6,}"
         )
 
 
