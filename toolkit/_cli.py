@@ -334,8 +334,97 @@ def tidy_command(command: Any) -> Any:
         return option
 
     command.get_help_option = help_option
+    if not hasattr(command, "list_commands"):  # a group's help lists its commands: keep it boxed
+        _fit_help_to_width(command)
     command._pmtk_tidy = True
     return command
+
+
+def _fit_help_to_width(command: Any) -> None:
+    """The boxed help when the terminal fits it, else :func:`plain_help_page`."""
+    rich_help = command.format_help
+
+    def format_help(ctx: Any, formatter: Any) -> None:
+        width = _help_width()
+        if width >= rich_help_width(command, ctx):
+            rich_help(ctx, formatter)
+        else:
+            formatter.write(plain_help_page(command, ctx, width))
+
+    command.format_help = format_help
+
+
+HELP_COLUMN_MIN = 30
+"""Narrowest help column of the boxed (rich) help; below it, help is printed as lines."""
+
+# The boxed help: a panel (border and padding, 4 columns) around a table whose
+# columns (long names, short names, negative long and short names, metavar, help)
+# are 2 apart.
+_PANEL_AND_GAPS = 4 + 2 * 5
+
+
+def _help_width() -> int:
+    """The width help is laid out in: the terminal's (``COLUMNS`` when set), as rich sees it."""
+    from rich.console import Console
+
+    return int(Console().width)
+
+
+def _option_cells(param: Any) -> tuple[str, str, str, str, str]:
+    """The texts of an option's first five help columns, as typer lays them out."""
+    opts, negative = list(getattr(param, "opts", [])), list(getattr(param, "secondary_opts", []))
+    described = getattr(param, "_get_number_range_help_str", None)
+    span = described() if callable(described) else None
+    kind = (getattr(param, "metavar", None) or "") + (f" [{span}]" if span else "")
+    return (
+        ",".join(o for o in opts if o.startswith("--")),
+        ",".join(o for o in opts if not o.startswith("--")),
+        ",".join(o for o in negative if o.startswith("--")),
+        ",".join(o for o in negative if not o.startswith("--")),
+        kind,
+    )
+
+
+def rich_help_width(command: Any, ctx: Any) -> int:
+    """Columns the boxed help needs to show every option name and metavar whole,
+    beside a help column of :data:`HELP_COLUMN_MIN`."""
+    rows = [_option_cells(p) for p in command.get_params(ctx)]
+    names = sum(max((len(row[i]) for row in rows), default=0) for i in range(5))
+    return _PANEL_AND_GAPS + names + HELP_COLUMN_MIN
+
+
+def plain_help_page(command: Any, ctx: Any, width: int) -> str:
+    """Help as lines for a terminal too narrow for the boxed help.
+
+    Each option's names and metavar stand whole on a line of their own and its
+    help is wrapped below them, at spaces only: a name or value is never cut
+    nor broken at a hyphen (the one rule of ``pmtk`` output: wrap a cell, never
+    a name or a number).
+    """
+    import textwrap
+
+    def wrapped(text: str, indent: str) -> list[str]:
+        return textwrap.wrap(
+            " ".join(text.split()),
+            max(20, width - len(indent)),
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+
+    lines = [f"Usage: {ctx.command_path} {' '.join(command.collect_usage_pieces(ctx))}", ""]
+    for paragraph in (command.help or "").split("\n\n"):
+        lines += [*wrapped(paragraph, "  "), ""]
+    lines.append("Options:")
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        names, text = record
+        lines.append(f"  {names}")
+        lines += wrapped(text, "      ")
+    return "\n".join(lines) + "\n"
 
 
 def usage_message(exc: Any) -> str:

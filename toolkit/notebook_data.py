@@ -5,8 +5,8 @@ A notebook used to list whole resource types from the API on every run (notebook
 :func:`notebook_data` brings a Parquet store up to date with
 :func:`toolkit.sync` (after the first run, about one request per resource when
 little changed) and the notebook reads its tables with :func:`toolkit.load`.
-Only what a store cannot hold (``$find`` proposals, which are computed for a
-time window) still goes to the API.
+What a sync cannot hold (``$find`` proposals, computed for a time window) is
+asked of the API and kept beside the store while fresh (:meth:`NotebookData.find`).
 
 Where the store lives
     ``$PM_NOTEBOOK_STORE`` when set; otherwise a folder under pmtk's cache
@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import polars as pl
 
 if TYPE_CHECKING:
+    from toolkit.find_cache import Availability
     from toolkit.store.results import SyncSummary
 
 __all__ = [
@@ -225,6 +226,27 @@ class NotebookData:
         frame = load(resource, self.store)
         assert isinstance(frame, pl.DataFrame)  # lazy=False
         return frame
+
+    def find(
+        self,
+        client: Any,
+        start: Any,
+        end: Any,
+        duration: int,
+        *,
+        max_age: float | None = None,
+        **filters: Any,
+    ) -> Availability:
+        """Free slots (``client.find``), kept in this store while fresh.
+
+        See :func:`toolkit.find_cache.cached_find`: the kept answer is used for
+        ``max_age`` seconds (an hour by default) unless the store's appointments
+        changed since; :meth:`Availability.line` says how old it is.
+        """
+        from toolkit.find_cache import FIND_MAX_AGE, cached_find
+
+        age = FIND_MAX_AGE if max_age is None else max_age
+        return cached_find(client, self.store, start, end, duration, max_age=age, **filters)
 
     @classmethod
     def from_sync(cls, folder: Path, summary: SyncSummary, failed: dict[str, str]) -> NotebookData:

@@ -36,6 +36,7 @@ import typer
 
 from toolkit.errors import PmtkError
 from toolkit.notebook_data import NotebookData, notebook_data, notebook_store_dir
+from toolkit.words import plural
 
 __all__ = [
     "CHART_CLASS",
@@ -59,6 +60,7 @@ __all__ = [
     "notebook_paths",
     "notebook_store_dir",
     "notebooks_command",
+    "plural",
     "render_html",
     "render_notebooks",
     "report_cells",
@@ -599,6 +601,14 @@ _OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_css -%}
+<style type="text/css" data-pmtk="output-wrap">
+/* The lab page breaks printed lines anywhere (word-break: break-all), cutting words,
+   names and numbers in two: wrap between words, and break a word only when it alone
+   is wider than the page. */
+.jp-OutputArea-output pre { word-break: normal; overflow-wrap: break-word; }
+</style>
+{%- endblock html_head_css -%}
 """
 
 

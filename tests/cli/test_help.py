@@ -95,3 +95,48 @@ def test_pmtk_without_arguments_prints_the_help_once_and_exits_2() -> None:
     shown = done.stdout + done.stderr
     assert shown.count("Usage: pmtk") == 1, shown
     assert shown.count("Commands") == 1, shown
+
+
+def _leaf_commands() -> list[list[str]]:
+    """Every command path with options of its own (``views`` is a group: its commands)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    paths: list[list[str]] = []
+    for name in group.list_commands(None):  # type: ignore[attr-defined]
+        sub = group.get_command(None, name)  # type: ignore[attr-defined]
+        if hasattr(sub, "list_commands"):
+            paths += [[name, leaf] for leaf in sub.list_commands(None)]
+        else:
+            paths.append([name])
+    return paths
+
+
+@pytest.mark.parametrize("columns", [60, 79, 80])
+@pytest.mark.parametrize("path", _leaf_commands(), ids=" ".join)
+def test_help_shows_every_option_name_and_metavar_whole_at_terminal_width(
+    path: list[str], columns: int
+) -> None:
+    """An 80-column terminal (and narrower) cuts no option name nor metavar (#39 item 5).
+
+    Every option's long name stands whole on a line, followed on that same line
+    by its metavar, with nothing cut (``…``) and no line wider than the terminal.
+    """
+    import typer.main
+
+    result = CliRunner().invoke(app, [*path, "-h"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "…" not in result.stdout, result.stdout
+    assert max(len(line) for line in lines) <= columns, result.stdout
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.get_command(None, name)  # type: ignore[attr-defined]
+    for param in command.params:
+        longs = [o for o in param.opts if o.startswith("--")]
+        if not longs or getattr(param, "hidden", False):
+            continue
+        pattern = re.escape(longs[0]) + r"(?![\w-])"
+        if param.metavar:
+            pattern += r".*?(?<![\w:|-])" + re.escape(param.metavar) + r"(?![\w:|-])"
+        assert any(re.search(pattern, line) for line in lines), (longs[0], param.metavar)

@@ -111,7 +111,7 @@ def test_every_chart_draws_in_headless_chromium_offline(
 
 # --------------------------------------------------------------------------- reports
 
-REPORTED = ("02", "03", "04")
+REPORTED = ("02", "03", "04", "05")
 YEAR = re.compile(r"\b(?:19|20)\d{2}\b")
 DATE_AXIS = re.compile(r"time scale|\d{2} [A-Z][a-z]+ \d{4}")
 SUMMARY = '<section class="pmtk-summary"'
@@ -185,6 +185,60 @@ def test_each_report_opens_with_its_key_figures(reports: list[RenderResult]) -> 
         assert -1 < title < summary < intro, prefix
         assert html.count(SUMMARY) == 1
         assert re.search(r"\d", html[summary : html.find("</section>", summary)])
+
+
+# What a practice manager's page must not show: settings, functions, options and file
+# paths for whoever runs the notebook (those stay in the notebook, in cells the
+# report leaves out).
+DEVELOPER_TEXT = re.compile(
+    r"\bPM_[A-Z_]+|\b(?:analysis|toolkit|client|data|catalogue)\.[A-Za-z_]+|docs/[\w.]+"
+    r"|errors=|PmtkDataWarning|(?<![\w-])--[a-z][a-z-]+|\bexit \d"
+)
+# Counts that must agree with their noun: "1 practitioner-weeks", "2 request".
+NOUNS = (
+    r"(?:free 30-minute )?"
+    r"(?:practitioner-week|practitioner|week|request|slot|record|failure|check)"
+)
+ONE_PLURAL = re.compile(rf"(?<![\d,.])\b1 {NOUNS}s\b")
+MANY_SINGULAR = re.compile(rf"(?<![\d,.])\b(?:0|[2-9]|[1-9][\d,]*\d) {NOUNS}\b(?![-s])")
+
+
+def _visible(html: str) -> str:
+    """The text a reader sees: the page without its scripts (chart specs) and CSS."""
+    visible = re.sub(r"<(script|style)\b.*?</\1>", "", html, flags=re.DOTALL)
+    return unescape(re.sub(r"<[^>]+>", " ", visible))
+
+
+def test_reports_carry_no_developer_text(reports: list[RenderResult]) -> None:
+    """Prose, printed lines, chart and table titles; not the tables' rows, which are the
+    data as the deployment and the contract suite give it (a check skipped "without
+    --allow-writes" says so in notebook 05's table of skipped checks)."""
+    for result in reports:
+        html = result.html.read_text(encoding="utf-8")
+        text = _visible(re.sub(r"<tbody\b.*?</tbody>", "", html, flags=re.DOTALL))
+        found = sorted({m.group(0) for m in DEVELOPER_TEXT.finditer(text)})
+        assert found == [], f"{result.html.name}: {found}"
+
+
+def test_reports_count_in_proper_singular_and_plural(reports: list[RenderResult]) -> None:
+    for result in reports:
+        text = _visible(result.html.read_text(encoding="utf-8"))
+        wrong = [m.group(0) for r in (ONE_PLURAL, MANY_SINGULAR) for m in r.finditer(text)]
+        assert wrong == [], f"{result.html.name}: {wrong}"
+
+
+def test_the_conformance_report_says_the_requests_it_measured(
+    reports: list[RenderResult],
+) -> None:
+    html = _report(reports, "05")
+    assert "about 150" not in html
+    printed = re.search(r"verdict: (?:conformant|findings); ([\d,]+) requests? in", _visible(html))
+    assert printed, "the run's requests are not printed"
+    figure = _figure(html, "Requests this run")
+    assert figure.startswith(f"{printed.group(1)} request"), figure
+    checks = _figure(html, "Checks")
+    passed, failed, skipped, total = map(int, re.findall(r"\d+", checks.replace(",", "")))
+    assert passed + failed + skipped == total
 
 
 def test_key_figures_are_computed_from_the_data(
@@ -347,3 +401,71 @@ def test_the_command_writes_reports(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     page = (plain / "01_tiny.html").read_text(encoding="utf-8")
     assert INPUT_ELEMENT.search(page) and "value_shown" in page
+
+
+# Marks, in the page's DOM, every word of the printed output that the browser laid
+# out on more than one line (a Range over the word has rects on several lines). A
+# line may end after a hyphen, as in any text: the pieces between hyphens are the words.
+_BROKEN_WORD_PROBE = """<script>
+window.addEventListener('load', () => {
+  const broken = [];
+  for (const pre of document.querySelectorAll('.jp-OutputArea-output pre')) {
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/[^\\s-]+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (tops.size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  const out = document.createElement('div');
+  out.id = 'pmtk-broken-words';
+  out.textContent = JSON.stringify(broken);
+  document.body.appendChild(out);
+});
+</script>"""
+
+LONG_LINE_NOTEBOOK = {
+    **REPORT_NOTEBOOK,
+    "cells": [
+        REPORT_NOTEBOOK["cells"][0],
+        {
+            "cell_type": "code",
+            "id": "long",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": (
+                "print('; '.join(f'practitioner-week {n:,} of Harbourside Allied Health "
+                "Paddington' for n in range(1000, 1040)))"
+            ),
+        },
+    ],
+}
+
+
+def test_printed_lines_wrap_between_words_in_a_report(
+    tmp_path: Path, chromium: Callable[[Path], str]
+) -> None:
+    import typer
+
+    source = tmp_path / "nbs"
+    source.mkdir()
+    (source / "01_long.ipynb").write_text(json.dumps(LONG_LINE_NOTEBOOK), encoding="utf-8")
+    app = typer.Typer()
+    app.command()(notebooks_command)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["--report", "--html", str(out), "--source", str(source)])
+    assert result.exit_code == 0, result.output
+    page = out / "01_long.html"
+    html = page.read_text(encoding="utf-8")
+    assert "practitioner-week 1,039 of Harbourside" in html
+    probed = page.with_name("probed.html")
+    probed.write_text(html.replace("</body>", _BROKEN_WORD_PROBE + "</body>"), encoding="utf-8")
+    dom = chromium(probed)
+    found = re.search(r'<div id="pmtk-broken-words">(.*?)</div>', dom)
+    assert found, "the probe did not run"
+    assert json.loads(unescape(found.group(1))) == []

@@ -18,7 +18,7 @@ from toolkit.cli import app
 from toolkit.client import Client
 from toolkit.mock import Deployment
 from toolkit.store import StoreDamaged, load, sync
-from toolkit.store.raw import raw_records, raw_table, rebuild
+from toolkit.store.raw import raw_pages, raw_records, raw_table, rebuild, write_views
 from toolkit.views import VIEWS
 
 RESOURCES = ["Referral", "Appointment", "Practitioner"]
@@ -128,6 +128,8 @@ def test_a_damaged_raw_file_is_never_rebuilt_from(synced: Path, tmp_path: Path) 
     raw.write_bytes(bytes(data))
     with pytest.raises(StoreDamaged):
         raw_records(copy, "Referral")
+    with pytest.raises(StoreDamaged):
+        raw_pages(copy, "Referral")
     stored = load("Referral", copy)
     result = CliRunner().invoke(
         app, ["sync", "--out", str(copy), "--rebuild", "-q", "-r", "Referral"]
@@ -157,6 +159,57 @@ def test_views_are_materialised_from_the_raw_records(
     ) as client:
         live = client.frame("Appointment", view=PARTICIPANTS)
     assert stored.sort(["id", "actor"]).equals(live.sort(["id", "actor"]))
+
+
+def _general_read_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-record Python read of run_view (39 s for a medium store) made to fail."""
+    import toolkit.viewdefs
+
+    def refused(*args: Any, **kwargs: Any) -> pl.DataFrame:
+        raise AssertionError("run_view took the general, per-record read")
+
+    monkeypatch.setattr(toolkit.viewdefs, "_read_items", refused)
+
+
+def _plain_participants(records: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """PARTICIPANTS computed by hand: one row per participant, its actor's id (the key
+    ``getReferenceKey()`` gives for a relative reference ``Type/id``)."""
+    rows = []
+    for record in records:
+        for participant in record.get("participant") or []:
+            reference = (participant.get("actor") or {}).get("reference")
+            key = reference.rsplit("/", 1)[-1] if reference else None
+            rows.append((record["id"], key))
+    return sorted(rows, key=lambda r: (r[0], r[1] or ""))
+
+
+def test_raw_pages_give_run_view_every_record_on_its_fast_read(
+    synced: Path, mock_deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolkit.viewdefs import run_view
+
+    records = raw_records(synced, "Appointment")
+    pages = raw_pages(synced, "Appointment", size=7)
+    assert len(pages) == -(-len(records) // 7)  # every record, in pages of 7 (the last short)
+    entries = [e["resource"] for p in pages for e in json.loads(p)["entry"]]
+    assert entries == [json.loads(r) for r in records]  # unchanged, in stored order
+    _general_read_refused(monkeypatch)
+    frame = run_view(PARTICIPANTS, pages)
+    served = list(_mock_records(mock_deployment, "Appointment").values())
+    got = sorted(frame.iter_rows(), key=lambda r: (r[0], r[1] or ""))
+    assert got == _plain_participants(served)
+
+
+def test_views_are_materialised_on_the_fast_read(
+    synced: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = tmp_path / "store"
+    shutil.copytree(synced, copy)
+    _general_read_refused(monkeypatch)
+    (path,) = write_views(copy, [PARTICIPANTS]).values()
+    stored = [json.loads(r) for r in raw_records(copy, "Appointment")]
+    got = sorted(pl.read_parquet(path).iter_rows(), key=lambda r: (r[0], r[1] or ""))
+    assert got == _plain_participants(stored)
 
 
 def test_a_wrong_view_file_is_refused_before_anything(synced: Path, tmp_path: Path) -> None:

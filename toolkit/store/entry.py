@@ -424,9 +424,15 @@ def load(
 
 def _is_lake(store: str | os.PathLike[str]) -> bool:
     """Whether ``store`` is a lake folder or an ``s3://`` URL rather than a store."""
+    text = os.fspath(store)
+    root = Path(text)
+    if "://" not in text and (root / "manifest.json").is_file() and not (root / "_pmtk").exists():
+        # A store: known without importing the lake (deltalake and pyarrow, some 56 MB and
+        # over a second), which reading a store's table never needs.
+        return False
     from toolkit.lake.command import is_lake_target
 
-    return is_lake_target(os.fspath(store), None)
+    return is_lake_target(text, None)
 
 
 def _lake_load(

@@ -9,9 +9,10 @@ of the resource, so it always holds the records the tables were built from.
 
 From it, :class:`RawPageSource` serves Bundle pages as a client would, with no
 request to the API: :func:`toolkit.store.sync` over it rebuilds every table of
-the store (``pmtk sync --rebuild``), and :func:`raw_records` gives the records to
-a ViewDefinition (:func:`toolkit.viewdefs.run_view`) or to another engine
-(Pathling and other Spark readers take the ``json`` column as NDJSON).
+the store (``pmtk sync --rebuild``), :func:`raw_pages` gives the records to a
+ViewDefinition (:func:`toolkit.viewdefs.run_view`) as Bundle pages, and
+:func:`raw_records` one by one, to another engine (Pathling and other Spark
+readers take the ``json`` column as NDJSON).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from toolkit.paging import FetchSummary, Page
 __all__ = [
     "RAW_SCHEMA",
     "RawPageSource",
+    "bundle_pages",
     "check_rebuild",
     "raw_frame",
+    "raw_pages",
     "raw_records",
     "raw_table",
     "rebuild",
@@ -87,6 +90,60 @@ def raw_records(store: str | os.PathLike[str], resource_type: str) -> list[bytes
     frame = load(resource_type, store, table=raw_table(resource_type))
     assert isinstance(frame, pl.DataFrame)  # not lazy: load's default
     return frame.get_column("json").to_list()
+
+
+VIEW_PAGE_SIZE = 500
+"""Records per Bundle page of :func:`raw_pages`."""
+
+_RAW_SLICE = 5000
+"""Raw records read from the Parquet file at a time by :func:`raw_pages`."""
+
+
+def bundle_pages(records: list[bytes], size: int = VIEW_PAGE_SIZE) -> list[bytes]:
+    """Records' JSON bytes wrapped in Bundle pages of ``size``, each record unchanged, in order."""
+    head, tail = b'{"resourceType":"Bundle","type":"collection","entry":[', b"]}"
+    return [
+        head + b",".join(b'{"resource":' + r + b"}" for r in records[i : i + size]) + tail
+        for i in range(0, len(records), size)
+    ]
+
+
+def raw_pages(
+    store: str | os.PathLike[str], resource_type: str, *, size: int = VIEW_PAGE_SIZE
+) -> list[bytes]:
+    """Every stored record of ``resource_type`` in Bundle pages of ``size``, for ``run_view``.
+
+    :func:`toolkit.viewdefs.run_view` reads Bundle pages on its fast path (only
+    the fields the view reads, decoded exactly, in Polars), while single records
+    take its general path (each parsed and normalised in Python): for the 50,570
+    Appointments of a medium store, 3 s and 0.55 GB against 39 s and 1.3 GB.
+    The pages are the records' bytes joined, each record unchanged, in stored order.
+
+    Raises
+    ------
+    toolkit.store.StoreError
+        As :func:`raw_records`.
+    toolkit.store.StoreDamaged
+        As :func:`raw_records`.
+    """
+    from toolkit.store.entry import _UNREADABLE, _unreadable, load
+
+    # Checked against its sha256 first (load), then read a slice at a time: the records
+    # are never all held twice, as a column and as pages (37 MB less at medium scale).
+    table = raw_table(resource_type)
+    scan = load(resource_type, store, table=table, lazy=True)
+    assert isinstance(scan, pl.LazyFrame)
+    pages: list[bytes] = []
+    try:
+        total = int(scan.select(pl.len()).collect().item())
+        for start in range(0, total, _RAW_SLICE):
+            column = scan.slice(start, _RAW_SLICE).select("json").collect().get_column("json")
+            for offset in range(0, len(column), size):
+                pages += bundle_pages(column.slice(offset, size).to_list(), size)
+    except _UNREADABLE as exc:
+        path = Path(store) / table
+        raise _unreadable(Path(store), resource_type, path, exc) from exc
+    return pages
 
 
 class _RawWalk:
@@ -336,7 +393,7 @@ def write_views(store: str | os.PathLike[str], views: list[Any]) -> dict[str, Pa
     with locked(root):
         mkdir(folder, "creating the views folder")  # refuses a link (StoreLinked)
         for name, loaded in checked:
-            frame = run_view(loaded, raw_records(store, loaded.resource))
+            frame = run_view(loaded, raw_pages(store, loaded.resource))
             path = folder / f"{name}.parquet"
             guard(path)  # a view file that is a link: refused, never written through
             write_parquet(frame, path)

@@ -74,7 +74,7 @@ def store_pages(store: Path, resource_type: str, since: datetime | None) -> tupl
     record without one cannot be said to be, and is left out).
     """
     from toolkit.store.entry import load
-    from toolkit.store.raw import raw_table
+    from toolkit.store.raw import bundle_pages, raw_table
 
     frame = load(resource_type, store, table=raw_table(resource_type))
     assert isinstance(frame, pl.DataFrame)  # not lazy: load's default
@@ -86,13 +86,7 @@ def store_pages(store: Path, resource_type: str, since: datetime | None) -> tupl
             for r, s in zip(records, stamps, strict=True)
             if (when := _instant(s)) is not None and when > since
         ]
-    pages = [
-        b'{"resourceType":"Bundle","type":"collection","entry":['
-        + b",".join(b'{"resource":' + r + b"}" for r in records[i : i + _PAGE])
-        + b"]}"
-        for i in range(0, len(records), _PAGE)
-    ]
-    return pages, len(records)
+    return bundle_pages(records, _PAGE), len(records)
 
 
 def _for_text(frame: pl.DataFrame) -> pl.DataFrame:
