@@ -39,8 +39,9 @@ STALE_HOURS = 3
 """How far behind its write ``patch-stale-last-updated`` stamps a PATCH."""
 REVOKE_AFTER_USES = 30
 """How many requests ``token-revoked-early`` accepts with one token before refusing it."""
-TOKENS_BEFORE_OUTAGE = 2
-"""How many tokens ``token-endpoint-fails-later`` issues before its token endpoint fails."""
+TOKENS_BEFORE_OUTAGE = 1
+"""How many tokens ``token-endpoint-fails-later`` issues before its token endpoint fails
+(the first: a run's start succeeds, every later token request fails)."""
 BOOK_REPLY_SHIFT_HOURS = 10
 """How far ``book-reply-local-times`` moves a ``$book`` reply's times (AEST written as UTC)."""
 
@@ -358,8 +359,8 @@ class TokenRevokedEarly(Fault):
 class TokenEndpointFailsLater(Fault):
     name = "token-endpoint-fails-later"
     description = (
-        f"The token endpoint issues {TOKENS_BEFORE_OUTAGE} tokens, then answers every "
-        "request (good credentials included) 503 + OperationOutcome"
+        "The token endpoint issues the first token, then answers every request with good "
+        "credentials 503 + OperationOutcome (a wrong secret still gets 401)"
     )
     category = "auth"
 
