@@ -241,6 +241,10 @@ the server is that one finding, not a paging, write or data finding of its own."
 RATE_LIMIT_HEADERS_ROOT_CAUSE = "rate-limit.headers"
 """The check that owns responses without the ``x-ratelimit-*`` headers (the OpenAPI
 document requires them too: schemathesis's missing-header failures are its follow-ons)."""
+THROTTLED_ROOT_CAUSE = "rate-limit.paced"
+"""The check that owns a 429 the suite ran into outside the burst probe, although it paces
+on ``x-ratelimit-remaining``: the headers gave nothing (or too much) to pace on, and the
+checks whose requests were refused are its follow-ons."""
 NO_AUTH_ROOT_CAUSE = "auth.no-token-refused"
 """The check that owns a deployment answering requests that carry no token: a token still
 accepted past its lifetime there says nothing about the token's lifetime."""
@@ -259,6 +263,7 @@ ROOT_CAUSES = (
     TOKEN_ENDPOINT_ROOT_CAUSE,
     SERVER_ERROR_ROOT_CAUSE,
     RATE_LIMIT_HEADERS_ROOT_CAUSE,
+    THROTTLED_ROOT_CAUSE,
     NO_AUTH_ROOT_CAUSE,
     *(f"{check}[R]" for check in DATA_ROOT_CAUSES.values()),
 )
@@ -295,6 +300,8 @@ class Session:
         self._token: Token | None = None
         self.started = time.monotonic()
         self.token_lives: list[TokenLife] = []
+        self.throttled_after: dict[int, str | None] = {}
+        """Per paced 429 (its ``seq``): the ``x-ratelimit-remaining`` of the answer before."""
         self.own_token_requests: list[int] = []
         """The ``seq`` of every token request sent with the configured secret."""
         self.cascade = CascadeGuard()
@@ -454,6 +461,8 @@ class Session:
         ex = self._send(
             method, path, params, json_body, headers, auth, content_type, operation, token
         )
+        if not exempt:
+            self.throttled(ex)
         if not self.token_answered(token, ex):
             return ex
         # Refused before its time: a new token, and this request once more (as pmtk's
@@ -465,7 +474,23 @@ class Session:
             method, path, params, json_body, headers, auth, content_type, operation, token
         )
         self.token_answered(token, retried)
+        if not exempt:
+            self.throttled(retried)
         return retried
+
+    def throttled(self, ex: Exchange) -> None:
+        """Mark a 429 on a paced (budgeted) request: rate-limit.paced's finding.
+
+        The burst probe's requests are exempt and never marked: their 429 is the probe's
+        point. What the answer before said (``x-ratelimit-remaining``) is kept for the
+        finding.
+        """
+        if ex.status != 429:
+            return
+        self.cascade.mark(ex, THROTTLED_ROOT_CAUSE)
+        before = [e for e in self.log if e.seq < ex.seq and e.authenticated and e.status]
+        said = before[-1].header(cat.RATE_LIMIT_HEADERS[1]) if before else None
+        self.throttled_after[ex.seq] = said
 
     def _send(
         self,

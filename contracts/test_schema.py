@@ -111,8 +111,10 @@ def test_get_operations_conform_to_openapi(
         authenticated=True,
         operation=label,
     )
-    # Counted on the token's life; a 401 on a live token is token-lifetime's finding.
+    # Counted on the token's life; a 401 on a live token is token-lifetime's finding,
+    # a 429 rate-limit.paced's.
     session.token_answered(token, ex)
+    session.throttled(ex)
     try:
         case.validate_response(response, checks=CHECKS, headers=headers)
     except (AssertionError, FailureGroup) as exc:

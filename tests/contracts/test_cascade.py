@@ -118,6 +118,26 @@ def test_a_root_cause_fails_its_own_category_only_with_its_follow_ons_grouped(
         assert follow_on["status"] != "failed"  # counted once: under its root
 
 
+def test_429s_with_no_headers_to_pace_on_fail_rate_limit_only(tmp_path: Path) -> None:
+    # A limit of 60 a minute and no x-ratelimit-* headers: the suite cannot pace, and the
+    # paging walks (and writes) run into 429s. Before the guard they failed paging and
+    # write; now rate-limit.paced owns the 429s and groups those failures.
+    with serve(test_controls=True, fault="no-ratelimit-headers", rate_limit=60) as dep:
+        code, report, output = _check(
+            dep, tmp_path, *WRITES, *_only("rate-limit", "paging", "write")
+        )
+    assert code == 1, output
+    failed = _failed(report)
+    assert set(failed.values()) == {"rate-limit"}, failed
+    assert "rate-limit.paced" in failed and "rate-limit.headers" in failed
+    paced = next(c["message"] for c in report["checks"] if c["id"] == "rate-limit.paced")
+    assert "answered 429 to a paced request" in paced
+    assert "carried no x-ratelimit-remaining to pace on" in paced
+    grouped = report["observations"]["cascade"]
+    assert set(grouped) == {"rate-limit.paced"}, grouped
+    assert {f["category"] for f in grouped["rate-limit.paced"]} & {"paging", "write"}
+
+
 def test_a_book_reply_that_differs_from_the_stored_appointment_fails_only_write(
     tmp_path: Path,
 ) -> None:
