@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from contracts.conftest import _group_follow_ons
 from contracts.report import CheckRecord
 from contracts.session import (
+    DATA_ROOT_CAUSES,
     SERVER_ERROR_ROOT_CAUSE,
     TOKEN_ENDPOINT_ROOT_CAUSE,
     CascadeGuard,
@@ -160,6 +161,27 @@ def test_a_follow_on_whose_root_is_not_run_fails_its_own_check(tmp_path: Path) -
     assert code == 1, output
     failed = _failed(report)
     assert failed.get("write.referral-attachments") == "write", failed
+    assert "cascade" not in report["observations"]
+
+
+@pytest.mark.parametrize("slip", ["grouping dropped", "wrong root"])
+def test_a_reviewers_slip_in_the_guard_shows_as_a_second_category(
+    slip: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The runs above require the fault's category alone: a guard that no longer groups,
+    # or groups under a root that does not fail (a format finding filed under enum), lets
+    # the follow-on fail write.read-back, and that requirement is what catches it.
+    if slip == "grouping dropped":
+        monkeypatch.setattr(CascadeGuard, "runs", lambda self, root: False)
+        monkeypatch.setattr(CascadeGuard, "root_of", lambda self, exchanges: None)
+    else:
+        monkeypatch.setitem(DATA_ROOT_CAUSES, "format", "enum.values")
+    with serve(test_controls=True, fault="bad-phone") as dep:
+        code, report, output = _check(dep, tmp_path, *WRITES, *_only("format", "enum", "write"))
+    assert code == 1, output
+    failed = _failed(report)
+    assert set(failed.values()) == {"format", "write"}, failed
+    assert "write.read-back" in failed
     assert "cascade" not in report["observations"]
 
 
