@@ -35,6 +35,7 @@ from contracts.session import (
     Unreachable,
 )
 from contracts.suite import (
+    MAX_EVIDENCE,
     OUTCOME,
     RUN_ORDER,
     OptionError,
@@ -339,8 +340,11 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         raise CheckFailed(f"deployment stopped answering: {exc}") from None
     except TokenRefused as exc:
         # A new token is taken mid-run (a 401 on a live token, the lifetime kept): the
-        # endpoint refusing it then is this check's one line, not a traceback.
-        raise CheckFailed(f"no new token mid-run: {exc}") from None
+        # endpoint refusing it then is auth.tokens-issued's finding (the exchange is
+        # marked); this check could not go on and says so, without a traceback.
+        rec.fail(f"no new token mid-run: {exc}", exc.exchange)
+        if not rec.problems:
+            pytest.skip(f"cut short, no new token mid-run: {rec.notes[-1]}")
     except ForeignOrigin as exc:
         rec.fail(str(exc))
     if rec.problems:
@@ -428,7 +432,10 @@ def _group_follow_ons(run: Run) -> None:
     Every follow-on is listed in ``observations.cascade``; the root check's message says
     how many there were and shows the first few, so the report names the one fault once.
     """
-    follow_ons = run.session.cascade.follow_ons
+    guard = run.session.cascade
+    failed = {rid for rid, record in run.records.items() if record.status == "failed"}
+    _give_back(run, guard.ungrouped(failed))
+    follow_ons = guard.follow_ons
     if not follow_ons:
         return
     run.observations["cascade"] = {root: list(items) for root, items in follow_ons.items()}
@@ -445,6 +452,21 @@ def _group_follow_ons(run: Run) -> None:
             more = len(items) - MAX_FOLLOW_ONS_SHOWN
             lines.append(f"  ... and {more} more (observations.cascade)")
         record.message = "\n".join([record.message, *lines]).strip()
+
+
+def _give_back(run: Run, items: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
+    """Fail each follow-on in its own check: its root did not fail (it passed, was skipped
+    or did not run), so grouping it there would hide it."""
+    for item, evidence in items:
+        record = run.records.get(item["check"])
+        if record is None:
+            continue
+        message = run.session.redact(item["message"])
+        if record.status != "failed":
+            record.status, record.message = "failed", message
+        else:
+            record.message = f"{record.message}\n{message}"
+        record.evidence.extend(evidence[: max(0, MAX_EVIDENCE - len(record.evidence))])
 
 
 _COMPLETE = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)

@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 DEFAULT_USER_AGENT = "pmtk-contracts/0.1 (pmtk@example.invalid)"
+TOKEN_OPERATION = "POST /main/oauth/token"
 PACE_RESERVE = 10
 """Requests kept in hand: below this many remaining, the suite waits for the window."""
 BODY_EXCERPT = 1500
@@ -165,24 +166,34 @@ class Token:
 class CascadeGuard:
     """Exchanges that one root cause spoiled, and the failures of other checks they caused.
 
-    A root-cause check (``token-lifetime.observed``) marks the exchanges its fault
-    spoiled (a 401 on a token the deployment revoked early); a check that fails only on
-    such exchanges is not failed in its own category: its finding is grouped under the
-    root cause (:meth:`group`), so one fault is reported once, where it belongs.
+    A root-cause check owns one fault of the deployment (:data:`ROOT_CAUSES`). The session
+    marks the exchanges such a fault spoiled as it records them (a 401 on a token revoked
+    early, a 5xx, a token endpoint that stops issuing tokens); a check that fails only on
+    such exchanges, or whose finding names its cause (``Recorder.fail(..., cause=...)``),
+    is not failed in its own category: its finding is grouped under the root cause
+    (:meth:`group`), so one fault is reported once, where it belongs. At the end of the run
+    a follow-on whose root check did not fail is given back to its own check
+    (:meth:`ungrouped`): a finding is never hidden under a root that reports nothing.
     """
 
     def __init__(self) -> None:
         self.causes: dict[int, str] = {}
-        self.follow_ons: dict[str, list[dict[str, str]]] = {}
+        self.follow_ons: dict[str, list[dict[str, Any]]] = {}
+        self._evidence: dict[str, list[list[dict[str, Any]]]] = {}
         self.active: set[str] | None = None
         """Root-cause checks selected in this run (None: all); a cause whose check does not
         run groups nothing, so no finding is hidden under a check that is not reported."""
 
     def mark(self, ex: Exchange, root: str) -> None:
-        self.causes[ex.seq] = root
+        """``ex`` was spoiled by ``root``'s fault (the first cause marked is kept)."""
+        self.causes.setdefault(ex.seq, root)
 
     def cause_of(self, ex: Exchange) -> str | None:
         return self.causes.get(ex.seq)
+
+    def runs(self, root: str) -> bool:
+        """Whether ``root`` is a check of this run (findings may be grouped under it)."""
+        return self.active is None or root in self.active
 
     def root_of(self, exchanges: tuple[Exchange | None, ...]) -> str | None:
         """The root cause of a finding whose every exchange that cause spoiled, else None."""
@@ -193,18 +204,70 @@ class CascadeGuard:
         if len(roots) != 1 or None in roots:
             return None
         root = roots.pop()
-        if root is None or (self.active is not None and root not in self.active):
+        if root is None or not self.runs(root):
             return None
         return root
 
-    def group(self, root: str, check_id: str, category: str, message: str) -> None:
+    def group(
+        self,
+        root: str,
+        check_id: str,
+        category: str,
+        message: str,
+        evidence: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.follow_ons.setdefault(root, []).append(
             {"check": check_id, "category": category, "message": message}
         )
+        self._evidence.setdefault(root, []).append(evidence or [])
+
+    def ungrouped(self, failed: set[str]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """Take back every follow-on whose root check is not in ``failed``; return them
+        (each with its evidence) so that they fail their own checks."""
+        back = []
+        for root in [r for r in self.follow_ons if r not in failed]:
+            back += list(zip(self.follow_ons.pop(root), self._evidence.pop(root, []), strict=False))
+        return back
 
 
 TOKEN_ROOT_CAUSE = "token-lifetime.observed"
 """The check that owns a token refused before its stated lifetime."""
+TOKEN_ENDPOINT_ROOT_CAUSE = "auth.tokens-issued"
+"""The check that owns a token request with the run's own credentials answered without a
+token (the endpoint failing mid-run): every check that then had no token is its follow-on."""
+SERVER_ERROR_ROOT_CAUSE = "schema.server-errors"
+"""The check that owns every 5xx answer of the run: a list, read or write that failed on
+the server is that one finding, not a paging, write or data finding of its own."""
+RATE_LIMIT_HEADERS_ROOT_CAUSE = "rate-limit.headers"
+"""The check that owns responses without the ``x-ratelimit-*`` headers (the OpenAPI
+document requires them too: schemathesis's missing-header failures are its follow-ons)."""
+THROTTLED_ROOT_CAUSE = "rate-limit.paced"
+"""The check that owns a 429 the suite ran into outside the burst probe, although it paces
+on ``x-ratelimit-remaining``: the headers gave nothing (or too much) to pace on, and the
+checks whose requests were refused are its follow-ons."""
+NO_AUTH_ROOT_CAUSE = "auth.no-token-refused"
+"""The check that owns a deployment answering requests that carry no token: a token still
+accepted past its lifetime there says nothing about the token's lifetime."""
+DATA_ROOT_CAUSES = {
+    "prefix": "prefix.ids",
+    "enum": "enum.values",
+    "reference": "reference.shape",
+    "format": "format.values",
+    "schema": "schema.fields",
+}
+"""Per rule category, the data check (``<check>[<Type>]``) that owns a record breaking it:
+a write read back differently because the deployment serves the field broken is its
+follow-on."""
+ROOT_CAUSES = (
+    TOKEN_ROOT_CAUSE,
+    TOKEN_ENDPOINT_ROOT_CAUSE,
+    SERVER_ERROR_ROOT_CAUSE,
+    RATE_LIMIT_HEADERS_ROOT_CAUSE,
+    THROTTLED_ROOT_CAUSE,
+    NO_AUTH_ROOT_CAUSE,
+    *(f"{check}[R]" for check in DATA_ROOT_CAUSES.values()),
+)
+"""Every check findings of other checks can be grouped under (docs/contracts.md)."""
 
 
 class Session:
@@ -237,6 +300,10 @@ class Session:
         self._token: Token | None = None
         self.started = time.monotonic()
         self.token_lives: list[TokenLife] = []
+        self.throttled_after: dict[int, str | None] = {}
+        """Per paced 429 (its ``seq``): the ``x-ratelimit-remaining`` of the answer before."""
+        self.own_token_requests: list[int] = []
+        """The ``seq`` of every token request sent with the configured secret."""
         self.cascade = CascadeGuard()
         self._http = httpx.Client(timeout=timeout, follow_redirects=False)
         self.test_controls = False
@@ -394,6 +461,8 @@ class Session:
         ex = self._send(
             method, path, params, json_body, headers, auth, content_type, operation, token
         )
+        if not exempt:
+            self.throttled(ex)
         if not self.token_answered(token, ex):
             return ex
         # Refused before its time: a new token, and this request once more (as pmtk's
@@ -405,7 +474,23 @@ class Session:
             method, path, params, json_body, headers, auth, content_type, operation, token
         )
         self.token_answered(token, retried)
+        if not exempt:
+            self.throttled(retried)
         return retried
+
+    def throttled(self, ex: Exchange) -> None:
+        """Mark a 429 on a paced (budgeted) request: rate-limit.paced's finding.
+
+        The burst probe's requests are exempt and never marked: their 429 is the probe's
+        point. What the answer before said (``x-ratelimit-remaining``) is kept for the
+        finding.
+        """
+        if ex.status != 429:
+            return
+        self.cascade.mark(ex, THROTTLED_ROOT_CAUSE)
+        before = [e for e in self.log if e.seq < ex.seq and e.authenticated and e.status]
+        said = before[-1].header(cat.RATE_LIMIT_HEADERS[1]) if before else None
+        self.throttled_after[ex.seq] = said
 
     def _send(
         self,
@@ -515,6 +600,13 @@ class Session:
             json=parsed,
         )
         self.log.append(ex)
+        if (
+            status is not None
+            and status >= 500
+            and operation != TOKEN_OPERATION
+            and "/_test/" not in url
+        ):
+            self.cascade.mark(ex, SERVER_ERROR_ROOT_CAUSE)
         return ex
 
     def get(self, path: str, **kwargs: Any) -> Exchange:
@@ -539,11 +631,17 @@ class Session:
             json_body=body,
             auth=None,
             exempt=exempt,
-            operation="POST /main/oauth/token",
+            operation=TOKEN_OPERATION,
         )
         data = ex.json if isinstance(ex.json, dict) else {}
         access = data.get("access_token")
+        if secret is None:
+            self.own_token_requests.append(ex.seq)
         if ex.status != 200 or not isinstance(access, str) or not access:
+            if secret is None:
+                # The run's own credentials, accepted at the start: a token endpoint that
+                # stops issuing is auth.tokens-issued's one finding.
+                self.cascade.mark(ex, TOKEN_ENDPOINT_ROOT_CAUSE)
             return ex, None
         self.add_secret(access, token=True)
         # The token itself was recorded before it was known to be secret.

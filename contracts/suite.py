@@ -22,7 +22,9 @@ from contracts.walker import Problem, Seen, walk_resource
 from toolkit import catalogue as cat
 
 __all__ = [
+    "FINAL_PHASE",
     "LIMITS",
+    "MAX_EVIDENCE",
     "OUTCOME",
     "PROBE_PHASE",
     "RUN_ORDER",
@@ -53,6 +55,9 @@ MAX_VIOLATIONS_LISTED = 10_000
 PROBE_PHASE = "rate-limit-probe"
 """The run phase of ``rate-limit.probe`` (a ``rate-limit`` check): it spends the whole
 window, so it runs after everything else."""
+FINAL_PHASE = "final"
+"""The run phase of the root-cause checks that judge the whole log (every 5xx, every
+token request): after everything else, the probes included."""
 
 
 def _run_order(categories: tuple[str, ...]) -> tuple[str, ...]:
@@ -68,7 +73,7 @@ def _run_order(categories: tuple[str, ...]) -> tuple[str, ...]:
     late = ("write", "rate-limit", "token-lifetime")
     data = [c for c in categories if c != "auth" and c not in late]
     data.sort(key=lambda c: c == "schema")  # stable: only moves schema behind paging
-    return ("auth", *data, *late, PROBE_PHASE)
+    return ("auth", *data, *late, PROBE_PHASE, FINAL_PHASE)
 
 
 RUN_ORDER: tuple[str, ...] = _run_order(cat.CONTRACT_CATEGORIES)
@@ -239,15 +244,22 @@ class Recorder:
             self._seen.add(ex.seq)
             self.evidence.append(ex.evidence())
 
-    def fail(self, message: str, *exchanges: Exchange | None) -> None:
+    def fail(self, message: str, *exchanges: Exchange | None, cause: str | None = None) -> None:
         """Record a finding; the check fails at its end, after every problem is collected.
 
+        A finding whose every exchange one root cause spoiled, or whose ``cause`` the
+        check names (a root-cause check id), is grouped under that root instead (the
+        cascade guard; given back to this check at the end if the root does not fail).
         For a resource outside the spec (:meth:`outside_spec`) the finding is an
         observation of the rule ``outside-spec`` instead.
         """
-        root = self.guard.root_of(exchanges) if self.guard is not None else None
-        if root is not None and root != self.check_id and self.guard is not None:
-            self.guard.group(root, self.check_id, self.category, message)
+        guard = self.guard
+        root = None
+        if guard is not None:
+            root = cause if cause is not None and guard.runs(cause) else guard.root_of(exchanges)
+        if root is not None and root != self.check_id and guard is not None:
+            shown = [ex.evidence() for ex in exchanges if ex is not None][:MAX_EVIDENCE]
+            guard.group(root, self.check_id, self.category, message, shown)
             self.note(f"a follow-on of {root} (reported there): {message}")
             return
         if self._outside is not None:

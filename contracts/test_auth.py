@@ -8,8 +8,8 @@ import time
 import jwt
 import pytest
 
-from contracts.session import Exchange
-from contracts.suite import Recorder, Run, entries
+from contracts.session import TOKEN_ENDPOINT_ROOT_CAUSE, Exchange
+from contracts.suite import FINAL_PHASE, Recorder, Run, entries
 from toolkit import catalogue as cat
 
 PROBE_PATH = "/Patient"
@@ -87,3 +87,29 @@ def test_token_signed_with_another_key_is_refused(pm: Run, check: Recorder) -> N
     forged = jwt.encode(claims, secrets.token_bytes(32), algorithm=algorithm)
     ex = pm.session.get(PROBE_PATH, auth=forged, params={"_count": 1})
     _expect_refused(check, ex, "JWT with the right claims signed with another key")
+
+
+SHOWN = 3
+
+
+@pytest.mark.pm_check(TOKEN_ENDPOINT_ROOT_CAUSE, "auth", phase=FINAL_PHASE)
+def test_every_token_asked_for_with_the_credentials_was_issued(pm: Run, check: Recorder) -> None:
+    """The run's credentials got a token at the start; every later token request with them
+    must get one too. A token endpoint that stops issuing is this one finding: the checks
+    that then had no token are its follow-ons (the cascade guard), not findings of their own.
+    """
+    session = pm.session
+    own = set(session.own_token_requests)
+    asked = [ex for ex in session.log if ex.seq in own]
+    refused = [ex for ex in asked if session.cascade.cause_of(ex) == TOKEN_ENDPOINT_ROOT_CAUSE]
+    issued = len(asked) - len(refused)
+    for ex in refused[:SHOWN]:
+        before = sum(1 for other in asked if other.seq < ex.seq and other not in refused)
+        check.fail(
+            f"the token endpoint answered {ex.status} without a token to the run's own "
+            f"credentials (accepted at the start; {before} tokens issued before this request)",
+            ex,
+        )
+    if len(refused) > SHOWN:
+        check.fail(f"{len(refused)} of {len(asked)} token requests with the credentials got none")
+    check.note(f"{issued} of {len(asked)} token requests with the run's credentials issued a token")

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from contracts.session import Exchange
-from contracts.suite import PROBE_PHASE, Recorder, Run
+from contracts.session import THROTTLED_ROOT_CAUSE, Exchange
+from contracts.suite import FINAL_PHASE, PROBE_PHASE, Recorder, Run
 from toolkit import catalogue as cat
 
 LIMIT_HEADER, REMAINING_HEADER = cat.RATE_LIMIT_HEADERS
@@ -25,10 +25,11 @@ def _authenticated(pm: Run) -> list[Exchange]:
     # that cause's finding (the cascade guard), not a response to judge here.
     pm.sample()
     guard = pm.session.cascade
+    judged = (None, THROTTLED_ROOT_CAUSE)  # a 429 still carries the headers
     return [
         ex
         for ex in pm.session.log
-        if ex.authenticated and ex.status is not None and guard.cause_of(ex) is None
+        if ex.authenticated and ex.status is not None and guard.cause_of(ex) in judged
     ]
 
 
@@ -216,3 +217,30 @@ def test_the_limit_belongs_to_the_client_not_the_token(pm: Run, check: Recorder)
         )
     else:
         check.note("a new token taken after the 429 was still throttled (per-client limit)")
+
+
+SHOWN = 3
+
+
+@pytest.mark.pm_check(THROTTLED_ROOT_CAUSE, "rate-limit", phase=FINAL_PHASE)
+def test_no_paced_request_was_throttled(pm: Run, check: Recorder) -> None:
+    """No request outside the burst probe got a 429.
+
+    The suite paces on ``x-ratelimit-remaining`` (it waits with 10 requests in hand), so a
+    429 means the headers gave it nothing, or too much, to pace on. That is this one
+    finding; the checks whose requests were refused (a write, a paging walk) are its
+    follow-ons (the cascade guard), not findings of their own.
+    """
+    session = pm.session
+    throttled = [ex for ex in session.log if session.cascade.cause_of(ex) == THROTTLED_ROOT_CAUSE]
+    for ex in throttled[:SHOWN]:
+        said = session.throttled_after.get(ex.seq)
+        before = (
+            f"the answer before said {REMAINING_HEADER}: {said}"
+            if said is not None
+            else f"the answer before carried no {REMAINING_HEADER} to pace on"
+        )
+        check.fail(f"{ex.operation} answered 429 to a paced request ({before})", ex)
+    if len(throttled) > SHOWN:
+        check.fail(f"{len(throttled)} paced requests were answered 429")
+    check.note(f"no 429 outside the burst probe in {len(session.log)} exchanges")

@@ -18,11 +18,17 @@ import hypothesis
 import pytest
 import schemathesis
 from schemathesis import GenerationMode
+from schemathesis.core.failures import FailureGroup
+from schemathesis.openapi.checks import MissingHeaders
 from schemathesis.specs.openapi import checks as oas_checks
 
 from contracts.openapi import load_openapi
-from contracts.session import DEFAULT_USER_AGENT
-from contracts.suite import Recorder, Run, current_run
+from contracts.session import (
+    DEFAULT_USER_AGENT,
+    RATE_LIMIT_HEADERS_ROOT_CAUSE,
+    SERVER_ERROR_ROOT_CAUSE,
+)
+from contracts.suite import FINAL_PHASE, Recorder, Run, current_run
 from toolkit import catalogue as cat
 
 _RUN = current_run()
@@ -105,14 +111,59 @@ def test_get_operations_conform_to_openapi(
         authenticated=True,
         operation=label,
     )
-    # Counted on the token's life; a 401 on a live token is token-lifetime's finding.
+    # Counted on the token's life; a 401 on a live token is token-lifetime's finding,
+    # a 429 rate-limit.paced's.
     session.token_answered(token, ex)
+    session.throttled(ex)
     try:
         case.validate_response(response, checks=CHECKS, headers=headers)
-    except AssertionError as exc:
+    except (AssertionError, FailureGroup) as exc:
         # Recorded, not raised: hypothesis would replay the failing example (more requests);
         # the plugin fails this check once every example has run.
-        check.fail(f"{label}: {session.redact(str(exc)).strip()[:3000]}", ex)
+        failures = exc.exceptions if isinstance(exc, FailureGroup) else (exc,)
+        for failure in failures:
+            text = session.redact(_failure_text(failure)).strip()[:3000]
+            check.fail(f"{label}: {text}", ex, cause=_cause(failure))
+
+
+def _failure_text(failure: BaseException) -> str:
+    title = getattr(failure, "title", None)
+    message = getattr(failure, "message", None)
+    if isinstance(title, str) and isinstance(message, str):
+        return f"{title}: {message}" if message else title
+    return str(failure)
+
+
+def _cause(failure: BaseException) -> str | None:
+    """The root-cause check a schemathesis failure belongs to, if another check owns it.
+
+    Missing ``x-ratelimit-*`` headers (the document requires them) are rate-limit.headers'
+    finding; a 5xx is schema.server-errors' (its exchange is marked by the session).
+    """
+    if isinstance(failure, MissingHeaders):
+        missing = {h.lower() for h in failure.missing_headers}
+        if missing and missing <= set(cat.RATE_LIMIT_HEADERS):
+            return RATE_LIMIT_HEADERS_ROOT_CAUSE
+    return None
+
+
+SHOWN = 5
+
+
+@pytest.mark.pm_check(SERVER_ERROR_ROOT_CAUSE, "schema", phase=FINAL_PHASE)
+def test_no_request_of_the_run_got_a_server_error(pm: Run, check: Recorder) -> None:
+    """Every 5xx the run received (the spec documents none): one finding per answer.
+
+    A list, read or write that failed on the server is this finding only; the paging,
+    write and data checks that met it are its follow-ons (the cascade guard).
+    """
+    guard = pm.session.cascade
+    errors = [ex for ex in pm.session.log if guard.cause_of(ex) == SERVER_ERROR_ROOT_CAUSE]
+    for ex in errors[:SHOWN]:
+        check.fail(f"{ex.operation} answered {ex.status} (a server error)", ex)
+    if len(errors) > SHOWN:
+        check.fail(f"... {len(errors)} answers of {len(pm.session.log)} were server errors")
+    check.note(f"no server error in {len(pm.session.log)} exchanges")
 
 
 @pytest.mark.pm_check("schema.capability", "schema")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from contracts.session import Exchange
+from contracts.session import DATA_ROOT_CAUSES, Exchange
 from contracts.suite import Recorder, Run, entries
 from contracts.walker import walk_resource
 from toolkit import catalogue as cat
@@ -259,6 +259,7 @@ def test_a_found_slot_can_be_booked(pm: Run, check: Recorder, writes: dict[str, 
         check.fail(f"$find answered {found.status} with {len(proposals)} proposals", found)
         return
     body = _book_body(pm, proposals[0])
+    started = _now()
     ex = pm.session.request(
         "POST", "/Appointment/$book", json_body=body, operation="POST /main/Appointment/$book"
     )
@@ -268,6 +269,13 @@ def test_a_found_slot_can_be_booked(pm: Run, check: Recorder, writes: dict[str, 
     writes["booking"] = body
     for problem in walk_resource("Appointment", ex.json):
         check.fail(f"booked {problem.text()} ({problem.category})", ex)
+    booked = ex.json.get("id") if isinstance(ex.json, dict) else None
+    if not isinstance(booked, str) or not booked:
+        check.fail("$book's reply has no Appointment id", ex)
+        return
+    # Read back like the other writes (write.read-back): the fields the booking sent.
+    sent = body["parameter"][0]["resource"]
+    _log_write(pm, "Appointment", booked, ex, sent, started, previous=None)
 
 
 @pytest.mark.pm_check("write.double-booking-refused", "write")
@@ -383,7 +391,9 @@ def _read_back(check: Recorder, write: dict[str, Any]) -> None:
     reply = reply_ex.json if isinstance(reply_ex.json, dict) else {}
     read_ex: Exchange = write["read"]
     if read_ex.status != 200 or not isinstance(read_ex.json, dict):
-        check.fail(f"{what}: reading it back answered {read_ex.status}", reply_ex, read_ex)
+        # Rests on the read alone: a read that failed on the server is a follow-on of
+        # schema.server-errors (the cascade guard), not a write finding.
+        check.fail(f"{what}: reading it back answered {read_ex.status}", read_ex)
         return
     read = read_ex.json
     if reply.get("id") != read.get("id"):
@@ -399,8 +409,24 @@ def _read_back(check: Recorder, write: dict[str, Any]) -> None:
                 f"{what}: the reply's {key} is {reply.get(key)!r}, a read says {read.get(key)!r}",
                 reply_ex,
                 read_ex,
+                cause=_served_broken(resource, read, key),
             )
     _judge_last_updated(check, write, what, reply, read_ex)
+
+
+def _served_broken(resource: str, read: dict[str, Any], key: str) -> str | None:
+    """The data check that owns ``key`` of a read breaking a spec rule, if it does.
+
+    A deployment that serves a field broken (a phone with spaces) reads back differently
+    from what it was sent: that is the data check's finding (``format.values[R]``), and the
+    difference a follow-on of it, not a write finding of its own.
+    """
+    for problem in walk_resource(resource, read):
+        top = problem.path.split(".", 1)[0].split("[", 1)[0]
+        check = DATA_ROOT_CAUSES.get(problem.category)
+        if problem.source == "spec" and top == key and check is not None:
+            return f"{check}[{resource}]"
+    return None
 
 
 def _judge_last_updated(
@@ -436,7 +462,13 @@ def _judge_last_updated(
         check.fail(f"{what}: meta.lastUpdated {_stamp(stamp)} is in the future", read_ex)
     since, rid, search = write["since"], write["id"], write["search"]
     found = [r.get("id") for r in entries(search.json) if isinstance(r, dict)]
-    if search.status != 200 or rid not in found:
+    if search.status != 200:
+        check.fail(
+            f"{what}: the incremental search _lastUpdated=ge{_stamp(since)} answered "
+            f"{search.status}",
+            search,
+        )
+    elif rid not in found:
         check.fail(
             f"{what}: _lastUpdated=ge{_stamp(since)} (before the write) does not find it "
             f"({search.status}, {len(found)} found): an incremental reader loses this change",

@@ -5,17 +5,19 @@ from __future__ import annotations
 from typing import get_args
 
 from contracts import report
-from contracts.suite import PROBE_PHASE, RUN_ORDER
+from contracts.suite import FINAL_PHASE, PROBE_PHASE, RUN_ORDER
 from contracts.walker import CATEGORY_OF_RULE
 from toolkit import catalogue as cat
 from toolkit import rules
 from toolkit.mock import FAULT_PROFILES
 
 
-def test_run_order_holds_every_category_once_and_the_probe_last() -> None:
-    assert sorted(RUN_ORDER) == sorted([*cat.CONTRACT_CATEGORIES, PROBE_PHASE])
+def test_run_order_holds_every_category_once_then_the_probe_then_the_log_judges() -> None:
+    assert sorted(RUN_ORDER) == sorted([*cat.CONTRACT_CATEGORIES, PROBE_PHASE, FINAL_PHASE])
     assert RUN_ORDER[0] == "auth"
-    assert RUN_ORDER[-1] == PROBE_PHASE
+    # The root-cause checks that judge the whole log (every 5xx, every token request)
+    # come after the probe, whose requests they judge too.
+    assert RUN_ORDER[-2:] == (PROBE_PHASE, FINAL_PHASE)
 
 
 def test_the_report_lists_categories_in_the_catalogue_order() -> None:

@@ -217,6 +217,58 @@ def patch_stale_last_updated(dep: Deployment, client: httpx.Client) -> None:
     assert search.json().get("entry", []) == []
 
 
+def token_endpoint_fails_later(dep: Deployment, client: httpx.Client) -> None:
+    # The client's own token was the first issued; the next, with the same good
+    # credentials, is refused by a failing endpoint, while a wrong secret still gets 401.
+    def ask(secret: str) -> httpx.Response:
+        body = {"grant_type": "client_credentials", "client_id": dep.client_id}
+        return httpx.post(
+            f"{dep.base_url}/oauth/token",
+            json={**body, "client_secret": secret},
+            headers={"User-Agent": USER_AGENT},
+        )
+
+    assert ask("wrong-secret").status_code == 401
+    refused = ask(dep.client_secret)
+    assert refused.status_code == 503
+    assert refused.json()["resourceType"] == "OperationOutcome"
+    assert "access_token" not in refused.json()
+    assert client.get("Organization/PG-1000").status_code == 200  # the issued token works
+
+
+def referral_server_error(dep: Deployment, client: httpx.Client) -> None:
+    dep.reset_rate_limit()  # the profile's limit is 3 a minute
+    for path in ("Referral", "Referral/300001"):
+        response = client.get(path)
+        assert response.status_code == 500
+        assert response.json()["resourceType"] == "OperationOutcome"
+    assert client.post("Referral", json=referral_body()).status_code == 500
+    dep.reset_rate_limit()
+    assert client.get("ReferralDefinition").status_code == 200  # only Referral
+    assert client.get("Organization/PG-1000").status_code == 200
+
+
+def book_reply_local_times(dep: Deployment, client: httpx.Client) -> None:
+    dep.reset_rate_limit()
+    slot = _entries(client, "Appointment/$find", **WINDOW)[0]
+    role = slot["participant"][0]["actor"]["reference"].rsplit("/", 1)[1]  # type: ignore[index]
+    body = book_body(role, str(slot["start"]), str(slot["end"]))
+    reply = client.post("Appointment/$book", json=body)
+    assert reply.status_code == 201
+    stored = client.get(f"Appointment/{reply.json()['id']}").json()
+    # The stored times are the slot's; the reply's are 10 hours later.
+    assert _instant(stored["start"]) == _instant(str(slot["start"]))
+    shift = _instant(reply.json()["start"]) - _instant(stored["start"])
+    assert shift.total_seconds() == 10 * 3600
+    assert reply.json()["id"] == stored["id"]
+
+
+def _instant(text: str) -> Any:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def flaky_503(dep: Deployment, client: httpx.Client) -> None:
     dep.reset_rate_limit()
     statuses = []
@@ -266,15 +318,18 @@ CHECKS: dict[str, Callable[[Deployment, httpx.Client], None]] = {
     "tokens-die-early": tokens_die_early,
     "tokens-outlive-expires-in": tokens_outlive_expires_in,
     "token-revoked-early": token_revoked_early,
+    "token-endpoint-fails-later": token_endpoint_fails_later,
     "auth-not-enforced": auth_not_enforced,
     "any-secret-accepted": any_secret_accepted,
     "paging-loop": paging_loop,
     "total-mismatch": total_mismatch,
     "wrong-content-type": wrong_content_type,
+    "referral-server-error": referral_server_error,
     "double-booking": double_booking,
     "attachment-type-unchecked": attachment_type_unchecked,
     "patch-reply-id-prefix": patch_reply_id_prefix,
     "patch-stale-last-updated": patch_stale_last_updated,
+    "book-reply-local-times": book_reply_local_times,
     "flaky-503": flaky_503,
     "drop-connections": drop_connections,
     "relative-next-links": relative_next_links,

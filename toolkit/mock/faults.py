@@ -39,6 +39,11 @@ STALE_HOURS = 3
 """How far behind its write ``patch-stale-last-updated`` stamps a PATCH."""
 REVOKE_AFTER_USES = 30
 """How many requests ``token-revoked-early`` accepts with one token before refusing it."""
+TOKENS_BEFORE_OUTAGE = 1
+"""How many tokens ``token-endpoint-fails-later`` issues before its token endpoint fails
+(the first: a run's start succeeds, every later token request fails)."""
+BOOK_REPLY_SHIFT_HOURS = 10
+"""How far ``book-reply-local-times`` moves a ``$book`` reply's times (AEST written as UTC)."""
 
 
 class Fault:
@@ -116,6 +121,10 @@ class Fault:
         """Cut this successful list response off mid-body."""
         return False
 
+    def fails_path(self, method: str, path: str) -> bool:
+        """Answer this admitted request (``GET``, ``/main/Referral/300001``) with a 500."""
+        return False
+
     # ------------------------------------------------------------ request gate
     enforces_auth: ClassVar[bool] = True
     """Whether resource requests without a valid token are refused."""
@@ -142,6 +151,10 @@ class Fault:
         """Whether an unexpired token presented for the ``uses``-th time is refused."""
         return False
 
+    def token_endpoint_fails(self) -> bool:
+        """Whether the token endpoint answers 503 to this request with good credentials."""
+        return False
+
     # ------------------------------------------------------------ writes
     books_taken_slots: ClassVar[bool] = False
     """Whether ``$book`` books a slot that is already taken."""
@@ -154,6 +167,9 @@ class Fault:
 
     def patch_reply(self, rtype: str, record: dict[str, Any]) -> None:
         """Change a copy of the stored record before it is sent as the PATCH's reply."""
+
+    def book_reply(self, record: dict[str, Any]) -> None:
+        """Change a copy of the booked Appointment before it is sent as ``$book``'s reply."""
 
 
 FAULT_PROFILES: dict[str, type[Fault]] = {}
@@ -343,6 +359,21 @@ class TokenRevokedEarly(Fault):
         return uses > REVOKE_AFTER_USES
 
 
+class TokenEndpointFailsLater(Fault):
+    name = "token-endpoint-fails-later"
+    description = (
+        "The token endpoint issues the first token, then answers every request with good "
+        "credentials 503 + OperationOutcome (a wrong secret still gets 401)"
+    )
+    category = "auth"
+
+    def token_endpoint_fails(self) -> bool:
+        with self._lock:
+            issued = self._counts.get("tokens", 0)
+            self._counts["tokens"] = issued + 1
+        return issued >= TOKENS_BEFORE_OUTAGE
+
+
 class AuthNotEnforced(Fault):
     name = "auth-not-enforced"
     description = "Resource requests without a valid token get data"
@@ -387,6 +418,17 @@ class WrongContentType(Fault):
         return "application/json"
 
 
+class ReferralServerError(Fault):
+    name = "referral-server-error"
+    description = (
+        "Every Referral request (list, search, read, create, PATCH) answers 500 + OperationOutcome"
+    )
+    category = "schema"
+
+    def fails_path(self, method: str, path: str) -> bool:
+        return path == "/main/Referral" or path.startswith("/main/Referral/")
+
+
 class DoubleBooking(Fault):
     name = "double-booking"
     description = "`$book` books an already-taken slot again"
@@ -423,6 +465,23 @@ class PatchStaleLastUpdated(Fault):
 
     def patch_stamp(self, now: float) -> float:
         return now - STALE_HOURS * 3600
+
+
+class BookReplyLocalTimes(Fault):
+    name = "book-reply-local-times"
+    description = (
+        f"`$book`'s reply gives `start`/`end` {BOOK_REPLY_SHIFT_HOURS} hours ahead of what "
+        "is stored (local time written as UTC); what is stored is right"
+    )
+    category = "write"
+
+    def book_reply(self, record: dict[str, Any]) -> None:
+        import datetime as dt
+
+        for key in ("start", "end"):
+            moment = dt.datetime.fromisoformat(str(record[key]).replace("Z", "+00:00"))
+            shifted = moment.astimezone(dt.UTC) + dt.timedelta(hours=BOOK_REPLY_SHIFT_HOURS)
+            record[key] = shifted.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ---------------------------------------------------------------- the client's resilience

@@ -67,6 +67,8 @@ class MockCore:
             fault = state.fault
             if fault.fails_request():
                 response = error(503, "transient", "the service is briefly unavailable")
+            elif fault.fails_path(request.method, request.url.path):
+                response = error(500, "exception", "an internal error occurred")
             else:
                 response = await _answer(handler, request, Ctx(client, remaining))
                 if counts_as_list and response.status_code == 200 and fault.cuts_list():
@@ -227,6 +229,8 @@ class MockCore:
             return error(400, "invalid", "client_id and client_secret are required strings")
         if not state.check_credentials(client_id, secret):
             return error(401, "security", "unknown client_id or wrong client_secret")
+        if state.fault.token_endpoint_fails():
+            return error(503, "transient", "the token service is unavailable")
         token = state.issue_token(client_id)
         content = orjson.dumps(
             {"token_type": "Bearer", "expires_in": state.options.expires_in, "access_token": token}

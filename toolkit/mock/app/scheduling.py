@@ -196,6 +196,10 @@ class SchedulingRoom(ListingRoom, WritingRoom):
             coll.prime(index, content)
             self.state.announce("Appointment", rid, "create")
         headers = {"location": self.location(request, "Appointment", rid)}
+        reply = orjson.loads(content)
+        self.state.fault.book_reply(reply)
+        if reply != orjson.loads(content):
+            content = orjson.dumps(reply)
         return self.respond(request, content, 201, headers)
 
     def _booked_role(self, appt: dict[str, Any]) -> int:
