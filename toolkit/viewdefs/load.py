@@ -559,24 +559,34 @@ class _PartQueue:
         self.pool, self.schema, self.then = pool, schema, then
         self.parts: list[Future[Part]] = []
         self.chunks: list[Future[pl.DataFrame]] = []
-        self.kept: list[Any] = []
+        self.kept: list[bytes] = []
+        self.count = 0
         self.size = 0
 
     def add(self, resources: list[Any]) -> None:
-        """One page's resources; a chunk (and a part) submitted once there are enough."""
-        self.kept.extend(resources)
-        if len(self.kept) >= _CHUNK:
+        """One page's resources; a chunk (and a part) submitted once there are enough.
+
+        The page's resources are encoded at once, while their values are still in
+        the CPU's cache, and dropped: encoding and freeing each chunk of 2,048
+        decoded resources at the end took half again as long (the values had left
+        the cache by then).
+        """
+        if not resources:
+            return
+        self.kept.append(_ENCODER.encode(resources)[1:-1])
+        self.count += len(resources)
+        if self.count >= _CHUNK:
             self.flush()
             if self.size >= _PART:
                 self.close()
 
     def flush(self) -> None:
-        """The resources kept so far submitted as one chunk's read."""
+        """The resources kept so far submitted as one chunk's read (one JSON array)."""
         if self.kept:
-            encoded = _ENCODER.encode(self.kept)
+            encoded = b"[" + b",".join(self.kept) + b"]"
             self.chunks.append(self.pool.submit(pl.read_json, encoded, schema=self.schema))
-            self.size += len(self.kept)
-            self.kept = []
+            self.size += self.count
+            self.kept, self.count = [], 0
 
     def close(self) -> None:
         """The chunks submitted so far made one part."""
