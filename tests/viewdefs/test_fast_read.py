@@ -547,3 +547,36 @@ def test_a_null_item_of_an_array_is_no_item_by_every_read(
     clean_pages = [_page(clean[i : i + 3]) for i in range(0, 30, 3)]
     assert read_pages_projected(clean_pages, "Patient", roots) is not None
     assert load.read_pages(clean_pages, "Patient") is not None
+
+
+def test_a_nested_field_the_view_reads_but_the_sample_never_showed_is_not_skipped() -> None:
+    # the projected read keeps of each element only the children the view reads
+    # (toolkit.viewdefs.reads); a child it reads that no sampled page had (here
+    # name.given, on page 1, which the sample of 30 pages skips) must send the pages to
+    # the general read, not be skipped as a key the view does not read
+    view = {
+        "resource": "Patient",
+        "select": [
+            {"column": [{"name": "id", "path": "id"}]},
+            {
+                "forEach": "name",
+                "column": [
+                    {"name": "family", "path": "family"},
+                    {"name": "given", "path": "given.first()"},
+                ],
+            },
+        ],
+    }
+
+    def patient(n: int) -> dict[str, Any]:
+        name: dict[str, Any] = {"family": f"f{n}", "use": "official"}
+        if n == 15:
+            name["given"] = ["g"]
+        return {"resourceType": "Patient", "id": f"p{n}", "name": [name]}
+
+    pages = [_page([patient(10 * p + i) for i in range(10)]) for p in range(30)]
+    assert 1 not in {int(i * len(pages) / load._SAMPLE_PAGES) for i in range(12)}
+    frame = run_view(view, pages)
+    general = evaluate(load_view(view), resources_frame(pages, "Patient", None))
+    assert_frame_equal(frame, general)
+    assert frame.filter(pl.col("id") == "p15").get_column("given").to_list() == ["g"]

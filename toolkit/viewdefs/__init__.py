@@ -39,6 +39,7 @@ from toolkit.viewdefs.load import (
     read_resources,
     sample_too_deep,
 )
+from toolkit.viewdefs.reads import read_tree
 from toolkit.viewdefs.runner import evaluate
 
 __all__ = ["View", "ViewDefinitionError", "load_view", "resources_frame", "run_view"]
@@ -204,7 +205,11 @@ def run_view(view: Any, data: Any, *, max_rows: int | None = None) -> pl.DataFra
     if pages is not None and fields is not None:
         # evaluated part by part while the next part is decoded (see read_parts_projected)
         parts = read_parts_projected(
-            pages, checked.resource, fields, lambda frame: evaluate(checked, frame, max_rows)
+            pages,
+            checked.resource,
+            fields,
+            lambda frame: evaluate(checked, frame, max_rows),
+            read_tree(checked),
         )
         if parts is not None:
             return _joined(checked, parts, max_rows)
