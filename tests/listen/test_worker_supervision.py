@@ -166,3 +166,61 @@ def test_a_worker_that_fails_is_logged_restarted_and_503_is_answered_meanwhile(
     stderr = errors[0]
     assert "the worker failed" in stderr and "Too many open files" in stderr
     assert VALUE not in stderr
+
+
+def _storm(url: str, seconds: float) -> None:
+    """Keep FLOOD half-open connections open for ``seconds``, replacing each one the
+    receiver closes (an attacker reconnects), then close them all."""
+    held = _flood(url)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            for i, sock in enumerate(held):
+                with contextlib.suppress(OSError):
+                    if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                        sock.close()
+                        held[i] = _flood_one(url)
+                    # 503 answered: the receiver closes it; read on the next round
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _flood_one(url: str) -> socket.socket:
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    sock = socket.socket()
+    sock.setblocking(False)
+    with contextlib.suppress(BlockingIOError):
+        sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def test_an_event_acknowledged_in_a_descriptor_storm_is_applied_within_20_s(
+    dep: Any, store: Path
+) -> None:
+    """The issue's held-out case: half-open connections flood a receiver allowed 128
+    descriptors for seconds; an event answered 202 meanwhile is applied within 20 s."""
+    import threading
+
+    rid = str(load("Appointment", store)["id"][52])
+    with (
+        _pmtk_listen(dep, store) as (url, errors),
+        httpx.Client(headers=HEADERS, timeout=30) as kept,  # connected before the storm
+    ):
+        assert kept.get(url.replace("/webhook", "/status")).json()["worker"] == "running"
+        dep.delete("Appointment", [rid])
+        storm = threading.Thread(target=_storm, args=(url, 4.0))
+        storm.start()
+        try:
+            time.sleep(1.0)
+            body = notification(("Appointment", rid), delete=True)
+            answer = kept.post(url, content=body)
+            while answer.status_code == 503:  # as a sender does
+                time.sleep(0.2)
+                answer = kept.post(url, content=body)
+            assert answer.status_code == 202, answer.text
+            applied = _applied(store, rid, 20)  # the storm goes on meanwhile
+        finally:
+            storm.join()
+    assert applied, errors

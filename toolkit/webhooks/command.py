@@ -37,12 +37,8 @@ from toolkit.webhooks.listener import (
     running_receiver,
     write_receiver_file,
 )
-from toolkit.webhooks.queue import (
-    DEFAULT_MAX_DEAD_BYTES,
-    DEFAULT_MAX_DEAD_LETTERS,
-    AuthHeader,
-    EventQueue,
-)
+from toolkit.webhooks.journal import DEFAULT_MAX_DEAD_BYTES, DEFAULT_MAX_DEAD_LETTERS, EventQueue
+from toolkit.webhooks.queue import AuthHeader
 from toolkit.webhooks.receiver import make_app
 
 LOOPBACK = "127.0.0.1"
@@ -680,16 +676,10 @@ def _require_store(store: Path) -> None:
 def _retry_dead(store: Path, output: str) -> dict[str, Any]:
     """``--retry-dead``: queue the dead letters again; what was done (said too, as text)."""
     queue = EventQueue(store)
-    requeued, kept = queue.requeue_dead()
+    requeued, _kept = queue.requeue_dead()
     if output == "text":
         typer.echo(f"requeued {requeued} dead letter(s)")
-        if kept:
-            typer.echo(f"{kept} unreadable file(s) left in {queue.dead_dir}")
-    return {
-        "requeued": requeued,
-        "unreadable": kept,
-        "dead_letter_folder": str(queue.dead_dir.resolve()),
-    }
+    return {"requeued": requeued, "journal": str(queue.path.resolve())}
 
 
 def _list_dead(store: Path, output: str) -> None:
@@ -700,7 +690,7 @@ def _list_dead(store: Path, output: str) -> None:
     evicted = queue.evicted()
     if output == "json":
         echo_json(
-            {"dead_letters": letters, "evicted": evicted, "folder": str(queue.dead_dir.resolve())}
+            {"dead_letters": letters, "evicted": evicted, "journal": str(queue.path.resolve())}
         )
         return
     for letter in letters:
@@ -709,7 +699,7 @@ def _list_dead(store: Path, output: str) -> None:
         tried = f", {attempts} attempt(s)" if attempts is not None else ""
         typer.echo(f"{letter.get('dead_at') or '-'}  {record}{tried}: {letter['reason']}")
     typer.echo(
-        f"{len(letters)} dead letter(s) in {queue.dead_dir}"
+        f"{len(letters)} dead letter(s) in {queue.path}"
         + (f"; {evicted} older one(s) removed to keep the bounds" if evicted else "")
         + ("; pmtk listen --retry-dead requeues them" if letters else "")
     )
@@ -771,7 +761,7 @@ def format_status(report: dict[str, Any]) -> list[str]:
         f"dead letters: {report.get('dead_letters', 0)}"
         + (f" ({evicted} older one(s) removed to keep the bounds)" if evicted else "")
         + (
-            f" in {report.get('dead_letter_folder')} (pmtk listen --retry-dead requeues them)"
+            f" in {report.get('journal')} (pmtk listen --retry-dead requeues them)"
             if report.get("dead_letters")
             else ""
         )

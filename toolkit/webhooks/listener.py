@@ -27,12 +27,15 @@ from toolkit.webhooks.events import (
     describe,
     note,
 )
-from toolkit.webhooks.queue import (
+from toolkit.webhooks.journal import (
     DEFAULT_MAX_DEAD_BYTES,
     DEFAULT_MAX_DEAD_LETTERS,
+    EventQueue,
+    Settled,
+)
+from toolkit.webhooks.queue import (
     AuthHeader,
     Change,
-    EventQueue,
     ListenerStats,
     _Retry,
     _write_durable,
@@ -108,7 +111,7 @@ class Listener:
     stats
         :class:`ListenerStats`.
     queue
-        The :class:`EventQueue` on disk.
+        The :class:`EventQueue`: the journal of acknowledged changes.
     """
 
     def __init__(
@@ -315,7 +318,7 @@ class Listener:
                 "waiting_for_sync": {},
             },
             "dead_letters": None,
-            "dead_letter_folder": str(self.queue.dead_dir),
+            "journal": str(self.queue.path),
             "last_error": None,
             "disk_unreadable": describe(exc),
         }
@@ -357,17 +360,17 @@ class Listener:
         #   has answered, so a later read of a record never answers before an
         #   earlier one;
         # - batches are committed in the order they were read, and when a commit
-        #   fails the batch already read is dropped unapplied (its files stay on
-        #   disk) and both are taken again in queue order: an earlier read is never
-        #   committed over a later one.
+        #   fails the batch already read is dropped unapplied and both are queued
+        #   again in the journal, taken again in queue order: an earlier read is
+        #   never committed over a later one.
+        self._recover()
         pending: _ReadBatch | None = None  # read, waiting for its commit
         store_delay = 0.0
         while not self._stop.is_set():
             self.wake.clear()
             self._maintain()
             self._release_waiting()
-            skip = frozenset(pending.paths) if pending is not None else frozenset()
-            batch = self.queue.take(self._batch_cap(), skip=skip)
+            batch = self.queue.take(self._batch_cap())
             reading = self._start_reads(batch) if batch else None
             if reading is not None or pending is not None:
                 self._idle.clear()
@@ -413,13 +416,16 @@ class Listener:
         self, pending: _ReadBatch, reading: _ReadBatch | None, store_delay: float
     ) -> float:
         """Commit ``pending``: ``0.0``; or, when the store cannot be written now (a sync
-        holds it, a full disk), drop ``reading`` unapplied, wait, and return the pause
-        (doubled each time): every change stays queued as it is."""
+        holds it, a full disk), queue both again unapplied, wait, and return the pause
+        (doubled each time)."""
         try:
             self._commit_batch(pending)
         except _Retry as exc:
+            dropped = [c for _u, _d, done in pending.by_type.values() for c in done]
             if reading is not None:
                 self._drop(reading)
+                dropped += reading.to_read + reading.hold
+            self.queue.unclaim(dropped)
             delay = min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
             self.record_error("writing the store failed", exc)
             note(
@@ -447,7 +453,7 @@ class Listener:
         seconds = max(BATCH_SECONDS, self._commit_seconds)
         return max(READERS, min(MAX_BATCH_EVENTS, int(rate * seconds)))
 
-    def _start_reads(self, batch: list[tuple[Path, list[Change]]]) -> _ReadBatch:
+    def _start_reads(self, batch: list[Change]) -> _ReadBatch:
         """Send the batch's reads to the pool (side by side; the client paces them if it
         must) and return at once."""
         synced = synced_types(self.store)
@@ -462,7 +468,6 @@ class Listener:
         futures = [self._readers.submit(self._read, change) for change in to_read]
         self.stats.requests += len(futures)
         reading = _ReadBatch(
-            paths=[path for path, _changes in batch],
             hold=hold,
             to_read=to_read,
             futures=futures,
@@ -476,24 +481,27 @@ class Listener:
         return reading
 
     def _drop(self, reading: _ReadBatch) -> None:
-        """Forget a batch being read: its files stay on disk and are taken again."""
+        """Forget a batch being read (the caller queues its changes again)."""
         for future in reading.futures:
             if future.cancel():
                 self.stats.requests -= 1  # never sent
 
     def _collect(self, reading: _ReadBatch) -> _ReadBatch:
-        """Wait for the batch's reads; sort what they answered into commits, retries and
-        dead letters."""
+        """Wait for the batch's reads; sort what they answered into commits, retries,
+        waiting changes and dead letters, and journal that in one transaction (the
+        records read are kept there until the store's commit)."""
+        settled = Settled(hold=list(reading.hold))
         for change, future in zip(reading.to_read, reading.futures, strict=True):
             kind, value = future.result()
             event = change.event
             if kind == "retry":
-                self._failed(change, value, reading.retry, reading.dead)
+                self._failed(change, value, reading.retry, settled.dead)
                 continue
             if kind == "dead":
                 change.attempts += 1
-                reading.dead.append((change, value))
+                settled.dead.append((change, value))
                 continue
+            settled.read.append((change, value))
             ups, dels, done = reading.by_type.setdefault(event.resource_type, ([], [], []))
             if value is None:
                 dels.append(event.id)
@@ -508,7 +516,10 @@ class Listener:
                     )
                 ups.append(value)
             done.append(change)
-        self._requeue(reading.retry)
+        settled.retry = self._due(reading.retry)
+        self.queue.settle(settled)
+        self.stats.held += len(settled.hold)
+        self.stats.failures += len(settled.dead)
         if reading.to_read:
             took = max(1e-3, reading.finished - reading.started)
             rate = len(reading.to_read) / took
@@ -517,42 +528,37 @@ class Listener:
             self._read_rate = rate if last is None else 0.5 * last + 0.5 * rate
         return reading
 
-    def _requeue(self, retry: list[Change]) -> None:
-        """Queue the changes whose read failed again, due after their backoff.
+    def _due(self, retry: list[Change]) -> list[tuple[Change, int]]:
+        """When each change whose read failed is due again (after its backoff).
 
-        Done as soon as the reads answered, not after the batch's commit: the backoff
-        runs while the batch commits, and a retried change does not wait for a commit
-        it has no part in. Its file stays until the batch is done, so a crash or a
-        failed commit leaves it queued twice (applying a record twice is harmless),
-        never lost. Changes with as many attempts share a file (one fsync pair).
+        Journaled as soon as the reads answered, not after the batch's commit: the
+        backoff runs while the batch commits, and a retried change does not wait for
+        a commit it has no part in.
         """
-        by_attempts: dict[int, list[Change]] = {}
+        due: list[tuple[Change, int]] = []
         for change in retry:
-            by_attempts.setdefault(change.attempts, []).append(change)
-        for attempts, changes in sorted(by_attempts.items()):
-            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (attempts - 1))
-            due = time.time_ns() + int(delay * random.uniform(0.9, 1.1) * 1e9)
-            self.queue.put_changes(changes, due)
-            self.stats.retried += len(changes)
+            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (change.attempts - 1))
+            due.append((change, time.time_ns() + int(delay * random.uniform(0.9, 1.1) * 1e9)))
+        self.stats.retried += len(due)
+        return due
 
     def _commit_batch(self, read: _ReadBatch) -> None:
-        """Commit what a batch read, keep the rest on disk, then forget its files.
+        """Commit what a batch read to the store, then (only then) forget its changes
+        in the journal, in one transaction with those that failed their schema.
 
-        Raises :class:`_Retry` when the store cannot be written; then nothing of the
-        batch has been moved (the queue files stay, and are taken again).
+        Raises :class:`_Retry` when the store cannot be written; then the journal
+        still holds every change of the batch as read.
         """
         began = time.monotonic()
-        dead = list(read.dead)
+        applied: list[Change] = []
+        dead: list[tuple[Change, str]] = []
         for rtype, (ups, dels, done) in read.by_type.items():
-            dead.extend(self._commit(rtype, ups, dels, done))
-        # Everything that was not applied is on disk again before its file goes.
-        for change in read.hold:
-            self.queue.hold(change)
-            self.stats.held += 1
-        for change, reason in dead:
-            self.queue.bury(change, reason)
-            self.stats.failures += 1
-        self.queue.done(read.paths)
+            failed = self._commit(rtype, ups, dels, done)
+            gone = {change.key for change, _reason in failed}
+            applied += [change for change in done if change.key not in gone]
+            dead += failed
+        self.queue.finish(applied, dead)
+        self.stats.failures += len(dead)
         self.stats.batches += 1
         self.clear_error("writing the store failed")
         self.clear_error("the worker failed")
@@ -630,6 +636,39 @@ class Listener:
         self.clear_error("healing missed events failed")
         note(logging.INFO, "missed events healed by a sync: %s", text)
         return True
+
+    def _recover(self) -> None:
+        """Apply the changes a crashed run had read but not seen committed (from the
+        records the journal kept, no read again), unless the store already holds them:
+        then they are only forgotten, never applied twice. Claimed ones are queued."""
+        found = self.queue.recover()
+        if not found:
+            return
+        read = _ReadBatch(hold=[], to_read=[], futures=[], started=0.0, finished=0.0)
+        landed: list[Change] = []
+        stamps: dict[str, dict[str, str | None]] = {}
+        for rtype in {change.event.resource_type for change, _record in found}:
+            ids = [c.event.id for c, _r in found if c.event.resource_type == rtype]
+            stamps[rtype] = _stored_stamps(self.store, rtype, ids)
+        for change, record in found:
+            if _in_store(stamps[change.event.resource_type], change.event.id, record):
+                landed.append(change)
+                continue
+            ups, dels, done = read.by_type.setdefault(change.event.resource_type, ([], [], []))
+            if record is None:
+                dels.append(change.event.id)
+            else:
+                ups.append(record)
+            done.append(change)
+        note(
+            logging.WARNING,
+            "%d change(s) read before a crash: %d already in the store, %d applied now",
+            len(found),
+            len(landed),
+            len(found) - len(landed),
+        )
+        self.queue.finish(landed)
+        self._commit_batch(read)
 
     def _release_waiting(self) -> None:
         """Queue again the waiting changes of types a sync has now made a table for."""
@@ -800,7 +839,6 @@ class Listener:
 class _ReadBatch:
     """A batch taken from the queue: its reads in flight, then what they answered."""
 
-    paths: list[Path]
     hold: list[Change]
     to_read: list[Change]
     futures: list[Future[tuple[str, Any]]]
@@ -810,7 +848,6 @@ class _ReadBatch:
         default_factory=dict
     )
     retry: list[Change] = field(default_factory=list)
-    dead: list[tuple[Change, str]] = field(default_factory=list)
 
     def answered(self, _future: Future[tuple[str, Any]]) -> None:
         self.finished = max(self.finished, time.monotonic())
@@ -837,20 +874,21 @@ def api_says_gone(exc: Any) -> bool:
     return getattr(exc, "status", None) in (404, 410) and is_fhir_answer(exc)
 
 
-def _latest(batch: Sequence[tuple[Path, list[Change]]]) -> dict[tuple[str, str], Change]:
+def _latest(batch: Sequence[Change]) -> dict[tuple[str, str], Change]:
     """The latest change of each record, in the order of its latest announcement.
 
     A record announced again keeps its first receipt time (its freshness is measured
-    from the oldest unapplied announcement) and the most attempts any copy had.
+    from the oldest unapplied announcement), the most attempts any copy had, and all
+    their journal rows (which go together when it is applied).
     """
     latest: dict[tuple[str, str], Change] = {}
-    for _path, changes in batch:
-        for change in changes:
-            earlier = latest.pop(change.key, None)  # keep the order of the latest announcement
-            if earlier is not None:
-                change.first_ns = min(change.first_ns, earlier.first_ns)
-                change.attempts = max(change.attempts, earlier.attempts)
-            latest[change.key] = change
+    for change in batch:
+        earlier = latest.pop(change.key, None)  # keep the order of the latest announcement
+        if earlier is not None:
+            change.first_ns = min(change.first_ns, earlier.first_ns)
+            change.attempts = max(change.attempts, earlier.attempts)
+            change.rows = [*earlier.rows, *change.rows]
+        latest[change.key] = change
     return latest
 
 
@@ -900,6 +938,39 @@ def running_receiver(store: Path) -> tuple[str, int] | None:
     return host, port
 
 
+def _stored_stamps(store: Path, rtype: str, ids: Sequence[str]) -> dict[str, str | None]:
+    """``id -> meta.lastUpdated`` of the stored records among ``ids`` (absent: not stored)."""
+    import polars as pl
+
+    from toolkit.errors import PmtkError
+    from toolkit.store import load
+
+    try:
+        frame = load(rtype, store, lazy=True)
+        lazy = frame if isinstance(frame, pl.LazyFrame) else frame.lazy()
+        rows = (
+            lazy.filter(pl.col("id").is_in(list(ids)))
+            .select("id", pl.col("last_updated").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ"))
+            .collect()
+        )
+    except PmtkError:
+        return {}  # no table yet
+    return dict(zip(rows["id"].to_list(), rows["last_updated"].to_list(), strict=True))
+
+
+def _in_store(stamps: dict[str, str | None], rid: str, record: dict[str, Any] | None) -> bool:
+    """Whether the store holds what ``record`` says (``None``: the record absent)."""
+    from toolkit.store.precedence import newer
+
+    if record is None:
+        return rid not in stamps
+    if rid not in stamps:
+        return False
+    meta = record.get("meta")
+    stamp = meta.get("lastUpdated") if isinstance(meta, dict) else None
+    return stamp is not None and not newer(stamp, stamps[rid])
+
+
 def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
     """The queue, waiting changes, dead letters and last error as the store's folder holds them.
 
@@ -924,7 +995,8 @@ def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
         "dead_letters": queue.dead(),
         "dead_letters_evicted": queue.evicted(),
         "dead_letter_limits": {"letters": queue.max_dead, "bytes": queue.max_dead_bytes},
-        "dead_letter_folder": str(queue.dead_dir),
+        "journal": str(queue.path),
+        "journal_states": queue.states(),
         "events": EventLog(store / WEBHOOK_DIR).status(),
         "last_error": None,
     }
