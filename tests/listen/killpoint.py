@@ -4,7 +4,7 @@ Usage: ``python tests/listen/killpoint.py STEP WHEN N listen [options...]``: the
 dies at the ``N``-th time it reaches ``STEP``, ``WHEN`` being
 
 - ``before``: inside the step's transaction, its writes made and not committed (after
-  a pause of 0.3 s, so that a receiver that answered before its commit is caught);
+  a pause of 1 s, so that a receiver that answered before its commit is caught);
 - ``after``: just after the commit, before anything else.
 
 ``STEP`` is a journal transaction (``intake``: a group of notifications queued;
@@ -64,7 +64,7 @@ def install(step: str, when: str, nth: int) -> None:
         with real_transaction(self, name) as db:
             yield db
             if fatal and when == "before":
-                time.sleep(0.3)
+                time.sleep(1.0)
                 _die()
         if fatal:
             _die()

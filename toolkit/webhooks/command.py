@@ -28,6 +28,7 @@ from toolkit.webhooks._output import (
 )
 from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE_BYTES
+from toolkit.webhooks.journal import DEFAULT_MAX_DEAD_BYTES, DEFAULT_MAX_DEAD_LETTERS, EventQueue
 from toolkit.webhooks.listener import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_ATTEMPTS,
@@ -37,7 +38,6 @@ from toolkit.webhooks.listener import (
     running_receiver,
     write_receiver_file,
 )
-from toolkit.webhooks.journal import DEFAULT_MAX_DEAD_BYTES, DEFAULT_MAX_DEAD_LETTERS, EventQueue
 from toolkit.webhooks.queue import AuthHeader
 from toolkit.webhooks.receiver import make_app
 

@@ -294,6 +294,11 @@ class EventQueue:
     def take(self, max_events: int = MAX_BATCH_EVENTS) -> list[Change]:
         """Claim the queued changes due now, oldest due first, at most ``max_events``."""
         now = time.time_ns()
+        due = self._query(
+            "SELECT 1 FROM changes WHERE state = 'queued' AND due_ns <= ? LIMIT 1", (now,)
+        )
+        if not due:
+            return []  # nothing to claim: no transaction
         with self._transaction("claim") as db:
             rows = db.execute(
                 f"SELECT {_COLUMNS} FROM changes WHERE state = 'queued' AND due_ns <= ?"
