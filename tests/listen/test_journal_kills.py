@@ -127,7 +127,7 @@ def test_a_kill_at_any_state_change_loses_nothing_and_applies_nothing_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ids = _ids(store)
-    updated, retried, refused = ids[:3], ids[3], ids[4]
+    retried, refused = ids[3], ids[4]
     texts = {rid: f"journal {'-'.join(map(str, case))} {n}" for n, rid in enumerate(ids[:4])}
     with api_client(dep) as api:
         for rid, text in texts.items():
