@@ -98,9 +98,15 @@ def _files(folder: Path) -> dict[str, str]:
     }
 
 
-_BOOKKEEPING = ("receiver.json", "events-seen.json")
+_BOOKKEEPING = (
+    "receiver.json",
+    "events-seen.json",
+    "journal.sqlite3",
+    "journal.sqlite3-wal",
+    "journal.sqlite3-shm",
+)
 """The receiver's own notes in ``.webhooks/`` (who serves the store, the event numbers
-it has seen): not the store's data, nor its queue."""
+it has seen) and its journal, whose rows the test checks: not the store's data."""
 
 
 def test_an_event_of_a_type_without_a_view_is_accepted_logged_and_not_queued(
