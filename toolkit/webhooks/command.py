@@ -235,6 +235,7 @@ def _served(listener: Listener, config: Any, host: str) -> Iterator[None]:
     """Serve the receiver and run its worker until the block ends; both always stopped."""
     running = None
     try:
+        preload()
         running = start(config, name="pmtk-listen", what="the webhook receiver", timeout=30)
         listener.port = running.port
         shown = f"[{host}]" if ":" in host else host
@@ -247,6 +248,23 @@ def _served(listener: Listener, config: Any, host: str) -> Iterator[None]:
             running.stop()
         listener.stop_worker()
         remove_receiver_file(listener.store)
+
+
+def preload() -> None:
+    """Import, before serving, the modules the intake and the worker would otherwise
+    import on first use.
+
+    Importing opens files: in a storm of connections that holds every descriptor,
+    a first delivery failed with EMFILE importing anyio's asyncio backend (its
+    thread pool), and a first commit importing the store's writer. Loaded here, the
+    receiver and the worker need no descriptor but the sockets and store files.
+    """
+    import anyio._backends._asyncio  # noqa: F401
+    import starlette.concurrency  # noqa: F401
+
+    import toolkit.store.merge
+    import toolkit.store.precedence
+    import toolkit.store.raw  # noqa: F401
 
 
 def is_loopback(host: str) -> bool:
@@ -349,6 +367,10 @@ def _receiver_config(
         # head size, head and body deadlines, body cap, connection cap (toolkit/_protocol.py)
         http=guarded_protocol(limits),
         timeout_keep_alive=5,
+        # asyncio accepts up to ``backlog`` connections each time the socket is
+        # readable, before any is refused: at the cap, a flood cannot take more
+        # descriptors at once than the cap (uvicorn's default is 2048)
+        backlog=max(16, limits.max_connections or 256),
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # if h11 is ever chosen
         server_header=False,
         # uvicorn's own lines (on stderr) in colour only where pmtk's are (NO_COLOR, a pipe)

@@ -74,6 +74,29 @@ time up to :data:`CATCH_UP_RETRY_MAX`."""
 CATCH_UP_RETRY_MAX = 300.0
 
 STORE_RETRY_MAX = 30.0
+
+LOCAL_RETRY = 0.2
+"""Seconds before a read or a store commit that failed for want of file descriptors
+(EMFILE, ENFILE: a storm of connections) is tried again; no attempt is counted."""
+
+
+def out_of_descriptors(exc: BaseException) -> bool:
+    """Whether ``exc`` or one of its causes is this process (or the system) running out
+    of file descriptors."""
+    import errno
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        if "Too many open files" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 """Longest pause between attempts at a store that cannot be written (a sync holds it)."""
 
 
@@ -426,7 +449,10 @@ class Listener:
                 self._drop(reading)
                 dropped += reading.to_read + reading.hold
             self.queue.unclaim(dropped)
-            delay = min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
+            # out of descriptors (a storm of connections): a local shortage that ends
+            # with the storm, tried again soon rather than after a growing pause
+            short = out_of_descriptors(exc)
+            delay = LOCAL_RETRY if short else min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
             self.record_error("writing the store failed", exc)
             note(
                 logging.WARNING,
@@ -494,6 +520,10 @@ class Listener:
         for change, future in zip(reading.to_read, reading.futures, strict=True):
             kind, value = future.result()
             event = change.event
+            if kind == "again":
+                change.last_error = value[:500]
+                settled.retry.append((change, time.time_ns() + int(LOCAL_RETRY * 1e9)))
+                continue
             if kind == "retry":
                 self._failed(change, value, reading.retry, settled.dead)
                 continue
@@ -516,7 +546,7 @@ class Listener:
                     )
                 ups.append(value)
             done.append(change)
-        settled.retry = self._due(reading.retry)
+        settled.retry += self._due(reading.retry)
         self.queue.settle(settled)
         self.stats.held += len(settled.hold)
         self.stats.failures += len(settled.dead)
@@ -731,6 +761,8 @@ class Listener:
         try:
             return "ok", self._fetch(change.event)
         except _Retry as exc:
+            if out_of_descriptors(exc):
+                return "again", str(exc)  # this process's shortage, not the API's
             return "retry", str(exc)
         except PmtkError as exc:  # refused for good (400, 403, an id the API rejects)
             return "dead", f"reading it failed: {describe(exc)}"
