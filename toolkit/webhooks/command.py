@@ -76,6 +76,7 @@ def listen(
     body_timeout: float = BODY_TIMEOUT,
     errors: Literal["raise", "warn"] = "raise",
     log_level: str = "warning",
+    deployment: str | None = None,
 ) -> Iterator[Listener]:
     """Receive webhooks and keep the store at ``store`` current.
 
@@ -128,6 +129,11 @@ def listen(
         ``"raise"``: a record that fails its schema goes to the dead letters
         (the others are applied); ``"warn"``: it is stored anyway and a
         :class:`toolkit.schemas.PmtkDataWarning` is emitted.
+    deployment
+        Keep this deployment of the lake at ``store`` (a local folder) current, as
+        ``pmtk sync --out LAKE --deployment NAME`` does; changes are committed with
+        :func:`toolkit.lake.apply_changes` and the journal is kept in
+        ``LAKE/_pmtk_listen/NAME/.webhooks/``.
 
     Yields
     ------
@@ -147,7 +153,8 @@ def listen(
     options = {name: value for name, value in locals().items() if name in _LISTENER_OPTIONS}
     header = _checked_auth(auth_header, no_auth, host, public_hosts)
     limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
-    with _listening(store, client, header, host, port, log_level, limits, options) as listener:
+    where = (store, deployment)
+    with _listening(where, client, header, host, port, log_level, limits, options) as listener:
         yield listener
 
 
@@ -180,7 +187,7 @@ def _checked_auth(
 
 @contextlib.contextmanager
 def _listening(
-    store: str | os.PathLike[str] | None,
+    where: tuple[str | os.PathLike[str] | None, str | None],
     client: Any,
     header: AuthHeader | None,
     host: str,
@@ -191,15 +198,30 @@ def _listening(
 ) -> Iterator[Listener]:
     """Prepare the store, build the :class:`Listener` and serve it until the block ends.
 
-    ``store`` ``None`` is the client's default store; ``options`` are the
+    ``where`` is ``(store, deployment)``: ``store`` ``None`` is the client's default
+    store; with a deployment it is a lake; ``options`` are the
     :class:`Listener` keyword arguments :func:`listen` passes on unchanged.
     """
+    store, deployment = where
     with _connected(client) as connected:
         from toolkit.store.identity import default_store
+        from toolkit.webhooks.target import LakeTarget, StoreTarget
 
         root = Path(default_store(connected) if store is None else store)
-        _prepare_store(root, connected)
-        listener = Listener(root, connected, auth_header=header, bind_host=host, **options)
+        if deployment is None:
+            _prepare_store(root, connected)
+            target: Any = StoreTarget(root)
+        else:
+            target = LakeTarget(root, deployment)
+            target.journal_root.mkdir(parents=True, exist_ok=True)
+        listener = Listener(
+            target.journal_root,
+            connected,
+            auth_header=header,
+            bind_host=host,
+            target=target,
+            **options,
+        )
         with _served(listener, _receiver_config(listener, host, port, log_level, limits), host):
             yield listener
 
@@ -389,6 +411,15 @@ StoreOption = Annotated[
     ),
 ]
 Port = Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")]
+ListenDeployment = Annotated[
+    str | None,
+    typer.Option(
+        "--deployment",
+        help="Keep this deployment of the Delta Lake at --store current (as pmtk sync "
+        "--out LAKE --deployment NAME).",
+        show_default=False,
+    ),
+]
 Host = Annotated[
     str,
     typer.Option(help="Address to bind; keep 127.0.0.1 and put a reverse proxy in front."),
@@ -500,6 +531,7 @@ def listen_command(
     max_dead_letters: MaxDeadLetters = DEFAULT_MAX_DEAD_LETTERS,
     max_dead_bytes: MaxDeadBytes = DEFAULT_MAX_DEAD_BYTES,
     requests_per_minute: RequestsPerMinute = catalogue.RATE_LIMIT_PER_MINUTE,
+    deployment: ListenDeployment = None,
     status: Status = False,
     dead_letters: DeadLetters = False,
     retry_dead: RetryDead = False,
@@ -517,6 +549,12 @@ def listen_command(
         raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
     auth_header = auth_setting(auth_header, command="pmtk listen")
     if dead_letters or status or retry_dead:
+        if deployment is not None:
+            from toolkit.webhooks.target import LakeTarget
+
+            store = LakeTarget(
+                Path("pmtk-lake" if store is None else store), deployment
+            ).journal_root
         _look(store, port, host, auth_header, (dead_letters, status, retry_dead), output)
         return
     with _log_to(output) as lines, _exit_codes():
@@ -530,7 +568,18 @@ def listen_command(
         limits |= {"max_connections": max_connections, "max_attempts": max_attempts}
         limits |= {"max_dead_letters": max_dead_letters, "max_dead_bytes": max_dead_bytes}
         options = {**served, **limits, "catch_up": catch_up, "gap_grace": gap_grace}
+        options["deployment"] = deployment
         _receive(store, connection, options, output, lines)
+
+
+def _journal_of(store: Path | None, deployment: str | None) -> Path | None:
+    """The folder whose ``.webhooks/`` holds the journal: the store, or with a deployment
+    the lake's folder for that deployment's receiver."""
+    if deployment is None:
+        return store
+    from toolkit.webhooks.target import LakeTarget
+
+    return LakeTarget(Path("pmtk-lake" if store is None else store), deployment).journal_root
 
 
 def _look(

@@ -154,10 +154,13 @@ class Listener:
         gap_grace: float = DEFAULT_GAP_GRACE,
         max_dead_letters: int = DEFAULT_MAX_DEAD_LETTERS,
         max_dead_bytes: int = DEFAULT_MAX_DEAD_BYTES,
+        target: Any = None,
     ) -> None:
         from toolkit import views
+        from toolkit.webhooks.target import StoreTarget
 
         self.store = store
+        self.target = StoreTarget(store) if target is None else target
         self.client = client
         self.auth_header = auth_header
         self.max_body_bytes = max_body_bytes
@@ -228,7 +231,7 @@ class Listener:
                 self.caught_up.is_set()
                 and self._idle.is_set()
                 and self.queue.count() == 0
-                and not set(self.queue.waiting()) & synced_types(self.store)
+                and not set(self.queue.waiting()) & self.target.synced_types()
             ):
                 return True
             time.sleep(0.01)
@@ -482,7 +485,7 @@ class Listener:
     def _start_reads(self, batch: list[Change]) -> _ReadBatch:
         """Send the batch's reads to the pool (side by side; the client paces them if it
         must) and return at once."""
-        synced = synced_types(self.store)
+        synced = self.target.synced_types()
         hold: list[Change] = []
         to_read: list[Change] = []
         for change in _latest(batch).values():
@@ -596,7 +599,7 @@ class Listener:
         self._commit_seconds = 0.5 * self._commit_seconds + 0.5 * took
 
     def _catch_up(self) -> None:
-        held = synced_types(self.store)
+        held = self.target.synced_types()
         wanted = [t for t in ANNOUNCED if t in self.viewed and (t in held or not held)]
         try:
             text = self._sync(wanted)
@@ -625,21 +628,18 @@ class Listener:
     def _sync(self, types: Sequence[str]) -> str:
         """An incremental sync of ``types``; what it did. Raises when any type failed."""
         from toolkit.errors import PmtkError
-        from toolkit.store import sync
 
-        summary = sync(self.client, self.store, resources=list(types), progress=False)
-        failed = [r for r in summary.resources if r.status == "failed"]
+        synced = self.target.sync(self.client, types)
+        failed = [r for r in synced if r.status == "failed"]
         if failed:
             raise PmtkError("; ".join(f"{r.resource}: {r.error}" for r in failed)[:500])
-        return ", ".join(
-            f"{r.resource} {r.status} ({r.fetched} fetched)" for r in summary.resources
-        )
+        return ", ".join(f"{r.resource} {r.status} ({r.fetched} fetched)" for r in synced)
 
     def _heal(self, gap: Gap) -> bool:
         """Log a gap and sync its types; true when healed (false: tried again later)."""
         shown = ", ".join(str(n) for n in gap.missing[:50])
         more = f" and {len(gap.missing) - 50} more" if len(gap.missing) > 50 else ""
-        held = synced_types(self.store)
+        held = self.target.synced_types()
         types = sorted(t for t in gap.types if t in held) or sorted(
             t for t in ANNOUNCED if t in held and t in self.viewed
         )
@@ -679,7 +679,7 @@ class Listener:
         stamps: dict[str, dict[str, str | None]] = {}
         for rtype in {change.event.resource_type for change, _record in found}:
             ids = [c.event.id for c, _r in found if c.event.resource_type == rtype]
-            stamps[rtype] = _stored_stamps(self.store, rtype, ids)
+            stamps[rtype] = self.target.stamps(rtype, ids)
         for change, record in found:
             if _in_store(stamps[change.event.resource_type], change.event.id, record):
                 landed.append(change)
@@ -705,7 +705,7 @@ class Listener:
         waiting = self.queue.waiting()
         if not waiting:
             return
-        ready = set(waiting) & synced_types(self.store)
+        ready = set(waiting) & self.target.synced_types()
         if ready:
             moved = self.queue.release(ready)
             note(logging.INFO, "%d waiting change(s) of %s queued", moved, ", ".join(sorted(ready)))
@@ -792,18 +792,11 @@ class Listener:
     ) -> list[tuple[Change, str]]:
         """Apply one type's changes in one commit; the changes that cannot be applied."""
         from toolkit.errors import DataValidationError
-        from toolkit.store import apply_changes
 
         last = done[-1]
         try:
-            result = apply_changes(
-                rtype,
-                self.store,
-                upserts=ups,
-                deletes=dels,
-                event={**last.event.to_json(), "received_at": last.received_at},
-                errors=self.errors,
-            )
+            event = {**last.event.to_json(), "received_at": last.received_at}
+            result = self.target.apply(rtype, ups, dels, event, self.errors)
         except DataValidationError:
             failed = self._commit_one_by_one(rtype, ups, dels, done)
         except Exception as exc:
@@ -829,7 +822,6 @@ class Listener:
     ) -> list[tuple[Change, str]]:
         """Isolate the records that fail their schema; apply the others."""
         from toolkit.errors import DataValidationError
-        from toolkit.store import apply_changes
 
         by_id = {c.event.id: c for c in done}
         failed: list[tuple[Change, str]] = []
@@ -837,17 +829,11 @@ class Listener:
             for record in ups:
                 change = by_id[str(record["id"])]
                 try:
-                    apply_changes(
-                        rtype,
-                        self.store,
-                        upserts=[record],
-                        event=change.event.to_json(),
-                        errors=self.errors,
-                    )
+                    self.target.apply(rtype, [record], [], change.event.to_json(), self.errors)
                 except DataValidationError as exc:
                     failed.append((change, f"the record fails its schema: {exc}"))
             if dels:
-                apply_changes(rtype, self.store, deletes=dels, event=done[-1].event.to_json())
+                self.target.apply(rtype, [], dels, done[-1].event.to_json(), self.errors)
         except DataValidationError:
             raise
         except Exception as exc:
@@ -968,26 +954,6 @@ def running_receiver(store: Path) -> tuple[str, int] | None:
     except OSError:
         return None
     return host, port
-
-
-def _stored_stamps(store: Path, rtype: str, ids: Sequence[str]) -> dict[str, str | None]:
-    """``id -> meta.lastUpdated`` of the stored records among ``ids`` (absent: not stored)."""
-    import polars as pl
-
-    from toolkit.errors import PmtkError
-    from toolkit.store import load
-
-    try:
-        frame = load(rtype, store, lazy=True)
-        lazy = frame if isinstance(frame, pl.LazyFrame) else frame.lazy()
-        rows = (
-            lazy.filter(pl.col("id").is_in(list(ids)))
-            .select("id", pl.col("last_updated").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ"))
-            .collect()
-        )
-    except PmtkError:
-        return {}  # no table yet
-    return dict(zip(rows["id"].to_list(), rows["last_updated"].to_list(), strict=True))
 
 
 def _in_store(stamps: dict[str, str | None], rid: str, record: dict[str, Any] | None) -> bool:
