@@ -322,7 +322,7 @@ class EventQueue:
                     db,
                     change,
                     "state = 'queued', due_ns = ?, attempts = ?, last_error = ?",
-                    (due, change.attempts, change.last_error),
+                    (due, change.attempts, _redacted(change.last_error)),
                 )
             for change in settled.hold:
                 self._hold(db, change)
@@ -516,6 +516,13 @@ class EventQueue:
 _COLUMNS = "id, event, first_ns, attempts, last_error, received_at"
 
 
+def _redacted(text: str | None) -> str | None:
+    """``text`` with every registered secret hidden (a reason kept in the journal)."""
+    from toolkit.redaction import redact
+
+    return None if text is None else redact(text)
+
+
 def _change(row: Sequence[Any]) -> Change:
     row_id, event, first_ns, attempts, last_error, received_at = row
     return Change(
@@ -545,7 +552,7 @@ def _insert(
                 change.first_ns,
                 now if due_ns is None else due_ns,
                 change.attempts,
-                change.last_error,
+                _redacted(change.last_error),
                 change.received_at,
                 len(event) + 64,
             ),
