@@ -130,10 +130,8 @@ def listen(
         (the others are applied); ``"warn"``: it is stored anyway and a
         :class:`toolkit.schemas.PmtkDataWarning` is emitted.
     deployment
-        Keep this deployment of the lake at ``store`` (a local folder) current, as
-        ``pmtk sync --out LAKE --deployment NAME`` does; changes are committed with
-        :func:`toolkit.lake.apply_changes` and the journal is kept in
-        ``LAKE/_pmtk_listen/NAME/.webhooks/``.
+        Keep this deployment of the lake at ``store`` current (as ``pmtk sync --out
+        LAKE --deployment NAME``), through :func:`toolkit.lake.apply_changes`.
 
     Yields
     ------
@@ -145,17 +143,16 @@ def listen(
     toolkit.errors.ConfigurationError
         No ``auth_header`` and no ``no_auth``, or ``no_auth`` on an address that
         is not loopback (nothing is bound).
-    toolkit.store.NotAStore
-        ``store`` is not empty and not a pmtk store (nothing written).
-    toolkit.store.WrongDeployment
-        ``store`` holds the data of another deployment than the client's.
+    toolkit.store.NotAStore, toolkit.store.WrongDeployment
+        ``store`` is not empty and not a pmtk store, or holds another deployment's
+        data (nothing written).
     """
     options = {name: value for name, value in locals().items() if name in _LISTENER_OPTIONS}
     header = _checked_auth(auth_header, no_auth, host, public_hosts)
     limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
     where = (store, deployment)
-    with _listening(where, client, header, host, port, log_level, limits, options) as listener:
-        yield listener
+    with _listening(where, client, header, host, port, log_level, limits, options) as receiver:
+        yield receiver
 
 
 _LISTENER_OPTIONS = frozenset(
