@@ -127,3 +127,22 @@ def test_a_change_posted_to_pmtk_listen_lands_in_the_lake_beside_a_running_sync(
 def _sync_again(dep: Any, where: Path) -> None:
     with toolkit_client(dep) as client:
         lake.sync(client, where, deployment=NAME, resources=["Appointment"], full=True)
+
+
+def test_dead_letters_and_status_take_the_lake_and_deployment(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+    from toolkit.webhooks import Change, Event, EventQueue
+
+    where = tmp_path / "lake"
+    journal = EventQueue(where / "_pmtk_listen" / NAME)
+    journal.bury(Change(Event("Appointment", "1"), 0, attempts=3), "gave up: 500")
+    journal.close()
+    args = ["listen", "--store", str(where), "--deployment", NAME]
+    listed = CliRunner().invoke(app, [*args, "--dead-letters"])
+    assert listed.exit_code == 0, listed.output
+    assert "Appointment/1, 3 attempt(s): gave up: 500" in listed.output
+    status = CliRunner().invoke(app, [*args, "--status", "--port", "1", "--no-auth"])
+    assert status.exit_code == 0, status.output
+    assert "dead letters: 1" in status.output

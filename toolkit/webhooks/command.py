@@ -730,7 +730,10 @@ def _require_store(store: Path) -> None:
     is not read as a store)."""
     from toolkit.store import NotAStore
     from toolkit.store.layout import claim as _claim
+    from toolkit.webhooks.target import LAKE_JOURNALS
 
+    if store.parent.name == LAKE_JOURNALS and store.is_dir():
+        return  # a lake's receiver folder (--deployment): the lake is not a store
     if not store.is_dir():
         typer.echo(f"error: there is no store at {store}", err=True)
         raise typer.Exit(2)
