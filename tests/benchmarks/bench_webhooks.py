@@ -79,7 +79,6 @@ HEADER = "Authorization: Bearer bench-webhook-secret"
 PMTK = str(Path(sys.executable).parent / "pmtk")  # what `uv run pmtk` runs
 START_TIMEOUT = 120.0
 SETTLE_TIMEOUT = 120.0
-_QUEUE_FILE = re.compile(r"\d{20}-\d{20}-\d{8}-(\d+)e-")
 
 
 def _free_port() -> int:
@@ -270,7 +269,7 @@ class Watcher(threading.Thread):
     def __init__(self, store: Path, scenario: str) -> None:
         super().__init__(daemon=True)
         self.manifest = store / "manifest.json"
-        self.queue_dir = store / ".webhooks" / "queue"
+        self.journal = store / ".webhooks" / "journal.sqlite3"
         self.store = store
         self.prefix = f"bench-{scenario}-"
         self.lock = threading.Lock()
@@ -338,13 +337,21 @@ class Watcher(threading.Thread):
                     del self.pending[rid]
 
     def _sample_queue(self) -> None:
-        events = 0
-        with contextlib.suppress(FileNotFoundError):
-            for name in os.listdir(self.queue_dir):
-                matched = _QUEUE_FILE.match(name)
-                if matched:
-                    events += int(matched.group(1))
-        self.queued = max(self.queued, events)
+        """The unapplied changes in the receiver's journal (read-only, with plain sqlite3)."""
+        import sqlite3
+
+        if not self.journal.exists():
+            return
+        with (
+            contextlib.suppress(sqlite3.Error),
+            contextlib.closing(
+                sqlite3.connect(f"file:{self.journal}?mode=ro", uri=True, timeout=1)
+            ) as db,
+        ):
+            (events,) = db.execute(
+                "SELECT count(*) FROM changes WHERE state IN ('queued', 'claimed', 'read')"
+            ).fetchone()
+            self.queued = max(self.queued, int(events))
 
 
 # -- one scenario ----------------------------------------------------------------------

@@ -1,82 +1,92 @@
-"""Run ``pmtk listen`` and SIGKILL it at one step of its N-th intake group commit (tests only).
+"""Run ``pmtk listen`` and SIGKILL it at one state change of its journal (tests only).
 
-Usage: ``python tests/listen/killpoint.py STEP N listen [options...]`` where ``STEP`` is
+Usage: ``python tests/listen/killpoint.py STEP WHEN N listen [options...]``: the process
+dies at the ``N``-th time it reaches ``STEP``, ``WHEN`` being
 
-- ``before-file-fsync``: a queue file's bytes are written, not yet fsynced or renamed;
-- ``before-folder-fsync``: the files are fsynced and renamed, the folder not fsynced;
-- ``before-answer``: the folder is fsynced, and no sender has heard 202 yet.
+- ``before``: inside the step's transaction, its writes made and not committed (after
+  a pause of 1 s, so that a receiver that answered before its commit is caught);
+- ``after``: just after the commit, before anything else.
 
-Only the intake's writes to ``.webhooks/queue/`` are counted (the tests hold the store's
-lock, so the worker writes nothing there). The hooks wrap the queue module's own calls
-of ``os.fsync`` and ``_fsync_dir``; nothing in ``toolkit`` knows about them.
+``STEP`` is a journal transaction (``intake``: a group of notifications queued;
+``claim``: changes taken by the worker; ``read``: the reads' outcomes, records read,
+retries, waiting and dead changes; ``applied``: the changes the store committed
+forgotten; ``unclaim``, ``release``, ``requeue``) or ``store``: the store's own commit
+(``toolkit.store.apply_changes``), killed before or after it.
+
+The hooks wrap ``EventQueue._transaction`` and ``toolkit.store.apply_changes`` by name;
+nothing in ``toolkit`` knows about them. A reviewer's slip that reorders two steps (a
+202 before the intake commit, the journal forgetting a change before the store's
+commit) loses a change at one of these points, which the tests then see.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
-from pathlib import Path
+import time
+from collections.abc import Iterator
 from typing import Any
 
-STEPS = ("before-file-fsync", "before-folder-fsync", "before-answer")
+STEPS = ("intake", "claim", "read", "store", "applied", "release", "requeue", "unclaim")
+WHEN = ("before", "after")
 
 
 def _die() -> None:
     sys.stdout.flush()
+    sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def install(step: str, nth: int) -> None:
-    """Wrap the queue module's fsyncs so that the ``nth`` group commit dies at ``step``."""
-    from toolkit.webhooks import queue
+def install(step: str, when: str, nth: int) -> None:
+    """Make the ``nth`` arrival at ``step`` kill the process ``when`` it commits."""
+    import toolkit.store
+    from toolkit.webhooks.journal import EventQueue
 
-    if step not in STEPS:
-        msg = f"unknown step {step!r}; one of {', '.join(STEPS)}"
+    if step not in STEPS or when not in WHEN:
+        msg = f"unknown step {step!r} or moment {when!r}"
         raise SystemExit(msg)
     lock = threading.Lock()
-    seen = {"files": 0, "folders": 0}
+    seen = {"n": 0}
 
-    def in_queue(path: str) -> bool:
-        return Path(path).parent.name == "queue" and Path(path).parent.parent.name == ".webhooks"
+    def hit() -> bool:
+        with lock:
+            seen["n"] += 1
+            return seen["n"] == nth
 
-    class _Os:
-        """``os`` for the queue module, with a counted ``fsync``."""
+    real_transaction = EventQueue._transaction
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(os, name)
-
-        def fsync(self, fd: int) -> None:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if step == "before-file-fsync" and in_queue(target):
-                with lock:
-                    seen["files"] += 1
-                    if seen["files"] == nth:
-                        _die()
-            os.fsync(fd)
-
-    real_fsync_dir = queue._fsync_dir
-
-    def fsync_dir(path: Path) -> None:
-        counted = step != "before-file-fsync" and path.name == "queue"
-        if counted:
-            with lock:
-                seen["folders"] += 1
-                hit = seen["folders"] == nth
-            if hit and step == "before-folder-fsync":
+    @contextlib.contextmanager
+    def transaction(self: EventQueue, name: str) -> Iterator[Any]:
+        fatal = name == step and hit()
+        with real_transaction(self, name) as db:
+            yield db
+            if fatal and when == "before":
+                time.sleep(1.0)
                 _die()
-        real_fsync_dir(path)
-        if counted and hit and step == "before-answer":
+        if fatal:
             _die()
 
-    queue.os = _Os()  # type: ignore[assignment]
-    queue._fsync_dir = fsync_dir
+    real_apply = toolkit.store.apply_changes
+
+    def apply_changes(*args: Any, **kwargs: Any) -> Any:
+        fatal = step == "store" and hit()
+        if fatal and when == "before":
+            _die()
+        result = real_apply(*args, **kwargs)
+        if fatal:
+            _die()
+        return result
+
+    EventQueue._transaction = transaction  # type: ignore[method-assign,assignment]
+    toolkit.store.apply_changes = apply_changes
 
 
 if __name__ == "__main__":
-    install(sys.argv[1], int(sys.argv[2]))
-    sys.argv = ["pmtk", *sys.argv[3:]]
+    install(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    sys.argv = ["pmtk", *sys.argv[4:]]
     from toolkit.cli import app
 
     app()

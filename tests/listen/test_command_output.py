@@ -336,8 +336,7 @@ def test_status_and_retry_dead_json_is_one_document_live_or_from_the_folder(
     document = json.loads(body.splitlines()[-1])
     assert document["retry_dead"] == {
         "requeued": 1,
-        "unreadable": 0,
-        "dead_letter_folder": str((store / ".webhooks" / "dead").resolve()),
+        "journal": str((store / ".webhooks" / "journal.sqlite3").resolve()),
     }
     status = document["status"]
     assert status["worker"] == "not running" and status["dead_letters"] == 0

@@ -21,6 +21,7 @@ the fsyncs is what the blocked-fsync test proves.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,6 @@ import pytest
 
 from tests.conftest import api_client, describe
 from tests.listen.conftest import RATE, SECRET_HEADER, notification
-from tests.listen.killpoint import STEPS
 from toolkit.client import Client
 from toolkit.store import load, verify
 from toolkit.webhooks import Listener, listen
@@ -141,11 +141,35 @@ def api(dep: Any) -> Iterator[httpx.Client]:
 
 
 def _queued_ids(store: Path) -> set[str]:
-    """Record ids in the queue files on disk (what a restarted receiver will apply)."""
-    ids: set[str] = set()
-    for path in (store / ".webhooks" / "queue").glob("*.json"):
-        ids |= {c["id"] for c in orjson.loads(path.read_bytes())["changes"]}
-    return ids
+    """Record ids queued in the journal on disk (what a restarted receiver will apply),
+    read with plain ``sqlite3``."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(store / ".webhooks" / "journal.sqlite3")) as db:
+        rows = db.execute(
+            "SELECT rid FROM changes WHERE state IN ('queued', 'claimed', 'read')"
+        ).fetchall()
+    return {str(rid) for (rid,) in rows}
+
+
+def _slow_intake(monkeypatch: pytest.MonkeyPatch, first: Callable[[], None]) -> list[str]:
+    """Run ``first`` inside the first intake transaction (before its commit); the names
+    of the transactions made are returned as they happen."""
+    from toolkit.webhooks.journal import EventQueue
+
+    real = EventQueue._transaction
+    calls: list[str] = []
+
+    @contextlib.contextmanager
+    def transaction(self: EventQueue, step: str) -> Iterator[Any]:
+        calls.append(step)
+        with real(self, step) as db:
+            yield db
+            if step == "intake" and calls.count("intake") == 1:
+                first()
+
+    monkeypatch.setattr(EventQueue, "_transaction", transaction)
+    return calls
 
 
 def _wait_for(condition: Any, timeout: float = 30) -> None:
@@ -179,21 +203,14 @@ def _post_together(url: str, bodies: list[bytes]) -> list[int]:
 def test_deliveries_arriving_during_an_fsync_share_the_next_one_and_wait_for_it(
     store: Path, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from toolkit.webhooks import queue as queue_module
-
-    real = queue_module._fsync_dir
     entered = threading.Event()
     release = threading.Event()
-    calls: list[str] = []
 
-    def held_fsync_dir(path: Path) -> None:
-        calls.append(path.name)
-        if path.name == "queue" and len(calls) == 1:
-            entered.set()
-            assert release.wait(30)  # the disk is slow: the first folder fsync takes a while
-        real(path)
+    def slow_disk() -> None:
+        entered.set()
+        assert release.wait(30)  # the disk is slow: the first commit takes a while
 
-    monkeypatch.setattr(queue_module, "_fsync_dir", held_fsync_dir)
+    calls = _slow_intake(monkeypatch, slow_disk)
     monkeypatch.setattr(Listener, "_work", _idle_worker)
     ids = [str(i) for i in load("Appointment", store)["id"][40:52]]
     with listen(store, client=client, no_auth=True, catch_up=False) as receiver:
@@ -219,7 +236,7 @@ def test_deliveries_arriving_during_an_fsync_share_the_next_one_and_wait_for_it(
         while len(receiver.queue._arrived) < 11 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(receiver.queue._arrived) == 11  # all waiting behind the first group
-        assert first == [] and later == []  # nobody heard 202 before the folder fsync
+        assert first == [] and later == []  # nobody heard 202 before the commit
         release.set()
         lone.join(30)
         crowd.join(60)
@@ -227,28 +244,20 @@ def test_deliveries_arriving_during_an_fsync_share_the_next_one_and_wait_for_it(
         # two group commits for twelve deliveries: the first alone, the eleven together
         assert receiver.queue.group_commits == 2
         assert receiver.queue.grouped == 12
-        assert calls.count("queue") == 2
-        files = sorted((store / ".webhooks" / "queue").glob("*.json"))
-        assert [int(p.name.split("-")[3].removesuffix("e")) for p in files] == [1, 11]
+        assert calls.count("intake") == 2
     assert _queued_ids(store) == set(ids)
 
 
 def test_a_failed_fsync_answers_503_to_its_whole_group_and_never_202(
     store: Path, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from toolkit.webhooks import queue as queue_module
+    import sqlite3
 
-    real = queue_module._fsync_dir
-    broken = {"left": 1}
+    def failing_disk() -> None:
+        time.sleep(0.3)  # long enough for the others to join the next group
+        raise sqlite3.OperationalError("disk I/O error")
 
-    def failing_fsync_dir(path: Path) -> None:
-        if path.name == "queue" and broken["left"]:
-            broken["left"] -= 1
-            time.sleep(0.3)  # long enough for the others to join the next group
-            raise OSError(5, "Input/output error")
-        real(path)
-
-    monkeypatch.setattr(queue_module, "_fsync_dir", failing_fsync_dir)
+    _slow_intake(monkeypatch, failing_disk)
     monkeypatch.setattr(Listener, "_work", _idle_worker)
     ids = [str(i) for i in load("Appointment", store)["id"][60:66]]
     with listen(store, client=client, no_auth=True, catch_up=False) as receiver:
@@ -267,7 +276,7 @@ def test_a_failed_fsync_answers_503_to_its_whole_group_and_never_202(
     assert _queued_ids(store) == set(ids)
 
 
-def _listen_child(dep: Any, store: Path, step: str, nth: int) -> subprocess.Popen[str]:
+def _listen_child(dep: Any, store: Path, step: str, when: str, nth: int) -> subprocess.Popen[str]:
     env = {
         **os.environ,
         "PM_CLIENT_ID": dep.client_id,
@@ -278,7 +287,7 @@ def _listen_child(dep: Any, store: Path, step: str, nth: int) -> subprocess.Pope
     }
     options = ["--store", str(store), "--port", "0", "--no-catch-up", "--base-url", dep.base_url]
     return subprocess.Popen(
-        [sys.executable, str(KILLPOINT), step, str(nth), "listen", *options],
+        [sys.executable, str(KILLPOINT), step, when, str(nth), "listen", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
@@ -287,7 +296,7 @@ def _listen_child(dep: Any, store: Path, step: str, nth: int) -> subprocess.Pope
     )
 
 
-@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("step", ["before", "after"])
 def test_a_kill_at_each_step_of_a_group_commit_loses_nothing_acknowledged(
     step: str, dep: Any, relay: Relay, store: Path, api: httpx.Client, client: Client
 ) -> None:
@@ -298,7 +307,7 @@ def test_a_kill_at_each_step_of_a_group_commit_loses_nothing_acknowledged(
     relay.answers.clear()
     lock = (store / ".lock").open("a+")
     # four commits one at a time, answered; then a burst, whose second commit is killed
-    with _listen_child(dep, store, step, nth=6) as proc:
+    with _listen_child(dep, store, "intake", step, nth=6) as proc:
         try:
             assert proc.stdout is not None
             banner = "".join(proc.stdout.readline() for _ in range(3))
@@ -314,7 +323,6 @@ def test_a_kill_at_each_step_of_a_group_commit_loses_nothing_acknowledged(
             proc.wait(timeout=60)  # it dies in its sixth group commit
             acknowledged = relay.acknowledged()
             on_disk = _queued_ids(store)
-            leftovers = list((store / ".webhooks" / "queue").glob(".*.tmp"))
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
@@ -326,12 +334,6 @@ def test_a_kill_at_each_step_of_a_group_commit_loses_nothing_acknowledged(
     assert set(ids[:4]) <= acknowledged, (relay.answers, errors)
     assert acknowledged <= on_disk, acknowledged - on_disk
     assert len(acknowledged) < len(ids)
-    if step == "before-file-fsync":
-        # half-written, never acknowledged: removed when a queue opens it an hour later
-        assert leftovers
-        old = time.time() - 2 * 3600
-        for path in leftovers:
-            os.utime(path, (old, old))
     # the mock retries what was not answered (the relay says 502 while nobody listens)
     deadline = time.monotonic() + 30
     while dep.webhook_stats()["retries"] == before["retries"]:
@@ -342,7 +344,6 @@ def test_a_kill_at_each_step_of_a_group_commit_loses_nothing_acknowledged(
         relay.target = receiver.url
         assert dep.webhooks_sent(60), dep.webhook_stats()
         assert receiver.wait_idle(60), receiver.stats
-        assert not list((store / ".webhooks" / "queue").glob(".*.tmp"))
     after = dep.webhook_stats()
     assert after["sent"] - before["sent"] == len(ids)
     assert after["refused"] == before["refused"] and after["dropped"] == before["dropped"]

@@ -241,13 +241,16 @@ def test_a_commit_failing_while_the_next_batch_is_read_loses_nothing(
         assert receiver.wait_idle(60), receiver.status()
         status = receiver.status()
         restarts = receiver.stats.restarts
+        states = receiver.queue.states()
     assert _descriptions(store, rids) == {rid: f"pipelined {how} {n}" for n, rid in enumerate(rids)}
     assert status["dead_letters"] == 0 and status["queue"]["events"] == 0, status
     # the commits that succeeded since have cleared the error: it is shown as resolved
     assert status["last_error"] is None, status
     assert "simulated" in (status["resolved_error"] or {}).get("text", ""), status
     assert restarts == (1 if how == "worker-crashes" else 0)
-    # the failed batch was read again, not taken as committed
-    assert all(relay.reads[rid] >= 2 for rid in first), relay.reads
-    assert not list((store / ".webhooks" / "queue").glob("*.json"))
+    # a failed store write queues the batch again (it is read again); a crashed
+    # worker's successor applies the reads the journal kept (not read again)
+    expected = 2 if how == "store-write-fails" else 1
+    assert all(relay.reads[rid] == expected for rid in first), relay.reads
+    assert not any(states.values()), states
     assert verify(store).ok

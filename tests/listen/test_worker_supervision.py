@@ -4,9 +4,8 @@
 opens 1,100 idle connections to it (the issue's case had 1,024 and 1,100). With
 its default connection cap the receiver turns the excess away at once and the
 worker keeps its file descriptors. With the cap raised past the limit the worker's
-queue listing fails with ``EMFILE``: it is logged with its cause, the receiver
-answers 503 with ``Retry-After`` meanwhile, and the worker is started again; a
-delete posted afterwards is applied.
+intake and the worker need no new descriptor but their sockets and store files: a
+delete answered 202 during the flood is applied within 20 s.
 """
 
 from __future__ import annotations
@@ -128,41 +127,38 @@ def test_a_flood_of_idle_connections_is_turned_away_and_the_worker_keeps_working
         assert status["worker"] == "running" and status["restarts"] == 0
 
 
-def test_a_worker_that_fails_is_logged_restarted_and_503_is_answered_meanwhile(
+def test_an_event_acknowledged_in_a_descriptor_storm_is_applied_within_20_s(
     dep: Any, store: Path
 ) -> None:
+    """The issue's held-out case. With the connection cap raised past the descriptor
+    limit, 1,100 half-open connections hold every descriptor for seconds. The intake
+    needs none (its modules are loaded, the journal is open), so an event sent over a
+    connection made before is answered 202; it is applied within 20 s of that answer,
+    and the worker never failed. (Before: the first delivery failed importing anyio's
+    backend, the file queue's listing failed with EMFILE, and each failure grew the
+    worker's pause before its next try.)"""
     rid = str(load("Appointment", store)["id"][51])
     with (
         _pmtk_listen(dep, store, "--max-connections", "5000") as (url, errors),
         httpx.Client(headers=HEADERS) as kept,  # one connection made before the flood
     ):
         assert kept.get(url.replace("/webhook", "/status")).json()["worker"] == "running"
+        dep.delete("Appointment", [rid])
         held = _flood(url)
         try:
-            time.sleep(2.5)  # the worker fails on EMFILE, restarts, fails again
+            time.sleep(1.0)
+            body = notification(("Appointment", rid), delete=True)
+            during = kept.post(url, content=body)
+            answered = time.monotonic()
+            time.sleep(5.0)  # the storm goes on
             status = kept.get(url.replace("/webhook", "/status")).json()
-            during = kept.post(url, content=notification(("Appointment", "1")))
         finally:
             for sock in held:
                 sock.close()
-        assert "Too many open files" in (status["last_error"] or {}).get("text", ""), status
-        assert status["restarts"] >= 1 or status["worker"] == "restarting", status
-        assert during.status_code == 503, during.text
-        assert during.headers["retry-after"].isdigit()
-        time.sleep(1.0)
-        dep.delete("Appointment", [rid])
-        body = notification(("Appointment", rid), delete=True)
-        deadline = time.monotonic() + 60
-        while True:  # as a sender does: retry after a 503 until it is accepted
-            answer = httpx.post(url, content=body, headers=HEADERS)
-            if answer.status_code == 202 or time.monotonic() > deadline:
-                break
-            assert answer.status_code == 503, answer.text
-            time.sleep(min(5, int(answer.headers["retry-after"])))
-        assert answer.status_code == 202, answer.text
-        assert _applied(store, rid, 60)
+        assert during.status_code == 202, during.text
+        assert status["worker"] == "running" and status["restarts"] == 0, status
+        assert _applied(store, rid, 20 - (time.monotonic() - answered))
         after = httpx.get(url.replace("/webhook", "/status"), headers=HEADERS).json()
-        assert after["worker"] == "running" and after["restarts"] >= 1
-    stderr = errors[0]
-    assert "the worker failed" in stderr and "Too many open files" in stderr
-    assert VALUE not in stderr
+        assert after["worker"] == "running" and after["restarts"] == 0, after
+    assert "the worker failed" not in errors[0]
+    assert VALUE not in errors[0]

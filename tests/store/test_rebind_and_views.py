@@ -77,7 +77,12 @@ def test_a_rebind_leaves_no_data_of_the_old_deployment_views_included(
     # a leftover of an earlier commit (a crash before the old file was deleted)
     main = store / read_manifest(store)["resources"][RT]["tables"][RT]["path"]
     shutil.copyfile(main, main.with_name("data-00000000deadbeef.parquet"))
-    queue = store / ".webhooks" / "queue"
+    from toolkit.webhooks import Event, EventQueue
+
+    journal = EventQueue(store)  # a change of the old deployment, queued in the journal
+    journal.put([Event(RT, "old-1")], "2026-11-23T10:00:00Z")
+    journal.close()
+    queue = store / ".webhooks" / "queue"  # and one an older receiver left in a file
     queue.mkdir(parents=True)
     (queue / "event.json").write_text('{"id": "x"}', "utf-8")
     seen = store / ".webhooks" / "events-seen.json"  # the old deployment's event numbers
@@ -97,6 +102,7 @@ def test_a_rebind_leaves_no_data_of_the_old_deployment_views_included(
     }
     assert _parquet_files(store) == named  # no view, leftover or staged page of the old one
     assert not list(queue.glob("*"))
+    assert not list((store / ".webhooks").glob("journal.sqlite3*"))
     assert not seen.exists()  # else the new deployment's events 1-3 would be "replays"
     assert (store / "views" / "notes.txt").is_file()  # not pmtk's: kept
     new_ids = set(load(RT, store)["id"].to_list())

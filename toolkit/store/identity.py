@@ -252,10 +252,18 @@ VIEW_FILE = re.compile(r"\.?[A-Za-z][A-Za-z0-9_\-]{0,63}\.parquet(\.tmp)?")
 WEBHOOK_FOLDERS = ("queue", "waiting", "dead")
 """The folders of ``.webhooks/`` holding the events a deployment announced."""
 
-WEBHOOK_FILES = ("events-seen.json", "dead-evicted.json", "last-error.json")
+WEBHOOK_FILES = (
+    "events-seen.json",
+    "dead-evicted.json",
+    "last-error.json",
+    "journal.sqlite3",
+    "journal.sqlite3-wal",
+    "journal.sqlite3-shm",
+)
 """The files of ``.webhooks/`` about the old deployment's events: which event numbers were
 seen (kept, they would make the new deployment's first events look like replays and its
-numbers look like gaps), how many dead letters were evicted, its last error."""
+numbers look like gaps), how many dead letters were evicted, its last error, and the
+journal of its changes (queued, waiting and dead, with SQLite's WAL and index files)."""
 
 
 def discard_data(root: Path, manifest: dict[str, Any]) -> None:

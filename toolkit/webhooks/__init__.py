@@ -55,11 +55,11 @@ from toolkit.webhooks.events import WEBHOOK_DIR as WEBHOOK_DIR
 from toolkit.webhooks.events import Event as Event
 from toolkit.webhooks.events import NotificationError as NotificationError
 from toolkit.webhooks.events import parse_notification as parse_notification
+from toolkit.webhooks.journal import EventQueue as EventQueue
 from toolkit.webhooks.listener import Listener as Listener
 from toolkit.webhooks.listener import disk_status as disk_status
 from toolkit.webhooks.queue import AuthHeader as AuthHeader
 from toolkit.webhooks.queue import Change as Change
-from toolkit.webhooks.queue import EventQueue as EventQueue
 from toolkit.webhooks.queue import ListenerStats as ListenerStats
 
 __all__ = [

@@ -28,6 +28,7 @@ from toolkit.webhooks._output import (
 )
 from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE_BYTES
+from toolkit.webhooks.journal import DEFAULT_MAX_DEAD_BYTES, DEFAULT_MAX_DEAD_LETTERS, EventQueue
 from toolkit.webhooks.listener import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_ATTEMPTS,
@@ -37,12 +38,7 @@ from toolkit.webhooks.listener import (
     running_receiver,
     write_receiver_file,
 )
-from toolkit.webhooks.queue import (
-    DEFAULT_MAX_DEAD_BYTES,
-    DEFAULT_MAX_DEAD_LETTERS,
-    AuthHeader,
-    EventQueue,
-)
+from toolkit.webhooks.queue import AuthHeader
 from toolkit.webhooks.receiver import make_app
 
 LOOPBACK = "127.0.0.1"
@@ -80,6 +76,7 @@ def listen(
     body_timeout: float = BODY_TIMEOUT,
     errors: Literal["raise", "warn"] = "raise",
     log_level: str = "warning",
+    deployment: str | None = None,
 ) -> Iterator[Listener]:
     """Receive webhooks and keep the store at ``store`` current.
 
@@ -132,6 +129,9 @@ def listen(
         ``"raise"``: a record that fails its schema goes to the dead letters
         (the others are applied); ``"warn"``: it is stored anyway and a
         :class:`toolkit.schemas.PmtkDataWarning` is emitted.
+    deployment
+        Keep this deployment of the lake at ``store`` current (as ``pmtk sync --out
+        LAKE --deployment NAME``), through :func:`toolkit.lake.apply_changes`.
 
     Yields
     ------
@@ -143,16 +143,16 @@ def listen(
     toolkit.errors.ConfigurationError
         No ``auth_header`` and no ``no_auth``, or ``no_auth`` on an address that
         is not loopback (nothing is bound).
-    toolkit.store.NotAStore
-        ``store`` is not empty and not a pmtk store (nothing written).
-    toolkit.store.WrongDeployment
-        ``store`` holds the data of another deployment than the client's.
+    toolkit.store.NotAStore, toolkit.store.WrongDeployment
+        ``store`` is not empty and not a pmtk store, or holds another deployment's
+        data (nothing written).
     """
     options = {name: value for name, value in locals().items() if name in _LISTENER_OPTIONS}
     header = _checked_auth(auth_header, no_auth, host, public_hosts)
     limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
-    with _listening(store, client, header, host, port, log_level, limits, options) as listener:
-        yield listener
+    where = (store, deployment)
+    with _listening(where, client, header, host, port, log_level, limits, options) as receiver:
+        yield receiver
 
 
 _LISTENER_OPTIONS = frozenset(
@@ -184,7 +184,7 @@ def _checked_auth(
 
 @contextlib.contextmanager
 def _listening(
-    store: str | os.PathLike[str] | None,
+    where: tuple[str | os.PathLike[str] | None, str | None],
     client: Any,
     header: AuthHeader | None,
     host: str,
@@ -195,15 +195,30 @@ def _listening(
 ) -> Iterator[Listener]:
     """Prepare the store, build the :class:`Listener` and serve it until the block ends.
 
-    ``store`` ``None`` is the client's default store; ``options`` are the
+    ``where`` is ``(store, deployment)``: ``store`` ``None`` is the client's default
+    store; with a deployment it is a lake; ``options`` are the
     :class:`Listener` keyword arguments :func:`listen` passes on unchanged.
     """
+    store, deployment = where
     with _connected(client) as connected:
         from toolkit.store.identity import default_store
+        from toolkit.webhooks.target import LakeTarget, StoreTarget
 
         root = Path(default_store(connected) if store is None else store)
-        _prepare_store(root, connected)
-        listener = Listener(root, connected, auth_header=header, bind_host=host, **options)
+        if deployment is None:
+            _prepare_store(root, connected)
+            target: Any = StoreTarget(root)
+        else:
+            target = LakeTarget(root, deployment)
+            target.journal_root.mkdir(parents=True, exist_ok=True)
+        listener = Listener(
+            target.journal_root,
+            connected,
+            auth_header=header,
+            bind_host=host,
+            target=target,
+            **options,
+        )
         with _served(listener, _receiver_config(listener, host, port, log_level, limits), host):
             yield listener
 
@@ -239,6 +254,7 @@ def _served(listener: Listener, config: Any, host: str) -> Iterator[None]:
     """Serve the receiver and run its worker until the block ends; both always stopped."""
     running = None
     try:
+        preload()
         running = start(config, name="pmtk-listen", what="the webhook receiver", timeout=30)
         listener.port = running.port
         shown = f"[{host}]" if ":" in host else host
@@ -251,6 +267,23 @@ def _served(listener: Listener, config: Any, host: str) -> Iterator[None]:
             running.stop()
         listener.stop_worker()
         remove_receiver_file(listener.store)
+
+
+def preload() -> None:
+    """Import, before serving, the modules the intake and the worker would otherwise
+    import on first use.
+
+    Importing opens files: in a storm of connections that holds every descriptor,
+    a first delivery failed with EMFILE importing anyio's asyncio backend (its
+    thread pool), and a first commit importing the store's writer. Loaded here, the
+    receiver and the worker need no descriptor but the sockets and store files.
+    """
+    import anyio._backends._asyncio  # noqa: F401
+    import starlette.concurrency  # noqa: F401
+
+    import toolkit.store.merge
+    import toolkit.store.precedence
+    import toolkit.store.raw  # noqa: F401
 
 
 def is_loopback(host: str) -> bool:
@@ -353,6 +386,10 @@ def _receiver_config(
         # head size, head and body deadlines, body cap, connection cap (toolkit/_protocol.py)
         http=guarded_protocol(limits),
         timeout_keep_alive=5,
+        # asyncio accepts up to ``backlog`` connections each time the socket is
+        # readable, before any is refused: at the cap, a flood cannot take more
+        # descriptors at once than the cap (uvicorn's default is 2048)
+        backlog=max(16, limits.max_connections or 256),
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # if h11 is ever chosen
         server_header=False,
         # uvicorn's own lines (on stderr) in colour only where pmtk's are (NO_COLOR, a pipe)
@@ -371,6 +408,15 @@ StoreOption = Annotated[
     ),
 ]
 Port = Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")]
+ListenDeployment = Annotated[
+    str | None,
+    typer.Option(
+        "--deployment",
+        help="Keep this deployment of the Delta Lake at --store current (as pmtk sync "
+        "--out LAKE --deployment NAME).",
+        show_default=False,
+    ),
+]
 Host = Annotated[
     str,
     typer.Option(help="Address to bind; keep 127.0.0.1 and put a reverse proxy in front."),
@@ -482,6 +528,7 @@ def listen_command(
     max_dead_letters: MaxDeadLetters = DEFAULT_MAX_DEAD_LETTERS,
     max_dead_bytes: MaxDeadBytes = DEFAULT_MAX_DEAD_BYTES,
     requests_per_minute: RequestsPerMinute = catalogue.RATE_LIMIT_PER_MINUTE,
+    deployment: ListenDeployment = None,
     status: Status = False,
     dead_letters: DeadLetters = False,
     retry_dead: RetryDead = False,
@@ -499,6 +546,12 @@ def listen_command(
         raise typer.BadParameter("must be 'text' or 'json'", param_hint="'--output'")
     auth_header = auth_setting(auth_header, command="pmtk listen")
     if dead_letters or status or retry_dead:
+        if deployment is not None:
+            from toolkit.webhooks.target import LakeTarget
+
+            store = LakeTarget(
+                Path("pmtk-lake" if store is None else store), deployment
+            ).journal_root
         _look(store, port, host, auth_header, (dead_letters, status, retry_dead), output)
         return
     with _log_to(output) as lines, _exit_codes():
@@ -512,7 +565,18 @@ def listen_command(
         limits |= {"max_connections": max_connections, "max_attempts": max_attempts}
         limits |= {"max_dead_letters": max_dead_letters, "max_dead_bytes": max_dead_bytes}
         options = {**served, **limits, "catch_up": catch_up, "gap_grace": gap_grace}
+        options["deployment"] = deployment
         _receive(store, connection, options, output, lines)
+
+
+def _journal_of(store: Path | None, deployment: str | None) -> Path | None:
+    """The folder whose ``.webhooks/`` holds the journal: the store, or with a deployment
+    the lake's folder for that deployment's receiver."""
+    if deployment is None:
+        return store
+    from toolkit.webhooks.target import LakeTarget
+
+    return LakeTarget(Path("pmtk-lake" if store is None else store), deployment).journal_root
 
 
 def _look(
@@ -666,7 +730,10 @@ def _require_store(store: Path) -> None:
     is not read as a store)."""
     from toolkit.store import NotAStore
     from toolkit.store.layout import claim as _claim
+    from toolkit.webhooks.target import LAKE_JOURNALS
 
+    if store.parent.name == LAKE_JOURNALS and store.is_dir():
+        return  # a lake's receiver folder (--deployment): the lake is not a store
     if not store.is_dir():
         typer.echo(f"error: there is no store at {store}", err=True)
         raise typer.Exit(2)
@@ -680,16 +747,10 @@ def _require_store(store: Path) -> None:
 def _retry_dead(store: Path, output: str) -> dict[str, Any]:
     """``--retry-dead``: queue the dead letters again; what was done (said too, as text)."""
     queue = EventQueue(store)
-    requeued, kept = queue.requeue_dead()
+    requeued, _kept = queue.requeue_dead()
     if output == "text":
         typer.echo(f"requeued {requeued} dead letter(s)")
-        if kept:
-            typer.echo(f"{kept} unreadable file(s) left in {queue.dead_dir}")
-    return {
-        "requeued": requeued,
-        "unreadable": kept,
-        "dead_letter_folder": str(queue.dead_dir.resolve()),
-    }
+    return {"requeued": requeued, "journal": str(queue.path.resolve())}
 
 
 def _list_dead(store: Path, output: str) -> None:
@@ -700,7 +761,7 @@ def _list_dead(store: Path, output: str) -> None:
     evicted = queue.evicted()
     if output == "json":
         echo_json(
-            {"dead_letters": letters, "evicted": evicted, "folder": str(queue.dead_dir.resolve())}
+            {"dead_letters": letters, "evicted": evicted, "journal": str(queue.path.resolve())}
         )
         return
     for letter in letters:
@@ -709,7 +770,7 @@ def _list_dead(store: Path, output: str) -> None:
         tried = f", {attempts} attempt(s)" if attempts is not None else ""
         typer.echo(f"{letter.get('dead_at') or '-'}  {record}{tried}: {letter['reason']}")
     typer.echo(
-        f"{len(letters)} dead letter(s) in {queue.dead_dir}"
+        f"{len(letters)} dead letter(s) in {queue.path}"
         + (f"; {evicted} older one(s) removed to keep the bounds" if evicted else "")
         + ("; pmtk listen --retry-dead requeues them" if letters else "")
     )
@@ -771,7 +832,7 @@ def format_status(report: dict[str, Any]) -> list[str]:
         f"dead letters: {report.get('dead_letters', 0)}"
         + (f" ({evicted} older one(s) removed to keep the bounds)" if evicted else "")
         + (
-            f" in {report.get('dead_letter_folder')} (pmtk listen --retry-dead requeues them)"
+            f" in {report.get('journal')} (pmtk listen --retry-dead requeues them)"
             if report.get("dead_letters")
             else ""
         )

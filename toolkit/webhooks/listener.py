@@ -27,12 +27,15 @@ from toolkit.webhooks.events import (
     describe,
     note,
 )
-from toolkit.webhooks.queue import (
+from toolkit.webhooks.journal import (
     DEFAULT_MAX_DEAD_BYTES,
     DEFAULT_MAX_DEAD_LETTERS,
+    EventQueue,
+    Settled,
+)
+from toolkit.webhooks.queue import (
     AuthHeader,
     Change,
-    EventQueue,
     ListenerStats,
     _Retry,
     _write_durable,
@@ -71,6 +74,29 @@ time up to :data:`CATCH_UP_RETRY_MAX`."""
 CATCH_UP_RETRY_MAX = 300.0
 
 STORE_RETRY_MAX = 30.0
+
+LOCAL_RETRY = 0.2
+"""Seconds before a read or a store commit that failed for want of file descriptors
+(EMFILE, ENFILE: a storm of connections) is tried again; no attempt is counted."""
+
+
+def out_of_descriptors(exc: BaseException) -> bool:
+    """Whether ``exc`` or one of its causes is this process (or the system) running out
+    of file descriptors."""
+    import errno
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        if "Too many open files" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 """Longest pause between attempts at a store that cannot be written (a sync holds it)."""
 
 
@@ -108,7 +134,7 @@ class Listener:
     stats
         :class:`ListenerStats`.
     queue
-        The :class:`EventQueue` on disk.
+        The :class:`EventQueue`: the journal of acknowledged changes.
     """
 
     def __init__(
@@ -128,10 +154,13 @@ class Listener:
         gap_grace: float = DEFAULT_GAP_GRACE,
         max_dead_letters: int = DEFAULT_MAX_DEAD_LETTERS,
         max_dead_bytes: int = DEFAULT_MAX_DEAD_BYTES,
+        target: Any = None,
     ) -> None:
         from toolkit import views
+        from toolkit.webhooks.target import StoreTarget
 
         self.store = store
+        self.target = StoreTarget(store) if target is None else target
         self.client = client
         self.auth_header = auth_header
         self.max_body_bytes = max_body_bytes
@@ -202,7 +231,7 @@ class Listener:
                 self.caught_up.is_set()
                 and self._idle.is_set()
                 and self.queue.count() == 0
-                and not set(self.queue.waiting()) & synced_types(self.store)
+                and not set(self.queue.waiting()) & self.target.synced_types()
             ):
                 return True
             time.sleep(0.01)
@@ -315,7 +344,7 @@ class Listener:
                 "waiting_for_sync": {},
             },
             "dead_letters": None,
-            "dead_letter_folder": str(self.queue.dead_dir),
+            "journal": str(self.queue.path),
             "last_error": None,
             "disk_unreadable": describe(exc),
         }
@@ -357,17 +386,17 @@ class Listener:
         #   has answered, so a later read of a record never answers before an
         #   earlier one;
         # - batches are committed in the order they were read, and when a commit
-        #   fails the batch already read is dropped unapplied (its files stay on
-        #   disk) and both are taken again in queue order: an earlier read is never
-        #   committed over a later one.
+        #   fails the batch already read is dropped unapplied and both are queued
+        #   again in the journal, taken again in queue order: an earlier read is
+        #   never committed over a later one.
+        self._recover()
         pending: _ReadBatch | None = None  # read, waiting for its commit
         store_delay = 0.0
         while not self._stop.is_set():
             self.wake.clear()
             self._maintain()
             self._release_waiting()
-            skip = frozenset(pending.paths) if pending is not None else frozenset()
-            batch = self.queue.take(self._batch_cap(), skip=skip)
+            batch = self.queue.take(self._batch_cap())
             reading = self._start_reads(batch) if batch else None
             if reading is not None or pending is not None:
                 self._idle.clear()
@@ -413,14 +442,20 @@ class Listener:
         self, pending: _ReadBatch, reading: _ReadBatch | None, store_delay: float
     ) -> float:
         """Commit ``pending``: ``0.0``; or, when the store cannot be written now (a sync
-        holds it, a full disk), drop ``reading`` unapplied, wait, and return the pause
-        (doubled each time): every change stays queued as it is."""
+        holds it, a full disk), queue both again unapplied, wait, and return the pause
+        (doubled each time)."""
         try:
             self._commit_batch(pending)
         except _Retry as exc:
+            dropped = [c for _u, _d, done in pending.by_type.values() for c in done]
             if reading is not None:
                 self._drop(reading)
-            delay = min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
+                dropped += reading.to_read + reading.hold
+            self.queue.unclaim(dropped)
+            # out of descriptors (a storm of connections): a local shortage that ends
+            # with the storm, tried again soon rather than after a growing pause
+            short = out_of_descriptors(exc)
+            delay = LOCAL_RETRY if short else min(STORE_RETRY_MAX, max(0.2, store_delay * 2))
             self.record_error("writing the store failed", exc)
             note(
                 logging.WARNING,
@@ -447,10 +482,10 @@ class Listener:
         seconds = max(BATCH_SECONDS, self._commit_seconds)
         return max(READERS, min(MAX_BATCH_EVENTS, int(rate * seconds)))
 
-    def _start_reads(self, batch: list[tuple[Path, list[Change]]]) -> _ReadBatch:
+    def _start_reads(self, batch: list[Change]) -> _ReadBatch:
         """Send the batch's reads to the pool (side by side; the client paces them if it
         must) and return at once."""
-        synced = synced_types(self.store)
+        synced = self.target.synced_types()
         hold: list[Change] = []
         to_read: list[Change] = []
         for change in _latest(batch).values():
@@ -462,7 +497,6 @@ class Listener:
         futures = [self._readers.submit(self._read, change) for change in to_read]
         self.stats.requests += len(futures)
         reading = _ReadBatch(
-            paths=[path for path, _changes in batch],
             hold=hold,
             to_read=to_read,
             futures=futures,
@@ -476,24 +510,31 @@ class Listener:
         return reading
 
     def _drop(self, reading: _ReadBatch) -> None:
-        """Forget a batch being read: its files stay on disk and are taken again."""
+        """Forget a batch being read (the caller queues its changes again)."""
         for future in reading.futures:
             if future.cancel():
                 self.stats.requests -= 1  # never sent
 
     def _collect(self, reading: _ReadBatch) -> _ReadBatch:
-        """Wait for the batch's reads; sort what they answered into commits, retries and
-        dead letters."""
+        """Wait for the batch's reads; sort what they answered into commits, retries,
+        waiting changes and dead letters, and journal that in one transaction (the
+        records read are kept there until the store's commit)."""
+        settled = Settled(hold=list(reading.hold))
         for change, future in zip(reading.to_read, reading.futures, strict=True):
             kind, value = future.result()
             event = change.event
+            if kind == "again":
+                change.last_error = value[:500]
+                settled.retry.append((change, time.time_ns() + int(LOCAL_RETRY * 1e9)))
+                continue
             if kind == "retry":
-                self._failed(change, value, reading.retry, reading.dead)
+                self._failed(change, value, reading.retry, settled.dead)
                 continue
             if kind == "dead":
                 change.attempts += 1
-                reading.dead.append((change, value))
+                settled.dead.append((change, value))
                 continue
+            settled.read.append((change, value))
             ups, dels, done = reading.by_type.setdefault(event.resource_type, ([], [], []))
             if value is None:
                 dels.append(event.id)
@@ -508,7 +549,10 @@ class Listener:
                     )
                 ups.append(value)
             done.append(change)
-        self._requeue(reading.retry)
+        settled.retry += self._due(reading.retry)
+        self.queue.settle(settled)
+        self.stats.held += len(settled.hold)
+        self.stats.failures += len(settled.dead)
         if reading.to_read:
             took = max(1e-3, reading.finished - reading.started)
             rate = len(reading.to_read) / took
@@ -517,42 +561,37 @@ class Listener:
             self._read_rate = rate if last is None else 0.5 * last + 0.5 * rate
         return reading
 
-    def _requeue(self, retry: list[Change]) -> None:
-        """Queue the changes whose read failed again, due after their backoff.
+    def _due(self, retry: list[Change]) -> list[tuple[Change, int]]:
+        """When each change whose read failed is due again (after its backoff).
 
-        Done as soon as the reads answered, not after the batch's commit: the backoff
-        runs while the batch commits, and a retried change does not wait for a commit
-        it has no part in. Its file stays until the batch is done, so a crash or a
-        failed commit leaves it queued twice (applying a record twice is harmless),
-        never lost. Changes with as many attempts share a file (one fsync pair).
+        Journaled as soon as the reads answered, not after the batch's commit: the
+        backoff runs while the batch commits, and a retried change does not wait for
+        a commit it has no part in.
         """
-        by_attempts: dict[int, list[Change]] = {}
+        due: list[tuple[Change, int]] = []
         for change in retry:
-            by_attempts.setdefault(change.attempts, []).append(change)
-        for attempts, changes in sorted(by_attempts.items()):
-            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (attempts - 1))
-            due = time.time_ns() + int(delay * random.uniform(0.9, 1.1) * 1e9)
-            self.queue.put_changes(changes, due)
-            self.stats.retried += len(changes)
+            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (change.attempts - 1))
+            due.append((change, time.time_ns() + int(delay * random.uniform(0.9, 1.1) * 1e9)))
+        self.stats.retried += len(due)
+        return due
 
     def _commit_batch(self, read: _ReadBatch) -> None:
-        """Commit what a batch read, keep the rest on disk, then forget its files.
+        """Commit what a batch read to the store, then (only then) forget its changes
+        in the journal, in one transaction with those that failed their schema.
 
-        Raises :class:`_Retry` when the store cannot be written; then nothing of the
-        batch has been moved (the queue files stay, and are taken again).
+        Raises :class:`_Retry` when the store cannot be written; then the journal
+        still holds every change of the batch as read.
         """
         began = time.monotonic()
-        dead = list(read.dead)
+        applied: list[Change] = []
+        dead: list[tuple[Change, str]] = []
         for rtype, (ups, dels, done) in read.by_type.items():
-            dead.extend(self._commit(rtype, ups, dels, done))
-        # Everything that was not applied is on disk again before its file goes.
-        for change in read.hold:
-            self.queue.hold(change)
-            self.stats.held += 1
-        for change, reason in dead:
-            self.queue.bury(change, reason)
-            self.stats.failures += 1
-        self.queue.done(read.paths)
+            failed = self._commit(rtype, ups, dels, done)
+            gone = {change.key for change, _reason in failed}
+            applied += [change for change in done if change.key not in gone]
+            dead += failed
+        self.queue.finish(applied, dead)
+        self.stats.failures += len(dead)
         self.stats.batches += 1
         self.clear_error("writing the store failed")
         self.clear_error("the worker failed")
@@ -560,7 +599,7 @@ class Listener:
         self._commit_seconds = 0.5 * self._commit_seconds + 0.5 * took
 
     def _catch_up(self) -> None:
-        held = synced_types(self.store)
+        held = self.target.synced_types()
         wanted = [t for t in ANNOUNCED if t in self.viewed and (t in held or not held)]
         try:
             text = self._sync(wanted)
@@ -589,21 +628,18 @@ class Listener:
     def _sync(self, types: Sequence[str]) -> str:
         """An incremental sync of ``types``; what it did. Raises when any type failed."""
         from toolkit.errors import PmtkError
-        from toolkit.store import sync
 
-        summary = sync(self.client, self.store, resources=list(types), progress=False)
-        failed = [r for r in summary.resources if r.status == "failed"]
+        synced = self.target.sync(self.client, types)
+        failed = [r for r in synced if r.status == "failed"]
         if failed:
             raise PmtkError("; ".join(f"{r.resource}: {r.error}" for r in failed)[:500])
-        return ", ".join(
-            f"{r.resource} {r.status} ({r.fetched} fetched)" for r in summary.resources
-        )
+        return ", ".join(f"{r.resource} {r.status} ({r.fetched} fetched)" for r in synced)
 
     def _heal(self, gap: Gap) -> bool:
         """Log a gap and sync its types; true when healed (false: tried again later)."""
         shown = ", ".join(str(n) for n in gap.missing[:50])
         more = f" and {len(gap.missing) - 50} more" if len(gap.missing) > 50 else ""
-        held = synced_types(self.store)
+        held = self.target.synced_types()
         types = sorted(t for t in gap.types if t in held) or sorted(
             t for t in ANNOUNCED if t in held and t in self.viewed
         )
@@ -631,12 +667,45 @@ class Listener:
         note(logging.INFO, "missed events healed by a sync: %s", text)
         return True
 
+    def _recover(self) -> None:
+        """Apply the changes a crashed run had read but not seen committed (from the
+        records the journal kept, no read again), unless the store already holds them:
+        then they are only forgotten, never applied twice. Claimed ones are queued."""
+        found = self.queue.recover()
+        if not found:
+            return
+        read = _ReadBatch(hold=[], to_read=[], futures=[], started=0.0, finished=0.0)
+        landed: list[Change] = []
+        stamps: dict[str, dict[str, str | None]] = {}
+        for rtype in {change.event.resource_type for change, _record in found}:
+            ids = [c.event.id for c, _r in found if c.event.resource_type == rtype]
+            stamps[rtype] = self.target.stamps(rtype, ids)
+        for change, record in found:
+            if _in_store(stamps[change.event.resource_type], change.event.id, record):
+                landed.append(change)
+                continue
+            ups, dels, done = read.by_type.setdefault(change.event.resource_type, ([], [], []))
+            if record is None:
+                dels.append(change.event.id)
+            else:
+                ups.append(record)
+            done.append(change)
+        note(
+            logging.WARNING,
+            "%d change(s) read before a crash: %d already in the store, %d applied now",
+            len(found),
+            len(landed),
+            len(found) - len(landed),
+        )
+        self.queue.finish(landed)
+        self._commit_batch(read)
+
     def _release_waiting(self) -> None:
         """Queue again the waiting changes of types a sync has now made a table for."""
         waiting = self.queue.waiting()
         if not waiting:
             return
-        ready = set(waiting) & synced_types(self.store)
+        ready = set(waiting) & self.target.synced_types()
         if ready:
             moved = self.queue.release(ready)
             note(logging.INFO, "%d waiting change(s) of %s queued", moved, ", ".join(sorted(ready)))
@@ -692,6 +761,8 @@ class Listener:
         try:
             return "ok", self._fetch(change.event)
         except _Retry as exc:
+            if out_of_descriptors(exc):
+                return "again", str(exc)  # this process's shortage, not the API's
             return "retry", str(exc)
         except PmtkError as exc:  # refused for good (400, 403, an id the API rejects)
             return "dead", f"reading it failed: {describe(exc)}"
@@ -721,18 +792,11 @@ class Listener:
     ) -> list[tuple[Change, str]]:
         """Apply one type's changes in one commit; the changes that cannot be applied."""
         from toolkit.errors import DataValidationError
-        from toolkit.store import apply_changes
 
         last = done[-1]
         try:
-            result = apply_changes(
-                rtype,
-                self.store,
-                upserts=ups,
-                deletes=dels,
-                event={**last.event.to_json(), "received_at": last.received_at},
-                errors=self.errors,
-            )
+            event = {**last.event.to_json(), "received_at": last.received_at}
+            result = self.target.apply(rtype, ups, dels, event, self.errors)
         except DataValidationError:
             failed = self._commit_one_by_one(rtype, ups, dels, done)
         except Exception as exc:
@@ -758,7 +822,6 @@ class Listener:
     ) -> list[tuple[Change, str]]:
         """Isolate the records that fail their schema; apply the others."""
         from toolkit.errors import DataValidationError
-        from toolkit.store import apply_changes
 
         by_id = {c.event.id: c for c in done}
         failed: list[tuple[Change, str]] = []
@@ -766,17 +829,11 @@ class Listener:
             for record in ups:
                 change = by_id[str(record["id"])]
                 try:
-                    apply_changes(
-                        rtype,
-                        self.store,
-                        upserts=[record],
-                        event=change.event.to_json(),
-                        errors=self.errors,
-                    )
+                    self.target.apply(rtype, [record], [], change.event.to_json(), self.errors)
                 except DataValidationError as exc:
                     failed.append((change, f"the record fails its schema: {exc}"))
             if dels:
-                apply_changes(rtype, self.store, deletes=dels, event=done[-1].event.to_json())
+                self.target.apply(rtype, [], dels, done[-1].event.to_json(), self.errors)
         except DataValidationError:
             raise
         except Exception as exc:
@@ -800,7 +857,6 @@ class Listener:
 class _ReadBatch:
     """A batch taken from the queue: its reads in flight, then what they answered."""
 
-    paths: list[Path]
     hold: list[Change]
     to_read: list[Change]
     futures: list[Future[tuple[str, Any]]]
@@ -810,7 +866,6 @@ class _ReadBatch:
         default_factory=dict
     )
     retry: list[Change] = field(default_factory=list)
-    dead: list[tuple[Change, str]] = field(default_factory=list)
 
     def answered(self, _future: Future[tuple[str, Any]]) -> None:
         self.finished = max(self.finished, time.monotonic())
@@ -837,20 +892,21 @@ def api_says_gone(exc: Any) -> bool:
     return getattr(exc, "status", None) in (404, 410) and is_fhir_answer(exc)
 
 
-def _latest(batch: Sequence[tuple[Path, list[Change]]]) -> dict[tuple[str, str], Change]:
+def _latest(batch: Sequence[Change]) -> dict[tuple[str, str], Change]:
     """The latest change of each record, in the order of its latest announcement.
 
     A record announced again keeps its first receipt time (its freshness is measured
-    from the oldest unapplied announcement) and the most attempts any copy had.
+    from the oldest unapplied announcement), the most attempts any copy had, and all
+    their journal rows (which go together when it is applied).
     """
     latest: dict[tuple[str, str], Change] = {}
-    for _path, changes in batch:
-        for change in changes:
-            earlier = latest.pop(change.key, None)  # keep the order of the latest announcement
-            if earlier is not None:
-                change.first_ns = min(change.first_ns, earlier.first_ns)
-                change.attempts = max(change.attempts, earlier.attempts)
-            latest[change.key] = change
+    for change in batch:
+        earlier = latest.pop(change.key, None)  # keep the order of the latest announcement
+        if earlier is not None:
+            change.first_ns = min(change.first_ns, earlier.first_ns)
+            change.attempts = max(change.attempts, earlier.attempts)
+            change.rows = [*earlier.rows, *change.rows]
+        latest[change.key] = change
     return latest
 
 
@@ -900,6 +956,19 @@ def running_receiver(store: Path) -> tuple[str, int] | None:
     return host, port
 
 
+def _in_store(stamps: dict[str, str | None], rid: str, record: dict[str, Any] | None) -> bool:
+    """Whether the store holds what ``record`` says (``None``: the record absent)."""
+    from toolkit.store.precedence import newer
+
+    if record is None:
+        return rid not in stamps
+    if rid not in stamps:
+        return False
+    meta = record.get("meta")
+    stamp = meta.get("lastUpdated") if isinstance(meta, dict) else None
+    return stamp is not None and not newer(stamp, stamps[rid])
+
+
 def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
     """The queue, waiting changes, dead letters and last error as the store's folder holds them.
 
@@ -924,7 +993,8 @@ def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
         "dead_letters": queue.dead(),
         "dead_letters_evicted": queue.evicted(),
         "dead_letter_limits": {"letters": queue.max_dead, "bytes": queue.max_dead_bytes},
-        "dead_letter_folder": str(queue.dead_dir),
+        "journal": str(queue.path),
+        "journal_states": queue.states(),
         "events": EventLog(store / WEBHOOK_DIR).status(),
         "last_error": None,
     }
