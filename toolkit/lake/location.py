@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,18 +148,27 @@ class Location:
 
     def read_bytes(self, table_uri: str, rel: str) -> bytes:
         """The bytes of a data file, ``rel`` being a path already checked by the caller."""
+        return b"".join(self._chunks(table_uri, rel))
+
+    def _chunks(self, table_uri: str, rel: str, size: int = 1 << 20) -> Iterator[bytes]:
         if self.local:
             full = Path(table_uri) / rel
             fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
             with os.fdopen(fd, "rb") as fh:
-                return fh.read()
+                while chunk := fh.read(size):
+                    yield chunk
+            return
         fs, root = self._filesystem(table_uri)
         with fs.open_input_stream(f"{root}/{rel}") as fh:
-            data: bytes = fh.read()
-            return data
+            while chunk := fh.read(size):
+                yield bytes(chunk)
 
     def sha256(self, table_uri: str, rel: str) -> str:
-        return hashlib.sha256(self.read_bytes(table_uri, rel)).hexdigest()
+        """The file's sha256, read a megabyte at a time (a data file can be hundreds of MB)."""
+        digest = hashlib.sha256()
+        for chunk in self._chunks(table_uri, rel):
+            digest.update(chunk)
+        return digest.hexdigest()
 
     def _filesystem(self, table_uri: str) -> tuple[Any, str]:
         from pyarrow import fs as pafs
