@@ -15,13 +15,11 @@ The faithful mock with every opt-in stays free of any finding: ``clean_run`` in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from contracts.conftest import _group_follow_ons
 from contracts.report import CheckRecord
@@ -32,11 +30,11 @@ from contracts.session import (
     CascadeGuard,
 )
 from contracts.suite import Recorder
-from toolkit.cli import app
+from tests.contracts.checking import failed_checks as _failed
+from tests.contracts.checking import run_check as _check
 from toolkit.mock import FAULT_PROFILES, serve
 from toolkit.mock.faults import BOOK_REPLY_SHIFT_HOURS
 
-runner = CliRunner()
 WRITES = ("--allow-writes",)
 
 
@@ -68,34 +66,6 @@ CASCADES = [
     ),
     ("bad-phone", (*WRITES, *_only("format", "write")), "format.values[Organization]", "write"),
 ]
-
-
-def _check(dep: Any, report_dir: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    result = runner.invoke(
-        app,
-        [
-            "check",
-            "--base-url",
-            dep.base_url,
-            "--client-id",
-            dep.client_id,
-            "--client-secret",
-            dep.client_secret,
-            "--report-dir",
-            str(report_dir),
-            "--schema-examples",
-            "1",
-            "--test-controls",
-            *extra,
-        ],
-        catch_exceptions=False,
-    )
-    path = report_dir / "report.json"
-    return result.exit_code, json.loads(path.read_text()) if path.exists() else {}, result.output
-
-
-def _failed(report: dict[str, Any]) -> dict[str, str]:
-    return {c["id"]: c["category"] for c in report.get("checks", []) if c["status"] == "failed"}
 
 
 @pytest.mark.parametrize(("fault", "extra", "root", "elsewhere"), CASCADES)

@@ -7,47 +7,15 @@ mock must still pass (``clean_run`` in ``test_command.py``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from typer.testing import CliRunner
-
 from contracts.session import TOKEN_ROOT_CAUSE, Exchange, Session
 from contracts.suite import Recorder
-from toolkit.cli import app
+from tests.contracts.checking import failed_checks as _failed
+from tests.contracts.checking import run_check as _check
 from toolkit.mock import serve
 from toolkit.mock.faults import REVOKE_AFTER_USES
-
-runner = CliRunner()
-
-
-def _check(dep: Any, report_dir: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    result = runner.invoke(
-        app,
-        [
-            "check",
-            "--base-url",
-            dep.base_url,
-            "--client-id",
-            dep.client_id,
-            "--client-secret",
-            dep.client_secret,
-            "--report-dir",
-            str(report_dir),
-            "--schema-examples",
-            "1",
-            "--test-controls",
-            *extra,
-        ],
-        catch_exceptions=False,
-    )
-    path = report_dir / "report.json"
-    return result.exit_code, json.loads(path.read_text()) if path.exists() else {}, result.output
-
-
-def _failed(report: dict[str, Any]) -> dict[str, str]:
-    return {c["id"]: c["category"] for c in report.get("checks", []) if c["status"] == "failed"}
 
 
 def test_a_token_revoked_early_fails_token_lifetime_and_nothing_else(tmp_path: Path) -> None:

@@ -201,13 +201,9 @@ def deployments(loc: Location) -> dict[str, LakeDeployment]:
     return out
 
 
-def register(loc: Location, name: str, identity: Deployment) -> LakeDeployment:
-    """Add ``name`` for ``identity`` unless the lake has it (then it must be the same)."""
-    from toolkit.store.identity import WrongDeployment
-
-    check_deployment_name(name)
-    init_lake(loc)
-    row = pa.table(
+def _deployment_row(name: str, identity: Deployment) -> pa.Table:
+    """The deployments table's row naming ``identity`` ``name``, added now."""
+    return pa.table(
         {
             "name": [name],
             "base_url": [identity.base_url],
@@ -217,6 +213,15 @@ def register(loc: Location, name: str, identity: Deployment) -> LakeDeployment:
         },
         schema=DEPLOYMENTS_SCHEMA,
     )
+
+
+def register(loc: Location, name: str, identity: Deployment) -> LakeDeployment:
+    """Add ``name`` for ``identity`` unless the lake has it (then it must be the same)."""
+    from toolkit.store.identity import WrongDeployment
+
+    check_deployment_name(name)
+    init_lake(loc)
+    row = _deployment_row(name, identity)
 
     def add() -> None:
         (
@@ -550,16 +555,7 @@ def set_identity(loc: Location, name: str, old: Deployment, new: Deployment) -> 
     from toolkit.store.identity import WrongDeployment
 
     check_deployment_name(name)
-    row = pa.table(
-        {
-            "name": [name],
-            "base_url": [new.base_url],
-            "client_id_sha256": [new.client_id_sha256],
-            "embedded_mock": [new.embedded_mock],
-            "added_at": [now_iso()],
-        },
-        schema=DEPLOYMENTS_SCHEMA,
-    )
+    row = _deployment_row(name, new)
     was = (
         f"t.base_url = '{_quoted(old.base_url)}' "
         f"AND t.client_id_sha256 = '{_quoted(old.client_id_sha256)}'"
