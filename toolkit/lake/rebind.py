@@ -39,13 +39,13 @@ from toolkit.lake.state import (
     UnknownDeployment,
     append_history,
     deployments,
+    move_pin,
     owner_id,
     pin_of,
     release_lease,
     retrying,
     set_identity,
     take_lease,
-    write_pin_holding_lease,
 )
 from toolkit.store.identity import Deployment
 
@@ -122,7 +122,7 @@ def _empty_pin(loc: Location, name: str, rt: str, owner: str) -> Pin:
     """The resource's pin emptied (seq moved on), the lease kept."""
     now = pin_of(loc, name, rt)
     empty = Pin(name, rt, seq=now.seq + 1, last_sync={"rebind": True})
-    write_pin_holding_lease(loc, empty, now.seq, owner)
+    move_pin(loc, empty, now.seq, owner, release=False)
     return empty
 
 

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from toolkit.store.results import PAGE_SIZE
+
 STAGE_ENV = "PMTK_LAKE_STAGE"
 _FORMAT = 1
 
@@ -117,14 +119,8 @@ class Stage:
             return 1
         # The last staged page is read again: its records were counted, so count only
         # the full pages before it.
-        cp.records = min(cp.records, (cp.pages_done - 1) * _page_size())
+        cp.records = min(cp.records, (cp.pages_done - 1) * PAGE_SIZE)
         return cp.pages_done
-
-
-def _page_size() -> int:
-    from toolkit.store.results import PAGE_SIZE
-
-    return PAGE_SIZE
 
 
 def _clear(folder: Path) -> None:

@@ -491,26 +491,27 @@ def release_lease(loc: Location, deployment: str, resource: str, owner: str) -> 
     retrying(attempt, f"releasing the lease of {deployment}/{resource}")
 
 
-def move_pin(loc: Location, pin: Pin, expected_seq: int, owner: str) -> None:
+def move_pin(
+    loc: Location, pin: Pin, expected_seq: int, owner: str, *, release: bool = True
+) -> None:
     """Commit ``pin`` (its seq one more than ``expected_seq``) and release the lease.
 
     One ``MERGE``: it changes the row only while ``owner`` still holds the lease and the
     row still has ``expected_seq``; otherwise :class:`LeaseLost` and nothing changes.
+    ``release=False`` keeps the lease (a rebind's later steps need it).
     """
     row = _state_row(pin.deployment, pin.resource, owner, 0, pin.to_json())
     row = row.set_column(2, "seq", pa.array([expected_seq + 1], pa.int64()))
+    updates = {"seq": "s.seq", "pin": "s.pin"}
+    if release:
+        updates |= {"lease_owner": "NULL", "lease_expires_ms": "NULL"}
 
     def attempt() -> dict[str, Any]:
         result: dict[str, Any] = (
             _table(loc, "state")
             .merge(row, predicate=_key(pin.deployment), source_alias="s", target_alias="t")
             .when_matched_update(
-                updates={
-                    "seq": "s.seq",
-                    "pin": "s.pin",
-                    "lease_owner": "NULL",
-                    "lease_expires_ms": "NULL",
-                },
+                updates=updates,
                 predicate=f"t.lease_owner = s.lease_owner AND t.seq = {int(expected_seq)}",
             )
             .execute()
@@ -524,29 +525,6 @@ def move_pin(loc: Location, pin: Pin, expected_seq: int, owner: str) -> None:
             "committed meanwhile; this run's pin was not moved (its records are in the tables "
             "and the next sync reads them again). Run again"
         )
-        raise LeaseLost(msg)
-
-
-def write_pin_holding_lease(loc: Location, pin: Pin, expected_seq: int, owner: str) -> None:
-    """Commit ``pin`` like :func:`move_pin` but keep the lease (a rebind's later steps need it)."""
-    row = _state_row(pin.deployment, pin.resource, owner, 0, pin.to_json())
-    row = row.set_column(2, "seq", pa.array([expected_seq + 1], pa.int64()))
-
-    def attempt() -> dict[str, Any]:
-        result: dict[str, Any] = (
-            _table(loc, "state")
-            .merge(row, predicate=_key(pin.deployment), source_alias="s", target_alias="t")
-            .when_matched_update(
-                updates={"seq": "s.seq", "pin": "s.pin"},
-                predicate=f"t.lease_owner = s.lease_owner AND t.seq = {int(expected_seq)}",
-            )
-            .execute()
-        )
-        return result
-
-    metrics = retrying(attempt, f"emptying {pin.deployment}/{pin.resource}")
-    if metrics["num_target_rows_updated"] != 1:
-        msg = f"{pin.deployment}/{pin.resource}: this writer lost its lease; nothing was changed"
         raise LeaseLost(msg)
 
 
