@@ -158,7 +158,7 @@ class Location:
                 while chunk := fh.read(size):
                     yield chunk
             return
-        fs, root = self._filesystem(table_uri)
+        fs, root = self.filesystem(table_uri)
         with fs.open_input_stream(f"{root}/{rel}") as fh:
             while chunk := fh.read(size):
                 yield bytes(chunk)
@@ -170,9 +170,12 @@ class Location:
             digest.update(chunk)
         return digest.hexdigest()
 
-    def _filesystem(self, table_uri: str) -> tuple[Any, str]:
+    def filesystem(self, table_uri: str) -> tuple[Any, str]:
+        """A pyarrow filesystem for the table and the table's root in it (local or S3)."""
         from pyarrow import fs as pafs
 
+        if self.local:
+            return pafs.LocalFileSystem(), table_uri
         opts = self.storage_options
         parts = urlsplit(table_uri)
         endpoint = opts.get("AWS_ENDPOINT_URL") or opts.get("AWS_ENDPOINT_URL_S3")

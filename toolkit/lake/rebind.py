@@ -150,11 +150,7 @@ def _remove_files(loc: Location, table: str, name: str) -> int:
     named = set(partition_files(dt, table, name))
     folder = f"deployment={name}"
     loc.check_local_links("tables", table, folder)
-    if loc.local:
-        filesystem: Any = pafs.LocalFileSystem()
-        root = loc.table_uri("tables", table)
-    else:
-        filesystem, root = loc._filesystem(loc.table_uri("tables", table))
+    filesystem, root = loc.filesystem(loc.table_uri("tables", table))
     try:
         selector = pafs.FileSelector(f"{root}/{folder}", allow_not_found=True)
         found = filesystem.get_file_info(selector)
