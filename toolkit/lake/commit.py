@@ -48,15 +48,22 @@ from toolkit.lake.state import (
 from toolkit.store.layout import declared_schemas, parent_key, schema_version
 from toolkit.store.raw import RAW_SCHEMA, raw_table
 
+ROW_GROUP_ROWS = 65_536
+"""Rows per Parquet row group of a data file. The Parquet writer holds a whole row
+group in memory before it encodes it, and its default (1,048,576 rows) made a large
+table's write hold the table: 505,184 raw Appointments (their JSON) in one group. With
+a fixed bound the memory a commit needs stops growing with the table."""
+
 
 def _writer_properties() -> Any:
     from deltalake import WriterProperties
 
-    return WriterProperties(compression="ZSTD")
+    return WriterProperties(compression="ZSTD", max_row_group_size=ROW_GROUP_ROWS)
 
 
 WRITER = _writer_properties()
-"""Data files are zstd-compressed, as the store's are."""
+"""Data files are zstd-compressed, as the store's are, in row groups of at most
+:data:`ROW_GROUP_ROWS` rows."""
 
 OP = "_pmtk_op"
 PART = "_pmtk_part"
