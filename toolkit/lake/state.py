@@ -193,7 +193,6 @@ class LakeDeployment:
 def deployments(loc: Location) -> dict[str, LakeDeployment]:
     if not is_lake(loc):
         return {}
-        return {}
     out: dict[str, LakeDeployment] = {}
     for row in _frame(_table(loc, "deployments")).iter_rows(named=True):
         ident = Deployment(row["base_url"], row["client_id_sha256"], bool(row["embedded_mock"]))
@@ -337,10 +336,30 @@ def pins(
     """Every committed pin (of one deployment), as the state table is now or was ``as_of``."""
     if not is_lake(loc):
         return []
-        return []
     frame = _frame(_table(loc, "state", as_of))
     if deployment is not None:
         frame = frame.filter(pl.col("deployment") == deployment)
+    return _pins_of(frame)
+
+
+def read_pins(loc: Location, deployment: str | None = None) -> list[Pin]:
+    """:func:`pins` as the state table is now, for a reader: the table kept open and each
+    version's pins decoded once per process (:mod:`toolkit.lake.snapshots`)."""
+    from toolkit.lake import snapshots
+
+    if not is_lake(loc):
+        return []
+    loc.check_local_links("_pmtk", "state")
+    every = snapshots.at_latest(
+        loc,
+        loc.table_uri("_pmtk", "state"),
+        lambda: _table(loc, "state"),
+        lambda dt: _pins_of(_frame(dt)),
+    )
+    return [pin for pin in every if deployment is None or pin.deployment == deployment]
+
+
+def _pins_of(frame: pl.DataFrame) -> list[Pin]:
     return [
         Pin.from_row(row)
         for row in frame.sort("deployment", "resource").iter_rows(named=True)
