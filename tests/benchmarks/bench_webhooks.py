@@ -217,7 +217,19 @@ def start_relay(upstream: str, break_every: int, logs: Path) -> Any:
     return child(f"relay-{break_every}", argv, _env(), logs)
 
 
-def start_receiver(store: Path, port: int, relay: str, creds: dict[str, str], logs: Path) -> Any:
+def receiver(
+    store: Path,
+    port: int,
+    relay: str,
+    creds: dict[str, str],
+    logs: Path,
+    *,
+    name: str = "listen",
+    catch_up: bool = False,
+) -> Child:
+    """A running ``pmtk listen`` (stopped by the caller). The first one of a scenario
+    skips the catch-up (the store was just synced); a restarted one runs it, as an
+    operator's restart does."""
     argv = [
         PMTK,
         "listen",
@@ -227,27 +239,66 @@ def start_receiver(store: Path, port: int, relay: str, creds: dict[str, str], lo
         str(port),
         "--base-url",
         relay,
-        "--no-catch-up",
+        "--catch-up" if catch_up else "--no-catch-up",
         "--requests-per-minute",
         "0",
         "--output",
         "json",
     ]
     env = _env(PM_CLIENT_ID=creds["id"], PM_CLIENT_SECRET=creds["secret"], PM_WEBHOOK_AUTH=HEADER)
-    return child("listen", argv, env, logs)
+    return Child(name, argv, env, logs)
+
+
+class Restarter(threading.Thread):
+    """Stops the receiver (Ctrl-C, as an operator or a deploy does) ``after`` seconds
+    and starts it again on the same port: ``current`` is the one running, ``down`` the
+    wall-clock times from the stop to the new one's "listening" line."""
+
+    def __init__(self, first: Child, after: float | None, start_again: Any) -> None:
+        super().__init__(daemon=True)
+        self.current = first
+        self.all = [first]
+        self.after = after
+        self.start_again = start_again
+        self.down: tuple[float, float] | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        if self.after is None:
+            return
+        time.sleep(self.after)
+        try:
+            stopped_at = time.time()
+            self.current.stop()
+            again: Child = self.start_again()
+            self.all.append(again)
+            self.current = again
+            again.expect(r'"event": "listening"')
+            self.down = (stopped_at, time.time())
+        except BaseException as exc:  # reported by the scenario, not lost in this thread
+            self.error = exc
+
+    def stop_all(self) -> None:
+        if self.is_alive() or self.ident is not None:
+            self.join()
+        for rx in self.all:
+            rx.stop()
 
 
 def relay_main(upstream: str, break_every: int) -> None:
     """``--relay``: serve a relay until stdin ends; ``stats`` on stdin prints its counts."""
     policy = every_nth(break_every) if break_every else (lambda *_: None)
-    with flaky_upstream(upstream, policy) as relay:
+    with flaky_upstream(upstream, policy, rewrite_links=True) as relay:
         print(f"relay: {relay.base_url}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             for line in sys.stdin:
                 if line.strip() == "stats":
                     with relay.lock:
                         reads = sum(relay.reads.values())
-                    print(json.dumps({"reads": reads, "broken": relay.broken}), flush=True)
+                    print(
+                        json.dumps({"reads": reads, "broken": relay.broken, "calls": relay.calls}),
+                        flush=True,
+                    )
 
 
 def relay_stats(relay: Child) -> dict[str, int]:
@@ -275,6 +326,7 @@ class Watcher(threading.Thread):
         self.lock = threading.Lock()
         self.pending: dict[str, list[tuple[int, float]]] = {}
         self.fresh: dict[int, float] = {}
+        self.acked: dict[int, float] = {}
         self.commits = 0
         self.queued = 0
         self.stop = threading.Event()
@@ -282,6 +334,7 @@ class Watcher(threading.Thread):
     def wrote(self, rid: str, n: int, acked_at: float) -> None:
         with self.lock:
             self.pending.setdefault(rid, []).append((n, acked_at))
+            self.acked[n] = acked_at
 
     def outstanding(self) -> int:
         with self.lock:
@@ -422,7 +475,12 @@ def _lost(direct: Client, store: Path, last: dict[str, str]) -> tuple[int, int]:
 def scenario(
     name: str, break_every: int, setup: dict[str, Any], args: argparse.Namespace
 ) -> dict[str, Any]:
-    """One run of ``args.rate`` writes a second for ``args.seconds``; its figures."""
+    """One run of ``args.rate`` writes a second for ``args.seconds``; its figures.
+
+    ``restart`` stops the receiver halfway through the writes and starts it again
+    (with its catch-up sync); ``poll`` runs no receiver but a process that syncs the
+    store every ``args.poll_every`` seconds (the baseline webhooks replace).
+    """
     store: Path = setup["store"]
     logs: Path = setup["logs"]
     ids: list[str] = setup["ids"]
@@ -435,26 +493,47 @@ def scenario(
         made_through(store, relay_url)
         watcher = Watcher(store, name)
         watcher.start()
+
+        def start_again(first: bool = False) -> Child:
+            if name == "poll":
+                return poller(store, relay_url, setup["creds"], logs, args.poll_every)
+            return receiver(
+                store,
+                setup["port"],
+                relay_url,
+                setup["creds"],
+                logs,
+                name="listen" if first else "listen-again",
+                catch_up=not first,
+            )
+
+        ready = r'"event": "polled"' if name == "poll" else r'"event": "listening"'
+        restarter = Restarter(
+            start_again(first=True),
+            args.seconds / 2 if name == "restart" else None,
+            start_again,
+        )
         try:
-            with start_receiver(store, setup["port"], relay_url, setup["creds"], logs) as rx:
-                rx.expect(r'"event": "listening"')
-                # warm up outside the figures: the receiver's token, the connections
-                api.patch(f"Appointment/{ids[-1]}", json={"description": f"bench-{name}-{10**9}"})
-                watcher.wrote(ids[-1], 10**9, time.time())
-                _wait(lambda: watcher.outstanding() == 0, 60)
-                watcher.fresh.clear()
-                commits_before = watcher.commits
-                logged_before = _commit_lines(rx)
-                reads_before = relay_stats(relay)
-                last, rate, late = _write_paced(api, watcher, ids[:-1], name, args)
-                settled = _wait(lambda: watcher.outstanding() == 0, SETTLE_TIMEOUT)
-                reads = relay_stats(relay)
-                rx.stop()
-                final = _stopped_status(rx)
-                logged_commits = _commit_lines(rx) - logged_before
+            restarter.current.expect(ready)
+            # warm up outside the figures: the receiver's token, the connections
+            api.patch(f"Appointment/{ids[-1]}", json={"description": f"bench-{name}-{10**9}"})
+            watcher.wrote(ids[-1], 10**9, time.time())
+            _wait(lambda: watcher.outstanding() == 0, 60)
+            watcher.fresh.clear()
+            commits_before = watcher.commits
+            logged_before = _commit_lines(restarter.current)
+            reads_before = relay_stats(relay)
+            restarter.start()
+            last, rate, late = _write_paced(api, watcher, ids[:-1], name, args)
+            settled = _wait(lambda: watcher.outstanding() == 0, SETTLE_TIMEOUT)
+            reads = relay_stats(relay)
         finally:
+            restarter.stop_all()
             watcher.stop.set()
             watcher.join()
+    if restarter.error is not None:
+        raise RuntimeError(f"the restart failed: {restarter.error}") from restarter.error
+    finals = [_stopped_status(rx) for rx in restarter.all]
     lost, unwritten = _lost(setup["direct"], store, last)
     writes = int(args.rate * args.seconds)
     return {
@@ -463,18 +542,56 @@ def scenario(
         "rate": rate,
         "late": late,
         "settled": settled,
-        "lost": lost + unwritten + int(final.get("dead_letters") or 0),
+        "lost": lost + unwritten + _total(finals, "dead_letters"),
         "unseen": writes - len(watcher.fresh),
         "fresh": list(watcher.fresh.values()),
+        "fresh_by_write": dict(watcher.fresh),
+        "acked": dict(watcher.acked),
+        "down": restarter.down,
         "requests": reads["reads"] - reads_before["reads"],
+        "calls": reads["calls"] - reads_before["calls"],
         "broken": reads["broken"] - reads_before["broken"],
-        "worker_requests": final.get("requests"),
-        "retried": final.get("retried"),
+        "worker_requests": _total(finals, "requests"),
+        "retried": _total(finals, "retried"),
         "queued": watcher.queued,
         "commits_seen": watcher.commits - commits_before,
-        "commits_logged": logged_commits,
+        "commits_logged": sum(_commit_lines(rx) for rx in restarter.all) - logged_before,
         "load": (load_start, os.getloadavg()),
     }
+
+
+def _total(statuses: list[dict[str, Any]], key: str) -> int:
+    return sum(int(status.get(key) or 0) for status in statuses)
+
+
+def poller(store: Path, relay: str, creds: dict[str, str], logs: Path, every: float) -> Child:
+    """The baseline: this file run with ``--poll``, an incremental sync every ``every`` s."""
+    argv = [sys.executable, __file__, "--poll", str(store), "--relay", relay]
+    argv += ["--poll-every", str(every)]
+    env = _env(PM_CLIENT_ID=creds["id"], PM_CLIENT_SECRET=creds["secret"])
+    return Child("poll", argv, env, logs)
+
+
+def poll_main(store: Path, base_url: str, every: float) -> None:
+    """``--poll``: sync the store's Appointments every ``every`` s (start to start) until
+    Ctrl-C; a JSON line after each sync."""
+    with (
+        Client(
+            base_url=base_url,
+            client_id=os.environ["PM_CLIENT_ID"],
+            client_secret=os.environ["PM_CLIENT_SECRET"],
+            requests_per_minute=None,
+            progress=False,
+            user_agent=USER_AGENT,
+        ) as client,
+        contextlib.suppress(KeyboardInterrupt),
+    ):
+        while True:
+            t0 = time.monotonic()
+            sync(client, store, resources=["Appointment"], progress=False)
+            took = time.monotonic() - t0
+            print(json.dumps({"event": "polled", "seconds": round(took, 3)}), flush=True)
+            time.sleep(max(0.0, every - took))
 
 
 def _wait(done: Any, timeout: float) -> bool:
@@ -496,13 +613,15 @@ def _stopped_status(rx: Child) -> dict[str, Any]:
 
 
 def _commit_lines(rx: Child) -> int:
-    """The receiver's log lines of an Appointment commit (one per commit)."""
+    """The receiver's log lines of an Appointment commit (one per commit), or the
+    poller's lines (one per sync)."""
     count = 0
-    for line in rx.kept:
+    for line in list(rx.kept):
         with contextlib.suppress(json.JSONDecodeError):
             item = json.loads(line)
-            if item.get("event") == "log" and str(item.get("message", "")).startswith(
-                "Appointment: "
+            if item.get("event") == "polled" or (
+                item.get("event") == "log"
+                and str(item.get("message", "")).startswith("Appointment: ")
             ):
                 count += 1
     return count
@@ -522,52 +641,79 @@ def floor(client: Client, store: Path, ids: list[str]) -> list[float]:
     return times
 
 
+SCENARIOS = (("clean", 0), ("flaky", 10), ("restart", 10), ("poll", 0))
+"""Each scenario's name and how often the relay breaks a record read (0: never)."""
+
+LABELS = {
+    "clean": "webhooks, clean upstream",
+    "flaky": "webhooks, 10 % of reads answer 500",
+    "restart": "the same + a listener restart",
+    "poll": "polling: a sync every {every:g} s",
+}
+
+
 def report(args: argparse.Namespace, base: list[float], runs: list[dict[str, Any]], n: int) -> None:
     print(
         f"{args.rate:g} writes/s for {args.seconds:g} s per scenario, over {n} Appointments, "
-        f"{args.concurrency} deliveries in flight at most; mock, relay, receiver and writer "
-        f"in processes of their own; freshness = PATCH acknowledged -> visible in the store"
+        f"{args.concurrency} deliveries in flight at most; mock, relay, receiver (or poller) "
+        f"and writer in processes of their own; freshness = PATCH acknowledged -> visible "
+        f"in the store"
     )
     print()
     head = (
-        f"{'path':<34} {'changes':>8} {'rate/s':>7} {'lost':>5} {'median':>8} {'p99':>8} "
-        f"{'max':>8} {'req/change':>11}"
+        f"{'path':<36} {'changes':>8} {'rate/s':>7} {'lost':>5} {'median':>8} {'p99':>8} "
+        f"{'max':>8} {'reads/change':>13} {'calls/change':>13}"
     )
     print(head)
     print("-" * len(head))
     print(
-        f"{'floor: GET + commit, direct':<34} {len(base):>8} {'-':>7} {'-':>5} "
+        f"{'floor: GET + commit, direct':<36} {len(base):>8} {'-':>7} {'-':>5} "
         f"{statistics.median(base):>7.3f}s {_pct(base, 0.99):>7.3f}s {max(base):>7.3f}s "
-        f"{1.0:>11.2f}"
+        f"{1.0:>13.2f} {1.0:>13.2f}"
     )
     for run in runs:
-        fresh = run["fresh"]
-        label = (
-            "webhooks, clean upstream"
-            if run["name"] == "clean"
-            else "webhooks, 10 % of reads answer 500"
-        )
-        print(
-            f"{label:<34} {run['writes']:>8} {run['rate']:>7.1f} {run['lost']:>5} "
-            f"{statistics.median(fresh) if fresh else float('nan'):>7.3f}s "
-            f"{_pct(fresh, 0.99):>7.3f}s {max(fresh) if fresh else float('nan'):>7.3f}s "
-            f"{run['requests'] / run['writes']:>11.2f}"
-        )
+        print(_row(LABELS[run["name"]].format(every=args.poll_every), run, run["fresh"]))
+        if run["down"] is not None:
+            stopped, listening = run["down"]
+            out = {n for n, at in run["acked"].items() if stopped <= at <= listening}
+            rest = [f for n, f in run["fresh_by_write"].items() if n not in out]
+            print(_row("  (writes acked while it was down: out)", run, rest))
     print()
     for run in runs:
         (a, b) = run["load"]
+        down = ""
+        if run["down"] is not None:
+            stopped, listening = run["down"]
+            during = sum(1 for at in run["acked"].values() if stopped <= at <= listening)
+            down = (
+                f"receiver down {listening - stopped:.2f} s (Ctrl-C to the new one's "
+                f"'listening'), {during} writes acknowledged meanwhile; "
+            )
         print(
-            f"{run['name']}: {run['broken']} reads broken by the relay, {run['retried']} "
+            f"{run['name']}: {down}{run['broken']} reads broken by the relay, {run['retried']} "
             f"changes retried, {run['worker_requests']} reads sent by the worker; "
             f"{run['unseen']} writes never seen in the store, {run['late']} writes sent "
             f"late by the pacer, settled={run['settled']}; deepest receiver queue "
             f"{run['queued']} changes; {run['commits_seen']} commits seen by the watcher, "
-            f"{run['commits_logged']} logged by the receiver "
+            f"{run['commits_logged']} logged by the receiver or poller "
             f"({run['writes'] / max(1, run['commits_seen']):.0f} changes a commit); load average "
             f"{' '.join(f'{x:.2f}' for x in a)} -> {' '.join(f'{x:.2f}' for x in b)}"
         )
-    print("ideal requests per change: 1.00 clean, 1.11 with a tenth of reads failing")
+    print(
+        "ideal reads per change: 1.00 clean, 1.11 with a tenth of reads failing; calls "
+        "count every request the relay passed on or broke (tokens, lists, reads)"
+    )
     print("targets: 0 lost, freshness p99 < 2 s, requests per change near the ideal")
+
+
+def _row(label: str, run: dict[str, Any], fresh: list[float]) -> str:
+    return (
+        f"{label:<36} {len(fresh) if fresh is not run['fresh'] else run['writes']:>8} "
+        f"{run['rate']:>7.1f} {run['lost']:>5} "
+        f"{statistics.median(fresh) if fresh else float('nan'):>7.3f}s "
+        f"{_pct(fresh, 0.99):>7.3f}s {max(fresh) if fresh else float('nan'):>7.3f}s "
+        f"{run['requests'] / run['writes']:>13.2f} {run['calls'] / run['writes']:>13.2f}"
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -627,18 +773,28 @@ def main() -> None:
         "--concurrency", type=int, default=8, help="announcements the mock has in flight at once"
     )
     parser.add_argument(
-        "--only", choices=["clean", "flaky"], help="run one scenario instead of both"
+        "--only",
+        choices=[name for name, _ in SCENARIOS],
+        action="append",
+        help="run this scenario (repeatable) instead of all four",
+    )
+    parser.add_argument(
+        "--poll-every", type=float, default=10.0, help="the polling baseline's period (10 s)"
     )
     parser.add_argument(
         "--logs", metavar="DIR", help="keep each process's stdout and stderr in DIR"
     )
     parser.add_argument("--relay", metavar="UPSTREAM", help=argparse.SUPPRESS)
     parser.add_argument("--break-every", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--poll", metavar="STORE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.poll:
+        poll_main(Path(args.poll), args.relay, args.poll_every)
+        return
     if args.relay:
         relay_main(args.relay, args.break_every)
         return
-    args.scenarios = [(n, e) for n, e in (("clean", 0), ("flaky", 10)) if args.only in (None, n)]
+    args.scenarios = [(n, e) for n, e in SCENARIOS if not args.only or n in args.only]
     # SIGTERM stops the children as Ctrl-C does (the `with` blocks end). SIGINT is set
     # too: a shell starts a background job with SIGINT ignored, and the children would
     # inherit that and ignore the Ctrl-C that stops them cleanly.

@@ -67,17 +67,26 @@ def made_through(store: Path, base_url: str) -> str:
 
 
 class Flaky:
-    """The running relay: ``base_url`` for a client, ``reads`` and ``broken`` counted."""
+    """The running relay: ``base_url`` for a client; ``reads`` (record reads, by record),
+    ``broken`` and ``calls`` (every call relayed or broken: tokens and lists too) counted.
 
-    def __init__(self, upstream: str, policy: Policy) -> None:
+    ``rewrite_links`` writes the relay's origin over the deployment's in every answer,
+    as a gateway that rewrites its upstream's links does, so that a Bundle's ``next``
+    leads back through the relay (a client refuses a link to another origin)."""
+
+    def __init__(self, upstream: str, policy: Policy, *, rewrite_links: bool = False) -> None:
         self.upstream = upstream.rstrip("/").removesuffix("/main")
         self.policy = policy
+        self.rewrite_links = rewrite_links
         self.reads: Counter[tuple[str, str]] = Counter()
         self.broken = 0
+        self.calls = 0
         self.lock = threading.Lock()
         self.base_url = ""
 
     def decide(self, path: str) -> int | None:
+        with self.lock:
+            self.calls += 1
         matched = _READ.fullmatch(path.split("?")[0])
         if not matched:
             return None
@@ -117,7 +126,12 @@ def _handler(flaky: Flaky, http: httpx.Client) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(outcome)
                 return
-            send_back(self, forward(self, http, flaky.upstream, body))
+            answer = forward(self, http, flaky.upstream, body)
+            content = answer.content
+            if flaky.rewrite_links:
+                mine = flaky.base_url.removesuffix("/main")
+                content = content.replace(flaky.upstream.encode(), mine.encode())
+            send_back(self, answer, content)
 
         do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _relay
 
@@ -125,9 +139,11 @@ def _handler(flaky: Flaky, http: httpx.Client) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def flaky_upstream(upstream_base_url: str, policy: Policy) -> Iterator[Flaky]:
+def flaky_upstream(
+    upstream_base_url: str, policy: Policy, *, rewrite_links: bool = False
+) -> Iterator[Flaky]:
     """Serve a :class:`Flaky` relay to ``upstream_base_url`` on 127.0.0.1 until the block ends."""
-    flaky = Flaky(upstream_base_url, policy)
+    flaky = Flaky(upstream_base_url, policy, rewrite_links=rewrite_links)
     with httpx.Client(timeout=30, trust_env=False) as http:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(flaky, http))
         server.daemon_threads = True
