@@ -145,9 +145,9 @@ def _scan(
         # without building a pyarrow dataset of the table (about 3 ms a read).
         paths = [os.path.join(uri, path) for path in sorted(files)]
         frame = (
-            pl.scan_parquet(paths, hive_partitioning=False).with_columns(
-                pl.lit(pin.deployment, pl.String).alias("deployment")
-            )
+            pl.scan_parquet(
+                paths, hive_partitioning=False, missing_columns="insert", extra_columns="ignore"
+            ).with_columns(pl.lit(pin.deployment, pl.String).alias("deployment"))
             if paths
             else pl.LazyFrame(schema=schema)
         )
