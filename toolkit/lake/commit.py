@@ -26,7 +26,7 @@ the same records again; its ``MERGE`` replaces whatever the crashed one had writ
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,23 @@ WRITER = _writer_properties()
 """Data files are zstd-compressed, as the store's are, in row groups of at most
 :data:`ROW_GROUP_ROWS` rows."""
 
+Rows = pl.DataFrame | pl.LazyFrame | Sequence[pl.LazyFrame]
+"""A table's new rows: one frame, or pieces of it (see :class:`Change`)."""
+
+
+def pieces(rows: Rows) -> list[pl.LazyFrame]:
+    """``rows`` as a list of lazy pieces (one piece when given one frame)."""
+    if isinstance(rows, pl.DataFrame | pl.LazyFrame):
+        return [rows.lazy()]
+    return list(rows)
+
+
+def whole(rows: Rows, schema: pl.Schema) -> pl.LazyFrame:
+    """``rows`` as one lazy frame (an empty one of ``schema`` when given no piece)."""
+    parts = pieces(rows)
+    return pl.concat(parts, how="vertical") if parts else pl.LazyFrame(schema=schema)
+
+
 OP = "_pmtk_op"
 PART = "_pmtk_part"
 """Working columns of a staged change (never written): the marker, and the staged part."""
@@ -79,7 +96,9 @@ class Change:
     tables
         The new rows of every table (main, child, extension and raw), as flattened
         and validated, each with the column :data:`PART` (the order it was staged in:
-        of two versions with the same ``lastUpdated`` the later part wins).
+        of two versions with the same ``lastUpdated`` the later part wins). A table
+        may be given in pieces (a sync's staged parts, one scan each): they are then
+        written one piece after another, so a commit holds one piece, not the table.
     deletes
         Ids the API said are gone (a 404/410 OperationOutcome).
     present
@@ -90,7 +109,7 @@ class Change:
         list was read (by a webhook, say) and the list says nothing about it.
     """
 
-    tables: Mapping[str, pl.DataFrame | pl.LazyFrame]
+    tables: Mapping[str, Rows]
     deletes: set[str] = field(default_factory=set)
     present: set[str] | None = None
     present_since: str | None = None
@@ -141,13 +160,27 @@ STREAM_ROWS = 50_000
 """Rows per batch handed to delta-rs: a commit holds one batch, not the whole change."""
 
 
-def stream(frame: pl.LazyFrame) -> pa.RecordBatchReader:
-    """``frame`` as an Arrow stream, computed batch by batch while delta-rs reads it."""
-    schema = pl.DataFrame(schema=frame.collect_schema()).to_arrow().schema
+def stream(frames: Sequence[pl.LazyFrame]) -> pa.RecordBatchReader:
+    """The frames one after another as one Arrow stream, computed batch by batch while
+    delta-rs reads it (columns a frame lacks are null).
+
+    A frame's query starts once the one before it has been read. Polars' streaming
+    engine reads ahead of its consumer: given one query over a sync's staged parts it
+    read them all before delta-rs took the first batch (866 MB for the large raw
+    Appointment table, against 137 MB part by part), so a commit holds one piece.
+    """
+    shape = pl.concat([f.head(0) for f in frames], how="diagonal_relaxed").collect_schema()
+    schema = pl.DataFrame(schema=shape).to_arrow().schema
 
     def batches() -> Any:
-        for part in frame.collect_batches(chunk_size=STREAM_ROWS):
-            yield from part.to_arrow().cast(schema).to_batches()
+        for frame in frames:
+            has = frame.collect_schema()
+            aligned = frame.select(
+                pl.col(c) if c in has else pl.lit(None, dtype).alias(c)
+                for c, dtype in shape.items()
+            )
+            for part in aligned.collect_batches(chunk_size=STREAM_ROWS):
+                yield from part.to_arrow().cast(schema).to_batches()
 
     return pa.RecordBatchReader.from_batches(schema, batches())
 
@@ -281,12 +314,11 @@ def _commit_locked(
     if touched:
         for table, schema in lake_tables(resource_type).items():
             key = key_of(resource_type, table)
-            rows = (
-                change.tables[table]
-                .lazy()
-                .join(keep.lazy().rename({"id": key}), on=[key, PART], how="semi")
-                .select(list(schema))
-            )
+            winners = keep.lazy().rename({"id": key})
+            rows = [
+                piece.join(winners, on=[key, PART], how="semi").select(list(schema))
+                for piece in pieces(change.tables[table])
+            ]
             known = now.files.get(table, {})
             version, files = _write_table(loc, deployment, table, key, rows, touched, schema, known)
             wanted.versions[table] = version
@@ -303,7 +335,9 @@ def _decide(
     loc: Location, deployment: str, resource_type: str, change: Change
 ) -> tuple[CommitResult, pl.DataFrame]:
     """Which staged versions win (``id`` and part of each), which are stale, which ids go."""
-    raw = change.tables[raw_table(resource_type)].lazy().select("id", "last_updated", PART)
+    raw = whole(
+        change.tables[raw_table(resource_type)], pl.Schema({**RAW_SCHEMA, PART: pl.Int64()})
+    ).select("id", "last_updated", PART)
     chosen = newest_per_id(raw.collect(), PART)
     stored = stored_versions(loc, resource_type, deployment, chosen["id"])
     wins = staged_wins(chosen, stored)
@@ -349,16 +383,17 @@ def _write_table(
     deployment: str,
     table: str,
     key: str,
-    rows: pl.LazyFrame,
+    rows: Sequence[pl.LazyFrame],
     touched: list[str],
     schema: pl.Schema,
     known: Mapping[str, str],
 ) -> tuple[int, dict[str, str]]:
-    """Replace the touched records' rows of one table; its new version and file digests."""
+    """Replace the touched records' rows of one table (given in pieces, written one
+    after another); its new version and file digests."""
     from deltalake import DeltaTable, write_deltalake
 
     uri = loc.table_uri("tables", table)
-    new = to_delta(rows, deployment)
+    new = [to_delta(piece, deployment) for piece in rows or [pl.LazyFrame(schema=schema)]]
 
     def write() -> int:
         dt = _dt(loc, table)
@@ -382,7 +417,12 @@ def _write_table(
 
 
 def _merge(
-    dt: Any, deployment: str, key: str, new: pl.LazyFrame, touched: list[str], columns: list[str]
+    dt: Any,
+    deployment: str,
+    key: str,
+    new: Sequence[pl.LazyFrame],
+    touched: list[str],
+    columns: list[str],
 ) -> None:
     """One ``MERGE``: delete every row of the touched records, insert the winners' rows.
 
@@ -393,13 +433,10 @@ def _merge(
         {"deployment": deployment, key: touched},
         schema={"deployment": pl.String, key: pl.String},
     )
-    source = pl.concat(
-        [
-            markers.with_columns(pl.lit("delete").alias(OP)),
-            new.with_columns(pl.lit("insert").alias(OP)),
-        ],
-        how="diagonal_relaxed",
-    )
+    source = [
+        markers.with_columns(pl.lit("delete").alias(OP)),
+        *(piece.with_columns(pl.lit("insert").alias(OP)) for piece in new),
+    ]
     predicate = (
         f't."deployment" = \'{deployment}\' AND t."deployment" = s."deployment" '
         f'AND t."{key}" = s."{key}" AND s."{OP}" = \'delete\''

@@ -244,17 +244,16 @@ class _Staged:
     max_last_updated: str | None = None
     server_time: str | None = None
 
-    def tables(self, rt: str) -> dict[str, pl.LazyFrame]:
-        """Every table's staged parts, scanned (read batch by batch when committed)."""
+    def tables(self, rt: str) -> dict[str, list[pl.LazyFrame]]:
+        """Every table's staged parts, one scan a part: the commit writes them one after
+        another (:func:`toolkit.lake.commit.stream`), holding one part at a time."""
         out = {}
         for name, schema in lake_tables(rt).items():
             files = sorted((self.folder / name).glob("*.parquet"))
             full_schema = pl.Schema({**schema, PART: pl.Int64()})
-            out[name] = (
-                pl.scan_parquet(files).select(list(full_schema)).cast(full_schema)
-                if files
-                else pl.LazyFrame(schema=full_schema)
-            )
+            out[name] = [
+                pl.scan_parquet(f).select(list(full_schema)).cast(full_schema) for f in files
+            ] or [pl.LazyFrame(schema=full_schema)]
         return out
 
 
