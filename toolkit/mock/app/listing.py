@@ -13,7 +13,7 @@ from starlette.responses import Response
 from toolkit import catalogue
 from toolkit.mock.app.core import MockCore
 from toolkit.mock.app.patching import _actor_key, _names_of
-from toolkit.mock.app.records import _participant_status, origin
+from toolkit.mock.app.records import _instant, _participant_status, origin
 from toolkit.mock.app.responses import (
     DATE_SORT,
     LISTED,
@@ -24,7 +24,6 @@ from toolkit.mock.app.responses import (
 from toolkit.mock.app.search import (
     DAY,
     _int_param,
-    _parse_instant,
     date_matcher,
     reference_values,
     string_matcher,
@@ -451,16 +450,6 @@ def _date_filter(rtype: str, coll: Collection, name: str, value: str) -> Callabl
         return lambda i: test(_instant(coll.record(i).get(path)))
     test = date_matcher(name, value, width)
     return lambda i: test(instants[i])
-
-
-def _instant(value: object) -> float | None:
-    """The start of a stored date or date-time, or None when it is not one."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return _parse_instant(value)[0]
-    except Problem4xx:
-        return None
 
 
 def _owner_filter(

@@ -39,6 +39,11 @@ def _date_of(resource: str, record: Record) -> float | None:
     value: Any = record
     for part in catalogue.DATE_SEARCH.get(resource, ((), "-"))[1].split("."):
         value = value.get(part) if isinstance(value, dict) else None
+    return _instant(value)
+
+
+def _instant(value: object) -> float | None:
+    """The start of a stored date or date-time, or None when it is not one."""
     if not isinstance(value, str):
         return None
     try:
