@@ -116,9 +116,13 @@ def _scan(
     def opened() -> Any:
         return DeltaTable(uri, version=version, storage_options=loc.storage_options)
 
+    # an object store's table is opened once here (nothing is kept for it); a local
+    # one only when its file list is not kept already
+    dt = None if loc.local else opened()
+
     def listed() -> tuple[bool, dict[str, int]]:
-        dt = opened()  # every path the log names, checked:
-        return _plain(dt), partition_files(dt, table, pin.deployment)
+        table_at = dt if dt is not None else opened()  # every path the log names, checked:
+        return _plain(table_at), partition_files(table_at, table, pin.deployment)
 
     plain, files = snapshots.at_version(loc, uri, version, pin.deployment, listed)
     if verify:
@@ -152,7 +156,9 @@ def _scan(
             else pl.LazyFrame(schema=schema)
         )
     else:
-        frame = pl.scan_delta(opened()).filter(pl.col("deployment") == pin.deployment)
+        frame = pl.scan_delta(dt if dt is not None else opened()).filter(
+            pl.col("deployment") == pin.deployment
+        )
     return frame.select([pl.col(c).cast(t) for c, t in schema.items()])
 
 
