@@ -41,6 +41,7 @@ from toolkit.store.layout import (
     claim,
     empty_tables,
     init_manifest,
+    later,
     load_manifest_for_write,
     locked,
     manifest_path,
@@ -49,6 +50,7 @@ from toolkit.store.layout import (
     parent_key,
     schema_version,
     sink_parquet,
+    update_manifest,
     write_json,
 )
 from toolkit.store.paths import table_path
@@ -275,26 +277,110 @@ def _with_raw(
     )
 
 
-def drop_missing(root: Path, resource_type: str, present: set[str]) -> list[str]:
+def drop_missing(
+    root: Path, resource_type: str, present: set[str], *, older_than: str | None = None
+) -> list[str]:
     """Delete the stored records of ``resource_type`` whose ids are not in ``present``.
 
     For a sync that holds the store's lock: the deployment's full list of ids
     (``$export-ids`` or a reconciling walk) against what the store keeps.
     Returns the ids removed (with their child-table rows).
+
+    ``older_than`` (a server time from before the list was asked for) spares every
+    record stored with a ``lastUpdated`` at or after it: for a writer that does not
+    hold the lock from the list's request to this call (the listener's catch-up), a
+    record created after the list was made, and stored meanwhile by a webhook, is
+    missing from the list but not deleted.
     """
+    from toolkit.store.precedence import instant as fhir_instant
+
     entry = load_manifest_for_write(root)["resources"].get(resource_type)
     tables = entry.get("tables") if isinstance(entry, dict) else None
     info = tables.get(resource_type) if isinstance(tables, dict) else None
     if not isinstance(info, dict) or "path" not in info:
         return []
     path = table_path(root, resource_type, resource_type, info)
-    stored = pl.scan_parquet(path).select("id").collect()["id"]
+    rows = pl.scan_parquet(path)
+    if older_than is not None:
+        bound = fhir_instant(older_than)
+        if bound is None:
+            return []  # no bound known: nothing can be shown older than the list
+        rows = rows.filter(pl.col("last_updated") < bound)
+    stored = rows.select("id").collect()["id"]
     missing = {rid for rid in stored.to_list() if rid not in present}
     if not missing:
         return []
     empty = empty_tables(resource_type)
     result = _apply_locked(root, resource_type, {}, missing, empty, None)
     return result.deleted
+
+
+def drop_missing_waiting(
+    root: Path,
+    resource_type: str,
+    present: set[str],
+    *,
+    older_than: str,
+    lock_timeout: float = LOCK_WAIT,
+) -> list[str]:
+    """:func:`drop_missing` for a writer without the lock: it waits for the lock (as
+    :func:`apply_changes` does) and spares what is newer than ``older_than``."""
+    root = Path(root)
+    claim(root)
+    with _locked_waiting(root, lock_timeout):
+        claim(root)
+        return drop_missing(root, resource_type, present, older_than=older_than)
+
+
+def record_catch_up(
+    root: Path,
+    resource_type: str,
+    *,
+    newest: str | None,
+    server_time: str | None,
+    started_at: str,
+    fetched: int,
+    pages: int,
+    lock_timeout: float = LOCK_WAIT,
+) -> bool:
+    """Move the resource's next incremental bound forward after a catch-up walk; true if moved.
+
+    The listener's catch-up walks ``_lastUpdated`` from the stored bound without the
+    store's lock and writes what it read through :func:`apply_changes`; this records
+    that walk as a sync would (the high-water mark ``newest`` and the server's clock at
+    the walk's start give the next bound: :func:`~toolkit.store.resume.since_after`).
+    The bound only ever moves forward: when a sync has meanwhile recorded a later one,
+    it is kept. A resource no sync has made a table of is left alone.
+    """
+    from toolkit.store.resume import later_since, next_since, since_after
+
+    root = Path(root)
+    claim(root)
+    with _locked_waiting(root, lock_timeout):
+        claim(root)
+        entry = load_manifest_for_write(root)["resources"].get(resource_type)
+        if not isinstance(entry, dict) or entry.get("last_sync") is None:
+            return False
+        mark = later(entry.get("high_water_mark"), newest)
+        bound = since_after(mark, server_time)
+        held = next_since(entry)
+        if bound is None or later_since(bound, held) != bound or bound == held:
+            return False
+        new_entry = dict(entry)
+        new_entry.update(
+            high_water_mark=mark,
+            server_time=server_time,
+            next_since=bound,
+            last_sync={
+                "started_at": started_at,
+                "records_fetched": fetched,
+                "pages": pages,
+                "status": "caught up",
+                "by": "pmtk listen (catch-up)",
+            },
+        )
+        update_manifest(root, resource_type, new_entry)
+        return True
 
 
 def _checked_tables(

@@ -234,6 +234,19 @@ def since_after(mark: str | None, server_time: str | None) -> str | None:
     return f"ge{server_time}"
 
 
+def later_since(a: str | None, b: str | None) -> str | None:
+    """The later of two ``_lastUpdated`` bounds (``gt``/``ge`` and an instant); ``None``
+    is earliest (no bound: everything). At one instant ``gt`` is the later bound (it
+    asks for less)."""
+    if a is None or b is None:
+        return b if a is None else a
+
+    def key(bound: str) -> tuple[Any, int]:
+        return instant(bound[2:]), 1 if bound.startswith("gt") else 0
+
+    return a if key(a) >= key(b) else b
+
+
 def next_since(entry: Mapping[str, Any]) -> str | None:
     since = entry.get("next_since")
     if isinstance(since, str) and since[:2] in ("gt", "ge"):

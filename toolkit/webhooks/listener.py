@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
+from toolkit.webhooks.catchup import CatchUp, Guard, Walked
 from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE, EventLog, Gap
 from toolkit.webhooks.events import (
     ANNOUNCED,
@@ -187,6 +188,8 @@ class Listener:
         self._idle = threading.Event()
         self._down_until: float | None = None  # monotonic time of the next restart
         self._sync_due: float | None = None  # monotonic time of the next catch-up try
+        self.guard = Guard()  # commits one at a time; deletes noted for a catch-up's walk
+        self._catching_up: threading.Thread | None = None
         self._sync_delay = 0.0
         self._gap_due = 0.0  # monotonic time gaps may be healed again (after a failure)
         self._gap_delay = 0.0
@@ -215,6 +218,9 @@ class Listener:
         self.wake.set()
         if self._started:
             self._worker.join(timeout=60)
+        catching_up = self._catching_up
+        if catching_up is not None:
+            catching_up.join(timeout=60)  # it stops at its next page; what it wrote stays
         self._readers.shutdown(wait=False, cancel_futures=True)
         self.events.flush(force=True)
 
@@ -418,13 +424,35 @@ class Listener:
         A failed catch-up (the API not up yet) does not hold the queue up: it is tried
         again by :meth:`_maintain`, with backoff, until it succeeds.
         """
-        if self.caught_up.is_set():
+        if self.caught_up.is_set() or self._catching_up is not None:
             return
-        if self.catch_up:
-            self._catch_up()
-        else:
+        if not self.catch_up:
             self.stats.catch_up = "skipped"
-        self.caught_up.set()
+            self.caught_up.set()
+        elif getattr(self.target, "walks_beside_worker", False):
+            self._start_catch_up()  # the worker applies changes meanwhile
+        else:
+            self._catch_up()
+            self.caught_up.set()
+
+    def _start_catch_up(self) -> None:
+        """Run the catch-up in a thread of its own (unless one runs); it sets
+        :attr:`caught_up` when its first attempt has ended, whatever the outcome."""
+        running = self._catching_up
+        if running is not None and running.is_alive():
+            return
+
+        def run() -> None:
+            try:
+                self._catch_up()
+            finally:
+                self.caught_up.set()
+                self.wake.set()
+
+        self._sync_due = None
+        thread = threading.Thread(target=run, name="pmtk-listen-catch-up", daemon=True)
+        self._catching_up = thread
+        thread.start()
 
     def _maintain(self) -> None:
         """The worker's other duties between batches: a failed catch-up tried again, and
@@ -432,7 +460,10 @@ class Listener:
         self.events.flush()  # what the last deliveries confirmed, at most SAVE_EVERY late
         due = self._sync_due
         if due is not None and time.monotonic() >= due:
-            self._catch_up()
+            if getattr(self.target, "walks_beside_worker", False):
+                self._start_catch_up()
+            else:
+                self._catch_up()
         if time.monotonic() >= self._gap_due:
             for gap in self.events.due_gaps():
                 if not self._heal(gap):
@@ -586,7 +617,10 @@ class Listener:
         applied: list[Change] = []
         dead: list[tuple[Change, str]] = []
         for rtype, (ups, dels, done) in read.by_type.items():
-            failed = self._commit(rtype, ups, dels, done)
+            # noted before the commit: a catch-up slice committed after it leaves them out
+            self.guard.note_deletes(rtype, dels)
+            with self.guard.lock:
+                failed = self._commit(rtype, ups, dels, done)
             gone = {change.key for change, _reason in failed}
             applied += [change for change in done if change.key not in gone]
             dead += failed
@@ -604,6 +638,8 @@ class Listener:
         try:
             text = self._sync(wanted)
         except Exception as exc:  # the receiver still serves; events queue meanwhile
+            if self._stop.is_set():
+                return  # stopped part-way: what was written stays, the bound did not move
             self._sync_delay = min(
                 CATCH_UP_RETRY_MAX, max(CATCH_UP_RETRY_FIRST, self._sync_delay * 2)
             )
@@ -629,11 +665,35 @@ class Listener:
         """An incremental sync of ``types``; what it did. Raises when any type failed."""
         from toolkit.errors import PmtkError
 
-        synced = self.target.sync(self.client, types)
+        walked: list[Walked] = []
+        rest = list(types)
+        if getattr(self.target, "walks_beside_worker", False):
+            catch_up = CatchUp(
+                self.target,
+                self.client,
+                self.guard,
+                errors=self.errors,
+                stopping=self._stop.is_set,
+            )
+            rest = []
+            for rtype in types:
+                since = self.target.since(rtype)
+                if since is None:  # no table to walk into yet: a sync makes it
+                    rest.append(rtype)
+                else:
+                    walked.append(catch_up.run(rtype, since))
+        synced = self.target.sync(self.client, rest) if rest else []
         failed = [r for r in synced if r.status == "failed"]
         if failed:
             raise PmtkError("; ".join(f"{r.resource}: {r.error}" for r in failed)[:500])
-        return ", ".join(f"{r.resource} {r.status} ({r.fetched} fetched)" for r in synced)
+        return ", ".join(
+            [
+                f"{w.resource} caught up ({w.fetched} fetched, {w.written} written"
+                + (f", {w.deleted} deleted)" if w.deleted else ")")
+                for w in walked
+            ]
+            + [f"{r.resource} {r.status} ({r.fetched} fetched)" for r in synced]
+        )
 
     def _heal(self, gap: Gap) -> bool:
         """Log a gap and sync its types; true when healed (false: tried again later)."""

@@ -42,12 +42,46 @@ def _stamps(frame: Any, ids: Sequence[str]) -> dict[str, str | None]:
 
 
 class StoreTarget:
-    """A Parquet store (``pmtk listen --store DIR``): the journal in ``DIR/.webhooks/``."""
+    """A Parquet store (``pmtk listen --store DIR``): the journal in ``DIR/.webhooks/``.
+
+    Its catch-up walks beside the worker (:mod:`toolkit.webhooks.catchup`): a type
+    with a synced table is walked from :meth:`since` and written through
+    :meth:`apply`; a type without one is synced (:meth:`sync`, under the store's lock).
+    """
+
+    walks_beside_worker = True
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.journal_root = root
         self.shown = str(root)
+
+    def since(self, rtype: str) -> str | None:
+        """The ``_lastUpdated`` bound a catch-up of ``rtype`` walks from; ``None`` when no
+        sync has made its table (or the store cannot be read: a sync repairs or refuses)."""
+        from toolkit.errors import PmtkError
+        from toolkit.store import read_manifest
+        from toolkit.store.resume import next_since
+
+        try:
+            entry = (read_manifest(self.root).get("resources") or {}).get(rtype)
+        except PmtkError:
+            return None
+        if not isinstance(entry, dict) or entry.get("last_sync") is None:
+            return None
+        if entry.get("status") != "ok" or not entry.get("tables"):
+            return None
+        return next_since(entry)
+
+    def drop_missing(self, rtype: str, present: set[str], older_than: str) -> list[str]:
+        from toolkit.store.merge import drop_missing_waiting
+
+        return drop_missing_waiting(self.root, rtype, present, older_than=older_than)
+
+    def record_catch_up(self, rtype: str, **walk: Any) -> bool:
+        from toolkit.store.merge import record_catch_up
+
+        return record_catch_up(self.root, rtype, **walk)
 
     def synced_types(self) -> frozenset[str]:
         from toolkit.webhooks.listener import synced_types
