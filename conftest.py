@@ -13,10 +13,16 @@ nbmake is the notebook runner the project chose; two things made its runs noisy:
   ``--nbmake`` is on; its only switch, ``--no-summary``, would also drop pytest's
   ``-ra`` summary. The hook wrapper below turns the option off for that hook only,
   after collection has used it.
+
+And one speed-up: after collection the objects every test shares (imported modules,
+the collected items) are frozen out of the cyclic garbage collector, so each full
+collection, pytest's own at the end of every in-process ``pmtk check`` run included,
+walks only what the tests made since (see :func:`pytest_collection_finish`).
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Generator
 
 import pytest
@@ -31,6 +37,18 @@ def pytest_configure(config: pytest.Config) -> None:
     from toolkit.notebooks import kernel_manager_class
 
     jupyter_client.AsyncKernelManager = kernel_manager_class()  # type: ignore[attr-defined]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection left alive: later garbage collections skip it.
+
+    ``pmtk check`` runs its suite with ``pytest.main`` in the test process, and each
+    run ends with pytest's ``gc.collect()`` calls (to surface unraisable exceptions);
+    over the modules the tests imported, each took about 0.17 s. The garbage of
+    collection is collected first, so nothing is kept that would have been freed.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(wrapper=True)
