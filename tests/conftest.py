@@ -226,3 +226,37 @@ def fresh_api(fresh_mock: Deployment) -> Iterator[httpx.Client]:
     """Authenticated client for ``fresh_mock``."""
     with api_client(fresh_mock) as client:
         yield client
+
+
+@pytest.fixture(autouse=True)
+def _tokens_of_this_test_only() -> Iterator[None]:
+    """Forget, after each test, the access tokens it registered for redaction.
+
+    :mod:`toolkit.redaction` keeps one registry per process with the last
+    ``MAX_TOKENS`` (256) issued tokens, recompiles one pattern of all their forms at
+    each new token, and a ``pmtk check`` runs it over every body it records. A test
+    worker issues tokens to hundreds of mocks, so the registry sat full for most of
+    the session: 80 ms a new token, 2 ms a body (17 s of the 85 s of
+    ``tests/contracts/test_suite_against_mock.py`` alone). Each test now redacts the
+    tokens issued during it and before it by the fixtures it shares, as one ``pmtk``
+    process redacts its own; secrets (few, fixed) are kept for the session.
+    """
+    from toolkit.redaction import REGISTRY
+
+    with REGISTRY._lock:
+        secrets, tokens, pattern = (
+            dict(REGISTRY._secrets),
+            REGISTRY._tokens.copy(),
+            REGISTRY._pattern,
+        )
+    yield
+    with REGISTRY._lock:
+        if REGISTRY._tokens == tokens:
+            return
+        REGISTRY._tokens = tokens
+        added = [key for key in REGISTRY._secrets if key not in secrets]
+        if not added:
+            REGISTRY._pattern = pattern  # the pattern of exactly these secrets and tokens
+            return
+        del REGISTRY._secrets[added[-1]]
+    REGISTRY.add(added[-1][0], client_id=added[-1][1])  # one pattern of all, rebuilt
