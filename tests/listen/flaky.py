@@ -147,7 +147,9 @@ def flaky_upstream(
     with httpx.Client(timeout=30, trust_env=False) as http:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(flaky, http))
         server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         thread.start()
         flaky.base_url = f"http://127.0.0.1:{server.server_address[1]}/main"
         try:

@@ -101,7 +101,9 @@ def relay_to(upstream: str, hold: Hold, gates: list[threading.Event]) -> Iterato
     with httpx.Client(timeout=30, trust_env=False) as http:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(relay, http))
         server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         thread.start()
         relay.base_url = f"http://127.0.0.1:{server.server_address[1]}/main"
         try:

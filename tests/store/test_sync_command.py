@@ -164,7 +164,9 @@ class _HostileToken(BaseHTTPRequestHandler):
 @pytest.fixture
 def hostile_server() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _HostileToken)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/main"
