@@ -197,3 +197,23 @@ def test_webhook_changes_and_a_sync_of_one_deployment_run_at_once(
     seqs = lake.history(synced, "north")["seq"].to_list()
     assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))  # every commit counted once
     assert lake.verify(synced).ok
+
+
+def test_what_a_commit_reports_is_what_the_lake_holds(synced: Path) -> None:
+    """One change that upserts a stored record and names it among the deletes keeps it
+    (the version the change carries) and reports it upserted, never also deleted; a
+    stored id among the deletes is reported deleted exactly once."""
+    held = sorted(_names(synced))
+    kept, victim = held[0], held[1]
+    done = lake.apply_changes(
+        synced,
+        "north",
+        "Organization",
+        upserts=[organization(kept, "2099-11-02T10:00:00Z", "Both")],
+        deletes=[kept, victim, "CL-000000-unknown"],
+    )
+    names = _names(synced)
+    assert names.get(kept) == "2099-11-02T10:00:00Z" and victim not in names
+    assert done.upserted == [kept]
+    assert done.deleted == [victim]
+    assert done.upserted_ids.len() == 1 and done.deleted_ids.len() == 1

@@ -111,19 +111,44 @@ class Change:
 
     tables: Mapping[str, Rows]
     deletes: set[str] = field(default_factory=set)
-    present: set[str] | None = None
+    present: set[str] | pl.Series | None = None
     present_since: str | None = None
+
+
+def _no_ids() -> pl.Series:
+    return pl.Series("id", [], dtype=pl.String)
 
 
 @dataclass(slots=True)
 class CommitResult:
-    """What a commit did (counts of records) and the pin it left."""
+    """What a commit did and the pin it left.
 
-    upserted: list[str] = field(default_factory=list)
-    stale: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
+    The ids are kept as Polars Series (``upserted_ids``, ``stale_ids``,
+    ``deleted_ids``, each sorted): a full sync of a million records holds them as
+    Arrow strings, not as a million Python objects each. ``upserted``, ``stale`` and
+    ``deleted`` give them as lists.
+    """
+
+    upserted_ids: pl.Series = field(default_factory=_no_ids)
+    stale_ids: pl.Series = field(default_factory=_no_ids)
+    deleted_ids: pl.Series = field(default_factory=_no_ids)
     written: bool = False
     pin: Pin | None = None
+
+    @property
+    def upserted(self) -> list[str]:
+        """Ids whose staged version was written (new, or newer than the stored one)."""
+        return list(self.upserted_ids.to_list())
+
+    @property
+    def stale(self) -> list[str]:
+        """Ids left as they were: the lake holds a newer version."""
+        return list(self.stale_ids.to_list())
+
+    @property
+    def deleted(self) -> list[str]:
+        """Ids removed (stored, and gone from the deployment)."""
+        return list(self.deleted_ids.to_list())
 
 
 def lake_tables(resource_type: str) -> dict[str, pl.Schema]:
@@ -229,19 +254,21 @@ def partition_files(dt: Any, table: str, deployment: str) -> dict[str, int]:
 
 def stored_versions(
     loc: Location, resource_type: str, deployment: str, ids: pl.Series
-) -> dict[str, str | None]:
-    """``id -> lastUpdated`` held by the lake (latest version) for those of ``ids`` it has."""
+) -> pl.DataFrame:
+    """``id`` and ``last_updated`` held by the lake (latest version) for those of ``ids``
+    it has (a frame, not a dict: a re-sync asks for every id it holds)."""
+    empty = pl.DataFrame(schema={"id": pl.String, "last_updated": pl.String})
     dt = _dt(loc, raw_table(resource_type))
     if dt is None or ids.len() == 0:
-        return {}
+        return empty
     files = partition_files(dt, raw_table(resource_type), deployment)
     if not files:
-        return {}
+        return empty
     table = dt.to_pyarrow_table(
         filters=[("deployment", "=", deployment)], columns=["id", "last_updated"]
     )
     frame = pl.DataFrame(pl.from_arrow(table)).filter(pl.col("id").is_in(ids.implode()))
-    return dict(zip(frame["id"].to_list(), frame["last_updated"].to_list(), strict=True))
+    return frame.select(pl.col("id").cast(pl.String), pl.col("last_updated").cast(pl.String))
 
 
 def commit(
@@ -273,9 +300,9 @@ def commit(
             release_lease(loc, deployment, resource_type, owner)
         raise
     history_counts = {
-        "upserted": len(result.upserted),
-        "stale": len(result.stale),
-        "deleted": len(result.deleted),
+        "upserted": result.upserted_ids.len(),
+        "stale": result.stale_ids.len(),
+        "deleted": result.deleted_ids.len(),
         **dict(counts or {}),
     }
     append_history(loc, result.pin, kind, history_counts)
@@ -308,10 +335,10 @@ def _commit_locked(
     if now.high_water_mark is not None:
         wanted.high_water_mark = later(now.high_water_mark, wanted.high_water_mark)
     result, keep = _decide(loc, deployment, resource_type, change)
-    touched = sorted({*result.upserted, *result.deleted})
+    touched = pl.concat([result.upserted_ids, result.deleted_ids]).unique().sort()
     wanted.schema_version = schema_version(resource_type)
     wanted.fetched_at = now_iso()
-    if touched:
+    if touched.len():
         for table, schema in lake_tables(resource_type).items():
             key = key_of(resource_type, table)
             winners = keep.lazy().rename({"id": key})
@@ -343,39 +370,49 @@ def _decide(
     wins = staged_wins(chosen, stored)
     winners = chosen.filter(wins)
     result = CommitResult()
-    result.upserted = sorted(winners["id"].to_list())
-    result.stale = sorted(chosen.filter(~wins)["id"].to_list())
-    deletes = set(change.deletes)
+    result.upserted_ids = winners["id"].sort()
+    result.stale_ids = chosen.filter(~wins)["id"].sort()
+    deletes = _ids(change.deletes)
     if change.present is not None:
-        deletes |= _missing(loc, resource_type, deployment, change.present, change.present_since)
-    held = stored_versions(
-        loc, resource_type, deployment, pl.Series(sorted(deletes), dtype=pl.String)
-    )
-    result.deleted = sorted({d for d in deletes if d in held} - set(result.upserted))
+        missing = _missing(loc, resource_type, deployment, change.present, change.present_since)
+        deletes = pl.concat([deletes, missing]).unique()
+    held = stored_versions(loc, resource_type, deployment, deletes)["id"]
+    result.deleted_ids = deletes.filter(
+        deletes.is_in(held.implode()) & ~deletes.is_in(result.upserted_ids.implode())
+    ).sort()
     return result, winners.select("id", PART)
 
 
+def _ids(ids: set[str] | pl.Series) -> pl.Series:
+    """``ids`` as a String Series named ``id``."""
+    if isinstance(ids, pl.Series):
+        return ids.cast(pl.String).rename("id")
+    return pl.Series("id", list(ids), dtype=pl.String)
+
+
 def _missing(
-    loc: Location, resource_type: str, deployment: str, present: set[str], since: str | None
-) -> set[str]:
+    loc: Location,
+    resource_type: str,
+    deployment: str,
+    present: set[str] | pl.Series,
+    since: str | None,
+) -> pl.Series:
     """Stored ids absent from ``present`` and stored before ``since`` (when known)."""
     from toolkit.lake.precedence import instants
 
     dt = _dt(loc, raw_table(resource_type))
     if dt is None or not partition_files(dt, raw_table(resource_type), deployment):
-        return set()
+        return _no_ids()
     table = dt.to_pyarrow_table(
         filters=[("deployment", "=", deployment)], columns=["id", "last_updated"]
     )
-    frame = pl.DataFrame(pl.from_arrow(table)).filter(
-        ~pl.col("id").is_in(pl.Series(sorted(present), dtype=pl.String).implode())
-    )
+    frame = pl.DataFrame(pl.from_arrow(table)).filter(~pl.col("id").is_in(_ids(present).implode()))
     if since is not None:
         at = instants(pl.lit(since))
         frame = frame.filter(
             instants(pl.col("last_updated")).is_null() | (instants(pl.col("last_updated")) < at)
         )
-    return set(frame["id"].to_list())
+    return frame["id"].cast(pl.String).rename("id")
 
 
 def _write_table(
@@ -384,7 +421,7 @@ def _write_table(
     table: str,
     key: str,
     rows: Sequence[pl.LazyFrame],
-    touched: list[str],
+    touched: pl.Series,
     schema: pl.Schema,
     known: Mapping[str, str],
 ) -> tuple[int, dict[str, str]]:
@@ -421,7 +458,7 @@ def _merge(
     deployment: str,
     key: str,
     new: Sequence[pl.LazyFrame],
-    touched: list[str],
+    touched: pl.Series,
     columns: list[str],
 ) -> None:
     """One ``MERGE``: delete every row of the touched records, insert the winners' rows.

@@ -35,12 +35,22 @@ def newest_per_id(raw: pl.DataFrame, part: str) -> pl.DataFrame:
     )
 
 
-def staged_wins(chosen: pl.DataFrame, stored: Mapping[str, str | None]) -> pl.Series:
-    """Per row of ``chosen``: whether its version replaces the stored one (or is new)."""
-    held = pl.DataFrame(
-        {"id": list(stored), "_stored": list(stored.values()), "_held": [True] * len(stored)},
-        schema={"id": pl.String, "_stored": pl.String, "_held": pl.Boolean},
-    )
+def staged_wins(chosen: pl.DataFrame, stored: Mapping[str, str | None] | pl.DataFrame) -> pl.Series:
+    """Per row of ``chosen``: whether its version replaces the stored one (or is new).
+
+    ``stored`` is ``id -> lastUpdated``, as a mapping or a frame of ``id`` and
+    ``last_updated`` (what :func:`toolkit.lake.commit.stored_versions` gives)."""
+    if isinstance(stored, pl.DataFrame):
+        held = stored.select(
+            pl.col("id").cast(pl.String),
+            pl.col("last_updated").cast(pl.String).alias("_stored"),
+            pl.lit(True).alias("_held"),
+        ).unique("id", keep="last")
+    else:
+        held = pl.DataFrame(
+            {"id": list(stored), "_stored": list(stored.values()), "_held": [True] * len(stored)},
+            schema={"id": pl.String, "_stored": pl.String, "_held": pl.Boolean},
+        )
     joined = chosen.join(held, on="id", how="left", maintain_order="left")
     held_newer = newer_expr(pl.col("_stored"), pl.col("last_updated"))
     return joined.select((pl.col("_held").is_null() | ~held_newer).alias("wins")).to_series()

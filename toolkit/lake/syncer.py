@@ -195,7 +195,7 @@ def _sync_one(run: _Run, rt: str) -> LakeResourceSync:
             if incremental and (rt == "Patient" or run.reconcile)
             else None
             if incremental
-            else staged.ids
+            else staged.ids(rt)
         )
         change = Change(staged.tables(rt), present=present, present_since=staged.server_time)
         done = commit(
@@ -209,8 +209,8 @@ def _sync_one(run: _Run, rt: str) -> LakeResourceSync:
             counts={"records_fetched": result.records_fetched},
             after_table=run.after_table,
         )
-    result.upserted, result.stale = len(done.upserted), len(done.stale)
-    result.deleted = len(done.deleted)
+    result.upserted, result.stale = done.upserted_ids.len(), done.stale_ids.len()
+    result.deleted = done.deleted_ids.len()
     result.high_water_mark = done.pin.high_water_mark if done.pin else None
     result.requests = run.source.requests_sent - sent
     result.elapsed = time.monotonic() - started
@@ -240,9 +240,17 @@ def _next_pin(deployment: str, previous: Pin, staged: _Staged, result: LakeResou
 class _Staged:
     folder: Path
     parts: int = 0
-    ids: set[str] = field(default_factory=set)
     max_last_updated: str | None = None
     server_time: str | None = None
+
+    def ids(self, rt: str) -> pl.Series:
+        """Every id the stage holds (a resumed run's earlier parts too): a full walk's
+        list of what the deployment has, as one Arrow column (a million ids as Python
+        strings in a set would cost some 100 MB)."""
+        files = sorted((self.folder / raw_table(rt)).glob("part-*.parquet"))
+        if not files:
+            return pl.Series("id", [], dtype=pl.String)
+        return pl.scan_parquet(files).select(pl.col("id").cast(pl.String)).collect()["id"]
 
     def tables(self, rt: str) -> dict[str, list[pl.LazyFrame]]:
         """Every table's staged parts, one scan a part: the commit writes them one after
@@ -271,7 +279,6 @@ def _walk(
     staged = _Staged(stage.folder, parts=cp.parts, server_time=cp.server_time)
     staged.max_last_updated = cp.max_last_updated
     if stage.resumed:
-        staged.ids = _staged_ids(stage.folder, rt)
         result.resumed_from_page = first
     result.records_fetched = cp.records
     params: dict[str, Any] = {"_count": PAGE_SIZE}
@@ -317,14 +324,6 @@ def _stage_part(
     stage.save()
 
 
-def _staged_ids(folder: Path, rt: str) -> set[str]:
-    """The ids a resumed stage holds already (a full walk deletes what it lacks)."""
-    files = sorted((folder / raw_table(rt)).glob("part-*.parquet"))
-    if not files:
-        return set()
-    return set(pl.scan_parquet(files).select("id").collect()["id"].to_list())
-
-
 def _stage(
     staged: _Staged, rt: str, pages: list[Any], errors: ErrorsMode, result: LakeResourceSync
 ) -> None:
@@ -335,9 +334,6 @@ def _stage(
     if not records:  # an empty list (nothing changed): nothing to flatten, check or stage
         return
     for record in records:
-        rid = record.get("id")
-        if isinstance(rid, str):
-            staged.ids.add(rid)
         stamp = (record.get("meta") or {}).get("lastUpdated")
         if isinstance(stamp, str):
             staged.max_last_updated = later(staged.max_last_updated, stamp)

@@ -75,7 +75,7 @@ def import_store(
             last_sync={"mode": "import", "from_store": str(root)},
         )
         result = commit(loc, deployment, rt, Change(tables), pin=pin, kind="import")
-        done[rt] = len(result.upserted)
+        done[rt] = result.upserted_ids.len()
     return done
 
 
