@@ -113,6 +113,11 @@ class Change:
     deletes: set[str] = field(default_factory=set)
     present: set[str] | pl.Series | None = None
     present_since: str | None = None
+    walked_from: Pin | None = None
+    """The pin as it stood when the records were read (a sync's walk began): a record
+    the lake held then but no longer holds when this commits was deleted meanwhile by
+    another writer (a webhook's confirmed delete), after the walk had read it, so it is
+    not written back (the lake keeps no tombstones; this is what stands for them)."""
 
 
 def _no_ids() -> pl.Series:
@@ -334,7 +339,7 @@ def _commit_locked(
     now = _current_pin(loc, deployment, resource_type, wanted)
     if now.high_water_mark is not None:
         wanted.high_water_mark = later(now.high_water_mark, wanted.high_water_mark)
-    result, keep = _decide(loc, deployment, resource_type, change)
+    result, keep = _decide(loc, deployment, resource_type, change, now.seq)
     touched = pl.concat([result.upserted_ids, result.deleted_ids]).unique().sort()
     wanted.schema_version = schema_version(resource_type)
     wanted.fetched_at = now_iso()
@@ -359,15 +364,23 @@ def _commit_locked(
 
 
 def _decide(
-    loc: Location, deployment: str, resource_type: str, change: Change
+    loc: Location, deployment: str, resource_type: str, change: Change, seq: int
 ) -> tuple[CommitResult, pl.DataFrame]:
-    """Which staged versions win (``id`` and part of each), which are stale, which ids go."""
+    """Which staged versions win (``id`` and part of each), which are stale, which ids go.
+
+    ``seq`` is the resource's pin now: when other commits came after ``walked_from``,
+    a staged record deleted by one of them is stale (:attr:`Change.walked_from`)."""
     raw = whole(
         change.tables[raw_table(resource_type)], pl.Schema({**RAW_SCHEMA, PART: pl.Int64()})
     ).select("id", "last_updated", PART)
     chosen = newest_per_id(raw.collect(), PART)
     stored = stored_versions(loc, resource_type, deployment, chosen["id"])
     wins = staged_wins(chosen, stored)
+    since = change.walked_from
+    if since is not None and since.seq != seq:
+        absent = chosen["id"].filter(~chosen["id"].is_in(stored["id"].implode()))
+        gone = _held_at(loc, resource_type, deployment, since, absent)
+        wins = wins & ~chosen["id"].is_in(gone.implode())
     winners = chosen.filter(wins)
     result = CommitResult()
     result.upserted_ids = winners["id"].sort()
@@ -381,6 +394,24 @@ def _decide(
         deletes.is_in(held.implode()) & ~deletes.is_in(result.upserted_ids.implode())
     ).sort()
     return result, winners.select("id", PART)
+
+
+def _held_at(
+    loc: Location, resource_type: str, deployment: str, pin: Pin, ids: pl.Series
+) -> pl.Series:
+    """Those of ``ids`` the deployment's raw table held at ``pin`` (its version then)."""
+    from deltalake import DeltaTable
+
+    table = raw_table(resource_type)
+    version = pin.versions.get(table)
+    if version is None or ids.len() == 0:
+        return _no_ids()
+    uri = loc.table_uri("tables", table)
+    loc.check_local_links("tables", table)
+    then = DeltaTable(uri, version=version, storage_options=loc.storage_options)
+    arrow = then.to_pyarrow_table(filters=[("deployment", "=", deployment)], columns=["id"])
+    held = pl.DataFrame(pl.from_arrow(arrow))["id"].cast(pl.String)
+    return ids.filter(ids.is_in(held.implode()))
 
 
 def _ids(ids: set[str] | pl.Series) -> pl.Series:

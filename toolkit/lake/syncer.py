@@ -197,7 +197,12 @@ def _sync_one(run: _Run, rt: str) -> LakeResourceSync:
             if incremental
             else staged.ids(rt)
         )
-        change = Change(staged.tables(rt), present=present, present_since=staged.server_time)
+        change = Change(
+            staged.tables(rt),
+            present=present,
+            present_since=staged.server_time,
+            walked_from=previous,
+        )
         done = commit(
             run.loc,
             run.deployment,
