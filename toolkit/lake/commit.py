@@ -257,22 +257,31 @@ def partition_files(dt: Any, table: str, deployment: str) -> dict[str, int]:
     return out
 
 
-def stored_versions(
-    loc: Location, resource_type: str, deployment: str, ids: pl.Series
+def _held_nothing() -> pl.DataFrame:
+    return pl.DataFrame(schema={"id": pl.String, "last_updated": pl.String})
+
+
+def _held(
+    loc: Location, resource_type: str, deployment: str, version: int | None = None
 ) -> pl.DataFrame:
-    """``id`` and ``last_updated`` held by the lake (latest version) for those of ``ids``
-    it has (a frame, not a dict: a re-sync asks for every id it holds)."""
-    empty = pl.DataFrame(schema={"id": pl.String, "last_updated": pl.String})
-    dt = _dt(loc, raw_table(resource_type))
-    if dt is None or ids.len() == 0:
+    """``id`` and ``last_updated`` of every record the deployment's raw table holds (its
+    latest version, or ``version``), read once a commit: what is stored, what goes."""
+    from deltalake import DeltaTable
+
+    empty = _held_nothing()
+    table = raw_table(resource_type)
+    dt = _dt(loc, table)
+    if dt is None:
         return empty
-    files = partition_files(dt, raw_table(resource_type), deployment)
-    if not files:
+    if version is not None:
+        uri = loc.table_uri("tables", table)
+        dt = DeltaTable(uri, version=version, storage_options=loc.storage_options)
+    if not partition_files(dt, table, deployment):
         return empty
-    table = dt.to_pyarrow_table(
+    arrow = dt.to_pyarrow_table(
         filters=[("deployment", "=", deployment)], columns=["id", "last_updated"]
     )
-    frame = pl.DataFrame(pl.from_arrow(table)).filter(pl.col("id").is_in(ids.implode()))
+    frame = pl.DataFrame(pl.from_arrow(arrow))
     return frame.select(pl.col("id").cast(pl.String), pl.col("last_updated").cast(pl.String))
 
 
@@ -374,7 +383,10 @@ def _decide(
         change.tables[raw_table(resource_type)], pl.Schema({**RAW_SCHEMA, PART: pl.Int64()})
     ).select("id", "last_updated", PART)
     chosen = newest_per_id(raw.collect(), PART)
-    stored = stored_versions(loc, resource_type, deployment, chosen["id"])
+    # read once, and only when something is to be compared (an empty re-sync reads nothing)
+    asked = chosen.height > 0 or bool(change.deletes) or change.present is not None
+    held = _held(loc, resource_type, deployment) if asked else _held_nothing()
+    stored = held.filter(pl.col("id").is_in(chosen["id"].implode()))
     wins = staged_wins(chosen, stored)
     since = change.walked_from
     if since is not None and since.seq != seq:
@@ -387,11 +399,10 @@ def _decide(
     result.stale_ids = chosen.filter(~wins)["id"].sort()
     deletes = _ids(change.deletes)
     if change.present is not None:
-        missing = _missing(loc, resource_type, deployment, change.present, change.present_since)
+        missing = _missing(held, change.present, change.present_since)
         deletes = pl.concat([deletes, missing]).unique()
-    held = stored_versions(loc, resource_type, deployment, deletes)["id"]
     result.deleted_ids = deletes.filter(
-        deletes.is_in(held.implode()) & ~deletes.is_in(result.upserted_ids.implode())
+        deletes.is_in(held["id"].implode()) & ~deletes.is_in(result.upserted_ids.implode())
     ).sort()
     return result, winners.select("id", PART)
 
@@ -400,18 +411,11 @@ def _held_at(
     loc: Location, resource_type: str, deployment: str, pin: Pin, ids: pl.Series
 ) -> pl.Series:
     """Those of ``ids`` the deployment's raw table held at ``pin`` (its version then)."""
-    from deltalake import DeltaTable
-
-    table = raw_table(resource_type)
-    version = pin.versions.get(table)
+    version = pin.versions.get(raw_table(resource_type))
     if version is None or ids.len() == 0:
         return _no_ids()
-    uri = loc.table_uri("tables", table)
-    loc.check_local_links("tables", table)
-    then = DeltaTable(uri, version=version, storage_options=loc.storage_options)
-    arrow = then.to_pyarrow_table(filters=[("deployment", "=", deployment)], columns=["id"])
-    held = pl.DataFrame(pl.from_arrow(arrow))["id"].cast(pl.String)
-    return ids.filter(ids.is_in(held.implode()))
+    then = _held(loc, resource_type, deployment, version)["id"]
+    return ids.filter(ids.is_in(then.implode()))
 
 
 def _ids(ids: set[str] | pl.Series) -> pl.Series:
@@ -421,29 +425,18 @@ def _ids(ids: set[str] | pl.Series) -> pl.Series:
     return pl.Series("id", list(ids), dtype=pl.String)
 
 
-def _missing(
-    loc: Location,
-    resource_type: str,
-    deployment: str,
-    present: set[str] | pl.Series,
-    since: str | None,
-) -> pl.Series:
-    """Stored ids absent from ``present`` and stored before ``since`` (when known)."""
+def _missing(held: pl.DataFrame, present: set[str] | pl.Series, since: str | None) -> pl.Series:
+    """Ids of ``held`` (the stored records) absent from ``present`` and stored before
+    ``since`` (when known)."""
     from toolkit.lake.precedence import instants
 
-    dt = _dt(loc, raw_table(resource_type))
-    if dt is None or not partition_files(dt, raw_table(resource_type), deployment):
-        return _no_ids()
-    table = dt.to_pyarrow_table(
-        filters=[("deployment", "=", deployment)], columns=["id", "last_updated"]
-    )
-    frame = pl.DataFrame(pl.from_arrow(table)).filter(~pl.col("id").is_in(_ids(present).implode()))
+    frame = held.filter(~pl.col("id").is_in(_ids(present).implode()))
     if since is not None:
         at = instants(pl.lit(since))
         frame = frame.filter(
             instants(pl.col("last_updated")).is_null() | (instants(pl.col("last_updated")) < at)
         )
-    return frame["id"].cast(pl.String).rename("id")
+    return frame["id"].rename("id")
 
 
 def _write_table(

@@ -39,7 +39,7 @@ def staged_wins(chosen: pl.DataFrame, stored: Mapping[str, str | None] | pl.Data
     """Per row of ``chosen``: whether its version replaces the stored one (or is new).
 
     ``stored`` is ``id -> lastUpdated``, as a mapping or a frame of ``id`` and
-    ``last_updated`` (what :func:`toolkit.lake.commit.stored_versions` gives)."""
+    ``last_updated`` (what a commit reads of the lake's raw table)."""
     if isinstance(stored, pl.DataFrame):
         held = stored.select(
             pl.col("id").cast(pl.String),
