@@ -189,6 +189,7 @@ class Listener:
         self._down_until: float | None = None  # monotonic time of the next restart
         self._sync_due: float | None = None  # monotonic time of the next catch-up try
         self.guard = Guard()  # commits one at a time; deletes noted for a catch-up's walk
+        self._beside_worker = bool(getattr(self.target, "walks_beside_worker", False))
         self._catching_up: threading.Thread | None = None
         self._sync_delay = 0.0
         self._gap_due = 0.0  # monotonic time gaps may be healed again (after a failure)
@@ -428,16 +429,21 @@ class Listener:
             return
         if not self.catch_up:
             self.stats.catch_up = "skipped"
+        self._run_catch_up()
+
+    def _run_catch_up(self) -> None:
+        """The catch-up (unless it is off): in a thread of its own where the target's walk
+        commits beside the worker, else here. :attr:`caught_up` is set when its first
+        attempt has ended, whatever the outcome."""
+        if not self.catch_up:
             self.caught_up.set()
-        elif getattr(self.target, "walks_beside_worker", False):
+        elif self._beside_worker:
             self._start_catch_up()  # the worker applies changes meanwhile
         else:
             self._catch_up()
             self.caught_up.set()
 
     def _start_catch_up(self) -> None:
-        """Run the catch-up in a thread of its own (unless one runs); it sets
-        :attr:`caught_up` when its first attempt has ended, whatever the outcome."""
         running = self._catching_up
         if running is not None and running.is_alive():
             return
@@ -460,10 +466,7 @@ class Listener:
         self.events.flush()  # what the last deliveries confirmed, at most SAVE_EVERY late
         due = self._sync_due
         if due is not None and time.monotonic() >= due:
-            if getattr(self.target, "walks_beside_worker", False):
-                self._start_catch_up()
-            else:
-                self._catch_up()
+            self._run_catch_up()
         if time.monotonic() >= self._gap_due:
             for gap in self.events.due_gaps():
                 if not self._heal(gap):
@@ -667,7 +670,7 @@ class Listener:
 
         walked: list[Walked] = []
         rest = list(types)
-        if getattr(self.target, "walks_beside_worker", False):
+        if self._beside_worker:
             catch_up = CatchUp(
                 self.target,
                 self.client,
