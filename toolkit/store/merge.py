@@ -54,7 +54,7 @@ from toolkit.store.layout import (
     write_json,
 )
 from toolkit.store.paths import table_path
-from toolkit.store.precedence import replaces
+from toolkit.store.precedence import replaces, stamp
 from toolkit.store.raw import RAW_SCHEMA, raw_frame, raw_table
 from toolkit.store.results import (
     DEFAULT_STORE,
@@ -75,11 +75,17 @@ LOCK_WAIT = 30.0
 
 @contextlib.contextmanager
 def _locked_waiting(root: Path, timeout: float) -> Iterator[None]:
-    """Like :func:`locked`, but wait up to ``timeout`` s: a change arrives while a sync runs."""
+    """Like :func:`locked`, but wait up to ``timeout`` s: a change arrives while a sync runs.
+
+    The folder is claimed before the wait and again under the lock (another process may
+    have written it meanwhile), so a user's folder is never written by a change.
+    """
+    claim(root)
     deadline = time.monotonic() + timeout
     while True:
         try:
             with locked(root):
+                claim(root)
                 yield
             return
         except StoreError as exc:
@@ -137,15 +143,9 @@ def _newest_per_id(records: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[st
             msg = f"a record to upsert has no id: {str(record)[:120]}"
             raise ValueError(msg)
         held = chosen.get(rid)
-        if held is None or replaces(_stamp(record), _stamp(held)):
+        if held is None or replaces(stamp(record), stamp(held)):
             chosen[rid] = record
     return chosen
-
-
-def _stamp(record: Mapping[str, Any]) -> str | None:
-    meta = record.get("meta")
-    stamp = meta.get("lastUpdated") if isinstance(meta, Mapping) else None
-    return stamp if isinstance(stamp, str) else None
 
 
 def apply_changes(
@@ -193,9 +193,7 @@ def apply_changes(
     root = Path(store)
     # Flatten and validate before taking the lock: a bad record changes nothing.
     wanted, removed, new_tables = _prepared(resource_type, upserts, deletes, errors)
-    claim(root)
     with _locked_waiting(root, lock_timeout):
-        claim(root)
         return _apply_locked(root, resource_type, wanted, removed, new_tables, event)
 
 
@@ -233,7 +231,7 @@ def _apply_locked(
     stored = _stored_tables(root, resource_type, entry, version, empty)
     versions = _stored_versions(stored[resource_type], [*wanted, *removed]) if stored else {}
     for rid, record in wanted.items():
-        if rid in versions and not replaces(_stamp(record), versions[rid]):
+        if rid in versions and not replaces(stamp(record), versions[rid]):
             result.stale.append(rid)
         else:
             result.upserted.append(rid)
@@ -326,9 +324,7 @@ def drop_missing_waiting(
     """:func:`drop_missing` for a writer without the lock: it waits for the lock (as
     :func:`apply_changes` does) and spares what is newer than ``older_than``."""
     root = Path(root)
-    claim(root)
     with _locked_waiting(root, lock_timeout):
-        claim(root)
         return drop_missing(root, resource_type, present, older_than=older_than)
 
 
@@ -355,9 +351,7 @@ def record_catch_up(
     from toolkit.store.resume import later_since, next_since, since_after
 
     root = Path(root)
-    claim(root)
     with _locked_waiting(root, lock_timeout):
-        claim(root)
         entry = load_manifest_for_write(root)["resources"].get(resource_type)
         if not isinstance(entry, dict) or entry.get("last_sync") is None:
             return False

@@ -56,6 +56,7 @@ __all__ = [
     "newer_expr",
     "newest",
     "replaces",
+    "stamp",
     "winners",
     "winning_records",
 ]
@@ -136,12 +137,14 @@ def winning_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
         if at is None:
             slot[rid] = len(kept)
             kept.append(rec)
-        elif replaces(_stamp(rec), _stamp(kept[at])):
+        elif replaces(stamp(rec), stamp(kept[at])):
             kept[at] = rec
     return [rec for rec in kept if rec is not None]
 
 
-def _stamp(rec: Mapping[str, Any] | None) -> object:
+def stamp(rec: Mapping[str, Any] | None) -> object:
+    """A record's ``meta.lastUpdated`` as sent (anything; the functions here take an
+    unknown one as the oldest), ``None`` when it has none."""
     meta = rec.get("meta") if rec is not None else None
     return meta.get("lastUpdated") if isinstance(meta, Mapping) else None
 

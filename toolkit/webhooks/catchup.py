@@ -98,11 +98,6 @@ class Walked:
     moved: bool = False
 
 
-def _stamp(record: Mapping[str, Any]) -> Any:
-    meta = record.get("meta")
-    return meta.get("lastUpdated") if isinstance(meta, Mapping) else None
-
-
 class CatchUp:
     """One resource's catch-up walk into a target (a :class:`~toolkit.webhooks.target.StoreTarget`).
 
@@ -130,7 +125,7 @@ class CatchUp:
         """Walk ``resource_type`` changed ``since`` (a ``_lastUpdated`` bound) and write it."""
         from toolkit import catalogue
         from toolkit.store.layout import now_iso
-        from toolkit.store.precedence import newest
+        from toolkit.store.precedence import newest, stamp
 
         done = Walked(resource_type)
         started_at = now_iso()
@@ -146,9 +141,9 @@ class CatchUp:
                 done.pages += 1
                 done.fetched += len(page.records)
                 for record in page.records:
-                    stamp = _stamp(record)
-                    if isinstance(stamp, str):
-                        mark = newest(mark, stamp)
+                    when = stamp(record)
+                    if isinstance(when, str):
+                        mark = newest(mark, when)
                 held += page.records
                 if len(held) >= self.slice_records:
                     done.written += self._commit(resource_type, held, deleted)
@@ -178,7 +173,7 @@ class CatchUp:
         deleted: set[tuple[str, str]],
     ) -> int:
         """Write the slice's records newer than the stored ones; how many were written."""
-        from toolkit.store.precedence import newer, winning_records
+        from toolkit.store.precedence import newer, stamp, winning_records
 
         if not records:
             return 0
@@ -193,7 +188,7 @@ class CatchUp:
             fresh = [
                 r
                 for r in kept
-                if str(r["id"]) not in stored or newer(_stamp(r), stored[str(r["id"])])
+                if str(r["id"]) not in stored or newer(stamp(r), stored[str(r["id"])])
             ]
             if fresh:
                 self.target.apply(resource_type, fresh, [], None, self.errors)
