@@ -29,8 +29,13 @@ class Running:
         self.thread.join(timeout=timeout)
 
 
-def start(config: Any, *, name: str, what: str, timeout: float) -> Running:
+def start(
+    config: Any, *, name: str, what: str, timeout: float, sockets: list[Any] | None = None
+) -> Running:
     """Run ``uvicorn.Server(config)`` on a daemon thread and wait until it listens.
+
+    ``sockets``: bound sockets to listen on instead of ``config.host:config.port``
+    (closed with the server).
 
     Raises
     ------
@@ -41,7 +46,9 @@ def start(config: Any, *, name: str, what: str, timeout: float) -> Running:
     import uvicorn
 
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": sockets}, name=name, daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + timeout
     while not server.started:

@@ -197,6 +197,19 @@ def apply_changes(
         return _apply_locked(root, resource_type, wanted, removed, new_tables, event)
 
 
+def warm(resource_type: str) -> None:
+    """Flatten and validate no records of ``resource_type``: the imports and schema
+    builds that a process's first :func:`apply_changes` would otherwise pay for."""
+    from toolkit import views
+
+    empty = empty_tables(resource_type)  # raises ConfigurationError for a type without a view
+    views.flatten_tables(resource_type, [_NO_RECORDS])
+    _checked_tables(resource_type, {}, empty, "raise")
+
+
+_NO_RECORDS = b'{"resourceType": "Bundle", "type": "searchset", "entry": []}'
+
+
 def _prepared(
     resource_type: str,
     upserts: Sequence[Mapping[str, Any]],

@@ -27,7 +27,15 @@ from toolkit.webhooks._output import (
     print_lines,
 )
 from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE
-from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE_BYTES
+from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE_BYTES, note
+from toolkit.webhooks.handover import (
+    TAKE_OVER_WAIT,
+    WorkerLock,
+    ask_to_stop,
+    bind,
+    refuse_second,
+    warm_up,
+)
 from toolkit.webhooks.journal import DEFAULT_MAX_DEAD_BYTES, DEFAULT_MAX_DEAD_LETTERS, EventQueue
 from toolkit.webhooks.listener import (
     DEFAULT_MAX_AGE,
@@ -77,6 +85,7 @@ def listen(
     errors: Literal["raise", "warn"] = "raise",
     log_level: str = "warning",
     deployment: str | None = None,
+    take_over: bool = False,
 ) -> Iterator[Listener]:
     """Receive webhooks and keep the store at ``store`` current.
 
@@ -98,40 +107,38 @@ def listen(
     no_auth
         Accept any caller; allowed only on a loopback ``host``.
     public_hosts
-        The names the sender (or the reverse proxy in front) uses to reach the
-        receiver, such as ``"hooks.example.org"`` (any port) or
-        ``"hooks.example.org:443"``. Calls whose ``Host`` is neither one of these
-        nor the bound address (or ``localhost`` on loopback) get 421: a page using
-        DNS rebinding cannot reach the receiver.
+        The names the sender (or the proxy in front) uses to reach the receiver,
+        such as ``"hooks.example.org"`` (any port) or ``"hooks.example.org:443"``.
+        Other ``Host`` values than these, the bound address (and ``localhost`` on
+        loopback) get 421: a page using DNS rebinding cannot reach the receiver.
     catch_up
-        Run an incremental sync of the announced resources first (events that
-        arrive meanwhile are queued and applied after it).
-    max_body_bytes
-        Larger bodies are refused with 413.
-    max_queue_bytes
-        Bytes of unapplied changes held on disk; beyond, 503 with ``Retry-After``.
+        Catch up on what changed while nobody listened (an incremental walk).
+    max_body_bytes, max_queue_bytes
+        Larger bodies get 413; beyond this many bytes of unapplied changes held on
+        disk, 503 with ``Retry-After``.
     max_connections
         Open connections at most (503 beyond); ``None``: a quarter of the
         process's file-descriptor limit, at most 256, so the worker keeps enough.
     max_attempts, max_age
-        A change whose read keeps failing goes to the dead letters after this
-        many attempts or this many seconds.
+        Attempts and seconds after which a change that cannot be read is dead.
     gap_grace
         Seconds a missing event number may still arrive (deliveries come out of
         order) before it is a gap: logged, shown by ``--status`` and healed by an
         incremental sync of the subscription's resource types.
     max_dead_letters, max_dead_bytes
-        Dead letters kept at most, in files and in bytes; beyond, the oldest are
-        removed and counted (``--status`` shows how many).
+        Dead letters kept at most, in rows and bytes; beyond, the oldest are removed
+        and counted (``--status`` shows how many).
     header_timeout, body_timeout
         Seconds a caller has to send a request head, then its body (408 beyond).
     errors
-        ``"raise"``: a record that fails its schema goes to the dead letters
-        (the others are applied); ``"warn"``: it is stored anyway and a
-        :class:`toolkit.schemas.PmtkDataWarning` is emitted.
+        ``"raise"``: a record that fails its schema goes to the dead letters;
+        ``"warn"``: it is stored with a :class:`toolkit.schemas.PmtkDataWarning`.
     deployment
         Keep this deployment of the lake at ``store`` current (as ``pmtk sync --out
         LAKE --deployment NAME``), through :func:`toolkit.lake.apply_changes`.
+    take_over
+        Replace the store's running receiver without a pause
+        (:mod:`toolkit.webhooks.handover`); without it, a second receiver is refused.
 
     Yields
     ------
@@ -142,7 +149,8 @@ def listen(
     ------
     toolkit.errors.ConfigurationError
         No ``auth_header`` and no ``no_auth``, or ``no_auth`` on an address that
-        is not loopback (nothing is bound).
+        is not loopback (nothing is bound); another receiver keeps the store current
+        (without ``take_over``), or the one taken over did not stop in time.
     toolkit.store.NotAStore, toolkit.store.WrongDeployment
         ``store`` is not empty and not a pmtk store, or holds another deployment's
         data (nothing written).
@@ -150,8 +158,8 @@ def listen(
     options = {name: value for name, value in locals().items() if name in _LISTENER_OPTIONS}
     header = _checked_auth(auth_header, no_auth, host, public_hosts)
     limits = _wire_limits(max_body_bytes, max_connections, header_timeout, body_timeout)
-    where = (store, deployment)
-    with _listening(where, client, header, host, port, log_level, limits, options) as receiver:
+    served = (host, port, log_level, take_over)
+    with _listening((store, deployment), client, header, served, limits, options) as receiver:
         yield receiver
 
 
@@ -187,19 +195,19 @@ def _listening(
     where: tuple[str | os.PathLike[str] | None, str | None],
     client: Any,
     header: AuthHeader | None,
-    host: str,
-    port: int,
-    log_level: str,
+    served: tuple[str, int, str, bool],
     limits: Limits,
     options: dict[str, Any],
 ) -> Iterator[Listener]:
     """Prepare the store, build the :class:`Listener` and serve it until the block ends.
 
     ``where`` is ``(store, deployment)``: ``store`` ``None`` is the client's default
-    store; with a deployment it is a lake; ``options`` are the
-    :class:`Listener` keyword arguments :func:`listen` passes on unchanged.
+    store; with a deployment it is a lake; ``served`` is ``(host, port, log_level,
+    take_over)``; ``options`` are the :class:`Listener` keyword arguments
+    :func:`listen` passes on unchanged.
     """
     store, deployment = where
+    host, port, log_level, take_over = served
     with _connected(client) as connected:
         from toolkit.store.identity import default_store
         from toolkit.webhooks.target import LakeTarget, StoreTarget
@@ -219,7 +227,8 @@ def _listening(
             target=target,
             **options,
         )
-        with _served(listener, _receiver_config(listener, host, port, log_level, limits), host):
+        config = _receiver_config(listener, host, port, log_level, limits)
+        with _served(listener, config, host, take_over):
             yield listener
 
 
@@ -250,23 +259,68 @@ def _connected(client: Any) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def _served(listener: Listener, config: Any, host: str) -> Iterator[None]:
-    """Serve the receiver and run its worker until the block ends; both always stopped."""
+def _served(listener: Listener, config: Any, host: str, take_over: bool) -> Iterator[None]:
+    """Serve the receiver and run its worker until the block ends; both always stopped.
+
+    The worker runs only while this process holds the journal's :class:`WorkerLock`.
+    With ``take_over`` the receiver serves (beside the running one, on the same port)
+    before that lock is free; the old receiver is then asked to stop, and the worker
+    starts once it has (:mod:`toolkit.webhooks.handover`).
+    """
+    lock = WorkerLock(listener.store)  # the folder of the journal: the store, or the lake's
+    if not take_over and not lock.take(0):
+        raise refuse_second(listener.store)
     running = None
+    sock = None
     try:
         preload()
-        running = start(config, name="pmtk-listen", what="the webhook receiver", timeout=30)
+        if take_over:
+            listener.events.defer_saves()  # until the old receiver's last save is adopted
+            took = warm_up(listener.target.synced_types())
+            note(logging.INFO, "taking over: warmed up in %.2f s", took)
+        sock = bind(host, config.port, take_over=take_over)
+        running = start(
+            config, name="pmtk-listen", what="the webhook receiver", timeout=30, sockets=[sock]
+        )
         listener.port = running.port
         shown = f"[{host}]" if ":" in host else host
         listener.url = f"http://{shown}:{running.port}/webhook"
+        if take_over:
+            _take_over(listener, lock)
         listener.start_worker()
         write_receiver_file(listener.store, host, running.port)
         yield
     finally:
         if running is not None:
             running.stop()
+        elif sock is not None:
+            sock.close()
         listener.stop_worker()
         remove_receiver_file(listener.store)
+        lock.release()
+
+
+def _take_over(listener: Listener, lock: WorkerLock) -> None:
+    """Ask the running receiver to stop, wait until its worker has, adopt what it knew."""
+    from toolkit.errors import ConfigurationError
+
+    if lock.take(0):
+        note(logging.INFO, "taking over: no other receiver runs; starting the worker")
+    else:
+        pid = ask_to_stop(listener.store)
+        note(
+            logging.INFO,
+            "taking over from pid %s: serving on port %d beside it, waiting for it to stop",
+            "unknown" if pid is None else pid,
+            listener.port,
+        )
+        if not lock.take(TAKE_OVER_WAIT):
+            msg = (
+                f"the receiver being taken over did not stop within {TAKE_OVER_WAIT:g} s; "
+                "what this one received stays in the journal for the worker that runs next"
+            )
+            raise ConfigurationError(msg)
+    listener.events.adopt()
 
 
 def preload() -> None:
@@ -353,7 +407,7 @@ def _prepare_store(root: Path, client: Any) -> None:
     """Claim the folder as a store (refusing a user's folder or another deployment's
     store) and give it a manifest naming the client's deployment."""
     from toolkit.store import deployment_of, read_manifest
-    from toolkit.store.identity import check_deployment
+    from toolkit.store.identity import DISCARDING, check_deployment
     from toolkit.store.layout import bind as _bind
     from toolkit.store.layout import claim as _claim
     from toolkit.store.layout import init_manifest as _init_manifest
@@ -362,7 +416,11 @@ def _prepare_store(root: Path, client: Any) -> None:
     _claim(root)
     current = deployment_of(client)
     if (root / "manifest.json").is_file():  # refused before the lock: nothing is touched
-        check_deployment(root, read_manifest(root), current)
+        manifest = read_manifest(root)
+        if check_deployment(root, manifest, current) == "keep" and DISCARDING not in manifest:
+            # this deployment's store already: nothing to write, so no lock to take (a
+            # running receiver's commits hold it while a --take-over starts)
+            return
     with _locked(root):
         _claim(root)
         _init_manifest(root)
@@ -478,6 +536,14 @@ RequestsPerMinute = Annotated[
         "pacing, for a deployment with a higher limit or a local mock.",
     ),
 ]
+TakeOver = Annotated[
+    bool,
+    typer.Option(
+        "--take-over",
+        help="Replace the pmtk listen that keeps this store current without a pause: "
+        "serve on the same port beside it, then stop it (a restart loses no time).",
+    ),
+]
 Status = Annotated[
     bool,
     typer.Option(
@@ -529,6 +595,7 @@ def listen_command(
     max_dead_bytes: MaxDeadBytes = DEFAULT_MAX_DEAD_BYTES,
     requests_per_minute: RequestsPerMinute = catalogue.RATE_LIMIT_PER_MINUTE,
     deployment: ListenDeployment = None,
+    take_over: TakeOver = False,
     status: Status = False,
     dead_letters: DeadLetters = False,
     retry_dead: RetryDead = False,
@@ -566,6 +633,7 @@ def listen_command(
         limits |= {"max_dead_letters": max_dead_letters, "max_dead_bytes": max_dead_bytes}
         options = {**served, **limits, "catch_up": catch_up, "gap_grace": gap_grace}
         options["deployment"] = deployment
+        options["take_over"] = take_over
         _receive(store, connection, options, output, lines)
 
 

@@ -81,6 +81,17 @@ def _add(ranges: list[list[int]], number: int) -> bool:
     return True
 
 
+def _union(ranges: list[list[int]], more: list[list[int]]) -> list[list[int]]:
+    """Sorted disjoint ``[lo, hi]`` ranges holding every number of both."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted([*ranges, *more]):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return merged
+
+
 def _has(ranges: list[list[int]], number: int) -> bool:
     return any(lo <= number <= hi for lo, hi in ranges)
 
@@ -147,6 +158,7 @@ class EventLog:
         self.last_gap: dict[str, Any] | None = None
         self._dirty = False
         self._saved_at = 0.0
+        self._deferred = False
         self._load()
 
     # -- persistence -----------------------------------------------------------------
@@ -173,9 +185,40 @@ class EventLog:
             self._subs.clear()
             self._digests.clear()
 
+    def defer_saves(self) -> None:
+        """Keep what is confirmed in memory only, until :meth:`adopt`: while a receiver
+        being taken over still writes the file, a save here would overwrite its numbers."""
+        self._deferred = True
+
+    def adopt(self) -> None:
+        """Merge in what the file holds now: the numbers and digests a receiver this one
+        took over queued after this log was loaded (both served for a moment), so that
+        they are neither queued again nor reported as a gap. Then write the union."""
+        other = EventLog(self.path.parent, gap_grace=self.gap_grace)
+        with self._lock:
+            self._deferred = False
+            for name, theirs in other._subs.items():
+                mine = self._subs.setdefault(name, _Subscription())
+                mine.ranges = _union(mine.ranges, theirs.ranges)
+                for number in [n for n in mine.first_missing_at if _has(mine.ranges, n)]:
+                    del mine.first_missing_at[number]
+                mine.announced = max(mine.announced, theirs.announced)
+                mine.types |= theirs.types
+                mine.healed = max(mine.healed, theirs.healed)
+                mine.trim()
+            for digest in other._digests:
+                self._digests.setdefault(digest, None)
+            while len(self._digests) > DIGEST_WINDOW:
+                self._digests.popitem(last=False)
+            self.last_gap = self.last_gap or other.last_gap
+            self._dirty = True
+        self.save()
+
     def flush(self, *, force: bool = False) -> None:
-        """Write the log if it changed and :data:`SAVE_EVERY` has passed (or ``force``)."""
-        if self._dirty and (force or time.monotonic() - self._saved_at >= SAVE_EVERY):
+        """Write the log if it changed and :data:`SAVE_EVERY` has passed (or ``force``);
+        never while saves are deferred (:meth:`defer_saves`)."""
+        due = force or time.monotonic() - self._saved_at >= SAVE_EVERY
+        if self._dirty and not self._deferred and due:
             self.save()
 
     def save(self) -> None:

@@ -997,15 +997,16 @@ def remove_receiver_file(store: Path) -> None:
             path.unlink()
 
 
-def running_receiver(store: Path) -> tuple[str, int] | None:
-    """``(host, port)`` of the receiver serving ``store``, from its file; ``None`` when
-    there is none or its process is gone (a crash leaves the file behind)."""
+def receiver_info(store: Path) -> dict[str, Any] | None:
+    """The receiver file's ``pid``, ``host`` and ``port`` while its process is alive;
+    ``None`` when there is none or its process is gone (a crash leaves the file behind)."""
     import os
 
     path = store / WEBHOOK_DIR / RECEIVER_FILE
     try:
         data = orjson.loads(path.read_bytes())
-        pid, host, port = int(data["pid"]), str(data["host"]), int(data["port"])
+        pid = int(data["pid"])
+        found = {"pid": pid, "host": str(data["host"]), "port": int(data["port"])}
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
     try:
@@ -1016,7 +1017,14 @@ def running_receiver(store: Path) -> tuple[str, int] | None:
         pass  # alive, another user's
     except OSError:
         return None
-    return host, port
+    return found
+
+
+def running_receiver(store: Path) -> tuple[str, int] | None:
+    """``(host, port)`` of the receiver serving ``store``, from its file; ``None`` when
+    there is none or its process is gone."""
+    info = receiver_info(store)
+    return None if info is None else (info["host"], info["port"])
 
 
 def _in_store(stamps: dict[str, str | None], rid: str, record: dict[str, Any] | None) -> bool:
