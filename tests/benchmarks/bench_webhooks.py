@@ -79,6 +79,8 @@ HEADER = "Authorization: Bearer bench-webhook-secret"
 PMTK = str(Path(sys.executable).parent / "pmtk")  # what `uv run pmtk` runs
 START_TIMEOUT = 120.0
 SETTLE_TIMEOUT = 120.0
+TAKE_OVER_TIMEOUT = 240.0
+"""Seconds a taken-over receiver may take to exit (it finishes its batch first)."""
 
 
 def _free_port() -> int:
@@ -226,10 +228,11 @@ def receiver(
     *,
     name: str = "listen",
     catch_up: bool = False,
+    take_over: bool = False,
 ) -> Child:
     """A running ``pmtk listen`` (stopped by the caller). The first one of a scenario
     skips the catch-up (the store was just synced); a restarted one runs it, as an
-    operator's restart does."""
+    operator's restart does; ``take_over`` starts it with ``--take-over``."""
     argv = [
         PMTK,
         "listen",
@@ -244,23 +247,31 @@ def receiver(
         "0",
         "--output",
         "json",
+        *(["--take-over"] if take_over else []),
     ]
     env = _env(PM_CLIENT_ID=creds["id"], PM_CLIENT_SECRET=creds["secret"], PM_WEBHOOK_AUTH=HEADER)
     return Child(name, argv, env, logs)
 
 
 class Restarter(threading.Thread):
-    """Stops the receiver (Ctrl-C, as an operator or a deploy does) ``after`` seconds
-    and starts it again on the same port: ``current`` is the one running, ``down`` the
-    wall-clock times from the stop to the new one's "listening" line."""
+    """Restarts the receiver ``after`` seconds on the same port: ``current`` is the one
+    running. Stop-and-start (``take_over`` false): Ctrl-C, as an operator or a deploy
+    does, then a new process; ``down`` is the wall-clock time from the stop to the new
+    one's "listening" line. ``take_over``: a new ``pmtk listen --take-over`` serves
+    beside the old one and stops it; ``handed`` is the time from its start to the old
+    process's exit and to its "listening" line (its worker running)."""
 
-    def __init__(self, first: Child, after: float | None, start_again: Any) -> None:
+    def __init__(
+        self, first: Child, after: float | None, start_again: Any, *, take_over: bool = False
+    ) -> None:
         super().__init__(daemon=True)
         self.current = first
         self.all = [first]
         self.after = after
         self.start_again = start_again
+        self.take_over = take_over
         self.down: tuple[float, float] | None = None
+        self.handed: tuple[float, float, float] | None = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -268,6 +279,9 @@ class Restarter(threading.Thread):
             return
         time.sleep(self.after)
         try:
+            if self.take_over:
+                self._take_over()
+                return
             stopped_at = time.time()
             self.current.stop()
             again: Child = self.start_again()
@@ -277,6 +291,17 @@ class Restarter(threading.Thread):
             self.down = (stopped_at, time.time())
         except BaseException as exc:  # reported by the scenario, not lost in this thread
             self.error = exc
+
+    def _take_over(self) -> None:
+        began = time.time()
+        old = self.current
+        again: Child = self.start_again(take_over=True)
+        self.all.append(again)
+        self.current = again
+        old.proc.wait(timeout=TAKE_OVER_TIMEOUT)
+        old_gone = time.time()
+        again.expect(r'"event": "listening"')
+        self.handed = (began, old_gone, time.time())
 
     def stop_all(self) -> None:
         if self.is_alive() or self.ident is not None:
@@ -494,7 +519,7 @@ def scenario(
         watcher = Watcher(store, name)
         watcher.start()
 
-        def start_again(first: bool = False) -> Child:
+        def start_again(first: bool = False, take_over: bool = False) -> Child:
             if name == "poll":
                 return poller(store, relay_url, setup["creds"], logs, args.poll_every)
             return receiver(
@@ -505,13 +530,15 @@ def scenario(
                 logs,
                 name="listen" if first else "listen-again",
                 catch_up=not first,
+                take_over=take_over,
             )
 
         ready = r'"event": "polled"' if name == "poll" else r'"event": "listening"'
         restarter = Restarter(
             start_again(first=True),
-            args.seconds / 2 if name == "restart" else None,
+            args.seconds / 2 if name in ("restart", "take-over") else None,
             start_again,
+            take_over=name == "take-over",
         )
         try:
             restarter.current.expect(ready)
@@ -548,6 +575,7 @@ def scenario(
         "fresh_by_write": dict(watcher.fresh),
         "acked": dict(watcher.acked),
         "down": restarter.down,
+        "handed": restarter.handed,
         "requests": reads["reads"] - reads_before["reads"],
         "calls": reads["calls"] - reads_before["calls"],
         "broken": reads["broken"] - reads_before["broken"],
@@ -641,13 +669,14 @@ def floor(client: Client, store: Path, ids: list[str]) -> list[float]:
     return times
 
 
-SCENARIOS = (("clean", 0), ("flaky", 10), ("restart", 10), ("poll", 0))
+SCENARIOS = (("clean", 0), ("flaky", 10), ("restart", 10), ("take-over", 10), ("poll", 0))
 """Each scenario's name and how often the relay breaks a record read (0: never)."""
 
 LABELS = {
     "clean": "webhooks, clean upstream",
     "flaky": "webhooks, 10 % of reads answer 500",
     "restart": "the same + a listener restart",
+    "take-over": "the same + a --take-over restart",
     "poll": "polling: a sync every {every:g} s",
 }
 
@@ -688,6 +717,12 @@ def report(args: argparse.Namespace, base: list[float], runs: list[dict[str, Any
             down = (
                 f"receiver down {listening - stopped:.2f} s (Ctrl-C to the new one's "
                 f"'listening'), {during} writes acknowledged meanwhile; "
+            )
+        if run["handed"] is not None:
+            began, old_gone, working = run["handed"]
+            down = (
+                f"taken over: the old receiver exited {old_gone - began:.2f} s after the new "
+                f"one started, whose worker ran {working - began:.2f} s after it started; "
             )
         print(
             f"{run['name']}: {down}{run['broken']} reads broken by the relay, {run['retried']} "
@@ -776,7 +811,7 @@ def main() -> None:
         "--only",
         choices=[name for name, _ in SCENARIOS],
         action="append",
-        help="run this scenario (repeatable) instead of all four",
+        help="run this scenario (repeatable) instead of all five",
     )
     parser.add_argument(
         "--poll-every", type=float, default=10.0, help="the polling baseline's period (10 s)"
