@@ -6,23 +6,21 @@ call's body is a FHIR Bundle of type ``history`` whose first entry is a
 ``SubscriptionStatus``; its ``notificationEvent[].focus`` references the changed
 record. This module receives them and keeps a :mod:`toolkit.store` current::
 
-    POST /<any path> --(auth header? JSON? ids the client accepts? worker up? room?)-->
-         .webhooks/queue/<key>-<first>-<seq>-<n>e-<bytes>b-<rand>.json (fsynced) --> 202
-         (deliveries arriving together are written as one group: one file, one file
-         fsync, one folder fsync, then every one of them hears 202)
-    supervised worker: due queue files --(GET /main/<type>/<id>, one per changed record)-->
-         toolkit.store.apply_changes (newest meta.lastUpdated wins) --> queue file removed
-         a failed read: that change queued again with backoff; past the bound: .webhooks/dead/
-         a type no sync made a table of: .webhooks/waiting/ until one has
+    POST /<any path> --(Host served? auth header? JSON? ids the client accepts? room?)-->
+         a row of .webhooks/journal.sqlite3, state "queued" (committed, synced) --> 202
+         (deliveries arriving together share one transaction: a group commit)
+    the worker (one per journal): due rows --(GET /main/<type>/<id>, one per record)-->
+         toolkit.store.apply_changes (newest meta.lastUpdated wins) --> rows removed
+         a failed read: queued again with backoff; past the bound: a dead letter
+         a type no sync made a table of: "waiting" until one has
 
-Why a queue on disk before the answer: the sender treats 202 as "delivered" and
+Why a journal on disk before the answer: the sender treats 202 as "delivered" and
 will not send the event again, so an event must survive a crash from the moment
 it is acknowledged; and the receiver answers 503 with ``Retry-After`` instead of
-202 whenever it cannot keep that promise (the worker restarting, the queue at its
-byte cap). The worker removes a queue file only after the manifest that includes
-its changes is committed, or after the changes it could not apply are written
-again (to the queue, the waiting folder or the dead letters); a crash in between
-applies them again, which is harmless.
+202 whenever it cannot keep that promise (the worker restarting, the journal at its
+byte cap). A row goes only after the store's commit that includes its change, or
+after the change it could not apply is queued again, waiting or dead; a crash in
+between applies it again, which is harmless (:mod:`toolkit.webhooks.journal`).
 
 Why a GET instead of the payload: the payload may carry only the reference,
 and the current version is what the store wants; a late or duplicated event
@@ -38,9 +36,11 @@ replay is answered 202 without a read, and numbers that never arrive are healed 
 sync after a grace period. The receiver answers only the ``Host`` names it serves
 (421 otherwise: DNS rebinding), and ``/status`` needs the webhook's authentication.
 
-On start, :func:`listen` runs an incremental :func:`toolkit.store.sync` of the
-announced resources the store holds, so changes made while the receiver was down
-are covered.
+On start, :func:`listen` catches up on the announced resources the store holds (an
+incremental walk from the store's bound, :mod:`toolkit.webhooks.catchup`), so changes
+made while the receiver was down are covered. A second receiver of one store is
+refused; ``take_over=True`` (``pmtk listen --take-over``) replaces the running one
+without a pause (:mod:`toolkit.webhooks.handover`).
 """
 
 from __future__ import annotations
