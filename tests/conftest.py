@@ -233,30 +233,18 @@ def _tokens_of_this_test_only() -> Iterator[None]:
     """Forget, after each test, the access tokens it registered for redaction.
 
     :mod:`toolkit.redaction` keeps one registry per process with the last
-    ``MAX_TOKENS`` (256) issued tokens, recompiles one pattern of all their forms at
-    each new token, and a ``pmtk check`` runs it over every body it records. A test
-    worker issues tokens to hundreds of mocks, so the registry sat full for most of
-    the session: 80 ms a new token, 2 ms a body (17 s of the 85 s of
-    ``tests/contracts/test_suite_against_mock.py`` alone). Each test now redacts the
-    tokens issued during it and before it by the fixtures it shares, as one ``pmtk``
-    process redacts its own; secrets (few, fixed) are kept for the session.
+    ``MAX_TOKENS`` (256) issued tokens, and a ``pmtk check`` runs every one of their
+    patterns over every body it records. A test worker issues tokens to hundreds of
+    mocks, so the registry would sit full for most of the session. Each test redacts
+    the tokens issued during it and before it by the fixtures it shares, as one
+    ``pmtk`` process redacts its own; secrets (few, fixed) are kept for the session.
     """
     from toolkit.redaction import REGISTRY
 
     with REGISTRY._lock:
-        secrets, tokens, pattern = (
-            dict(REGISTRY._secrets),
-            REGISTRY._tokens.copy(),
-            REGISTRY._pattern,
-        )
+        tokens = REGISTRY._tokens.copy()
     yield
     with REGISTRY._lock:
-        if REGISTRY._tokens == tokens:
-            return
-        REGISTRY._tokens = tokens
-        added = [key for key in REGISTRY._secrets if key not in secrets]
-        if not added:
-            REGISTRY._pattern = pattern  # the pattern of exactly these secrets and tokens
-            return
-        del REGISTRY._secrets[added[-1]]
-    REGISTRY.add(added[-1][0], client_id=added[-1][1])  # one pattern of all, rebuilt
+        if REGISTRY._tokens != tokens:
+            REGISTRY._tokens = tokens
+            REGISTRY._order()  # the compiled patterns of exactly these secrets and tokens

@@ -24,6 +24,7 @@ one of them fetches and the others reuse its token.
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -99,6 +100,32 @@ def outcome_details(
         diagnostics if isinstance(diagnostics, str) else None,
         body,
     )
+
+
+MAX_TOKEN_CHARS = 16 * 1024
+"""Longest ``access_token`` accepted. A bearer token travels in the ``Authorization``
+header, and servers refuse request heads past 8 to 32 KiB (nginx 8 KiB a header line,
+Node.js 16 KiB, the mock 32 KiB), so a longer token could never be sent; refusing it
+at once also keeps a hostile token endpoint from making every later log line and
+error message search for megabytes (the redaction of :mod:`toolkit.redaction`)."""
+
+
+def unsendable(token: str) -> str | None:
+    """Why ``token`` cannot be sent as a bearer token (``None``: it can). The message
+    gives its length and the place of a bad character, never the token."""
+    if len(token) > MAX_TOKEN_CHARS:
+        return (
+            f"the token response's access_token is {len(token):,} characters long; a bearer "
+            f"token must fit in a request header (pmtk accepts at most {MAX_TOKEN_CHARS:,})"
+        )
+    bad = re.search(r"[^!-~]", token)
+    if bad is not None:
+        what = "a space" if bad.group() == " " else "a control or non-ASCII character"
+        return (
+            f"the token response's access_token has {what} at position {bad.start()}; "
+            "a bearer token is visible ASCII only (RFC 6750)"
+        )
+    return None
 
 
 class ClientCredentialsAuth(httpx.Auth):
@@ -256,6 +283,11 @@ class ClientCredentialsAuth(httpx.Auth):
                 method="POST",
                 url=self.token_url,
                 diagnostics="the token response has an empty access_token",
+            )
+        problem = unsendable(token)
+        if problem is not None:
+            raise AuthError(
+                response.status_code, method="POST", url=self.token_url, diagnostics=problem
             )
         return token, expires_in
 

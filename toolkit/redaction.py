@@ -25,7 +25,10 @@ Secrets shorter than :data:`MIN_LENGTH` (8) characters are not registered: no
 real client secret or token is that short, and a test's ``"secret"`` would
 otherwise blank that word in every later message of the process. Only the most
 recent :data:`MAX_TOKENS` issued tokens are kept (a token lives 15 minutes; that
-is days of a long-running listener), so that redaction stays fast.
+is days of a long-running listener), so that redaction stays fast; each secret's
+forms are compiled once, when it is added, so an addition costs the same however many
+are kept. A token longer than a request header can carry is refused before it gets
+here (:data:`toolkit.auth.MAX_TOKEN_CHARS`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
 
@@ -113,18 +117,38 @@ def secret_forms(secret: str, *, client_id: str | None = None) -> list[str]:
     return sorted((f for f in forms if len(f) >= MIN_LENGTH), key=len, reverse=True)
 
 
-class Redactor:
-    """A set of secrets and the one compiled pattern that finds all their forms.
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """One secret's forms as one pattern, and its longest form's length."""
 
-    Thread-safe: the pattern is rebuilt (under a lock) after a secret is added and
-    read without one.
+    longest: int
+    pattern: re.Pattern[str]
+
+
+def _compile(secret: str, client_id: str | None) -> _Compiled:
+    forms = secret_forms(secret, client_id=client_id)  # longest first: no partial leftovers
+    return _Compiled(len(forms[0]), re.compile("|".join(map(re.escape, forms))))
+
+
+def _longest_first(compiled: _Compiled) -> int:
+    return -compiled.longest
+
+
+class Redactor:
+    """A set of secrets, each with one compiled pattern that finds all its forms.
+
+    Adding a secret compiles that secret's forms only (a dozen strings), so the cost
+    of an addition does not grow with the tokens already kept; :meth:`redact` runs
+    the patterns one after another, the secret with the longest form first (so a
+    form that contains another secret's is replaced whole). Thread-safe: the tuple of
+    patterns is replaced (under a lock) when a secret is added and read without one.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._secrets: dict[tuple[str, str | None], None] = {}
-        self._tokens: OrderedDict[tuple[str, str | None], None] = OrderedDict()
-        self._pattern: re.Pattern[str] | None = None
+        self._secrets: dict[tuple[str, str | None], _Compiled] = {}
+        self._tokens: OrderedDict[tuple[str, str | None], _Compiled] = OrderedDict()
+        self._patterns: tuple[re.Pattern[str], ...] = ()
 
     def add(self, value: str, *, client_id: str | None = None, token: bool = False) -> None:
         """Register ``value`` (and its Basic form with ``client_id``); ``token`` bounds it.
@@ -141,24 +165,29 @@ class Redactor:
                 return
             if key in self._secrets:
                 return
+        compiled = _compile(value, client_id)  # outside the lock: others keep redacting
+        with self._lock:
             if token:
-                self._tokens[key] = None
+                self._tokens[key] = compiled
                 while len(self._tokens) > MAX_TOKENS:
                     self._tokens.popitem(last=False)
             else:
-                self._secrets[key] = None
-            forms: set[str] = set()
-            for secret, cid in [*self._secrets, *self._tokens]:
-                forms.update(secret_forms(secret, client_id=cid))
-            ordered = sorted(forms, key=len, reverse=True)  # longest first: no partial leftovers
-            self._pattern = re.compile("|".join(map(re.escape, ordered)))
+                self._secrets[key] = compiled
+            self._order()
+
+    def _order(self) -> None:
+        """Put the kept patterns in redaction order (the lock held; nothing compiled)."""
+        kept = sorted([*self._secrets.values(), *self._tokens.values()], key=_longest_first)
+        self._patterns = tuple(c.pattern for c in kept)
 
     def redact(self, text: str) -> str:
         """``text`` with every form of every registered secret replaced by ``<redacted>``."""
-        pattern = self._pattern
-        if pattern is None or not text:
+        patterns = self._patterns
+        if not patterns or not text:
             return text
-        return pattern.sub(REDACTED, text)
+        for pattern in patterns:
+            text = pattern.sub(REDACTED, text)
+        return text
 
     def redact_json(self, obj: Any) -> Any:
         """A copy of JSON-like ``obj`` with every string (keys too) redacted.
@@ -166,7 +195,7 @@ class Redactor:
         Run it before serialising, so that an escaped secret never needs finding.
         Mappings become dicts, lists and tuples lists; other values are kept.
         """
-        if self._pattern is None:
+        if not self._patterns:
             return obj
         return self._walk(obj)
 
