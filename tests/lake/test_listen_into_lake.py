@@ -150,3 +150,27 @@ def test_dead_letters_and_status_take_the_lake_and_deployment(tmp_path: Path) ->
     status = CliRunner().invoke(app, [*args, "--status", "--port", "1", "--no-auth"])
     assert status.exit_code == 0, status.output
     assert "dead letters: 1" in status.output
+
+
+def test_a_second_receiver_of_one_lake_deployment_is_refused(tmp_path: Path) -> None:
+    """One worker per journal holds for a lake as for a store: the journal of a lake
+    deployment is its own folder, and a second ``listen`` of it is refused (a receiver
+    of another deployment of the same lake is not)."""
+    from toolkit.errors import ConfigurationError
+    from toolkit.webhooks import listen
+
+    where = tmp_path / "lake"
+    with serve(seed=0, scale="small") as dep, toolkit_client(dep) as client:
+        lake.sync(client, where, deployment=NAME, resources=["Organization"])
+        lake.sync(client, where, deployment="other", resources=["Organization"])
+        first = listen(where, client=client, deployment=NAME, no_auth=True, catch_up=False)
+        with first as running:
+            second = listen(where, client=client, deployment=NAME, no_auth=True, catch_up=False)
+            try:
+                with second:
+                    raise AssertionError("a second receiver of one lake deployment started")
+            except ConfigurationError as exc:
+                assert f":{running.port}" in str(exc) and "--take-over" in str(exc)
+            other = listen(where, client=client, deployment="other", no_auth=True, catch_up=False)
+            with other as beside:
+                assert beside.port != running.port
