@@ -73,6 +73,7 @@ from toolkit.catalogue.endpoints import (
     PATCHABLE,
     SEARCH_ALIASES,
     SEARCH_PARAMETERS,
+    WEBHOOK_EVENTS,
     endpoint_source,
     includes_of,
 )
@@ -194,6 +195,7 @@ __all__ = [
     "SOURCE_RANK",
     "TELECOM",
     "TOKEN_LIFETIME_STATED",
+    "WEBHOOK_EVENTS",
     "Alternative",
     "Aspect",
     "Endpoint",

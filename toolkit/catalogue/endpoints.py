@@ -184,3 +184,12 @@ CONTRACT_CATEGORIES: tuple[str, ...] = (
 """The kinds of conformance the contract suite checks, in the order its reports list them
 (access, then the data, then writes). Every check belongs to one; each mock fault profile
 names the one that must catch it, so the suite and the mock take the names from here."""
+
+
+WEBHOOK_EVENTS: dict[str, tuple[str, ...]] = {
+    "Patient": ("create", "update"),
+    "Appointment": ("create", "update", "delete"),
+    "Invoice": ("create", "update", "delete"),
+}
+"""The changes the live service announces as webhooks, per resource type (facts,
+"Events"): what the mock's sender announces and what ``pmtk listen`` keeps current."""

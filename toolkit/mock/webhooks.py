@@ -42,11 +42,9 @@ from toolkit import catalogue
 __all__ = ["ANNOUNCED", "DEFAULT_CONCURRENCY", "WebhookSender", "notification"]
 
 ANNOUNCED: dict[str, frozenset[str]] = {
-    "Patient": frozenset({"create", "update"}),
-    "Appointment": frozenset({"create", "update", "delete"}),
-    "Invoice": frozenset({"create", "update", "delete"}),
+    rtype: frozenset(actions) for rtype, actions in catalogue.WEBHOOK_EVENTS.items()
 }
-"""Changes the live service announces, per resource type."""
+"""Changes the live service announces, per resource type (the catalogue's fact)."""
 
 TOPIC_BASE = "https://terminology.halaxy.com/SubscriptionTopic"
 QUEUE_LIMIT = 10_000

@@ -11,18 +11,15 @@ from typing import Any
 
 import orjson
 
+from toolkit import catalogue
 from toolkit.errors import InvalidId
 from toolkit.http import safe_id
 
 log = logging.getLogger("pmtk.listen")
 
 
-ANNOUNCED: dict[str, tuple[str, ...]] = {
-    "Patient": ("create", "update"),
-    "Appointment": ("create", "update", "delete"),
-    "Invoice": ("create", "update", "delete"),
-}
-"""The changes the live service announces, per resource type (public facts, "Events")."""
+ANNOUNCED: dict[str, tuple[str, ...]] = catalogue.WEBHOOK_EVENTS
+"""The changes the live service announces, per resource type (the catalogue's fact)."""
 
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
