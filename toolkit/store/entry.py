@@ -416,10 +416,26 @@ def load(
     root = Path(store if store is not None else default_store())
     if deployment is not None:
         _check_source(root, deployment)
-    name, info = _stored_table(root, resource_type, table)
-    path = _checked_file(root, resource_type, name, info, verify=verify)
-    frame = _read_stored(root, resource_type, path, declared_schemas(resource_type).get(name))
-    return frame if lazy else _collected(frame, root, resource_type, path)
+    attempt = 1
+    while True:
+        name, info = _stored_table(root, resource_type, table)
+        try:
+            path = _checked_file(root, resource_type, name, info, verify=verify)
+            frame = _read_stored(
+                root, resource_type, path, declared_schemas(resource_type).get(name)
+            )
+            return frame if lazy else _collected(frame, root, resource_type, path)
+        except StoreError:
+            # a writer's commit (pmtk listen, a sync) replaced the file after the manifest
+            # was read and removed the old one: not damage; read what the store holds now
+            if attempt == READ_RACES or _stored_table(root, resource_type, table)[1] == info:
+                raise
+        attempt += 1
+
+
+READ_RACES = 5
+"""Reads of a table :func:`load` tries when each finds its file replaced by a commit
+(a store kept current by ``pmtk listen`` commits every few hundred milliseconds)."""
 
 
 def _is_lake(store: str | os.PathLike[str]) -> bool:
