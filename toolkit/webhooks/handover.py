@@ -72,10 +72,6 @@ class WorkerLock:
             return False
         return True
 
-    @property
-    def held(self) -> bool:
-        return self._lock.is_locked
-
     def release(self) -> None:
         if self._lock.is_locked:
             self._lock.release(force=True)
