@@ -41,6 +41,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from toolkit import catalogue
 
 _FHIR_JSON = catalogue.FHIR_JSON.encode()
+_RETRY_AFTER = catalogue.RETRY_AFTER_HEADER.encode()
 
 __all__ = ["Limits", "guarded_protocol"]
 
@@ -117,7 +118,7 @@ def raw_response(
         b"date: " + formatdate(clock(), usegmt=True).encode() + b"\r\n",
     ]
     if retry_after:
-        head.append(b"retry-after: %d\r\n" % retry_after)
+        head.append(b"%s: %d\r\n" % (_RETRY_AFTER, retry_after))
     head.append(b"connection: close\r\n\r\n")
     return b"".join(head) + body
 
@@ -131,7 +132,7 @@ async def _busy(scope: Any, receive: Any, send: Any) -> None:
             "headers": [
                 (b"content-type", _FHIR_JSON),
                 (b"content-length", str(len(content)).encode()),
-                (b"retry-after", b"1"),
+                (_RETRY_AFTER, b"1"),
                 (b"connection", b"close"),
             ],
         }

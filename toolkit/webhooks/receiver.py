@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from toolkit import catalogue
 from toolkit.webhooks.events import (
     MEDIA_TYPES,
     Delivery,
@@ -238,7 +239,7 @@ def _refusal(listener: Listener, request: Any) -> Any:
     if busy is not None:
         text, wait = busy
         response = _outcome(503, "transient", text)
-        response.headers["retry-after"] = str(wait)
+        response.headers[catalogue.RETRY_AFTER_HEADER] = str(wait)
         return response
     return None
 
@@ -274,7 +275,7 @@ async def _enqueue(listener: Listener, kept: list[Event]) -> Any:
     except OSError as exc:
         listener.record_error("writing the event queue failed", exc)
         response = _outcome(503, "transient", "the event could not be stored; retry later")
-        response.headers["retry-after"] = "10"
+        response.headers[catalogue.RETRY_AFTER_HEADER] = "10"
         return response
     listener.stats.events_queued += len(kept)
     listener.clear_error("writing the event queue failed")

@@ -273,11 +273,12 @@ def _admit(state: MockState, client: str) -> tuple[int, dict[str, str], Response
     limit = state.options.rate_limit
     headers: dict[str, str] = {}
     if fault.ratelimit_headers:
-        headers = {"x-ratelimit-limit": str(limit), "x-ratelimit-remaining": str(remaining)}
+        limit_header, remaining_header = catalogue.RATE_LIMIT_HEADERS
+        headers = {limit_header: str(limit), remaining_header: str(remaining)}
     if allowed:
         return remaining, headers, None
     if fault.retry_after:
-        headers["retry-after"] = str(retry)
+        headers[catalogue.RETRY_AFTER_HEADER] = str(retry)
     window = catalogue.RATE_LIMIT_WINDOW_SECONDS
     text = f"more than {limit} requests in {window} seconds; retry in {retry} s"
     return remaining, headers, error(429, "throttled", text, headers)
