@@ -687,7 +687,7 @@ class Walk:
 
     def _count_unchanged(self, bound: str) -> int | None:
         query = [(k, v) for k, v in self._base_query() if k != "_count"]
-        query += [("_lastUpdated", f"lt{bound}"), ("_count", "1")]
+        query += [(catalogue.LAST_UPDATED, f"lt{bound}"), ("_count", "1")]
         response, data = self._fetch(self.url, query)
         page = Page.parse(response, data, self.resource_type, include=self._include)
         return page.total
@@ -720,7 +720,7 @@ class Walk:
         self.summary.recovered = True
         missing = 0
         for rnd in range(RECOVERY_ROUNDS):
-            changed = [*self._base_query(), ("_lastUpdated", f"ge{bound}")]
+            changed = [*self._base_query(), (catalogue.LAST_UPDATED, f"ge{bound}")]
             yield from self._pass(changed, "changed")
             unchanged = self._count_unchanged(bound)
             have = self._seen.count_before(floor)
@@ -738,7 +738,7 @@ class Walk:
                 )
                 raise IncompleteResult(msg, expected=total, received=len(self._seen))
             yield from self._pass(
-                [*self._base_query(), ("_lastUpdated", f"lt{bound}")], "unchanged"
+                [*self._base_query(), (catalogue.LAST_UPDATED, f"lt{bound}")], "unchanged"
             )
         self.summary.records = len(self._seen)
         self.summary.complete = True

@@ -29,6 +29,7 @@ from toolkit.catalogue.endpoints import (
     ENDPOINTS,
     FHIR_SEARCH,
     INCLUDES,
+    LAST_UPDATED,
     OWNER_SEARCH,
     SEARCH_PARAMETERS,
 )
@@ -77,7 +78,7 @@ def search_type(resource: str, name: str) -> str:
     """
     if name == "_id":
         return "token"
-    if name == "_lastUpdated" or name in DATE_SEARCH.get(resource, ((), ""))[0]:
+    if name == LAST_UPDATED or name in DATE_SEARCH.get(resource, ((), ""))[0]:
         return "date"
     if OWNER_SEARCH.get(resource, ("", ""))[0] == name:
         return "reference"

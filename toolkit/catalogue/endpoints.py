@@ -32,13 +32,16 @@ EXPORT_IDS: dict[str, str] = {"Patient": "/main/Patient/$export-ids"}
 """Resource type -> the operation answering a Parameters resource of every id it holds
 (facts: a live endpoint outside the spec). One request tells which records were deleted."""
 
-COMMON_SEARCH_PARAMETERS = ("_id", "_lastUpdated", "_sort", "_count", "page", "_total")
+LAST_UPDATED = "_lastUpdated"
+"""The search parameter on ``meta.lastUpdated`` (FHIR R4); incremental syncs walk it."""
+
+COMMON_SEARCH_PARAMETERS = ("_id", LAST_UPDATED, "_sort", "_count", "page", "_total")
 
 SEARCH_ALIASES: dict[str, str] = {
     "id": "_id",
     "ids": "_id",
-    "last_updated": "_lastUpdated",
-    "lastUpdated": "_lastUpdated",
+    "last_updated": LAST_UPDATED,
+    "lastUpdated": LAST_UPDATED,
     "count": "_count",
     "sort": "_sort",
     "total": "_total",

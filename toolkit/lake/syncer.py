@@ -288,7 +288,7 @@ def _walk(
     result.records_fetched = cp.records
     params: dict[str, Any] = {"_count": PAGE_SIZE}
     if cp.since is not None:
-        params["_lastUpdated"] = cp.since
+        params[catalogue.LAST_UPDATED] = cp.since
     if first > 1:
         params["page"] = first
     walk = source.walk(rt, params=params, skipped=(first - 1) * PAGE_SIZE, progress=False)

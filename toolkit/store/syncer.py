@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from toolkit import catalogue
 from toolkit.errors import PmtkError
 from toolkit.paging import FetchSummary, Page
 from toolkit.store.layout import (
@@ -199,7 +200,7 @@ class ResourceSyncer:
         if first_page > 1:
             params["page"] = first_page
         if cp.since is not None:
-            params["_lastUpdated"] = cp.since
+            params[catalogue.LAST_UPDATED] = cp.since
         return params
 
     def _fetch(self, cp: Checkpoint) -> int:

@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit import catalogue
+
 SLICE_RECORDS = 1_000
 """Records read by the catch-up before it commits them (one slice): the store is held
 for one slice's commit at a time, and a long window never sits in memory whole."""
@@ -123,7 +125,6 @@ class CatchUp:
 
     def run(self, resource_type: str, since: str) -> Walked:
         """Walk ``resource_type`` changed ``since`` (a ``_lastUpdated`` bound) and write it."""
-        from toolkit import catalogue
         from toolkit.store.layout import now_iso
         from toolkit.store.precedence import newest, stamp
 
@@ -132,7 +133,9 @@ class CatchUp:
         mark: str | None = None
         with self.guard.noting_deletes() as deleted:
             walk = self.client.walk(
-                resource_type, params={"_count": PAGE_SIZE, "_lastUpdated": since}, progress=False
+                resource_type,
+                params={"_count": PAGE_SIZE, catalogue.LAST_UPDATED: since},
+                progress=False,
             )
             held: list[Mapping[str, Any]] = []
             for page in walk:

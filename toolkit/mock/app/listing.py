@@ -118,7 +118,7 @@ class ListingRoom(MockCore):
             name = key.lstrip("-")
             if name in ("id", "_id"):
                 result.sort(key=lambda i: (len(coll.ids[i]), coll.ids[i]), reverse=desc)
-            elif name == "_lastUpdated":
+            elif name == catalogue.LAST_UPDATED:
                 result.sort(key=coll.updated.__getitem__, reverse=desc)
             elif name in DATE_SORT.get(rtype, ()):
                 missing = -math.inf if desc else math.inf
@@ -126,7 +126,7 @@ class ListingRoom(MockCore):
                     key=lambda i: d if (d := coll.date[i]) is not None else missing, reverse=desc
                 )
             else:
-                known = ", ".join(("id", "_lastUpdated", *DATE_SORT.get(rtype, ())))
+                known = ", ".join(("id", catalogue.LAST_UPDATED, *DATE_SORT.get(rtype, ())))
                 raise Problem4xx(
                     400, "not-supported", f"cannot sort {rtype} by {name!r}; use {known}"
                 )
@@ -280,7 +280,7 @@ _CAPABILITY = {
 
 
 _PAGING = frozenset({"_count", "page", "_total"})
-_COMMON_FILTERS = ("_id", "_lastUpdated", "_sort")
+_COMMON_FILTERS = ("_id", catalogue.LAST_UPDATED, "_sort")
 
 
 def strict(request: Request) -> bool:
@@ -436,7 +436,7 @@ def _date_filter(rtype: str, coll: Collection, name: str, value: str) -> Callabl
     declares with format ``date`` (``Invoice.date``, ``Coverage.period.start``) is a
     whole UTC day, so FHIR's ranges compare it as one (:func:`date_matcher`).
     """
-    if name == "_lastUpdated":
+    if name == catalogue.LAST_UPDATED:
         instants: Sequence[float | None] = coll.updated
         width = 1.0
     elif name in catalogue.DATE_SEARCH.get(rtype, ((), ""))[0]:
