@@ -28,34 +28,42 @@ def store(dep: Any, tmp_path: Path) -> Path:
     return synced_store(dep, tmp_path / "store", ["Appointment"])
 
 
-def _newer(record: dict[str, Any], text: str) -> dict[str, Any]:
-    changed = copy.deepcopy(record)
-    changed["description"] = text
-    changed["meta"]["lastUpdated"] = "2099-01-01T00:00:00Z"
-    return changed
-
-
-def test_a_load_whose_file_a_commit_replaces_reads_the_new_one(
-    store: Path, client: Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _commit_before_reads(
+    store: Path, client: Client, monkeypatch: pytest.MonkeyPatch, *, every: bool
+) -> tuple[str, list[str]]:
+    """Make a real commit land between ``load`` reading the manifest and reading the
+    file: before the first read only, or (``every``) before each. Returns the record's
+    id (committed as ``commit N``, N the read it came before) and the files read."""
     import toolkit.store.entry as entry
 
     rid = str(load("Appointment", store)["id"][0])
     record = client.read("Appointment", rid)
     real = entry._read_stored
-    commits: list[str] = []
+    reads: list[str] = []
 
     def commit_first(root: Path, rtype: str, path: Path, declared: Any) -> pl.LazyFrame:
-        if not commits:  # the writer's commit lands between the manifest read and this
-            commits.append(path.name)
-            apply_changes("Appointment", store, upserts=[_newer(record, "committed meanwhile")])
+        reads.append(path.name)
+        if len(reads) > 3 * entry.READ_RACES:
+            raise RuntimeError("load kept reading")
+        if every or len(reads) == 1:
+            newer = copy.deepcopy(record)
+            newer["description"] = f"commit {len(reads)}"
+            newer["meta"]["lastUpdated"] = f"2099-01-01T00:00:{len(reads):02d}Z"
+            apply_changes("Appointment", store, upserts=[newer])
             assert not path.exists()  # the old file is gone
         return real(root, rtype, path, declared)
 
     monkeypatch.setattr(entry, "_read_stored", commit_first)
+    return rid, reads
+
+
+def test_a_load_whose_file_a_commit_replaces_reads_the_new_one(
+    store: Path, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rid, reads = _commit_before_reads(store, client, monkeypatch, every=False)
     frame = load("Appointment", store)
-    assert commits
-    assert frame.filter(pl.col("id") == rid)["description"].item() == "committed meanwhile"
+    assert len(reads) == 2  # the replaced file, then the new one
+    assert frame.filter(pl.col("id") == rid)["description"].item() == "commit 1"
 
 
 def test_a_file_the_manifest_still_names_but_is_gone_is_damage(store: Path) -> None:
@@ -72,24 +80,10 @@ def test_a_writer_that_replaces_the_file_at_every_read_is_given_up_on(
     store: Path, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``load`` tries :data:`READ_RACES` times, then says what happened; it never spins."""
-    import toolkit.store.entry as entry
+    from toolkit.store.entry import READ_RACES
 
-    rid = str(load("Appointment", store)["id"][0])
-    record = client.read("Appointment", rid)
-    real = entry._read_stored
-    reads: list[str] = []
-
-    def commit_each(root: Path, rtype: str, path: Path, declared: Any) -> pl.LazyFrame:
-        reads.append(path.name)
-        if len(reads) > 3 * entry.READ_RACES:
-            raise RuntimeError("load kept reading")
-        newer = _newer(record, f"commit {len(reads)}")
-        newer["meta"]["lastUpdated"] = f"2099-01-01T00:00:{len(reads):02d}Z"
-        apply_changes("Appointment", store, upserts=[newer])
-        return real(root, rtype, path, declared)
-
-    monkeypatch.setattr(entry, "_read_stored", commit_each)
+    _rid, reads = _commit_before_reads(store, client, monkeypatch, every=True)
     with pytest.raises(StoreError, match="not a readable Parquet file"):
         load("Appointment", store)
-    assert len(reads) == entry.READ_RACES
-    assert len(set(reads)) == entry.READ_RACES  # each try read the file of its manifest
+    assert len(reads) == READ_RACES
+    assert len(set(reads)) == READ_RACES  # each try read the file of its manifest
