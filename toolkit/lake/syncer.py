@@ -29,6 +29,7 @@ from toolkit.lake.stage import Stage, StageCheckpoint, stage_for
 from toolkit.lake.state import Pin, deployments, init_lake, pin_of, resolve
 from toolkit.store.identity import deployment_of
 from toolkit.store.layout import later, schema_version
+from toolkit.store.precedence import one_version_each
 from toolkit.store.raw import raw_frame, raw_table
 from toolkit.store.results import PAGE_SIZE, ErrorsMode, PageSource
 from toolkit.store.resume import since_after
@@ -342,10 +343,13 @@ def _stage(
         stamp = (record.get("meta") or {}).get("lastUpdated")
         if isinstance(stamp, str):
             staged.max_last_updated = later(staged.max_last_updated, stamp)
-    tables = views.flatten_tables(rt, [page.raw for page in pages])
+    # one version of a record per part (a record changed during the walk is read twice);
+    # the commit picks among parts
+    raws, kept = one_version_each([page.raw for page in pages], records)
+    tables = views.flatten_tables(rt, raws)
     for name, frame in tables.items():
         schemas.validate(frame, rt, table=None if name == rt else name, errors=errors)
-    tables[raw_table(rt)] = raw_frame(rt, records)
+    tables[raw_table(rt)] = raw_frame(rt, [dict(r) for r in kept])
     staged.parts += 1
     for name, frame in tables.items():
         target = staged.folder / name

@@ -142,6 +142,26 @@ def winning_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
     return [rec for rec in kept if rec is not None]
 
 
+def one_version_each(
+    raws: Sequence[bytes], records: Sequence[Mapping[str, Any]]
+) -> tuple[list[bytes], list[Mapping[str, Any]]]:
+    """A staged part's pages with one version of each record (:func:`winning_records`).
+
+    ``raws`` are the pages as received and ``records`` their entries' resources, in
+    order. A record changed during a walk comes back in a later page (or the walk's
+    recovery) within the same part; both versions in one part would be two rows of
+    one id. Returns the Bundles a flattener reads (``raws`` themselves when no id
+    repeats, else one Bundle of the kept records) and the kept records.
+    """
+    import orjson
+
+    kept = winning_records(records)
+    if len(kept) == len(records):
+        return list(raws), kept
+    entries = [{"resource": r} for r in kept]
+    return [orjson.dumps({"resourceType": "Bundle", "type": "searchset", "entry": entries})], kept
+
+
 def stamp(rec: Mapping[str, Any] | None) -> object:
     """A record's ``meta.lastUpdated`` as sent (anything; the functions here take an
     unknown one as the oldest), ``None`` when it has none."""

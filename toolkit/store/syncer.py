@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
 import polars as pl
 
 from toolkit import catalogue
@@ -27,7 +26,7 @@ from toolkit.store.layout import (
     now_iso,
     update_manifest,
 )
-from toolkit.store.precedence import winning_records
+from toolkit.store.precedence import one_version_each
 from toolkit.store.raw import raw_frame
 from toolkit.store.results import (
     PREFETCH_PAGES,
@@ -277,12 +276,7 @@ class ResourceSyncer:
             if isinstance(stamp, str):
                 last_updated = later(last_updated, stamp)
         # One version of a record per part: the parts' de-duplication picks among parts
-        kept = winning_records(records)
-        if len(kept) == len(records):
-            raws = [page.raw for page in pages]
-        else:
-            entries = [{"resource": r} for r in kept]
-            raws = [orjson.dumps({"resourceType": "Bundle", "type": "searchset", "entry": entries})]
+        raws, kept = one_version_each([page.raw for page in pages], records)
         tables = views.flatten_tables(self.rt, raws)
         tables[self.txn.raw] = raw_frame(self.rt, [dict(r) for r in kept])
         part = cp.parts + 1
