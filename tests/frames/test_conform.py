@@ -307,3 +307,25 @@ def test_an_unknown_modifier_extension_is_an_extension_row_not_extra():
     assert rows.get_column("url").to_list() == [url]
     assert rows.get_column("modifier").to_list() == [True]
     assert "modifierExtension" not in extra(tables["Patient"], 0)
+
+
+def test_an_extension_with_a_read_and_an_unread_value_form_loses_neither():
+    # FHIR allows one value[x] per extension; a sender that writes two is read
+    # tolerantly: the extension is no column's (a form no column reads is in it), its
+    # first form is the extension row's value, and the second is kept in extra.
+    status = "https://terminology.halaxy.com/StructureDefinition/patient-status"
+    for forms in (
+        (("valueCode", "active"), ("valueBoolean", True)),
+        (
+            ("valueBoolean", True),
+            ("valueCode", "active"),
+        ),
+    ):
+        (first, one), (second, other) = forms
+        patient = {"resourceType": "Patient", "id": "p1", "extension": [{"url": status}]}
+        patient["extension"][0] |= {first: one, second: other}
+        tables = flatten_tables("Patient", page(patient))
+        assert tables["Patient"].get_column("status").to_list() == [None]
+        row = tables["patient_extension"].row(0, named=True)
+        assert (row["url"], row["value_json"]) == (status, json.dumps(one))
+        assert extra(tables["Patient"], 0) == {f"extension[0].{second}": other}
