@@ -86,7 +86,8 @@ def test_a_change_posted_to_pmtk_listen_lands_in_the_lake_beside_a_running_sync(
             try:
                 assert proc.stdout is not None
                 url = proc.stdout.readline().split(": ", 1)[1].strip()
-                syncing = threading.Thread(target=_sync_again, args=(dep, where))
+                failures: list[BaseException] = []
+                syncing = threading.Thread(target=_sync_again, args=(dep, where, failures))
                 syncing.start()  # a sync of the same deployment, at the same time
                 for rid in ids:
                     body = notification(("Appointment", rid))
@@ -94,7 +95,9 @@ def test_a_change_posted_to_pmtk_listen_lands_in_the_lake_beside_a_running_sync(
                         url, content=body, headers={"Content-Type": "application/fhir+json"}
                     )
                     assert answer.status_code == 202, answer.text
-                syncing.join(120)
+                syncing.join(300)
+                assert not syncing.is_alive(), "the sync beside the receiver did not end"
+                assert not failures, f"the sync beside the receiver failed: {failures!r}"
                 # after the sync: only the receiver can bring these into the lake
                 later = ids[:4]
                 with api_client(dep) as api:
@@ -119,7 +122,7 @@ def test_a_change_posted_to_pmtk_listen_lands_in_the_lake_beside_a_running_sync(
         assert landed, errors
         loaded = toolkit.load("Appointment", where, deployment=NAME)
         described = dict(zip(loaded["id"], loaded["description"], strict=True))
-        assert {rid: described[rid] for rid in ids} == wanted
+        assert {rid: described.get(rid) for rid in ids} == wanted, _what_was_committed(where)
         # the sync lost nothing: every record the deployment lists, at its version
         truth = ground_truth(dep, "Appointment")
         raw = pl.read_delta(str(where / "tables" / "_raw_Appointment")).filter(
@@ -128,9 +131,31 @@ def test_a_change_posted_to_pmtk_listen_lands_in_the_lake_beside_a_running_sync(
         assert dict(zip(raw["id"], raw["last_updated"], strict=True)) == truth
 
 
-def _sync_again(dep: Any, where: Path) -> None:
-    with toolkit_client(dep) as client:
-        lake.sync(client, where, deployment=NAME, resources=["Appointment"], full=True)
+def _sync_again(dep: Any, where: Path, failures: list[BaseException]) -> None:
+    try:
+        with toolkit_client(dep) as client:
+            lake.sync(
+                client,
+                where,
+                deployment=NAME,
+                resources=["Appointment"],
+                full=True,
+                lock_timeout=240,
+            )
+    except BaseException as exc:  # reported by the test, not lost in the thread
+        failures.append(exc)
+
+
+def _what_was_committed(where: Path) -> str:
+    """The pins and the main table's versions, so that a failure can be explained."""
+    from deltalake import DeltaTable
+
+    lines = [f"pin {p.resource} seq {p.seq}: {p.versions}" for p in lake.pins(where, NAME)]
+    table = DeltaTable(str(where / "tables" / "Appointment"))
+    for entry in table.history():
+        lines.append(f"Appointment v{entry.get('version')}: {entry.get('operation')}")
+    lines += [f"commit {h}" for h in lake.history(where, NAME).iter_rows(named=True)]
+    return "\n".join(lines)
 
 
 def test_dead_letters_and_status_take_the_lake_and_deployment(tmp_path: Path) -> None:
