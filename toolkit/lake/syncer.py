@@ -32,8 +32,8 @@ from toolkit.store.identity import deployment_of
 from toolkit.store.layout import later, schema_version
 from toolkit.store.precedence import one_version_each
 from toolkit.store.raw import raw_frame, raw_table
-from toolkit.store.results import PAGE_SIZE, ErrorsMode, PageSource
-from toolkit.store.resume import since_after
+from toolkit.store.results import PAGE_SIZE, PREFETCH_PAGES, ErrorsMode, PageSource
+from toolkit.store.resume import Prefetch, since_after
 
 BATCH_PAGES = 20
 """Pages flattened and validated together into one staged part."""
@@ -360,17 +360,20 @@ def _walk(
     walk = source.walk(rt, params=params, skipped=(first - 1) * PAGE_SIZE, progress=False)
     batch: list[Any] = []
     pages = first - 1
-    for page in walk:
-        if staged.server_time is None:
-            staged.server_time = walk.summary.started_at
-        batch.append(page)
-        result.pages += 1
-        if len(batch) >= BATCH_PAGES:
-            pages += len(batch)
-            _stage_part(stage, staged, rt, batch, errors, result, pages)
-            if after_part is not None:
-                after_part(staged.parts)
-            batch = []
+    # pages are fetched on a thread while the ones before are flattened and staged here
+    with Prefetch(iter(walk), PREFETCH_PAGES) as prefetch:
+        for fetched in prefetch.batches(PREFETCH_PAGES):
+            for page in fetched:
+                if staged.server_time is None:
+                    staged.server_time = walk.summary.started_at
+                batch.append(page)
+                result.pages += 1
+                if len(batch) >= BATCH_PAGES:
+                    pages += len(batch)
+                    _stage_part(stage, staged, rt, batch, errors, result, pages)
+                    if after_part is not None:
+                        after_part(staged.parts)
+                    batch = []
     if batch:
         _stage_part(stage, staged, rt, batch, errors, result, pages + len(batch))
     if staged.server_time is None:
