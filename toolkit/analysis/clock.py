@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from toolkit import catalogue
 from toolkit.analysis.tables import RecordReader, _as_utc, read_roles, reference_id, roles_among
 
 PM_TIMEZONE = "PM_TIMEZONE"
@@ -230,7 +231,7 @@ def organization_zones(
     address: pl.DataFrame,
     *,
     tz: str | None = None,
-    prefixes: Sequence[str] = ("PG-", "CL-"),
+    prefixes: Sequence[str] = (catalogue.PRACTICE_GROUP_PREFIX, catalogue.CLINIC_PREFIX),
 ) -> pl.DataFrame:
     """The time zone of the practice group and of each clinic, from their addresses.
 
@@ -332,7 +333,9 @@ def practice_zone(zones: pl.DataFrame) -> str:
     """
     from toolkit.errors import TimeZoneError
 
-    group = zones.filter(pl.col("organization_id").str.starts_with("PG-"))["time_zone"]
+    group = zones.filter(
+        pl.col("organization_id").str.starts_with(catalogue.PRACTICE_GROUP_PREFIX)
+    )["time_zone"]
     if group.len() and group[0] is not None:
         return str(group[0])
     distinct = sorted(zones["time_zone"].drop_nulls().unique().to_list())
@@ -368,10 +371,14 @@ def practice_country(organization: pl.DataFrame, address: pl.DataFrame) -> str |
         .filter(pl.col("organization_id").is_in(organization["id"].implode()))
         .select("organization_id", pl.col("country").str.strip_chars().str.to_uppercase())
     )
-    group = best.filter(pl.col("organization_id").str.starts_with("PG-"))["country"].drop_nulls()
+    group = best.filter(pl.col("organization_id").str.starts_with(catalogue.PRACTICE_GROUP_PREFIX))[
+        "country"
+    ].drop_nulls()
     if group.len():
         return str(group[0])
-    clinics = best.filter(pl.col("organization_id").str.starts_with("CL-"))["country"]
+    clinics = best.filter(pl.col("organization_id").str.starts_with(catalogue.CLINIC_PREFIX))[
+        "country"
+    ]
     distinct = clinics.drop_nulls().unique().to_list()
     return str(distinct[0]) if len(distinct) == 1 else None
 

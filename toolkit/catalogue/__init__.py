@@ -40,6 +40,7 @@ from toolkit.catalogue.capability import (
 from toolkit.catalogue.constants import (
     API_PREFIX,
     ATTACHMENT_CONTENT_TYPES,
+    CLINIC_PREFIX,
     DEFAULT_PAGE_SIZE,
     EU_UK_COUNTRIES,
     EXPIRES_IN_STATED,
@@ -49,6 +50,7 @@ from toolkit.catalogue.constants import (
     MAX_PAGE_SIZE,
     MERGE_PATCH_JSON,
     ORGANIZATION_TYPE_SYSTEM,
+    PRACTICE_GROUP_PREFIX,
     PROFESSION_SYSTEM,
     RATE_LIMIT_HEADERS,
     RATE_LIMIT_PER_MINUTE,
@@ -56,6 +58,7 @@ from toolkit.catalogue.constants import (
     REGIONS,
     RETRY_AFTER_HEADER,
     TOKEN_LIFETIME_STATED,
+    id_prefix,
 )
 from toolkit.catalogue.endpoints import (
     COMMON_SEARCH_PARAMETERS,
@@ -140,6 +143,7 @@ __all__ = [
     "ATTACHMENTS",
     "ATTACHMENT_CONTENT_TYPES",
     "CHARGE_ITEM_DEFINITION",
+    "CLINIC_PREFIX",
     "CODING",
     "COMMON_SEARCH_PARAMETERS",
     "CONTRACT_CATEGORIES",
@@ -177,6 +181,7 @@ __all__ = [
     "PATCH_ANSWERS_EMPTY_405",
     "PATIENT",
     "PR",
+    "PRACTICE_GROUP_PREFIX",
     "PRACTITIONER",
     "PRACTITIONER_ANY",
     "PRACTITIONER_ROLE",
@@ -219,6 +224,7 @@ __all__ = [
     "endpoint_source",
     "field_at",
     "format_pattern",
+    "id_prefix",
     "includes_of",
     "reference_pair",
     "resource",

@@ -60,6 +60,34 @@ ID_PREFIX_MEANINGS: dict[str, tuple[str, str]] = {
 }
 """Spec section 1: id prefixes exist only in the API, never in the product UI."""
 
+
+def id_prefix(meaning: str) -> str:
+    """The id prefix spec section 1 gives ``meaning`` (``"Clinic"`` -> ``"CL-"``).
+
+    >>> id_prefix("Practice group")
+    'PG-'
+    """
+    for prefix, (_type, text) in ID_PREFIX_MEANINGS.items():
+        if text == meaning:
+            return prefix
+    msg = f"the catalogue has no id prefix meaning {meaning!r}"
+    raise LookupError(msg)
+
+
+def prefixes_of(resource_type: str) -> tuple[str, ...]:
+    """Every id prefix spec section 1 gives ``resource_type``, in the spec's order.
+
+    >>> prefixes_of("Practitioner")
+    ('PR-', 'EP-')
+    """
+    return tuple(p for p, (rtype, _text) in ID_PREFIX_MEANINGS.items() if rtype == resource_type)
+
+
+PRACTICE_GROUP_PREFIX = id_prefix("Practice group")
+"""The practice group's Organization id prefix (the one whose address gives the practice's zone)."""
+CLINIC_PREFIX = id_prefix("Clinic")
+"""A clinic's Organization id prefix."""
+
 FHIR_JSON = "application/fhir+json"
 """The media type of every resource body, sent and received (spec section 9)."""
 MERGE_PATCH_JSON = "application/merge-patch+json"

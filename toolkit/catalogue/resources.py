@@ -6,7 +6,7 @@ to them. Adding a resource type starts here.
 
 from __future__ import annotations
 
-from toolkit.catalogue.constants import ATTACHMENT_CONTENT_TYPES
+from toolkit.catalogue.constants import ATTACHMENT_CONTENT_TYPES, prefixes_of
 from toolkit.catalogue.model import (
     Alternative,
     Endpoint,
@@ -59,9 +59,9 @@ def _endpoints(
 
 
 PR = ("Practitioner", ("PR-",))
-PRACTITIONER_ANY = ("Practitioner", ("PR-", "EP-"))
+PRACTITIONER_ANY = ("Practitioner", prefixes_of("Practitioner"))
 ROLE_ANY = ("PractitionerRole", ("PR-", "EP-"))
-ORG_ANY = ("Organization", ("PG-", "CL-", "OG-", "FD-", "SP-"))
+ORG_ANY = ("Organization", prefixes_of("Organization"))
 
 
 def _telecom(enum_source: Source = "spec") -> Field:
@@ -383,7 +383,7 @@ ORGANIZATION = Resource(
         ADDRESS,
         _reference_field("partOf", _ref(("Organization", ("PG-",)))),
     ),
-    id_prefixes=("PG-", "CL-", "OG-", "FD-", "SP-"),
+    id_prefixes=prefixes_of("Organization"),
     create_prefixes=("SP-",),
     create_required=("name",),
     create_source="pmtk",
@@ -440,7 +440,7 @@ PRACTITIONER = Resource(
             ),
         ),
     ),
-    id_prefixes=("PR-", "EP-"),
+    id_prefixes=prefixes_of("Practitioner"),
     create_prefixes=("EP-",),
     create_required=("name",),
     create_source="pmtk",

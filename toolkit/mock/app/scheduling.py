@@ -87,7 +87,7 @@ class SchedulingRoom(ListingRoom, WritingRoom):
                 roles = [r for r in roles if data.roles[r] in wanted]
         if q.get("organization"):
             orgs = {_last_segment(x) for v in q["organization"] for x in v.split(",")}
-            if not any(o.startswith("PG-") for o in orgs):
+            if not any(o.startswith(catalogue.PRACTICE_GROUP_PREFIX) for o in orgs):
                 roles = [r for r in roles if data.role_clinic[r] in orgs]
         ignored = [k for k, _v in params if k not in _FIND_PARAMETERS]
         refuse_ignored(request, "$find", ignored)

@@ -50,7 +50,6 @@ __all__ = [
     "codes",
     "extension",
     "family",
-    "id_prefix",
     "iso",
     "iso_date",
     "link",
@@ -133,15 +132,6 @@ CURRENCY = "AUD"
 # The generator names *which* catalogue value it draws; the catalogue says what exists. Each
 # helper below raises at import time when the catalogue does not list what the generator
 # names, so the data can only ever hold what the catalogue allows.
-
-
-def id_prefix(meaning: str) -> str:
-    """The id prefix spec section 1 gives ``meaning`` (``"Clinic"`` -> ``"CL-"``)."""
-    for prefix, (_type, text) in catalogue.ID_PREFIX_MEANINGS.items():
-        if text == meaning:
-            return prefix
-    msg = f"the catalogue has no id prefix meaning {meaning!r}"
-    raise LookupError(msg)
 
 
 def codes(resource: str, path: str, *values: str) -> tuple[str, ...]:

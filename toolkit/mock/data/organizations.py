@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit import catalogue
 from toolkit.mock.data.base import (
     AT_WORK,
     EMAIL,
@@ -23,7 +24,6 @@ from toolkit.mock.data.base import (
     USE_WORK,
     Scale,
     address,
-    id_prefix,
     link,
     meta,
     org_type,
@@ -47,11 +47,11 @@ __all__ = [
 ]
 
 # id prefixes by their meaning in spec section 1 (the catalogue holds the prefixes)
-GROUP = id_prefix("Practice group")
-CLINIC = id_prefix("Clinic")
-FUNDER = id_prefix("Funder")
-OTHER = id_prefix("Organization")
-EXTERNAL_PRACTICE = id_prefix("Professional contact's practice")
+GROUP = catalogue.PRACTICE_GROUP_PREFIX
+CLINIC = catalogue.CLINIC_PREFIX
+FUNDER = catalogue.id_prefix("Funder")
+OTHER = catalogue.id_prefix("Organization")
+EXTERNAL_PRACTICE = catalogue.id_prefix("Professional contact's practice")
 PART_OF = link("Organization", "partOf")
 PROVIDER, GOVERNMENT, INSURER, OTHER_TYPE = (
     ("prov", "Healthcare Provider"),

@@ -18,7 +18,6 @@ from toolkit.mock.data.base import (
     USE_WORK,
     Scale,
     codes,
-    id_prefix,
     link,
     meta,
     past,
@@ -43,8 +42,8 @@ PROFESSIONS = (
     ("speech-pathologist", "Speech Pathologist"),
     ("exercise-physiologist", "Exercise Physiologist"),
 )
-PRACTICE = id_prefix("Practitioner or administrator within the practice group")
-EXTERNAL = id_prefix("External practitioner from the professional contacts list")
+PRACTICE = catalogue.id_prefix("Practitioner or administrator within the practice group")
+EXTERNAL = catalogue.id_prefix("External practitioner from the professional contacts list")
 (OFFICIAL,) = codes("Practitioner", "name.use", "official")
 PRACTITIONER = link("PractitionerRole", "practitioner")
 ORGANIZATION = link("PractitionerRole", "organization")
