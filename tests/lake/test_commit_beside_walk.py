@@ -45,6 +45,15 @@ class Watching:
         self.started[resource_type].set()
         return _Ending(self.inner.walk(resource_type, **options), self.ended[resource_type])
 
+    def breaking(self, resource: str) -> Any:
+        """An ``after_part`` hook: the network goes away during ``resource``'s walk."""
+
+        def broken(part: int) -> None:
+            if self.walking == resource:
+                raise ConnectionError("the network went away")
+
+        return broken
+
 
 class _Ending:
     """A walk that sets ``ended`` once its last page has been taken."""
@@ -132,12 +141,8 @@ def test_a_walk_that_fails_beside_a_commit_lets_the_commit_end_first(
             if table == FIRST:
                 time.sleep(1.0)  # the commit is still under way when the walk fails
 
-        def broken_walk(part: int) -> None:
-            if watching.walking == SECOND:
-                raise ConnectionError("the network went away")
-
         with pytest.raises(ConnectionError):
-            _sync(watching, where, after_table=slow, after_part=broken_walk)
+            _sync(watching, where, after_table=slow, after_part=watching.breaking(SECOND))
     # raised only once the first resource's commit had ended: its pin moved
     assert [p.resource for p in lake.pins(where, "north")] == [FIRST]
 
@@ -155,12 +160,8 @@ def test_a_walk_and_a_commit_that_both_fail_are_both_named(
                 watching.started[SECOND].wait(60)
                 raise OSError(28, "No space left on device")
 
-        def broken_walk(part: int) -> None:
-            if watching.walking == SECOND:
-                raise ConnectionError("the network went away")
-
         with pytest.raises(ConnectionError) as raised:
-            _sync(watching, where, after_table=full_disk, after_part=broken_walk)
+            _sync(watching, where, after_table=full_disk, after_part=watching.breaking(SECOND))
     notes = getattr(raised.value, "__notes__", [])
     assert any("No space left on device" in note for note in notes), notes
     assert lake.pins(where, "north") == []
