@@ -164,9 +164,12 @@ def _walk_and_commit(run: _Run, wanted: Sequence[str], summary: LakeSyncSummary)
     pages, as a run stopped at that point would. Whatever happens, the commit under way
     ends before this returns or raises.
     """
-    from concurrent.futures import Future, ThreadPoolExecutor
+    from concurrent.futures import Future
 
-    with ThreadPoolExecutor(1, thread_name_prefix="pmtk-lake-commit") as pool:
+    from toolkit._threads import daemon_pool
+
+    # a daemon worker (see daemon_pool): a Ctrl-C can never leave it holding the exit
+    with daemon_pool(1, "pmtk-lake-commit") as pool:
         running: Future[None] | None = None
         try:
             for rt in wanted:
