@@ -9,10 +9,8 @@ sync lost nothing of what it wrote.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,7 +21,7 @@ import polars as pl
 
 from tests.conftest import api_client, describe, toolkit_client
 from tests.lake.conftest import ground_truth
-from tests.listen.conftest import notification
+from tests.listen.conftest import listen_process, notification
 from toolkit import lake
 from toolkit.mock import serve
 
@@ -31,22 +29,9 @@ NAME = "clinic"
 
 
 def _listen(dep: Any, where: Path) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "PM_CLIENT_ID": dep.client_id,
-        "PM_CLIENT_SECRET": dep.client_secret,
-        "PYTHONIOENCODING": "utf-8",
-    }
     options = ["--store", str(where), "--deployment", NAME, "--port", "0", "--no-auth"]
     options += ["--no-catch-up", "--base-url", dep.base_url]
-    return subprocess.Popen(
-        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-        encoding="utf-8",
-    )
+    return listen_process(dep, options)
 
 
 def _scanned(where: Path) -> dict[str, str | None]:

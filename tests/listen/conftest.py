@@ -7,7 +7,10 @@ in the forms a real deployment may use (absolute and relative references, the
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,29 @@ from toolkit.client import Client
 RATE = 100_000
 SECRET_HEADER = ("X-Hook-Auth", 'hook-s3cret-never-shown-\u00e9"\\-42')
 """A hostile secret: a quote, a backslash and non-ASCII (escaped forms must not leak either)."""
+
+
+def listen_process(
+    dep: Any, options: list[str], *, env: dict[str, str] | None = None, **popen: Any
+) -> subprocess.Popen[str]:
+    """``pmtk listen OPTIONS`` in a child process, as a user starts it: the deployment's
+    credentials (and ``env``) in its environment, its output read as UTF-8 text."""
+    environment = {
+        **os.environ,
+        "PM_CLIENT_ID": dep.client_id,
+        "PM_CLIENT_SECRET": dep.client_secret,
+        "PYTHONIOENCODING": "utf-8",
+        **(env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+        text=True,
+        encoding="utf-8",
+        **popen,
+    )
 
 
 def free_port() -> int:

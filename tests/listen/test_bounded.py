@@ -11,17 +11,14 @@ applied and everything accumulates: the disk stays at the byte cap (then 503 wit
 from __future__ import annotations
 
 import fcntl
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.listen.conftest import SECRET_HEADER, notification
+from tests.listen.conftest import SECRET_HEADER, listen_process, notification
 
 NAME, VALUE = SECRET_HEADER
 CAP = 8 * 1024 * 1024
@@ -50,23 +47,10 @@ def _big_body(start: int) -> bytes:
 def test_big_notifications_stay_within_the_byte_cap_and_memory_does_not_follow(
     dep: Any, store: Path
 ) -> None:
-    env = {
-        **os.environ,
-        "PM_CLIENT_ID": dep.client_id,
-        "PM_CLIENT_SECRET": dep.client_secret,
-        "PM_WEBHOOK_AUTH": f"{NAME}: {VALUE}",
-        "PYTHONIOENCODING": "utf-8",
-    }
+    env = {"PM_WEBHOOK_AUTH": f"{NAME}: {VALUE}"}
     options = ["--store", str(store), "--port", "0", "--no-catch-up", "--base-url", dep.base_url]
     options += ["--max-queue-bytes", str(CAP)]
-    with subprocess.Popen(
-        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-        encoding="utf-8",
-    ) as proc:
+    with listen_process(dep, options, env=env) as proc:
         held = (store / ".lock").open("a+")
         try:
             assert proc.stdout is not None

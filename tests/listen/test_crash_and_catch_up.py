@@ -10,10 +10,7 @@ catch-up sync is off, so the queue is the only way the change can arrive).
 from __future__ import annotations
 
 import fcntl
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +21,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import api_client, describe
-from tests.listen.conftest import SECRET_HEADER, notification
+from tests.listen.conftest import SECRET_HEADER, listen_process, notification
 from toolkit.client import Client
 from toolkit.store import load, read_manifest, verify
 from toolkit.webhooks import listen
@@ -61,23 +58,10 @@ def test_events_acknowledged_before_a_kill_9_are_applied_after_restart(
 ) -> None:
     ids = [str(i) for i in load("Appointment", store)["id"][20:23]]
     changed, deleted = ids[:2], ids[2]
-    env = {
-        **os.environ,
-        "PM_CLIENT_ID": dep.client_id,
-        "PM_CLIENT_SECRET": dep.client_secret,
-        "PM_WEBHOOK_AUTH_HEADER": f"{NAME}: {VALUE}",
-        "PYTHONIOENCODING": "utf-8",
-    }
+    env = {"PM_WEBHOOK_AUTH_HEADER": f"{NAME}: {VALUE}"}
     lock = None
     options = ["--store", str(store), "--port", "0", "--no-catch-up", "--base-url", dep.base_url]
-    with subprocess.Popen(
-        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-        encoding="utf-8",
-    ) as proc:
+    with listen_process(dep, options, env=env) as proc:
         try:
             assert proc.stdout is not None
             first = "".join(proc.stdout.readline() for _ in range(3))  # URL, store, header

@@ -14,7 +14,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import api_client, describe
-from tests.listen.conftest import SECRET_HEADER, free_port, notification
+from tests.listen.conftest import SECRET_HEADER, free_port, listen_process, notification
 from tests.listen.test_every_event_once import SUB, numbered, patients, post
 from toolkit.client import Client
 from toolkit.errors import ConfigurationError
@@ -157,23 +156,9 @@ def api(dep: Any) -> Iterator[httpx.Client]:
 
 
 def _pmtk_listen(dep: Any, store: Path, port: int, *extra: str) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "PM_CLIENT_ID": dep.client_id,
-        "PM_CLIENT_SECRET": dep.client_secret,
-        "PM_WEBHOOK_AUTH": f"{NAME}: {VALUE}",
-        "PYTHONIOENCODING": "utf-8",
-        "NO_COLOR": "1",
-    }
+    env = {"PM_WEBHOOK_AUTH": f"{NAME}: {VALUE}", "NO_COLOR": "1"}
     argv = ["--store", str(store), "--port", str(port), "--no-catch-up", "--base-url", dep.base_url]
-    return subprocess.Popen(
-        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *argv, *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-        encoding="utf-8",
-    )
+    return listen_process(dep, [*argv, *extra], env=env)
 
 
 def _wait_for_line(proc: subprocess.Popen[str], prefix: str) -> str:

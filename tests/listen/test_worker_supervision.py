@@ -11,12 +11,10 @@ delete answered 202 during the flood is applied within 20 s.
 from __future__ import annotations
 
 import contextlib
-import os
 import resource
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.listen.conftest import SECRET_HEADER, notification
+from tests.listen.conftest import SECRET_HEADER, listen_process, notification
 from toolkit.store import load
 
 NAME, VALUE = SECRET_HEADER
@@ -42,24 +40,10 @@ def _low_nofile() -> None:  # runs in the child before exec
 @contextlib.contextmanager
 def _pmtk_listen(dep: Any, store: Path, *extra: str) -> Iterator[tuple[str, list[str]]]:
     """``pmtk listen`` in a child with a low open-file limit; ``(url, [stderr text])``."""
-    env = {
-        **os.environ,
-        "PM_CLIENT_ID": dep.client_id,
-        "PM_CLIENT_SECRET": dep.client_secret,
-        "PM_WEBHOOK_AUTH": f"{NAME}: {VALUE}",
-        "PYTHONIOENCODING": "utf-8",
-    }
+    env = {"PM_WEBHOOK_AUTH": f"{NAME}: {VALUE}"}
     options = ["--store", str(store), "--port", "0", "--no-catch-up", "--base-url", dep.base_url]
     errors: list[str] = []
-    with subprocess.Popen(
-        [sys.executable, "-c", "from toolkit.cli import app; app()", "listen", *options, *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-        encoding="utf-8",
-        preexec_fn=_low_nofile,
-    ) as proc:
+    with listen_process(dep, [*options, *extra], env=env, preexec_fn=_low_nofile) as proc:
         try:
             assert proc.stdout is not None
             first = proc.stdout.readline()
