@@ -416,9 +416,8 @@ def load(
     root = Path(store if store is not None else default_store())
     if deployment is not None:
         _check_source(root, deployment)
-    attempt = 1
-    while True:
-        name, info = _stored_table(root, resource_type, table)
+    name, info = _stored_table(root, resource_type, table)
+    for attempt in range(1, READ_RACES + 1):
         try:
             path = _checked_file(root, resource_type, name, info, verify=verify)
             frame = _read_stored(
@@ -428,9 +427,11 @@ def load(
         except StoreError:
             # a writer's commit (pmtk listen, a sync) replaced the file after the manifest
             # was read and removed the old one: not damage; read what the store holds now
-            if attempt == READ_RACES or _stored_table(root, resource_type, table)[1] == info:
+            now = _stored_table(root, resource_type, table)
+            if attempt == READ_RACES or now[1] == info:
                 raise
-        attempt += 1
+            name, info = now
+    raise AssertionError("unreachable")  # pragma: no cover - the last attempt raises
 
 
 READ_RACES = 5
