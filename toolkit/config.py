@@ -214,7 +214,7 @@ def _check_names(names: list[str], where: str) -> None:
             raise ConfigurationError(msg)
 
 
-def _read_environment(environ: Mapping[str, str] | None) -> _Environment:
+def read_environment(environ: Mapping[str, str] | None) -> _Environment:
     if environ is not None:
         _check_names(list(environ), "environment")
         values = {k[3:].lower(): v for k, v in environ.items() if k.upper().startswith("PM_")}
@@ -370,7 +370,7 @@ def configured(
         When credentials are given without an address (they would otherwise be sent
         to the local mock, or dropped), or a ``PM_`` variable name is a near miss.
     """
-    env = _read_environment(environ)
+    env = read_environment(environ)
     has_address = bool(base_url or region or env.base_url or env.region)
     has_credentials = bool(client_id or client_secret or env.client_id or env.client_secret)
     if has_credentials and not has_address:
@@ -411,7 +411,7 @@ def resolve_settings(
         When the address or a credential is missing or malformed; the message names
         the environment variable to set, or the fix.
     """
-    env = _read_environment(environ)
+    env = read_environment(environ)
     address = _address(base_url, region, env)
     client_id, secret = _credentials(client_id, client_secret, env)
     agent = user_agent or env.user_agent

@@ -82,9 +82,9 @@ def _zone(tz: str | None) -> str:
 
     if tz is not None:
         return check_zone(tz, where="tz")
-    from toolkit.config import _read_environment
+    from toolkit.config import read_environment
 
-    configured = _read_environment(None).timezone
+    configured = read_environment(None).timezone
     if configured and configured.strip():
         return check_zone(configured, where="PM_TIMEZONE")
     msg = (

@@ -30,7 +30,7 @@ import orjson
 
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, MalformedPage, NotFound, unknown_name
-from toolkit.paging import Page, _micros, _stamp
+from toolkit.paging import Page, micros, record_stamp
 
 if TYPE_CHECKING:
     import httpx
@@ -181,7 +181,7 @@ class IncludedRecords:
             held = self._records.get(kind)
             if held is None:
                 continue  # a type no asked include brings in
-            stamp = _micros(_stamp(record))
+            stamp = micros(record_stamp(record))
             prev = held.get(rid)
             if prev is None or prev[0] is None or stamp is None or stamp >= prev[0]:
                 held[rid] = (stamp, record)

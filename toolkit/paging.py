@@ -174,12 +174,12 @@ def _instant(value: Any) -> datetime | None:
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
 
 
-def _stamp(record: dict[str, Any]) -> datetime | None:
+def record_stamp(record: dict[str, Any]) -> datetime | None:
     meta = record.get("meta")
     return _instant(meta.get("lastUpdated")) if isinstance(meta, dict) else None
 
 
-def _micros(when: datetime | None) -> int | None:
+def micros(when: datetime | None) -> int | None:
     """``when`` as whole microseconds since the epoch (exact, unlike a float timestamp)."""
     return None if when is None else (when - _EPOCH) // _MICROSECOND
 
@@ -592,12 +592,12 @@ class Walk:
                 )
                 raise MalformedPage(msg, url=page.url)
             ids.append(rid)
-        start = _micros(p.start)
+        start = micros(p.start)
         known = self._seen.lookup(ids)
         held = frozenset(known)  # before the loop below adds this page's new ids
         fresh = 0
         for pos, (rid, record) in enumerate(zip(ids, page.records, strict=True)):
-            stamp = _micros(_stamp(record))
+            stamp = micros(record_stamp(record))
             prev = known.get(rid)
             first_in_pass = prev is None or prev[3] != p.number
             if first_in_pass and (stamp is None or start is None or stamp < start):
@@ -715,7 +715,7 @@ class Walk:
             )
         t0 = self.started_at or (self._now() - CLOCK_MARGIN)
         bound = _bound(t0)
-        floor = _micros(_instant(bound))
+        floor = micros(_instant(bound))
         assert floor is not None
         self.summary.recovered = True
         missing = 0

@@ -128,7 +128,7 @@ def _cover(rules: list[NonSpecRule], resource: str, path: str, aspect: str) -> i
 @cache
 def _build() -> tuple[tuple[NonSpecRule, ...], dict[FrameCheck, int]]:
     """The model, and each frame check's position in view order."""
-    from toolkit.schemas import _frame_checks  # schemas builds on views: imported late
+    from toolkit.schemas import custom_frame_checks  # schemas builds on views: imported late
     from toolkit.views import VIEWS
 
     rules = [NonSpecRule(r.resource, r.path, r.aspect, r.source, r.rule) for r in non_spec_rules()]
@@ -137,7 +137,7 @@ def _build() -> tuple[tuple[NonSpecRule, ...], dict[FrameCheck, int]]:
     paths = _field_paths()
     for views in VIEWS.values():
         for v in views:
-            for col, check, source in _frame_checks(v):
+            for col, check, source in custom_frame_checks(v):
                 assert col.field is not None  # a rule not the spec's is some field's
                 path = _path_of(v.resource, col.field, paths)
                 aspect = _CHECK_ASPECT.get(check, "format")

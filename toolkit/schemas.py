@@ -196,7 +196,7 @@ def _schema(resource_type: str, table: str | None, spec: bool = True) -> pa.Data
     )
 
 
-def _frame_checks(v: View) -> Iterator[tuple[Column, str, str]]:
+def custom_frame_checks(v: View) -> Iterator[tuple[Column, str, str]]:
     """(column, check name, source) of every check of ``v`` whose rule is not the spec's."""
     for col in v.columns:
         source = _column_source(v, col)

@@ -60,7 +60,7 @@ import polars as pl
 from toolkit import catalogue
 from toolkit.schemas import validate
 from toolkit.views import flatten, flatten_tables
-from toolkit.views.reader import _batches, _compiled_table
+from toolkit.views.reader import _batches, compiled_table
 
 TARGET_RATE = 300_000
 TARGET_RATIO = 10.0
@@ -200,7 +200,7 @@ def polars_read_floor(raw: list[bytes]) -> int:
     The cost of reading the pages as sent: pmtk's figures are only meaningful
     beside it, since the machine's speed moves both alike.
     """
-    schema = _compiled_table("Appointment", "Appointment").bundle_schema
+    schema = compiled_table("Appointment", "Appointment").bundle_schema
     batches = [b for _, b in _batches(raw, 0)]
 
     def read(group: list[list[bytes]]) -> int:

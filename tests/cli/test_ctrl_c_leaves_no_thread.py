@@ -40,7 +40,7 @@ CHILD = textwrap.dedent(
 
     threading.Thread.start = start
     try:
-        reader._executor().submit(int).result()
+        reader.executor().submit(int).result()
     except KeyboardInterrupt:
         print("interrupted", flush=True)
     else:

@@ -151,18 +151,18 @@ def test_element_extensions_beside_known_ones_on_appointment_participants() -> N
 
 
 def test_a_page_of_known_extensions_only_takes_the_fast_path_and_fills_no_rows() -> None:
-    from toolkit.views.reader import _compiled
+    from toolkit.views.reader import compiled_reader
 
     page = orjson.dumps(
         forms.bundle({"resourceType": "Patient", "id": "1", "extension": [
             {"url": forms.PATIENT_STATUS, "valueString": "current"}
         ]})
     )  # fmt: skip
-    _compiled("Patient").strict.decode(page)  # passes the exact check
+    compiled_reader("Patient").strict.decode(page)  # passes the exact check
     assert flatten("Patient", [page], table="patient_extension").height == 0
     unknown = page.replace(b"patient-status", b"patient-statusx")
     with pytest.raises(msgspec.ValidationError, match="url"):
-        _compiled("Patient").strict.decode(unknown)
+        compiled_reader("Patient").strict.decode(unknown)
     assert flatten("Patient", [unknown], table="patient_extension").height == 1
 
 

@@ -373,9 +373,9 @@ def test_read_schema_is_explicit_and_derived_from_the_catalogue() -> None:
 def test_the_exact_check_flags_exactly_the_pages_a_fast_read_would_get_wrong() -> None:
     import msgspec
 
-    from toolkit.views.reader import _compiled
+    from toolkit.views.reader import compiled_reader
 
-    decoder = _compiled("Appointment").strict
+    decoder = compiled_reader("Appointment").strict
 
     def flagged(page: bytes) -> bool:
         try:
@@ -410,7 +410,7 @@ def test_a_known_extension_under_another_base_takes_the_repair_path_and_reads_th
     # view does: the same rows, nothing in the extension table.
     import msgspec
 
-    from toolkit.views.reader import _compiled, _compiled_table
+    from toolkit.views.reader import compiled_reader, compiled_table
 
     other = "http://example.org/fhir/StructureDefinition/"
     status = [{"url": other + "appointment-participant-status", "valueCoding": {"code": "booked"}}]
@@ -438,8 +438,8 @@ def test_a_known_extension_under_another_base_takes_the_repair_path_and_reads_th
     }
     for base, page in forms.items():
         for decoder in (
-            _compiled("Appointment").strict,
-            _compiled_table("Appointment", "Appointment").strict,
+            compiled_reader("Appointment").strict,
+            compiled_table("Appointment", "Appointment").strict,
         ):
             try:
                 decoder.decode(page)

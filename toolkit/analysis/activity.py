@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from toolkit.analysis.money import single_currency
-from toolkit.analysis.tables import _as_utc, _ratio, _units_used, _utc, reference_id
+from toolkit.analysis.tables import as_utc, ratio_of, reference_id, units_used_expr, utc
 
 
 def utilisation_summary(utilisation: pl.DataFrame, by: str | Sequence[str]) -> pl.DataFrame:
@@ -42,7 +42,7 @@ def utilisation_summary(utilisation: pl.DataFrame, by: str | Sequence[str]) -> p
             value="limit_money_value",
             what="money limit per group",
         )
-    used = _units_used()
+    used = units_used_expr()
     has_limit = pl.col("limit_quantity").is_not_null()
     has_money = pl.col("limit_money_value").is_not_null()
     return (
@@ -56,8 +56,8 @@ def utilisation_summary(utilisation: pl.DataFrame, by: str | Sequence[str]) -> p
             pl.col("limit_money_used").fill_null(0).filter(has_money).sum().alias("money_used"),
         )
         .with_columns(
-            _ratio(pl.col("units_used"), pl.col("units_limit")).alias("quantity_share"),
-            _ratio(pl.col("money_used"), pl.col("money_limit")).alias("money_share"),
+            ratio_of(pl.col("units_used"), pl.col("units_limit")).alias("quantity_share"),
+            ratio_of(pl.col("money_used"), pl.col("money_limit")).alias("money_share"),
         )
         .sort(["referrals", *keys], descending=[True, *([False] * len(keys))])
     )
@@ -129,9 +129,9 @@ def attendance_rates(visits: pl.DataFrame, by: str | Sequence[str]) -> pl.DataFr
             (outcome == "unrecorded").sum().alias("unrecorded"),
         )
         .with_columns(
-            _ratio(pl.col("attended"), pl.col("appointments")).alias("attendance_rate"),
-            _ratio(pl.col("cancelled"), pl.col("appointments")).alias("cancellation_rate"),
-            _ratio(pl.col("did_not_attend"), pl.col("appointments")).alias("dna_rate"),
+            ratio_of(pl.col("attended"), pl.col("appointments")).alias("attendance_rate"),
+            ratio_of(pl.col("cancelled"), pl.col("appointments")).alias("cancellation_rate"),
+            ratio_of(pl.col("did_not_attend"), pl.col("appointments")).alias("dna_rate"),
         )
         .sort(keys)
     )
@@ -251,7 +251,7 @@ def slot_utilisation(
         ``by`` plus ``booked_minutes``, ``free_minutes``, ``booked_appointments``,
         ``free_slots`` and ``utilisation``, busiest first.
     """
-    in_window = (pl.col("_s") >= pl.lit(_utc(start))) & (pl.col("_s") < pl.lit(_utc(end)))
+    in_window = (pl.col("_s") >= pl.lit(utc(start))) & (pl.col("_s") < pl.lit(utc(end)))
     booked = (
         _slot_minutes(visits, by)
         .filter(in_window & (pl.col("outcome") != "cancelled"))
@@ -272,7 +272,7 @@ def slot_utilisation(
 
 def _slot_minutes(frame: pl.DataFrame, by: str) -> pl.DataFrame:
     """``frame`` with UTC ``_s``/``_e``, its length in ``_minutes`` and the ``_who`` id."""
-    return (_as_utc(frame, "start", "end").rename({"start": "_s", "end": "_e"})).with_columns(
+    return (as_utc(frame, "start", "end").rename({"start": "_s", "end": "_e"})).with_columns(
         ((pl.col("_e") - pl.col("_s")).dt.total_seconds() / 60.0).alias("_minutes"),
         reference_id(by).alias("_who"),
     )
@@ -289,7 +289,7 @@ def _utilisation(booked: pl.DataFrame, free: pl.DataFrame, by: str) -> pl.DataFr
             pl.col("free_slots").fill_null(0).cast(pl.Int64),
         )
         .with_columns(
-            _ratio(
+            ratio_of(
                 pl.col("booked_minutes"), pl.col("booked_minutes") + pl.col("free_minutes")
             ).alias("utilisation")
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from toolkit import catalogue
-from toolkit.analysis.tables import RecordReader, _as_utc, read_roles, reference_id, roles_among
+from toolkit.analysis.tables import RecordReader, as_utc, read_roles, reference_id, roles_among
 
 PM_TIMEZONE = "PM_TIMEZONE"
 """Environment variable naming one IANA zone that overrides every clinic's own zone."""
@@ -576,7 +576,7 @@ def _zoned_rows(
     from toolkit.errors import TimeZoneError
 
     chosen = override_zone(tz)
-    out = _as_utc(frame, column).with_row_index("_row")
+    out = as_utc(frame, column).with_row_index("_row")
     if chosen is not None:
         out = out.with_columns(pl.lit(chosen, dtype=pl.String).alias(zone_column))
     elif zone_column not in out.columns:

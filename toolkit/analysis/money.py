@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toolkit.analysis.tables import _ratio, _units_used
+from toolkit.analysis.tables import ratio_of, units_used_expr
 
 
 def currencies(
@@ -91,8 +91,8 @@ def quantity_share() -> pl.Expr:
     pl.Expr
         Float expression named ``quantity_share``.
     """
-    used = _units_used()
-    return _ratio(used, pl.col("limit_quantity")).alias("quantity_share")
+    used = units_used_expr()
+    return ratio_of(used, pl.col("limit_quantity")).alias("quantity_share")
 
 
 def money_share() -> pl.Expr:
@@ -107,4 +107,4 @@ def money_share() -> pl.Expr:
         Float expression named ``money_share``.
     """
     used = pl.col("limit_money_used").fill_null(0)
-    return _ratio(used, pl.col("limit_money_value")).alias("money_share")
+    return ratio_of(used, pl.col("limit_money_value")).alias("money_share")

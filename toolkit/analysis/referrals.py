@@ -9,13 +9,13 @@ import polars as pl
 from toolkit.analysis.clock import check_zone, local_times, override_zone
 from toolkit.analysis.money import money_share, quantity_share
 from toolkit.analysis.tables import (
-    _STATUS_OUTCOME,
-    _as_dates,
-    _as_utc,
-    _ratio,
-    _units_used,
-    _utc,
+    STATUS_OUTCOME,
+    as_dates,
+    as_utc,
+    ratio_of,
     reference_id,
+    units_used_expr,
+    utc,
 )
 
 
@@ -34,7 +34,7 @@ def referral_utilisation(referral: pl.DataFrame) -> pl.DataFrame:
         ``quantity_remaining``, ``money_remaining`` and ``share`` (the larger of
         the two shares: how close the referral is to running out).
     """
-    used = _units_used()
+    used = units_used_expr()
     return referral.with_columns(
         quantity_share(),
         money_share(),
@@ -116,13 +116,13 @@ def appointment_visits(
     # the other columns ``zones`` carries), and local_times writes the one zone.
     visits = _with_role_zones(visits, zones, None if chosen is not None else default_zone)
     visits = _booked_date(local_times(visits, "start", tz=chosen), chosen)
-    return visits.with_columns(_outcome_and_lead_times(_utc(now), "created" in visits.columns))
+    return visits.with_columns(_outcome_and_lead_times(utc(now), "created" in visits.columns))
 
 
 def _with_participants(appointment: pl.DataFrame, participant: pl.DataFrame) -> pl.DataFrame:
     """Each appointment (its times in UTC) with its practitioner, patient, status, invoice."""
     times = [c for c in ("start", "end", "created") if c in appointment.columns]
-    return _as_utc(appointment, *times).join(
+    return as_utc(appointment, *times).join(
         _participants(participant), left_on="id", right_on="appointment_id", how="left"
     )
 
@@ -154,7 +154,7 @@ def _booked_date(visits: pl.DataFrame, chosen: str | None) -> pl.DataFrame:
 
 def _outcome_and_lead_times(moment: dt.datetime, has_created: bool) -> list[pl.Expr]:
     """``is_past``, ``outcome``, ``lead_time_days`` and ``booked_days_ahead``."""
-    known = pl.col("status").replace_strict(_STATUS_OUTCOME, default=None, return_dtype=pl.String)
+    known = pl.col("status").replace_strict(STATUS_OUTCOME, default=None, return_dtype=pl.String)
     is_past = pl.col("start") < pl.lit(moment)
     created = pl.col("created") if has_created else pl.lit(None, pl.Datetime)
     return [
@@ -201,7 +201,7 @@ def referral_recount(
         ``covered_used`` (recounted units the limit absorbs: comparable with the
         deployment's ``limit_quantity_used``, which stops at the limit).
     """
-    refs = _as_dates(referral, "period_start", "period_end").select(
+    refs = as_dates(referral, "period_start", "period_end").select(
         "id",
         reference_id("subject_id").alias("_patient"),
         reference_id("performer_id").alias("_practitioner"),
@@ -267,10 +267,10 @@ def _against_limits(out: pl.DataFrame) -> pl.DataFrame:
             .then(pl.col("used_including_cancelled"))
             .otherwise(pl.col("used_excluding_cancelled"))
             .alias("recounted_used"),
-            _ratio(pl.col("used_excluding_cancelled") + offset, pl.col("limit_quantity")).alias(
+            ratio_of(pl.col("used_excluding_cancelled") + offset, pl.col("limit_quantity")).alias(
                 "share_excluding_cancelled"
             ),
-            _ratio(pl.col("used_including_cancelled") + offset, pl.col("limit_quantity")).alias(
+            ratio_of(pl.col("used_including_cancelled") + offset, pl.col("limit_quantity")).alias(
                 "share_including_cancelled"
             ),
         )
@@ -316,7 +316,7 @@ def referrals_needing_attention(
     nearly = pl.col("share").fill_null(0.0) >= threshold
     expiring = days_left.is_between(0, within_days) & days_left.is_not_null()
     flagged = (
-        _as_dates(utilisation, "period_end")
+        as_dates(utilisation, "period_end")
         .with_columns(
             nearly.alias("nearly_used_up"),
             expiring.fill_null(False).alias("expiring"),

@@ -29,7 +29,7 @@ ATTENDANCE_OUTCOMES: tuple[str, ...] = (
 """Outcome labels of :func:`appointment_visits` (``noshow`` reads "did not attend")."""
 
 
-_STATUS_OUTCOME: dict[str, str] = {
+STATUS_OUTCOME: dict[str, str] = {
     "attended": "attended",
     "cancelled": "cancelled",
     "noshow": "did not attend",
@@ -62,7 +62,7 @@ def reference_id(column: str | pl.Expr) -> pl.Expr:
     return expr.str.split("/").list.last()
 
 
-def _ratio(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
+def ratio_of(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
     """``numerator / denominator`` as a float, null where the denominator is null or 0."""
     return (
         pl.when(denominator.is_not_null() & (denominator != 0))
@@ -71,12 +71,12 @@ def _ratio(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
     )
 
 
-def _units_used() -> pl.Expr:
+def units_used_expr() -> pl.Expr:
     """Units a referral has used: ``quantityUsed + quantityOffset`` (nulls read as 0)."""
     return pl.col("limit_quantity_used").fill_null(0) + pl.col("limit_quantity_offset").fill_null(0)
 
 
-def _as_dates(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
+def as_dates(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
     """``columns`` as ``pl.Date``, whether they hold dates, datetimes or ISO strings."""
     out = []
     for name in columns:
@@ -91,7 +91,7 @@ def _as_dates(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
     return frame.with_columns(out) if out else frame
 
 
-def _as_utc(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
+def as_utc(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
     """``columns`` as UTC datetimes, whether they arrive zoned, naive (read as UTC) or as text."""
     out = []
     for name in columns:
@@ -105,7 +105,7 @@ def _as_utc(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
     return frame.with_columns(out) if out else frame
 
 
-def _utc(value: dt.datetime) -> dt.datetime:
+def utc(value: dt.datetime) -> dt.datetime:
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
@@ -166,13 +166,13 @@ def data_as_of(
     >>> data_as_of(f, now=dt.datetime(2026, 5, 1, tzinfo=dt.UTC)).isoformat()
     '2026-01-02T00:00:00+00:00'
     """
-    moment = _utc(now if now is not None else dt.datetime.now(dt.UTC))
+    moment = utc(now if now is not None else dt.datetime.now(dt.UTC))
     seen: list[dt.datetime] = []
     for frame in frames:
         if column in frame.columns and frame.height:
-            latest = _as_utc(frame.select(column), column)[column].max()
+            latest = as_utc(frame.select(column), column)[column].max()
             if isinstance(latest, dt.datetime):
-                seen.append(_utc(latest))
+                seen.append(utc(latest))
     return min([moment, max(seen)]) if seen else moment
 
 

@@ -77,11 +77,11 @@ def rebind(
     deployments are untouched. See :mod:`toolkit.lake.rebind` for the steps and what a
     crash at each leaves; ``after_step`` (tests) is called with each step's name.
     """
-    from toolkit.store.entry import _connected
+    from toolkit.store.entry import connected
 
     loc = Location.of(lake, storage_options)
     every = list(catalogue.LISTED_RESOURCES)
-    with _connected(client) as source:
+    with connected(client) as source:
         return _rebind(
             loc, deployment, deployment_of(source), every,
             lock_timeout=lock_timeout, after_step=after_step,

@@ -223,7 +223,7 @@ def empty_change(resource_type: str) -> Change:
     return Change(tables)
 
 
-def _dt(loc: Location, table: str) -> Any:
+def open_data_table(loc: Location, table: str) -> Any:
     from deltalake import DeltaTable
 
     uri = loc.table_uri("tables", table)
@@ -270,7 +270,7 @@ def _held(
 
     empty = _held_nothing()
     table = raw_table(resource_type)
-    dt = _dt(loc, table)
+    dt = open_data_table(loc, table)
     if dt is None:
         return empty
     if version is not None:
@@ -457,7 +457,7 @@ def _write_table(
     new = [to_delta(piece, deployment) for piece in rows or [pl.LazyFrame(schema=schema)]]
 
     def write() -> int:
-        dt = _dt(loc, table)
+        dt = open_data_table(loc, table)
         if dt is None or not partition_files(dt, table, deployment):
             write_deltalake(
                 uri,

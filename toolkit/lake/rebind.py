@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.lake.commit import _dt, lake_tables, partition_files
+from toolkit.lake.commit import lake_tables, open_data_table, partition_files
 from toolkit.lake.location import DATA_FILE, LakeDamaged, Location, check_deployment_name
 from toolkit.lake.state import (
     Pin,
@@ -128,12 +128,12 @@ def _empty_pin(loc: Location, name: str, rt: str, owner: str) -> Pin:
 
 def _delete_partition(loc: Location, table: str, name: str) -> int:
     """Delete the name's partition from ``table`` (a Delta ``DELETE``); rows deleted."""
-    dt = _dt(loc, table)
+    dt = open_data_table(loc, table)
     if dt is None or not partition_files(dt, table, name):
         return 0
 
     def delete() -> int:
-        fresh = _dt(loc, table)
+        fresh = open_data_table(loc, table)
         metrics: dict[str, Any] = fresh.delete(predicate=f"deployment = '{name}'")
         return int(metrics.get("num_deleted_rows") or 0)
 
@@ -144,7 +144,7 @@ def _remove_files(loc: Location, table: str, name: str) -> int:
     """Remove the partition's data files that the table's current version does not name."""
     from pyarrow import fs as pafs
 
-    dt = _dt(loc, table)
+    dt = open_data_table(loc, table)
     if dt is None:
         return 0
     named = set(partition_files(dt, table, name))

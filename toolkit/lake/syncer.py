@@ -129,14 +129,14 @@ def sync(
         Tests: called with each table's name once its ``MERGE`` committed, and with
         each staged part's number once it and its checkpoint are on disk.
     """
-    from toolkit.store.entry import _connected, _listed  # the store's own connect and check
+    from toolkit.store.entry import connected, listed_resources  # the store's own connect and check
 
     loc = Location.of(lake, storage_options)
-    wanted = _listed(resources)
+    wanted = listed_resources(resources)
     if rebind and deployment is None:
         msg = "a rebind names the deployment to give to this client (deployment=NAME)"
         raise ConfigurationError(msg)
-    with _connected(client) as source:
+    with connected(client) as source:
         init_lake(loc)
         if rebind and deployment in deployments(loc):
             from toolkit.lake.rebind import rebind as rebind_name

@@ -156,11 +156,11 @@ def sync(
     SyncSummary
         Rows, pages and time per resource (``summary.table()`` renders it).
     """
-    wanted = _listed(resources)
+    wanted = listed_resources(resources)
     root = Path(out if out is not None else default_store(client))
     claim(root)  # before connecting: refusing costs nothing
     run = _Run(root, full=full, errors=errors, reconcile=reconcile, optional=resources is None)
-    with _connected(client) as source:
+    with connected(client) as source:
         current = deployment_of(source)
         _check_bound(root, current, rebind=rebind)  # before the lock: a refusal touches nothing
         summary = run.all(source, wanted, current, progress, rebind=rebind)
@@ -168,7 +168,7 @@ def sync(
 
 
 @contextlib.contextmanager
-def _connected(client: PageSource | None) -> Iterator[PageSource]:
+def connected(client: PageSource | None) -> Iterator[PageSource]:
     """``client``, or one of :func:`toolkit.connect` (closed on the way out)."""
     if client is not None:
         yield client
@@ -290,7 +290,7 @@ def _drop_deleted(
     return None
 
 
-def _listed(resources: Sequence[str] | None) -> list[str]:
+def listed_resources(resources: Sequence[str] | None) -> list[str]:
     """The resources to sync, in order; a type without a list endpoint is refused."""
     wanted = list(resources) if resources else list(catalogue.LISTED_RESOURCES)
     unknown = [r for r in wanted if r not in catalogue.LISTED_RESOURCES]
@@ -474,7 +474,7 @@ def _lake_load(
     )
 
 
-_UNREADABLE = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError)
+UNREADABLE = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError)
 """What reading a damaged file raises (Polars can panic, a BaseException, rather than raise)."""
 
 
@@ -482,11 +482,11 @@ def _collected(frame: pl.LazyFrame, root: Path, resource_type: str, path: Path) 
     """``frame`` read, a damaged file raised as the store error that says so."""
     try:
         return frame.collect()
-    except _UNREADABLE as exc:
-        raise _unreadable(root, resource_type, path, exc) from exc
+    except UNREADABLE as exc:
+        raise unreadable_error(root, resource_type, path, exc) from exc
 
 
-def _unreadable(root: Path, resource_type: str, path: Path, exc: BaseException) -> StoreError:
+def unreadable_error(root: Path, resource_type: str, path: Path, exc: BaseException) -> StoreError:
     msg = (
         f"{path} is not a readable Parquet file ({exc}); "
         f"run `{repair_command(root, resource_type)}`"
@@ -535,8 +535,8 @@ def _read_stored(
     try:
         frame = pl.scan_parquet(path)
         stored_schema = frame.collect_schema()
-    except _UNREADABLE as exc:
-        raise _unreadable(root, resource_type, path, exc) from exc
+    except UNREADABLE as exc:
+        raise unreadable_error(root, resource_type, path, exc) from exc
     if declared is None:
         return frame
     if list(stored_schema.names()) != list(declared.names()):

@@ -126,7 +126,7 @@ def raw_pages(
     toolkit.store.StoreDamaged
         As :func:`raw_records`.
     """
-    from toolkit.store.entry import _UNREADABLE, _unreadable, load
+    from toolkit.store.entry import UNREADABLE, load, unreadable_error
 
     # Checked against its sha256 first (load), then read a slice at a time: the records
     # are never all held twice, as a column and as pages (37 MB less at medium scale).
@@ -140,9 +140,9 @@ def raw_pages(
             column = scan.slice(start, _RAW_SLICE).select("json").collect().get_column("json")
             for offset in range(0, len(column), size):
                 pages += bundle_pages(column.slice(offset, size).to_list(), size)
-    except _UNREADABLE as exc:
+    except UNREADABLE as exc:
         path = Path(store) / table
-        raise _unreadable(Path(store), resource_type, path, exc) from exc
+        raise unreadable_error(Path(store), resource_type, path, exc) from exc
     return pages
 
 

@@ -623,13 +623,13 @@ def read_parts_projected(
         return None
     kept, decoder = _projected_decoder(resource_dtype, roots, tree)
     schema = pl.Schema({f.name: f.dtype for f in kept.fields})
-    from toolkit.views.reader import _executor
+    from toolkit.views.reader import executor
 
     # One thread (this one) decodes and re-encodes, which holds the interpreter lock;
     # Polars reads each chunk on a reader thread meanwhile (its read releases the
     # lock). Two threads decoding at once only took turns with the lock, and the
     # switching cost more CPU than the decoding itself (see _PartQueue).
-    queue = _PartQueue(_executor(), schema, then)
+    queue = _PartQueue(executor(), schema, then)
     with _collector_paused():
         for raw in pages:
             resources = _check_page(raw, resource_type, decoder)

@@ -11,9 +11,9 @@ import polars as pl
 from polars.datatypes import DataTypeClass
 
 from toolkit.views.declare import View
-from toolkit.views.expressions import _steps
+from toolkit.views.expressions import steps
 
-_ENVELOPE = pl.Struct(
+ENVELOPE = pl.Struct(
     {
         "resourceType": pl.String(),
         "issue": pl.List(
@@ -30,7 +30,7 @@ _ENVELOPE = pl.Struct(
 )
 
 
-_AnyDtype = pl.DataType | DataTypeClass
+AnyDtype = pl.DataType | DataTypeClass
 """A dtype as a Struct's fields or a List's inner give it: an instance, or a class."""
 
 
@@ -49,19 +49,19 @@ def _known_url(urls: frozenset[str]) -> Any:
     """A string type that accepts only one of ``urls``, as they are written.
 
     ``urls`` are the names the columns read and their full urls as the
-    catalogue declares them (:func:`toolkit.views.declare._known_extensions`).
+    catalogue declares them (:func:`toolkit.views.declare.known_extensions`).
     A ``Literal`` is a hash lookup; the pattern it replaced ("the name, bare or
     as the last path segment") ran Python's regex engine for every extension,
     which took half of the check's time. Any other url, even one whose last
     segment is a known name, fails the check, and the repair path reads that
     entry with the view's own rule (the last path segment,
-    :class:`toolkit.views.conform._Conformer`): the same rows, only slower.
+    :class:`toolkit.views.conform.Conformer`): the same rows, only slower.
     """
     return Literal[tuple(sorted(urls))]
 
 
 def _msgspec_type(
-    dtype: _AnyDtype,
+    dtype: AnyDtype,
     name: str,
     path: str = "",
     known_urls: Mapping[str, frozenset[str]] | None = None,
@@ -98,7 +98,7 @@ _SkippedArray = msgspec.defstruct(
 """Any JSON array, its elements skipped: decodes to an empty struct, encodes as ``[]``."""
 
 
-def _strict_decoder(
+def strict_decoder(
     resource_dtype: pl.Struct,
     unread: frozenset[str] = frozenset(),
     unread_arrays: frozenset[str] = frozenset(),
@@ -122,7 +122,7 @@ def _strict_decoder(
     entry, to find the entries that need it.
 
     What a page that passes decodes to is exactly what the read keeps of it, so
-    :func:`_reencoded` writes it back for Polars to read instead of the page.
+    :func:`reencoded` writes it back for Polars to read instead of the page.
     """
     fields = [
         (
@@ -157,13 +157,13 @@ def _strict_decoder(
     return msgspec.json.Decoder(page), msgspec.json.Decoder(entry)
 
 
-_ENCODER = msgspec.json.Encoder()
+ENCODER = msgspec.json.Encoder()
 
 
 _BUNDLE = msgspec.Raw(b'"Bundle"')
 
 
-def _is_utf8(raw: bytes) -> bool:
+def is_utf8(raw: bytes) -> bool:
     """Whether ``raw`` is valid UTF-8 throughout (an ASCII page is, at once)."""
     if raw.isascii():
         return True
@@ -174,7 +174,7 @@ def _is_utf8(raw: bytes) -> bool:
     return True
 
 
-def _reencoded(page: Any, raw: bytes) -> bytes | None:
+def reencoded(page: Any, raw: bytes) -> bytes | None:
     """A page that passed the exact check, written back as just what the read keeps of it.
 
     Every field the read schema has, at every depth, with its value as decoded
@@ -197,14 +197,14 @@ def _reencoded(page: Any, raw: bytes) -> bytes | None:
     which JSON leaves undefined, keeps its last value, as in the repair path
     (Polars reading a page as sent keeps the first).
     """
-    if page.resourceType != _BUNDLE or not _is_utf8(raw):
+    if page.resourceType != _BUNDLE or not is_utf8(raw):
         return None
     if page.entry is None:
         return b'{"resourceType":"Bundle","entry":null}'
-    return b'{"resourceType":"Bundle","entry":' + _ENCODER.encode(page.entry) + b"}"
+    return b'{"resourceType":"Bundle","entry":' + ENCODER.encode(page.entry) + b"}"
 
 
-def _column_key(path: str, prefix: str = "") -> str:
+def column_key(path: str, prefix: str = "") -> str:
     """A column's path as field names, extension elements named by their url.
 
     ``modifierExtension.where(url='appointment-participant-status').coded()``
@@ -212,7 +212,7 @@ def _column_key(path: str, prefix: str = "") -> str:
     :func:`_repair` gives the path of a value it could not read.
     """
     parts = prefix.split(".") if prefix else []
-    for m in _steps(path):
+    for m in steps(path):
         if m.group("url") is not None:
             parts[-1] = f"{parts[-1]}:{m.group('url')}"
         elif m.group("key") not in (None, "$this"):
@@ -220,7 +220,7 @@ def _column_key(path: str, prefix: str = "") -> str:
     return ".".join(parts)
 
 
-def _column_keys(views: tuple[View, ...]) -> tuple[tuple[str, str | None, str, str], ...]:
+def column_keys(views: tuple[View, ...]) -> tuple[tuple[str, str | None, str, str], ...]:
     """``(table, for_each, column, key)`` of every column that reads the resource."""
     out = []
     for v in views:
@@ -231,11 +231,11 @@ def _column_keys(views: tuple[View, ...]) -> tuple[tuple[str, str | None, str, s
         for c in v.columns:
             if c.role in ("extra", "invalid", "key", "index"):
                 continue
-            out.append((v.name, v.for_each, c.name, _column_key(c.path, v.for_each or "")))
+            out.append((v.name, v.for_each, c.name, column_key(c.path, v.for_each or "")))
     return tuple(out)
 
 
-def _top_fields(view_: View) -> frozenset[str]:
+def top_fields(view_: View) -> frozenset[str]:
     """The top-level resource fields that ``view_`` reads (besides ``resourceType`` and ``id``)."""
     if view_.extensions:
         return frozenset()
@@ -247,7 +247,7 @@ def _top_fields(view_: View) -> frozenset[str]:
         ]
     fields = set()
     for path in paths:
-        for m in _steps(path):
+        for m in steps(path):
             if m.group("key") not in (None, "$this"):
                 fields.add(m.group("key"))
                 break

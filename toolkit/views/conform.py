@@ -12,10 +12,10 @@ import polars as pl
 
 from toolkit.catalogue.forms import READERS
 from toolkit.errors import DataValidationError
-from toolkit.views.check import _AnyDtype
+from toolkit.views.check import AnyDtype
 
 
-def _as_bytes(page: Any) -> bytes:
+def as_bytes(page: Any) -> bytes:
     if isinstance(page, bytes | bytearray | memoryview):
         return bytes(page)
     if isinstance(page, str):
@@ -26,14 +26,14 @@ def _as_bytes(page: Any) -> bytes:
     raise DataValidationError(msg, None)
 
 
-def _iter_pages(pages: Any) -> Iterator[Any]:
+def iter_pages(pages: Any) -> Iterator[Any]:
     if isinstance(pages, bytes | bytearray | memoryview | str | Mapping):
         yield pages
     else:
         yield from pages
 
 
-def _outcome_text(row: dict[str, Any]) -> str:
+def outcome_text(row: dict[str, Any]) -> str:
     issues = row.get("issue") or []
     parts = []
     for issue in issues[:3]:
@@ -45,7 +45,7 @@ def _outcome_text(row: dict[str, Any]) -> str:
     return "; ".join(parts) or "no issue details"
 
 
-_Problem = dict[str, Any]
+Problem = dict[str, Any]
 
 
 _Leftovers = dict[str, Any]
@@ -64,7 +64,7 @@ the form does not use is kept in ``extra``."""
 _EXTENSION_CONTAINERS = frozenset({"extension", "modifierExtension"})
 
 
-def _primitive(value: Any, dtype: _AnyDtype) -> Any:
+def _primitive(value: Any, dtype: AnyDtype) -> Any:
     """``value`` as Polars reads it into ``dtype``; ``_SKIP`` when it is another JSON type.
 
     Stricter than Polars, which reads a number into a String column and
@@ -149,10 +149,10 @@ def _element_path(path: str) -> str:
 
 
 _EMPTIED = object()
-"""What :meth:`_Conformer.unknown` leaves of an object that held only extensions."""
+"""What :meth:`Conformer.unknown` leaves of an object that held only extensions."""
 
 
-class _Conformer:
+class Conformer:
     """Bring one resource to the read schema: alternative forms normalised, wrong types nulled.
 
     ``problems`` collects ``(path, key, raw value)`` of every value nulled for
@@ -237,7 +237,7 @@ class _Conformer:
             return [None if v is _EMPTIED else v for v in items]
         return value
 
-    def known(self, element: Any, inner: _AnyDtype, key: str) -> bool:
+    def known(self, element: Any, inner: AnyDtype, key: str) -> bool:
         """Whether a column reads this extension element: a url it names, in a value form it reads.
 
         A known url with a value form no column reads (``valueBoolean`` for a
@@ -255,7 +255,7 @@ class _Conformer:
     def value(
         self,
         value: Any,
-        dtype: _AnyDtype,
+        dtype: AnyDtype,
         path: str,
         key: str,
         form_key: str | None = None,
@@ -289,7 +289,7 @@ class _Conformer:
         self.problems.append((path, key, raw))
         return None
 
-    def item(self, value: Any, dtype: _AnyDtype, path: str, key: str) -> Any:
+    def item(self, value: Any, dtype: AnyDtype, path: str, key: str) -> Any:
         container = key.rsplit(".", 1)[-1]
         if container in _EXTENSION_CONTAINERS and isinstance(value, dict):
             url = value.get("url")
@@ -314,7 +314,7 @@ class _Conformer:
 
 
 @dataclass(frozen=True, slots=True)
-class _Fix:
+class Fix:
     """What :func:`_repair` found on one page, per entry (JSON text, or null)."""
 
     extra: list[str | None]
@@ -329,4 +329,4 @@ class _Skeleton(msgspec.Struct, gc=False):
     entry: list[msgspec.Raw] | None = None
 
 
-_SKELETON = msgspec.json.Decoder(_Skeleton)
+SKELETON = msgspec.json.Decoder(_Skeleton)

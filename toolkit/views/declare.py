@@ -147,7 +147,7 @@ def _field_read_dtype(f: Field) -> pl.DataType:
     if f.type == "reference":
         inner = _REFERENCE
     elif f.type == "object":
-        inner = _level_read_dtype(f.fields)
+        inner = level_read_dtype(f.fields)
     else:
         inner = _PRIMITIVE_READ[f.type]
     return pl.List(inner) if f.many else inner
@@ -168,7 +168,7 @@ def _extension_value_dtypes(f: Field) -> dict[str, pl.DataType]:
     return {key: _PRIMITIVE_READ[f.type]}
 
 
-def _level_read_dtype(fields: tuple[Field, ...]) -> pl.Struct:
+def level_read_dtype(fields: tuple[Field, ...]) -> pl.Struct:
     """The read Struct of one object level, extensions grouped by container."""
     out: dict[str, pl.DataType] = {}
     containers: dict[str, dict[str, pl.DataType]] = {}
@@ -396,7 +396,7 @@ one of the spec's object. The catalogue keeps the spec's form, which the mock's 
 checks and the contract suite use."""
 
 
-def _reader_fields(res: Resource) -> tuple[Field, ...]:
+def reader_fields(res: Resource) -> tuple[Field, ...]:
     """The resource's fields as the reader reads them (see :data:`_READ_AS_ARRAY`)."""
     return tuple(
         dataclasses.replace(f, many=True) if (res.name, f.name) in _READ_AS_ARRAY else f
@@ -406,7 +406,7 @@ def _reader_fields(res: Resource) -> tuple[Field, ...]:
 
 def _views_for(res: Resource) -> tuple[View, ...]:
     table = _snake(res.name)
-    fields = _reader_fields(res)
+    fields = reader_fields(res)
     cols, children = _columns(res, fields, table, "", "", root=True, inherited=res.source)
     for _name, f, path in children:
         src: Source = res.source if res.source != "spec" else f.source
@@ -515,7 +515,7 @@ _LIVE_EXTENSION_BASE = "https://terminology.halaxy.com/StructureDefinition/"
 (public-docs-facts.md, "Extension urls are full canonical urls")."""
 
 
-def _known_extensions(
+def known_extensions(
     fields: tuple[Field, ...], prefix: str = "", *, declared: bool = False
 ) -> dict[str, frozenset[str]]:
     """Extension containers (by field path, no indices) → the url names their columns read.
@@ -535,7 +535,7 @@ def _known_extensions(
             forms = {name, f.extension.url, _LIVE_EXTENSION_BASE + name} if declared else {name}
             out.setdefault(key, set()).update(forms)
         elif f.type == "object":
-            sub = _known_extensions(
+            sub = known_extensions(
                 f.fields, f"{prefix}.{f.name}" if prefix else f.name, declared=declared
             )
             for key, names in sub.items():
@@ -549,7 +549,7 @@ VIEWS: dict[str, tuple[View, ...]] = {
 """Views per listed resource: the main table first, then its child tables."""
 
 
-def _resource_views(resource_type: str) -> tuple[View, ...]:
+def resource_views(resource_type: str) -> tuple[View, ...]:
     try:
         return VIEWS[resource_type]
     except (KeyError, TypeError):
@@ -569,7 +569,7 @@ def table_names(resource_type: str) -> tuple[str, ...]:
     tuple of str
         For example ``("Appointment", "appointment_participant", ...)``.
     """
-    return tuple(v.name for v in _resource_views(resource_type))
+    return tuple(v.name for v in resource_views(resource_type))
 
 
 def view(resource_type: str, table: str | None = None) -> View:
@@ -592,7 +592,7 @@ def view(resource_type: str, table: str | None = None) -> View:
     ConfigurationError
         Unknown resource type or table.
     """
-    views = _resource_views(resource_type)
+    views = resource_views(resource_type)
     if table is None:
         return views[0]
     for v in views:

@@ -18,7 +18,7 @@ _STEP = re.compile(
 )
 
 
-def _steps(path: str) -> Iterator[re.Match[str]]:
+def steps(path: str) -> Iterator[re.Match[str]]:
     pos = 0
     while pos < len(path):
         m = _STEP.match(path, pos)
@@ -37,9 +37,9 @@ def _url_is(name: str) -> pl.Expr:
     return (url == pl.lit(name)) | url.str.ends_with(f"/{name}")
 
 
-def _compile(path: str, base: pl.Expr) -> pl.Expr:
+def compile_path(path: str, base: pl.Expr) -> pl.Expr:
     expr = base
-    for m in _steps(path):
+    for m in steps(path):
         if m.group("url") is not None:
             expr = expr.list.filter(_url_is(m.group("url"))).list.first()
         elif m.group("pkey") is not None:
@@ -106,7 +106,7 @@ def datetime_exact(values: pl.Series) -> pl.Series:
     return values.str.to_datetime("%+", time_unit="us", time_zone="UTC", strict=False)
 
 
-def _typed(expr: pl.Expr, dtype: pl.DataType, role: str = "value") -> pl.Expr:
+def typed_expr(expr: pl.Expr, dtype: pl.DataType, role: str = "value") -> pl.Expr:
     if role == "precision":
         return _precision(expr)
     if dtype == pl.Date:
@@ -120,7 +120,7 @@ def _precision(text: pl.Expr) -> pl.Expr:
     """How much of a date or date-time ``text`` gives: ``year``, ``month``, ``day`` or ``time``.
 
     By length alone: the value column's parse decides whether the text is a
-    valid one (:func:`_complete_datetimes` nulls this where it is not).
+    valid one (:func:`complete_datetimes` nulls this where it is not).
     """
     size = text.str.len_bytes()
     return (
@@ -163,7 +163,7 @@ def _date_of(text: pl.Series) -> pl.Series:
     return _partial_date(text).fill_null(own)
 
 
-def _complete_datetimes(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> pl.DataFrame:
+def complete_datetimes(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> pl.DataFrame:
     """Parse what the fast path left null: ``%+``, then the partial forms.
 
     A date-time column takes a partial date as the start of its period (UTC

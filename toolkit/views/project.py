@@ -9,10 +9,10 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from toolkit.views.check import _column_key
-from toolkit.views.declare import DATETIME, View, _resource_views, view
-from toolkit.views.expressions import _compile, _complete_datetimes, _typed
-from toolkit.views.reader import _compiled, _compiled_table, _read_entries
+from toolkit.views.check import column_key
+from toolkit.views.declare import DATETIME, View, resource_views, view
+from toolkit.views.expressions import compile_path, complete_datetimes, typed_expr
+from toolkit.views.reader import compiled_reader, compiled_table, read_entries
 
 
 def _unparsed(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> pl.DataFrame:
@@ -29,7 +29,7 @@ def _unparsed(typed: pl.DataFrame, raw: pl.DataFrame, view: View) -> pl.DataFram
         parsed, text = typed.get_column(c.name), raw.get_column(c.name)
         if parsed.null_count() == text.null_count():
             continue
-        key = _column_key(c.path)
+        key = column_key(c.path)
         rows = (parsed.is_null() & text.is_not_null()).arg_true().to_list()
         at = raw.get_column("index").to_list() if view.for_each else None
         for row in rows:
@@ -51,7 +51,7 @@ def _row_owner(view: View) -> Any:
     A child table's row owns the paths below its element (``<for_each>[<index>]``);
     the main table owns every other path.
     """
-    children = tuple(v.for_each for v in _resource_views(view.resource) if v.for_each)
+    children = tuple(v.for_each for v in resource_views(view.resource) if v.for_each)
 
     def owns(path: str, index: int | None) -> bool:
         if view.for_each is None:
@@ -117,7 +117,7 @@ def _projection(view: View) -> _Projection:
     if view.for_each is None:
         base = pl.col("resource")
         raw = [
-            (pl.col(c.name) if c.name in passed else _compile(c.path, base)).alias(c.name)
+            (pl.col(c.name) if c.name in passed else compile_path(c.path, base)).alias(c.name)
             for c in view.columns
         ]
         id_col = "id"
@@ -126,7 +126,7 @@ def _projection(view: View) -> _Projection:
         assert key is not None
         items = [
             pl.col("resource").struct.field("id").alias(key),
-            _compile(view.for_each, pl.col("resource")).alias("_item"),
+            compile_path(view.for_each, pl.col("resource")).alias("_item"),
             pl.col("extra"),
             pl.col("invalid"),
         ]
@@ -134,12 +134,13 @@ def _projection(view: View) -> _Projection:
         raw = [
             pl.col(c.name)
             if c.name in (key, "index", "extra", "invalid")
-            else _compile(c.path, base).alias(c.name)
+            else compile_path(c.path, base).alias(c.name)
             for c in view.columns
         ]
         id_col = key
     typed = [
-        _typed(pl.col(c.name), c.dtype, c.role).cast(c.dtype).alias(c.name) for c in view.columns
+        typed_expr(pl.col(c.name), c.dtype, c.role).cast(c.dtype).alias(c.name)
+        for c in view.columns
     ]
     return _Projection(items, raw, typed, id_col)
 
@@ -196,7 +197,7 @@ def _project(view: View, entries: pl.DataFrame) -> pl.DataFrame:
         raw = _without_null_items(raw, frame.get_column("_item"))
     typed = raw.select(compiled.typed)
     if any(c.dtype in (pl.Date, DATETIME) for c in view.columns):
-        typed = _complete_datetimes(typed, raw, view)
+        typed = complete_datetimes(typed, raw, view)
         typed = _unparsed(typed, raw, view)
     return typed
 
@@ -247,8 +248,8 @@ def flatten_tables(resource_type: str, pages: Any) -> dict[str, pl.DataFrame]:
     >>> flatten_tables("Referral", [page])["Referral"].get_column("performer_id").to_list()
     ['PR-12']
     """
-    comp = _compiled(resource_type)
-    entries = _read_entries(comp, pages)
+    comp = compiled_reader(resource_type)
+    entries = read_entries(comp, pages)
     return {v.name: _project(v, entries) for v in comp.views}
 
 
@@ -290,5 +291,5 @@ def flatten(resource_type: str, pages: Any, *, table: str | None = None) -> pl.D
     Datetime(time_unit='us', time_zone='UTC')
     """
     view_ = view(resource_type, table)
-    entries = _read_entries(_compiled_table(resource_type, view_.name), pages)
+    entries = read_entries(compiled_table(resource_type, view_.name), pages)
     return _project(view_, entries)

@@ -20,29 +20,29 @@ from toolkit import catalogue
 from toolkit._threads import daemon_pool
 from toolkit.errors import DataValidationError
 from toolkit.views.check import (
-    _ENCODER,
-    _ENVELOPE,
-    _column_keys,
-    _is_utf8,
-    _reencoded,
-    _strict_decoder,
-    _top_fields,
+    ENCODER,
+    ENVELOPE,
+    column_keys,
+    is_utf8,
+    reencoded,
+    strict_decoder,
+    top_fields,
 )
 from toolkit.views.conform import (
-    _SKELETON,
-    _as_bytes,
-    _Conformer,
-    _Fix,
-    _iter_pages,
-    _outcome_text,
-    _Problem,
+    SKELETON,
+    Conformer,
+    Fix,
+    Problem,
+    as_bytes,
+    iter_pages,
+    outcome_text,
 )
 from toolkit.views.declare import (
     View,
-    _known_extensions,
-    _level_read_dtype,
-    _reader_fields,
-    _resource_views,
+    known_extensions,
+    level_read_dtype,
+    reader_fields,
+    resource_views,
 )
 
 
@@ -52,19 +52,19 @@ class _Compiled:
     resource_dtype: pl.Struct  # entry[].resource as read: every field, or one table's
     unread: frozenset[str]  # known top-level fields this read skips (one table's read)
     unread_arrays: frozenset[str]  # those of them that are arrays (still checked to be one)
-    strict: msgspec.json.Decoder[Any]  # see _strict_decoder
+    strict: msgspec.json.Decoder[Any]  # see strict_decoder
     strict_entry: msgspec.json.Decoder[Any]  # the same check of one entry (see _repair)
     strict_entries: msgspec.json.Decoder[Any]  # ... of an array of entries
     views: tuple[View, ...]
-    columns: tuple[tuple[str, str | None, str, str], ...]  # see _column_keys
-    known_urls: dict[str, frozenset[str]]  # extension urls the columns read (_known_extensions)
+    columns: tuple[tuple[str, str | None, str, str], ...]  # see column_keys
+    known_urls: dict[str, frozenset[str]]  # extension urls the columns read (known_extensions)
     checked_urls: dict[str, frozenset[str]]  # ... and their declared full urls (the exact check's)
 
     @property
     def bundle_schema(self) -> dict[str, Any]:
         """The schema a page is read with (see :func:`read_schema`)."""
         entry = pl.List(pl.Struct({"resource": self.resource_dtype}))
-        return {**_ENVELOPE.to_schema(), "entry": entry}
+        return {**ENVELOPE.to_schema(), "entry": entry}
 
     @property
     def batch_schema(self) -> dict[str, Any]:
@@ -78,15 +78,15 @@ def _array_of(entry: msgspec.json.Decoder[Any]) -> msgspec.json.Decoder[Any]:
 
 
 @cache
-def _compiled(resource_type: str) -> _Compiled:
-    views = _resource_views(resource_type)
+def compiled_reader(resource_type: str) -> _Compiled:
+    views = resource_views(resource_type)
     res = catalogue.RESOURCES[resource_type]
-    fields = tuple(f for f in _reader_fields(res) if not f.write_only)
-    resource_struct = _level_read_dtype(fields)
+    fields = tuple(f for f in reader_fields(res) if not f.write_only)
+    resource_struct = level_read_dtype(fields)
     resource_dtype = pl.Struct({"resourceType": pl.String(), **resource_struct.to_schema()})
-    known_urls = _known_extensions(fields)
-    checked_urls = _known_extensions(fields, declared=True)
-    strict, strict_entry = _strict_decoder(resource_dtype, known_urls=checked_urls)
+    known_urls = known_extensions(fields)
+    checked_urls = known_extensions(fields, declared=True)
+    strict, strict_entry = strict_decoder(resource_dtype, known_urls=checked_urls)
     return _Compiled(
         resource=resource_type,
         resource_dtype=resource_dtype,
@@ -96,15 +96,15 @@ def _compiled(resource_type: str) -> _Compiled:
         strict_entry=strict_entry,
         strict_entries=_array_of(strict_entry),
         views=views,
-        columns=_column_keys(views),
+        columns=column_keys(views),
         known_urls=known_urls,
         checked_urls=checked_urls,
     )
 
 
 @cache
-def _compiled_table(resource_type: str, table: str) -> _Compiled:
-    """:func:`_compiled` for one table: the read schema keeps only the fields it uses.
+def compiled_table(resource_type: str, table: str) -> _Compiled:
+    """:func:`compiled_reader` for one table: the read schema keeps only the fields it uses.
 
     Reading a field costs Polars' JSON reader time even when no column needs it
     (Appointment's main table reads 20 % faster without ``participant``), so
@@ -113,11 +113,11 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
     still knows every key: each table reports the odd values and unknown keys of
     what it reads.
     """
-    full = _compiled(resource_type)
+    full = compiled_reader(resource_type)
     (view_,) = [v for v in full.views if v.name == table]
     if view_.extensions:  # extensions sit at any depth: every field is read
         return dataclasses.replace(full, views=(view_,))
-    wanted = _top_fields(view_) | {"resourceType", "id"}
+    wanted = top_fields(view_) | {"resourceType", "id"}
     slim = pl.Struct([f for f in full.resource_dtype.fields if f.name in wanted])
     unread = frozenset(f.name for f in full.resource_dtype.fields if f.name not in wanted)
     arrays = frozenset(
@@ -125,7 +125,7 @@ def _compiled_table(resource_type: str, table: str) -> _Compiled:
         for f in full.resource_dtype.fields
         if f.name in unread and isinstance(f.dtype, pl.List)
     )
-    strict, strict_entry = _strict_decoder(slim, unread, arrays, full.checked_urls)
+    strict, strict_entry = strict_decoder(slim, unread, arrays, full.checked_urls)
     return dataclasses.replace(
         full,
         resource_dtype=slim,
@@ -152,7 +152,7 @@ def read_schema(resource_type: str) -> pl.Schema:
         ``resourceType``, ``issue`` (to report an OperationOutcome) and
         ``entry: list[struct{resource: struct{...}}]``, derived from the catalogue.
     """
-    return pl.Schema(_compiled(resource_type).bundle_schema)
+    return pl.Schema(compiled_reader(resource_type).bundle_schema)
 
 
 def _locate(comp: _Compiled, path: str, key: str) -> tuple[str, int | None, str | None]:
@@ -207,12 +207,12 @@ def _check_run(comp: _Compiled, run: list[msgspec.Raw]) -> tuple[list[Any] | Non
     return None, len(run)  # pragma: no cover - each passes when all do
 
 
-def _repair(comp: _Compiled, raw: bytes, failed_at: int | None = None) -> tuple[bytes, _Fix] | None:
+def _repair(comp: _Compiled, raw: bytes, failed_at: int | None = None) -> tuple[bytes, Fix] | None:
     """One page brought to the read schema, and what that took, per entry.
 
     Only the entries that fail the exact check (``comp.strict_entry``) are
     parsed and rebuilt; the others are written back from what the check
-    decoded, as a page that passes it is (:func:`_reencoded`), so a page with
+    decoded, as a page that passes it is (:func:`reencoded`), so a page with
     one odd record costs about one record's repair, not a page's. The entries
     between two that fail are checked in one call (msgspec names where it
     stopped; ``failed_at``: where the page's check did). Alternative forms
@@ -224,16 +224,16 @@ def _repair(comp: _Compiled, raw: bytes, failed_at: int | None = None) -> tuple[
     refuses it with the reason.
     """
     try:
-        page = _SKELETON.decode(raw)
+        page = SKELETON.decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError):  # malformed, not UTF-8, or not a Bundle
         return None
     if page.resourceType != "Bundle":
         return None
     entries = page.entry or []
-    fix = _Fix([None] * len(entries), [None] * len(entries), [None] * len(entries))
+    fix = Fix([None] * len(entries), [None] * len(entries), [None] * len(entries))
     # Written back as the check decoded them when the read skips some fields
-    # (see _reencoded), else as sent (a Raw encodes as its text).
-    reencode = bool(comp.unread) and _is_utf8(raw)
+    # (see reencoded), else as sent (a Raw encodes as its text).
+    reencode = bool(comp.unread) and is_utf8(raw)
     items: list[Any] = []
     pos = 0
     while pos < len(entries):
@@ -270,7 +270,7 @@ def _repair(comp: _Compiled, raw: bytes, failed_at: int | None = None) -> tuple[
         items.append(msgspec.Raw(repaired[0]))
         fix.extra[pos], fix.invalid[pos], fix.extensions[pos] = repaired[1:]
         pos += 1
-    return b'{"resourceType":"Bundle","entry":' + _ENCODER.encode(items) + b"}", fix
+    return b'{"resourceType":"Bundle","entry":' + ENCODER.encode(items) + b"}", fix
 
 
 def _repair_entry(
@@ -282,36 +282,36 @@ def _repair_entry(
     if not isinstance(res, dict) or res.get("resourceType", comp.resource) != comp.resource:
         kind = res.get("resourceType") if isinstance(res, dict) else None
         reduced = {"resource": {"resourceType": kind} if isinstance(kind, str) else None}
-        return _ENCODER.encode(reduced), None, None, None
-    conformer = _Conformer(comp.resource, comp.unread, comp.unread_arrays, comp.known_urls)
+        return ENCODER.encode(reduced), None, None, None
+    conformer = Conformer(comp.resource, comp.unread, comp.unread_arrays, comp.known_urls)
     fixed = conformer.struct(res, comp.resource_dtype, "", "")
-    extra = _ENCODER.encode(conformer.extra).decode() if conformer.extra else None
-    problems: list[_Problem] = []
+    extra = ENCODER.encode(conformer.extra).decode() if conformer.extra else None
+    problems: list[Problem] = []
     for path, key, value in conformer.problems:
         table, index, column = _locate(comp, path, key)
         problems.append(
             {"path": path, "table": table, "index": index, "column": column, "value": value}
         )
     # msgspec writes what it read: an integer beyond 64 bits stays exact in ``invalid``.
-    invalid = _ENCODER.encode(problems).decode() if problems else None
+    invalid = ENCODER.encode(problems).decode() if problems else None
     try:
         exts = conformer.extensions
-        extensions = _ENCODER.encode(exts).decode() if exts else None
-        return _ENCODER.encode({"resource": fixed}), extra, invalid, extensions
+        extensions = ENCODER.encode(exts).decode() if exts else None
+        return ENCODER.encode({"resource": fixed}), extra, invalid, extensions
     except (msgspec.EncodeError, TypeError, OverflowError):
         return None
 
 
-def _prepare(comp: _Compiled, batch: list[bytes]) -> tuple[list[bytes], list[_Fix | None]]:
-    """Check each page exactly (:func:`_strict_decoder`); repair the pages that fail.
+def _prepare(comp: _Compiled, batch: list[bytes]) -> tuple[list[bytes], list[Fix | None]]:
+    """Check each page exactly (:func:`strict_decoder`); repair the pages that fail.
 
-    A page that passes is read as the check decoded it (:func:`_reencoded`):
+    A page that passes is read as the check decoded it (:func:`reencoded`):
     only the fields the read schema has, which Polars reads three times faster
     than the page as sent when it skips most of it (one table's read). Called
     on the reader threads, one batch at a time, before the batch is read.
     """
     pages: list[bytes] = []
-    fixes: list[_Fix | None] = []
+    fixes: list[Fix | None] = []
     for raw in batch:
         try:
             checked = comp.strict.decode(raw)
@@ -325,7 +325,7 @@ def _prepare(comp: _Compiled, batch: list[bytes]) -> tuple[list[bytes], list[_Fi
         else:
             # Written back without the fields it skips when the read skips some:
             # re-encoding every field costs more than Polars saves on the rest.
-            slim = _reencoded(checked, raw) if comp.unread else None
+            slim = reencoded(checked, raw) if comp.unread else None
             pages.append(slim or raw)
         fixes.append(None)
     return pages, fixes
@@ -340,7 +340,7 @@ _pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
 
 
-def _executor() -> ThreadPoolExecutor:
+def executor() -> ThreadPoolExecutor:
     """The module's persistent reader threads (created on first use, then reused).
 
     A pool per call cost more than the reads of a single page, which is how
@@ -370,10 +370,10 @@ def _read_error(comp: _Compiled, index: int, exc: Exception) -> DataValidationEr
 def _kind_error(raw: bytes, kind: str | None, index: int) -> DataValidationError:
     if kind == "OperationOutcome":
         try:
-            row = pl.read_json(raw, schema=_ENVELOPE.to_schema()).row(0, named=True)
+            row = pl.read_json(raw, schema=ENVELOPE.to_schema()).row(0, named=True)
         except (pl.exceptions.PolarsError, OSError, ValueError):  # pragma: no cover
             row = {}  # it was read with the wider Bundle schema already
-        detail = _outcome_text(row)
+        detail = outcome_text(row)
         msg = f"page {index} is an OperationOutcome (an error answer), not a Bundle: {detail}"
     else:
         msg = f"page {index} is not a Bundle (resourceType {kind!r})"
@@ -387,7 +387,7 @@ class _Block:
     kinds: pl.Series  # each page's resourceType
     counts: pl.Series  # each page's number of entries
     resources: pl.Series  # the entry resources of every page, in order
-    fixes: list[_Fix | None]  # each page: what its repair found (None: read as sent)
+    fixes: list[Fix | None]  # each page: what its repair found (None: read as sent)
     failure: tuple[int, Exception] | None  # (page index, error) of the page it stopped at
 
 
@@ -415,12 +415,12 @@ def _batches(raws: list[bytes], start: int) -> Iterator[tuple[int, list[bytes]]]
 
 def _prepared_batches(
     comp: _Compiled, raws: list[bytes], start: int
-) -> Iterator[tuple[int, list[bytes], list[bytes], list[_Fix | None]]]:
+) -> Iterator[tuple[int, list[bytes], list[bytes], list[Fix | None]]]:
     """Consecutive pages checked and repaired (:func:`_prepare`), in batches to read together.
 
     ``(first page's index, pages as sent, pages to read, fixes)``. Pages read
     as sent are batched by their size (:func:`_batches`); re-encoded ones
-    (one table's read, :func:`_reencoded`) by what is read of them, a quarter
+    (one table's read, :func:`reencoded`) by what is read of them, a quarter
     of the page or less, so that each read still has about :data:`_BATCH_BYTES`.
     """
     if not comp.unread:
@@ -429,7 +429,7 @@ def _prepared_batches(
         return
     sent: list[bytes] = []
     batch: list[bytes] = []
-    fixes: list[_Fix | None] = []
+    fixes: list[Fix | None] = []
     size = 0
     first = start
     for i, raw in enumerate(raws, start):
@@ -494,7 +494,7 @@ def _read_batch(comp: _Compiled, batch: list[bytes]) -> pl.DataFrame | None:
 
 def _sent_error(sent: bytes, schema: dict[str, Any], exc: Exception) -> Exception:
     """Polars' error for the page as sent: the one it gives for a page re-encoded
-    (:func:`_reencoded`) would point into text that the server never sent."""
+    (:func:`reencoded`) would point into text that the server never sent."""
     try:
         pl.read_json(sent, schema=schema)
     except (pl.exceptions.PolarsError, OSError, ValueError) as sent_exc:
@@ -513,7 +513,7 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
     kinds: list[pl.Series] = [pl.Series("resourceType", [], dtype=pl.String)]
     lists: list[pl.Series] = [pl.Series("entry", [], dtype=schema["entry"])]
     is_page: list[bool] = []  # False for the rows of batch sentinels
-    fixes: list[_Fix | None] = []
+    fixes: list[Fix | None] = []
     failure: tuple[int, Exception] | None = None
     for first, sent, batch, batch_fixes in _prepared_batches(comp, raws, start):
         together = _read_batch(comp, batch)
@@ -550,10 +550,10 @@ def _read_block(comp: _Compiled, raws: list[bytes], start: int) -> _Block:
     )
 
 
-def _read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
+def read_entries(comp: _Compiled, pages: Any) -> pl.DataFrame:
     """One row per entry resource of ``comp.resource``: ``resource``, ``extra``,
     ``invalid``, ``extensions`` (each a JSON text, see :func:`_repair_entry`)."""
-    raws = [_as_bytes(page) for page in _iter_pages(pages)]
+    raws = [as_bytes(page) for page in iter_pages(pages)]
     if not raws:
         return pl.DataFrame(schema={"resource": comp.resource_dtype, **_FIX_SCHEMA})
     # pl.read_json releases the GIL: contiguous blocks of pages are read on the
@@ -594,13 +594,13 @@ def _read_blocks(comp: _Compiled, raws: list[bytes]) -> list[_Block]:
         return [_read_block(comp, raws, 0)]
     size = -(-len(raws) // _WORKERS)
     futures = [
-        _executor().submit(_read_block, comp, raws[i : i + size], i)
+        executor().submit(_read_block, comp, raws[i : i + size], i)
         for i in range(0, len(raws), size)
     ]
     return [f.result() for f in futures]
 
 
-def _with_fixes(entries: pl.DataFrame, counts: pl.Series, fixes: list[_Fix | None]) -> pl.DataFrame:
+def _with_fixes(entries: pl.DataFrame, counts: pl.Series, fixes: list[Fix | None]) -> pl.DataFrame:
     """``entries`` with the ``extra``, ``invalid`` and ``extensions`` columns the
     repairs found (null if none)."""
     if all(f is None for f in fixes):
@@ -632,4 +632,4 @@ _FIX_SCHEMA: dict[str, pl.DataType] = {
     "invalid": pl.String(),
     "extensions": pl.String(),
 }
-"""The columns :func:`_read_entries` adds beside ``resource``."""
+"""The columns :func:`read_entries` adds beside ``resource``."""

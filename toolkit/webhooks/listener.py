@@ -38,8 +38,8 @@ from toolkit.webhooks.queue import (
     AuthHeader,
     Change,
     ListenerStats,
-    _Retry,
-    _write_durable,
+    Retry,
+    write_durable,
 )
 
 DEFAULT_MAX_ATTEMPTS = 12
@@ -267,7 +267,7 @@ class Listener:
         # when the disk is the problem the error is still logged and kept in memory
         with contextlib.suppress(OSError):
             saved = {"text": text, "at": self.stats.last_error_at, "what": what}
-            _write_durable(path, orjson.dumps(saved))
+            write_durable(path, orjson.dumps(saved))
 
     def _load_error(self) -> None:
         """The last error a previous run kept, so that its success clears it too."""
@@ -480,7 +480,7 @@ class Listener:
         (doubled each time)."""
         try:
             self._commit_batch(pending)
-        except _Retry as exc:
+        except Retry as exc:
             dropped = [c for _u, _d, done in pending.by_type.values() for c in done]
             if reading is not None:
                 self._drop(reading)
@@ -613,7 +613,7 @@ class Listener:
         """Commit what a batch read to the store, then (only then) forget its changes
         in the journal, in one transaction with those that failed their schema.
 
-        Raises :class:`_Retry` when the store cannot be written; then the journal
+        Raises :class:`Retry` when the store cannot be written; then the journal
         still holds every change of the batch as read.
         """
         began = time.monotonic()
@@ -779,7 +779,7 @@ class Listener:
         Gone means the API's own word: a 404 or 410 whose body is a FHIR
         OperationOutcome sent as FHIR JSON (:func:`api_says_gone`). Any other
         answer that is not the API's (a gateway's HTML 404, a JSON 404 that is no
-        OperationOutcome, a redirect off the API's origin) raises :class:`_Retry`,
+        OperationOutcome, a redirect off the API's origin) raises :class:`Retry`,
         as do failures that may pass (network, 5xx, 429, refused credentials);
         the API's own refusal (an OperationOutcome 400, 403, 422) raises its
         :class:`~toolkit.errors.PmtkError`.
@@ -798,15 +798,15 @@ class Listener:
         except (TransportError, ServerError, RateLimited, AuthError, RedirectRefused) as exc:
             # AuthError too: wrong credentials are fixed by the operator, and the
             # changes must still be there when they are.
-            raise _Retry(describe(exc)) from exc
+            raise Retry(describe(exc)) from exc
         except ApiError as exc:
             if api_says_gone(exc):
                 return None
             if not is_fhir_answer(exc):
                 why = f"not the API's answer (no FHIR OperationOutcome): {describe(exc)}"
-                raise _Retry(why) from exc
+                raise Retry(why) from exc
             if exc.status >= 500 or exc.status in (408, 429):
-                raise _Retry(describe(exc)) from exc
+                raise Retry(describe(exc)) from exc
             raise
         if record.get("id") != event.id:
             raise ApiError(
@@ -823,7 +823,7 @@ class Listener:
 
         try:
             return "ok", self._fetch(change.event)
-        except _Retry as exc:
+        except Retry as exc:
             if out_of_descriptors(exc):
                 return "again", str(exc)  # this process's shortage, not the API's
             return "retry", str(exc)
@@ -865,7 +865,7 @@ class Listener:
         except Exception as exc:
             # A busy or damaged store, a full disk: the changes stay queued until it
             # is repaired (the message says how) and are applied then.
-            raise _Retry(describe(exc)) from exc
+            raise Retry(describe(exc)) from exc
         else:
             failed = []
             note(
@@ -900,7 +900,7 @@ class Listener:
         except DataValidationError:
             raise
         except Exception as exc:
-            raise _Retry(describe(exc)) from exc
+            raise Retry(describe(exc)) from exc
         return failed
 
     def _mark_applied(self, changes: list[Change]) -> None:
@@ -984,7 +984,7 @@ def write_receiver_file(store: Path, host: str, port: int) -> None:
 
     data = {"pid": os.getpid(), "host": host, "port": port, "started_at": time.time()}
     with contextlib.suppress(OSError):  # a status aid: the receiver serves without it
-        _write_durable(store / WEBHOOK_DIR / RECEIVER_FILE, orjson.dumps(data))
+        write_durable(store / WEBHOOK_DIR / RECEIVER_FILE, orjson.dumps(data))
 
 
 def remove_receiver_file(store: Path) -> None:

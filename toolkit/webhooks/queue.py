@@ -87,7 +87,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_durable(path: Path, data: bytes) -> None:
+def write_durable(path: Path, data: bytes) -> None:
     """``data`` at ``path``, fsynced and moved in whole (a crash leaves the old file or none)."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
@@ -156,7 +156,7 @@ def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
 
 
-def _outcome(status: int, code: str, text: str, severity: str = "error") -> Any:
+def outcome_response(status: int, code: str, text: str, severity: str = "error") -> Any:
     from starlette.responses import Response
 
     body = orjson.dumps(
@@ -207,5 +207,5 @@ class ListenerStats:
     """``"Type/id" -> time.time()`` of the latest application (the last 10,000 records)."""
 
 
-class _Retry(Exception):
+class Retry(Exception):
     """A transient failure: try again later."""

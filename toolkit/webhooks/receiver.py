@@ -16,7 +16,7 @@ from toolkit.webhooks.events import (
     note,
     parse_delivery,
 )
-from toolkit.webhooks.queue import _outcome
+from toolkit.webhooks.queue import outcome_response
 
 if TYPE_CHECKING:
     from toolkit.webhooks.listener import Listener
@@ -111,7 +111,7 @@ def _misdirected(listener: Listener, request: Any) -> Any:
     if served_host(listener, value):
         return None
     note(logging.WARNING, "refused a call for host %r: not a host this receiver serves", value[:80])
-    return _outcome(
+    return outcome_response(
         421,
         "forbidden",
         "this receiver does not serve that Host (give the name with --public-host)",
@@ -128,11 +128,11 @@ def _status(listener: Listener, request: Any) -> Any:
     if not _is_loopback(client) or proxied:
         # Behind a reverse proxy every caller is 127.0.0.1: a forwarding header
         # says the call came from outside, and the status is for the operator.
-        return _outcome(404, "not-found", "no such endpoint")
+        return outcome_response(404, "not-found", "no such endpoint")
     auth = listener.auth_header
     if auth is not None and not auth.matches(request.headers.getlist(auth.name)):
         listener.stats.refused += 1
-        return _outcome(401, "login", f"missing or wrong {auth.name} header")
+        return outcome_response(401, "login", f"missing or wrong {auth.name} header")
     body = orjson.dumps(listener.status(), option=orjson.OPT_INDENT_2)
     return Response(body, media_type="application/json")
 
@@ -146,13 +146,13 @@ async def _receive(listener: Listener, request: Any) -> Any:
         body = await request.body()
     except ClientDisconnect:
         listener.stats.refused += 1
-        return _outcome(400, "incomplete", "the body was not sent in full")
+        return outcome_response(400, "incomplete", "the body was not sent in full")
     try:
         delivery = parse_delivery(body)
     except NotificationError as exc:
         listener.stats.refused += 1
         note(logging.WARNING, "refused a webhook body: %s", exc)
-        return _outcome(400, "structure", f"not a history Bundle notification: {exc}")
+        return outcome_response(400, "structure", f"not a history Bundle notification: {exc}")
     return await _admit(listener, body, delivery)
 
 
@@ -199,7 +199,7 @@ async def _admit(listener: Listener, body: bytes, delivery: Delivery) -> Any:
         text += f"; {len(new_events) - len(kept)} of a type pmtk keeps no table of, not applied"
     if replayed:
         text += f"; {replayed} already received, not queued again"
-    return _outcome(202, "informational", text, severity="information")
+    return outcome_response(202, "informational", text, severity="information")
 
 
 def _wait_for(claims: list[Any]) -> None:
@@ -221,15 +221,15 @@ def _refusal(listener: Listener, request: Any) -> Any:
     if request.method != "POST":
         # OPTIONS too, with no CORS header: a browser's preflight fails, so a page
         # cannot post the JSON the receiver requires.
-        return _outcome(405, "not-supported", "webhooks are delivered with POST")
+        return outcome_response(405, "not-supported", "webhooks are delivered with POST")
     auth = listener.auth_header
     if auth is not None and not auth.matches(request.headers.getlist(auth.name)):
         note(logging.WARNING, "refused a webhook without the right %s header", auth.name)
-        return _outcome(401, "login", f"missing or wrong {auth.name} header")
+        return outcome_response(401, "login", f"missing or wrong {auth.name} header")
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media not in MEDIA_TYPES:
         shown = repr(media[:60]) if media else "none"
-        return _outcome(
+        return outcome_response(
             415,
             "not-supported",
             f"the body must be sent as Content-Type application/json (or application/fhir+json), "
@@ -238,7 +238,7 @@ def _refusal(listener: Listener, request: Any) -> Any:
     busy = listener.unavailable()
     if busy is not None:
         text, wait = busy
-        response = _outcome(503, "transient", text)
+        response = outcome_response(503, "transient", text)
         response.headers[catalogue.RETRY_AFTER_HEADER] = str(wait)
         return response
     return None
@@ -274,7 +274,7 @@ async def _enqueue(listener: Listener, kept: list[Event]) -> Any:
         await run_in_threadpool(listener.queue.put, kept, _now_iso())
     except OSError as exc:
         listener.record_error("writing the event queue failed", exc)
-        response = _outcome(503, "transient", "the event could not be stored; retry later")
+        response = outcome_response(503, "transient", "the event could not be stored; retry later")
         response.headers[catalogue.RETRY_AFTER_HEADER] = "10"
         return response
     listener.stats.events_queued += len(kept)

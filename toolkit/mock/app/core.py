@@ -29,7 +29,7 @@ from toolkit.mock.app.responses import (
     outcome_bytes,
 )
 from toolkit.mock.app.search import (
-    _depth_problem,
+    depth_problem,
 )
 from toolkit.mock.shapes import (
     absolute_references,
@@ -164,7 +164,7 @@ class MockCore:
             raise Problem4xx(400, "structure", f"the body is not valid JSON: {exc}") from None
         if not isinstance(value, dict):
             raise Problem4xx(400, "structure", "the body must be a JSON object")
-        problem = _depth_problem(value, self.state.options.max_depth)
+        problem = depth_problem(value, self.state.options.max_depth)
         if problem is not None:
             raise Problem4xx(400, "too-costly", problem)
         return value

@@ -12,8 +12,8 @@ from starlette.responses import Response
 
 from toolkit import catalogue
 from toolkit.mock.app.core import MockCore
-from toolkit.mock.app.patching import _actor_key, _names_of
-from toolkit.mock.app.records import _instant, _participant_status, origin
+from toolkit.mock.app.patching import actor_key, names_of
+from toolkit.mock.app.records import origin, participant_status, start_seconds
 from toolkit.mock.app.responses import (
     DATE_SORT,
     LISTED,
@@ -23,8 +23,8 @@ from toolkit.mock.app.responses import (
 )
 from toolkit.mock.app.search import (
     DAY,
-    _int_param,
     date_matcher,
+    int_param,
     reference_values,
     string_matcher,
     token_values,
@@ -138,9 +138,9 @@ class ListingRoom(MockCore):
         total_mode = "accurate"
         for key, value in params:
             if key == "_count":
-                count = _int_param("_count", value, 1, catalogue.MAX_PAGE_SIZE)
+                count = int_param("_count", value, 1, catalogue.MAX_PAGE_SIZE)
             elif key == "page":
-                page = _int_param("page", value, 1, None)
+                page = int_param("page", value, 1, None)
             elif key == "_total":
                 if value not in ("none", "estimate", "accurate"):
                     raise Problem4xx(400, "invalid", "_total must be none, estimate or accurate")
@@ -384,8 +384,8 @@ def _appointment_status_filter(
     def match(i: int) -> bool:
         return any(
             isinstance(part, dict)
-            and "/Patient/" in str(_actor_key(part) or "")
-            and _participant_status(part) in wanted
+            and "/Patient/" in str(actor_key(part) or "")
+            and participant_status(part) in wanted
             for part in coll.record(i).get("participant") or []
         )
 
@@ -447,7 +447,7 @@ def _date_filter(rtype: str, coll: Collection, name: str, value: str) -> Callabl
         path = catalogue.search_field(rtype, name)
         width = DAY if catalogue.field_at(rtype, path).format == "date" else 1.0
         test = date_matcher(name, value, width)
-        return lambda i: test(_instant(coll.record(i).get(path)))
+        return lambda i: test(start_seconds(coll.record(i).get(path)))
     test = date_matcher(name, value, width)
     return lambda i: test(instants[i])
 
@@ -531,4 +531,4 @@ def _name_filter(
 ) -> Callable[[int], bool]:
     """A string search (``name``/``family``/``given``): word prefix, ``:exact``, ``:contains``."""
     test = string_matcher(part, modifier, value)
-    return lambda i: test(_names_of(coll.record(i), rtype, part))
+    return lambda i: test(names_of(coll.record(i), rtype, part))

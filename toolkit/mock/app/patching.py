@@ -47,7 +47,7 @@ def _name_texts(value: Any, part: str, human: bool) -> Iterator[str]:
             yield text
 
 
-def _names_of(record: Record, resource: str, part: str) -> list[str]:
+def names_of(record: Record, resource: str, part: str) -> list[str]:
     """The texts a ``name``/``family``/``given`` search of ``resource`` compares.
 
     The catalogue's declaration of the type's ``name`` field gives its form: an
@@ -80,7 +80,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def _actor_key(entry: Any) -> str | None:
+def actor_key(entry: Any) -> str | None:
     actor = entry.get("actor") if isinstance(entry, dict) else None
     text = actor.get("reference") if isinstance(actor, dict) else None
     return text if isinstance(text, str) and text else None
@@ -114,12 +114,12 @@ def merge_participants(current: Any, patch: list[Any]) -> tuple[list[Any], list[
     result = [copy.deepcopy(p) for p in current] if isinstance(current, list) else []
     problems: list[Problem] = []
     for n, entry in enumerate(patch):
-        key = _actor_key(entry)
+        key = actor_key(entry)
         if not isinstance(entry, dict) or key is None:
             message = "is required in a PATCH: participants are merged by their actor"
             problems.append((f"participant[{n}].actor.reference", message))
             continue
-        found = next((i for i, p in enumerate(result) if _actor_key(p) == key), None)
+        found = next((i for i, p in enumerate(result) if actor_key(p) == key), None)
         if found is None:
             result.append(merge_patch({}, entry))
             continue

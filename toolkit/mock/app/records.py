@@ -7,9 +7,9 @@ from typing import Any
 from starlette.requests import Request
 
 from toolkit import catalogue
-from toolkit.mock.app.patching import _actor_key
+from toolkit.mock.app.patching import actor_key
 from toolkit.mock.app.responses import Problem4xx
-from toolkit.mock.app.search import _last_segment, _parse_instant
+from toolkit.mock.app.search import last_segment, parse_instant
 from toolkit.mock.shapes import (
     STATUS_URL,
     extension_name,
@@ -19,47 +19,47 @@ from toolkit.mock.state import MockState
 from toolkit.mock.store import Record
 
 
-def _owner_of(resource: str, record: Record) -> str | None:
+def owner_of(resource: str, record: Record) -> str | None:
     if resource == "Appointment":
         for part in record.get("participant") or []:
-            text = _actor_key(part) or ""
+            text = actor_key(part) or ""
             if "/Patient/" in text:  # the reference names the type; `type` is optional
-                return _last_segment(text)
+                return last_segment(text)
         return None
     # The field the owner search selects on (the catalogue's OWNER_SEARCH).
     key = catalogue.OWNER_SEARCH.get(resource, ("", ""))[1]
     target = record.get(key) if key else None
     if isinstance(target, dict) and isinstance(target.get("reference"), str):
-        return _last_segment(target["reference"])
+        return last_segment(target["reference"])
     return None
 
 
-def _date_of(resource: str, record: Record) -> float | None:
+def date_of(resource: str, record: Record) -> float | None:
     # The field the date search selects on (the catalogue's DATE_SEARCH), e.g. period.start.
     value: Any = record
     for part in catalogue.DATE_SEARCH.get(resource, ((), "-"))[1].split("."):
         value = value.get(part) if isinstance(value, dict) else None
-    return _instant(value)
+    return start_seconds(value)
 
 
-def _instant(value: object) -> float | None:
+def start_seconds(value: object) -> float | None:
     """The start of a stored date or date-time, or None when it is not one."""
     if not isinstance(value, str):
         return None
     try:
-        return _parse_instant(value)[0]
+        return parse_instant(value)[0]
     except Problem4xx:
         return None
 
 
-def _participant_status(part: dict[str, Any]) -> str | None:
+def participant_status(part: dict[str, Any]) -> str | None:
     for ext in part.get("modifierExtension") or []:
         if isinstance(ext, dict) and extension_name(str(ext.get("url", ""))) == STATUS_URL:
             return status_code(ext)
     return None
 
 
-def _appointment_slot(record: Record) -> tuple[str | None, int, int, bool]:
+def appointment_slot(record: Record) -> tuple[str | None, int, int, bool]:
     """(role id, start epoch, minutes, cancelled) of an appointment record (any shape).
 
     The appointment holds its slot unless the practitioner's participant is
@@ -70,18 +70,18 @@ def _appointment_slot(record: Record) -> tuple[str | None, int, int, bool]:
     patients: list[bool] = []
     practitioner_cancelled = False
     for part in record.get("participant") or []:
-        text = _actor_key(part) or ""
+        text = actor_key(part) or ""
         parts = text.split("/")
         kind = parts[-2] if len(parts) >= 2 else ""
-        cancelled = _participant_status(part) in ("cancelled", "cancelled (no charge)")
+        cancelled = participant_status(part) in ("cancelled", "cancelled (no charge)")
         if kind == "PractitionerRole":
             role = parts[-1]
             practitioner_cancelled = practitioner_cancelled or cancelled
         elif kind == "Patient":
             patients.append(cancelled)
     try:
-        start = int(_parse_instant(record["start"])[0])
-        end = int(_parse_instant(record["end"])[0])
+        start = int(parse_instant(record["start"])[0])
+        end = int(parse_instant(record["end"])[0])
     except (KeyError, Problem4xx, TypeError):
         return role, 0, 0, True
     freed = practitioner_cancelled or (bool(patients) and all(patients))
@@ -90,13 +90,13 @@ def _appointment_slot(record: Record) -> tuple[str | None, int, int, bool]:
 
 def release_slot(state: MockState, record: Record) -> None:
     """Free the grid slot an Appointment held (it was deleted)."""
-    role, start, minutes, cancelled = _appointment_slot(record)
+    role, start, minutes, cancelled = appointment_slot(record)
     index = {rid: i for i, rid in enumerate(state.data.roles)}.get(role or "")
     if index is not None and not cancelled and minutes:
         state.data.grid.release(index, start, minutes)
 
 
-def _status_ext(code: str) -> dict[str, Any]:
+def status_ext(code: str) -> dict[str, Any]:
     return {"url": "appointment-participant-status", "valueCoding": {"code": code}}
 
 

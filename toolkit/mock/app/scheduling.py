@@ -11,16 +11,16 @@ from starlette.responses import Response
 
 from toolkit import catalogue, rules
 from toolkit.mock.app.listing import ListingRoom, refuse_ignored
-from toolkit.mock.app.patching import _actor_key
-from toolkit.mock.app.records import _status_ext
+from toolkit.mock.app.patching import actor_key
+from toolkit.mock.app.records import status_ext
 from toolkit.mock.app.responses import (
     Ctx,
     Problem4xx,
 )
 from toolkit.mock.app.search import (
-    _int_param,
-    _last_segment,
-    _parse_instant,
+    int_param,
+    last_segment,
+    parse_instant,
 )
 from toolkit.mock.app.writing import WritingRoom
 from toolkit.mock.data import (
@@ -71,11 +71,11 @@ class SchedulingRoom(ListingRoom, WritingRoom):
         missing = [n for n in ("start", "end", "duration") if not q.get(n)]
         if missing:
             raise Problem4xx(400, "required", f"$find needs {', '.join(missing)}")
-        lo = _parse_instant(q["start"][0])[0]
-        hi = _parse_instant(q["end"][0])[0]
+        lo = parse_instant(q["start"][0])[0]
+        hi = parse_instant(q["end"][0])[0]
         if hi <= lo:
             raise Problem4xx(400, "invalid", "end must be after start")
-        duration = _int_param("duration", q["duration"][0], 1, GRID_UNITS * GRID_MINUTES)
+        duration = int_param("duration", q["duration"][0], 1, GRID_UNITS * GRID_MINUTES)
         count, page, total_mode = self.page_params(params)
         data = self.state.data
         roles = list(range(len(data.roles)))
@@ -83,10 +83,10 @@ class SchedulingRoom(ListingRoom, WritingRoom):
         roles = [r for r in roles if practitioners.record(r).get("active", True)]
         for name in ("practitioner-role", "practitioner"):
             if q.get(name):
-                wanted = {_last_segment(x) for v in q[name] for x in v.split(",")}
+                wanted = {last_segment(x) for v in q[name] for x in v.split(",")}
                 roles = [r for r in roles if data.roles[r] in wanted]
         if q.get("organization"):
-            orgs = {_last_segment(x) for v in q["organization"] for x in v.split(",")}
+            orgs = {last_segment(x) for v in q["organization"] for x in v.split(",")}
             if not any(o.startswith(catalogue.PRACTICE_GROUP_PREFIX) for o in orgs):
                 roles = [r for r in roles if data.role_clinic[r] in orgs]
         ignored = [k for k, _v in params if k not in _FIND_PARAMETERS]
@@ -191,7 +191,7 @@ class SchedulingRoom(ListingRoom, WritingRoom):
             if status != "cancelled":
                 grid.take(r, start, minutes)
             coll = self.store["Appointment"]
-            owner = _last_segment(patient_ref["reference"])
+            owner = last_segment(patient_ref["reference"])
             index = coll.add(rid, record, updated=now, date=float(start), owner=owner)
             coll.prime(index, content)
             self.state.announce("Appointment", rid, "create")
@@ -208,7 +208,7 @@ class SchedulingRoom(ListingRoom, WritingRoom):
         for part in appt.get("participant") or []:
             actor = part.get("actor") or {}
             if str(actor.get("reference", "")).startswith("/main/PractitionerRole/"):
-                role_id = _last_segment(actor["reference"])
+                role_id = last_segment(actor["reference"])
         r = self.role_index.get(role_id or "")
         if r is None:
             raise self.invalid(
@@ -219,8 +219,8 @@ class SchedulingRoom(ListingRoom, WritingRoom):
 
     def _booked_times(self, appt: dict[str, Any]) -> tuple[int, int, int]:
         """Start and end (epoch seconds) and minutes, checked against each other."""
-        start = int(_parse_instant(appt["start"])[0])
-        end = int(_parse_instant(appt["end"])[0])
+        start = int(parse_instant(appt["start"])[0])
+        end = int(parse_instant(appt["end"])[0])
         minutes = (end - start) // 60
         if end <= start:
             raise self.invalid("Appointment", [("end", "must be after start")])
@@ -266,9 +266,9 @@ class SchedulingRoom(ListingRoom, WritingRoom):
                     {
                         "type": [{"coding": [{"code": "ATND", "display": "attender"}]}],
                         "actor": ref("PractitionerRole", self.state.data.roles[r]),
-                        "modifierExtension": [_status_ext("booked")],
+                        "modifierExtension": [status_ext("booked")],
                     },
-                    {"actor": patient_ref, "modifierExtension": [_status_ext(status)]},
+                    {"actor": patient_ref, "modifierExtension": [status_ext(status)]},
                 ],
             }
         )
@@ -278,15 +278,15 @@ class SchedulingRoom(ListingRoom, WritingRoom):
         self, request: Request, params: dict[str, dict[str, Any]], patient: dict[str, str]
     ) -> Response:
         target = self._param_ref(params, "appt-id", "Appointment")
-        coll, index = self.lookup("Appointment", _last_segment(target["reference"]))
+        coll, index = self.lookup("Appointment", last_segment(target["reference"]))
         with self.state.lock:
             merged = to_spec(coll.record(index))
             present = any(
-                _actor_key(p) == patient["reference"] for p in merged.get("participant") or []
+                actor_key(p) == patient["reference"] for p in merged.get("participant") or []
             )
             if not present:
                 merged.setdefault("participant", []).append(
-                    {"actor": patient, "modifierExtension": [_status_ext("booked")]}
+                    {"actor": patient, "modifierExtension": [status_ext("booked")]}
                 )
             now = self.state.now()
             merged["meta"] = {"lastUpdated": iso(now)}
@@ -314,7 +314,7 @@ class SchedulingRoom(ListingRoom, WritingRoom):
         ]
         if problems:
             raise self.invalid("Parameters", problems)
-        return ref(rtype, _last_segment(value["reference"]))
+        return ref(rtype, last_segment(value["reference"]))
 
     def _param_code(
         self,

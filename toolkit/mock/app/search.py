@@ -27,7 +27,7 @@ _INSTANT = re.compile(
 )
 
 
-def _parse_instant(value: str, what: str = "") -> tuple[float, float]:
+def parse_instant(value: str, what: str = "") -> tuple[float, float]:
     """A FHIR date/date-time search value as a half-open [lo, hi) epoch range.
 
     Only FHIR's forms (``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``, ``YYYY-MM-DDThh:mm[:ss[.f]]``
@@ -136,7 +136,7 @@ def _one_date(param: str, value: str) -> Callable[[float, float], bool]:
         raise Problem4xx(400, "not-supported", msg)
     if not text:
         raise Problem4xx(400, "invalid", f"{param}={value[:60]!r}: {prefix} needs a date after it")
-    lo, hi = _parse_instant(text, f"{param}={value[:60]!r}: {prefix} needs a date")
+    lo, hi = parse_instant(text, f"{param}={value[:60]!r}: {prefix} needs a date")
     tests: dict[str, Callable[[float, float], bool]] = {
         "eq": lambda s, e: lo <= s and e <= hi,
         "ne": lambda s, e: not (lo <= s and e <= hi),
@@ -229,11 +229,11 @@ def reference_values(
     return wanted
 
 
-def _last_segment(value: str) -> str:
+def last_segment(value: str) -> str:
     return value.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _depth_problem(value: Any, limit: int) -> str | None:
+def depth_problem(value: Any, limit: int) -> str | None:
     """Why ``value`` nests deeper than ``limit`` arrays/objects, or None (iterative)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -255,7 +255,7 @@ def _fold(text: str) -> str:
     return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
 
 
-def _int_param(name: str, raw: str, lo: int, hi: int | None) -> int:
+def int_param(name: str, raw: str, lo: int, hi: int | None) -> int:
     try:
         value = int(raw)
     except ValueError:

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from toolkit.mock.app.core import MockCore
 from toolkit.mock.app.patching import merge_participants, merge_patch
-from toolkit.mock.app.records import _appointment_slot, _date_of, _owner_of
+from toolkit.mock.app.records import appointment_slot, date_of, owner_of
 from toolkit.mock.app.responses import (
     CREATABLE,
     EMPTY_405,
@@ -53,8 +53,8 @@ class WritingRoom(MockCore):
                 rid,
                 record,
                 updated=now,
-                date=_date_of(rtype, record),
-                owner=_owner_of(rtype, record),
+                date=date_of(rtype, record),
+                owner=owner_of(rtype, record),
             )
             coll.prime(index, content)
             if rtype == "Practitioner":
@@ -119,8 +119,8 @@ class WritingRoom(MockCore):
                 index,
                 record,
                 updated=now,
-                date=_date_of(rtype, record),
-                owner=_owner_of(rtype, record),
+                date=date_of(rtype, record),
+                owner=owner_of(rtype, record),
             )
             coll.prime(index, content)
             coll.move_to_end(index)
@@ -149,7 +149,7 @@ class WritingRoom(MockCore):
     def _move_slot(self, old: Record, new: Record) -> None:
         grid = self.state.data.grid
         for record, take in ((old, False), (new, True)):
-            role, start, minutes, cancelled = _appointment_slot(record)
+            role, start, minutes, cancelled = appointment_slot(record)
             r = self.role_index.get(role or "")
             if r is None or cancelled or not minutes:
                 continue
