@@ -33,7 +33,7 @@ import httpx
 
 from toolkit import catalogue, listing, writes
 from toolkit.auth import ClientCredentialsAuth
-from toolkit.config import region_for_country, resolve_settings
+from toolkit.config import configured, region_for_country, resolve_settings
 from toolkit.errors import (
     ApiError,
     ConfigurationError,
@@ -51,8 +51,10 @@ from toolkit.http import (
 )
 from toolkit.include import Statement, included_frames, split_include
 from toolkit.listing import search_params
+from toolkit.mock import serve
 from toolkit.paging import IGNORED_FILTERS, FetchSummary, Page, Walk
 from toolkit.throttle import RetryPolicy, Throttle
+from toolkit.viewdefs import load_view, run_view
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -525,8 +527,6 @@ class Client:
             As for :meth:`pages`. Each record appears once, in its newest version.
         """
         if view is not None and not isinstance(view, str):
-            from toolkit.viewdefs import load_view, run_view
-
             definition = load_view(view)
             if definition.resource != resource_type or table is not None:
                 msg = (
@@ -764,8 +764,6 @@ def _embedded_mock() -> Any:
     with _EMBEDDED_LOCK:
         dep = _EMBEDDED.get("deployment")
         if dep is None:
-            from toolkit.mock import serve  # lazily: the client does not depend on the mock
-
             stack = ExitStack()
             dep = stack.enter_context(serve())
             atexit.register(stack.close)
@@ -791,7 +789,6 @@ def connect(**kwargs: Any) -> Client:
     >>> client = toolkit.connect()                              # doctest: +SKIP
     pmtk: nothing configured (no PM_BASE_URL); using the embedded mock deployment at ...
     """
-    from toolkit.config import configured
 
     if configured(
         base_url=kwargs.get("base_url"),

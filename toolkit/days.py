@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from toolkit.analysis.clock import check_zone
+from toolkit.config import read_environment
+from toolkit.errors import ConfigurationError, TimeZoneError
+
 __all__ = ["local_day"]
 
 
@@ -62,7 +66,6 @@ def local_day(day: str | dt.date, tz: str | None = None) -> list[str]:
 
 
 def _calendar_day(day: object) -> dt.date:
-    from toolkit.errors import ConfigurationError
 
     if isinstance(day, dt.date) and not isinstance(day, dt.datetime):
         return day
@@ -77,12 +80,9 @@ def _calendar_day(day: object) -> dt.date:
 
 def _zone(tz: str | None) -> str:
     """``tz``, else the configured ``PM_TIMEZONE``, checked; a clear error without one."""
-    from toolkit.analysis.clock import check_zone
-    from toolkit.errors import TimeZoneError
 
     if tz is not None:
         return check_zone(tz, where="tz")
-    from toolkit.config import read_environment
 
     configured = read_environment(None).timezone
     if configured and configured.strip():

@@ -32,6 +32,9 @@ from typing import Any
 
 import polars as pl
 
+from toolkit.notebook_data import store_target
+from toolkit.store.layout import read_manifest
+from toolkit.store.raw import raw_table
 from toolkit.words import plural
 
 __all__ = ["FIND_MAX_AGE", "Availability", "cached_find"]
@@ -83,8 +86,6 @@ class Availability:
 
 def _appointments_version(store: Path) -> str | None:
     """The sha256 of the store's raw Appointment records, or None when it has none."""
-    from toolkit.store.layout import read_manifest
-    from toolkit.store.raw import raw_table
 
     try:
         entry = read_manifest(store)["resources"].get("Appointment") or {}
@@ -169,7 +170,6 @@ def cached_find(
     Availability
         The slots, when ``$find`` answered, and the requests sent (0: kept).
     """
-    from toolkit.notebook_data import store_target
 
     now = now or dt.datetime.now(dt.UTC)
     folder = Path(store) / CACHE_FOLDER

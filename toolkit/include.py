@@ -30,6 +30,7 @@ import orjson
 
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, MalformedPage, NotFound, unknown_name
+from toolkit.listing import validated_frames
 from toolkit.paging import Page, micros, record_stamp
 
 if TYPE_CHECKING:
@@ -210,7 +211,6 @@ def included_frames(
     ``clean`` is the walk's :meth:`~toolkit.paging.Walk.clean` (each record once,
     newest version); it gets the pages with their included entries left out.
     """
-    from toolkit.listing import validated_frames
 
     included = IncludedRecords(t for inc in wanted for t in inc.targets)
     main: list[bytes] = []

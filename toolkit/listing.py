@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, MalformedPage, unknown_name
 from toolkit.paging import FetchSummary, Page, Walk, local_now
+from toolkit.schemas import validate
+from toolkit.views import flatten, flatten_tables, table_names
 
 if TYPE_CHECKING:
     import polars as pl
@@ -268,11 +270,8 @@ def frame_table(
         raise ConfigurationError(msg)
     name = table if table is not None else view
     check_errors(errors)
-    if name is not None and name != resource_type:
-        from toolkit.views import table_names
-
-        if name not in table_names(resource_type):
-            raise unknown_name("table", name, table_names(resource_type), f" of {resource_type}")
+    if name is not None and name != resource_type and name not in table_names(resource_type):
+        raise unknown_name("table", name, table_names(resource_type), f" of {resource_type}")
     return name
 
 
@@ -449,8 +448,6 @@ def validated_frame(
     resource_type: str, pages: list[bytes], *, table: str | None, errors: Any
 ) -> pl.DataFrame:
     """``pages`` flattened by the declared view (or its child ``table``) and validated."""
-    from toolkit.schemas import validate
-    from toolkit.views import flatten
 
     df = flatten(resource_type, pages, table=table)
     return validate(df, resource_type, table=table, errors=errors)
@@ -458,8 +455,6 @@ def validated_frame(
 
 def validated_frames(resource_type: str, pages: list[bytes], *, errors: Any) -> dict[str, Any]:
     """The main table and every child table of ``pages``, each validated."""
-    from toolkit.schemas import validate
-    from toolkit.views import flatten_tables
 
     tables = flatten_tables(resource_type, pages)
     return {

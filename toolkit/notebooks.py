@@ -34,6 +34,7 @@ from typing import Annotated, Any
 
 import typer
 
+from toolkit.config import project_root
 from toolkit.errors import PmtkError
 from toolkit.notebook_data import NotebookData, notebook_data, notebook_store_dir
 from toolkit.words import plural
@@ -470,7 +471,6 @@ def default_html_dir() -> Path:
     ``docs/`` does not make ``docs/build/``; outside any project, under the working
     directory.
     """
-    from toolkit.config import project_root
 
     root = project_root()
     return (root if root is not None else Path.cwd()) / "build" / "notebooks"

@@ -33,7 +33,7 @@ from pandera.errors import SchemaError, SchemaErrors
 
 from toolkit import catalogue
 from toolkit.errors import DataValidationError
-from toolkit.views import Column, View, view
+from toolkit.views import VIEWS, Column, View, view
 
 __all__ = [
     "PmtkDataWarning",
@@ -445,7 +445,6 @@ def _unread_cases(frame: pl.DataFrame, v: View) -> tuple[pl.DataFrame | None, pl
 @cache
 def _sources(resource_type: str) -> dict[str, str]:
     """``<table>.<column>`` → the source of its rules, for every table of the resource."""
-    from toolkit.views import VIEWS
 
     return {
         f"{v.name}.{c.name}": _column_source(v, c) for v in VIEWS[resource_type] for c in v.columns

@@ -11,6 +11,7 @@ import polars as pl
 
 from toolkit import catalogue
 from toolkit.analysis.tables import RecordReader, as_utc, read_roles, reference_id, roles_among
+from toolkit.errors import TimeZoneError
 
 PM_TIMEZONE = "PM_TIMEZONE"
 """Environment variable naming one IANA zone that overrides every clinic's own zone."""
@@ -87,8 +88,6 @@ def check_zone(name: str, *, where: str = "tz") -> str:
     """
     import zoneinfo
 
-    from toolkit.errors import TimeZoneError
-
     clean = name.strip() if isinstance(name, str) else ""
     try:
         # "UTC" and "Etc/..." are valid; a path-like or empty name is refused by zoneinfo
@@ -158,7 +157,6 @@ def zone_for_address(state: str | None, country: str | None, *, where: str = "ad
     >>> zone_for_address(None, "JP")
     'Asia/Tokyo'
     """
-    from toolkit.errors import TimeZoneError
 
     code = (country or "").strip().upper()
     if not code:
@@ -176,7 +174,6 @@ _ZONE_HINT = "; set PM_TIMEZONE or pass tz= to choose the zone"
 
 def _australian_zone(state: str | None, where: str) -> str:
     """The zone of an Australian state or territory, by abbreviation or full name."""
-    from toolkit.errors import TimeZoneError
 
     region = (state or "").strip().upper().replace(".", "")
     abbr = _AU_STATE_NAMES.get(region, region)
@@ -192,7 +189,6 @@ def _australian_zone(state: str | None, where: str) -> str:
 
 def _single_country_zone(code: str, country: str | None, where: str) -> str:
     """The tz database's one zone for country ``code``; an error when it has none or several."""
-    from toolkit.errors import TimeZoneError
 
     if not _ZONES_BY_COUNTRY:
         _ZONES_BY_COUNTRY.update(_country_zones())
@@ -331,7 +327,6 @@ def practice_zone(zones: pl.DataFrame) -> str:
     >>> practice_zone(z)
     'Australia/Perth'
     """
-    from toolkit.errors import TimeZoneError
 
     group = zones.filter(
         pl.col("organization_id").str.starts_with(catalogue.PRACTICE_GROUP_PREFIX)
@@ -573,7 +568,6 @@ def _zoned_rows(
     frame: pl.DataFrame, column: str, *, tz: str | None, zone_column: str
 ) -> pl.DataFrame:
     """``frame`` with ``column`` in UTC, a ``_row`` index and a checked zone on every row."""
-    from toolkit.errors import TimeZoneError
 
     chosen = override_zone(tz)
     out = as_utc(frame, column).with_row_index("_row")

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 import polars as pl
 
 from toolkit.analysis.tables import reference_id
+from toolkit.errors import MissingColumnError
 
 _RANK = "_pmtk_rank"
 _ORDER = "_pmtk_order"
@@ -50,7 +51,6 @@ def require_columns(
     ...
     toolkit.errors.MissingColumnError: f(): the roles frame has no column 'practitioner_id' ...
     """
-    from toolkit.errors import MissingColumnError
 
     if not isinstance(frame, pl.DataFrame):
         msg = (

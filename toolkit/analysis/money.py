@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from toolkit.analysis.tables import ratio_of, units_used_expr
+from toolkit.errors import MixedCurrencyError
 
 
 def currencies(
@@ -66,7 +67,6 @@ def single_currency(
     toolkit.errors.MixedCurrencyError
         When more than one currency (or a currency and a missing one) is present.
     """
-    from toolkit.errors import MixedCurrencyError
 
     found = currencies(frame, column, value)
     if len(found) > 1:

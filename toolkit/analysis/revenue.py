@@ -9,6 +9,7 @@ import polars as pl
 from toolkit.analysis.joins import require_frames
 from toolkit.analysis.money import single_currency
 from toolkit.analysis.tables import PRICE_COMPONENT_SIGNS, reference_id
+from toolkit.errors import MixedCurrencyError
 
 
 def line_values(invoice_line: pl.DataFrame, price_component: pl.DataFrame) -> pl.DataFrame:
@@ -84,7 +85,6 @@ def _refuse_mixed_currencies(per_line: pl.DataFrame, price_component: pl.DataFra
     mixed = per_line.filter(pl.col("_currencies") > 1)
     if not mixed.height:
         return
-    from toolkit.errors import MixedCurrencyError
 
     found = sorted(
         price_component.filter(pl.col("invoice_line_id").is_in(mixed["invoice_line_id"].implode()))[

@@ -8,6 +8,8 @@ from typing import Any, Protocol
 
 import polars as pl
 
+from toolkit.errors import ApiError, MethodNotAllowed, NotFound
+
 PRICE_COMPONENT_SIGNS: dict[str, int] = {
     "base": 1,
     "surcharge": 1,
@@ -270,7 +272,6 @@ def read_roles(client: RecordReader, ids: Iterable[str], *, limit: int = 500) ->
         ``id``, ``practitioner_id``, ``organization_id``, one row per role found,
         sorted by id.
     """
-    from toolkit.errors import ApiError, MethodNotAllowed, NotFound
 
     wanted = sorted({i for i in ids if i})
     frame = getattr(client, "frame", None)

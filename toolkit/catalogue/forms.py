@@ -40,6 +40,7 @@ from typing import Any
 from toolkit.catalogue.constants import API_PREFIX
 from toolkit.catalogue.model import Alternative, Field
 from toolkit.catalogue.resources import RESOURCES
+from toolkit.errors import ConfigurationError
 
 __all__ = [
     "ACCEPT_ARRAYS",
@@ -383,8 +384,6 @@ def _declared() -> list[tuple[str, str, tuple[str, ...], Field, Alternative, For
         for f in fields:
             path = ".".join((*parent, f.name))
             if f.forms and f.extension is not None:
-                from toolkit.errors import ConfigurationError
-
                 msg = f"{res}.{path}: an extension-encoded field cannot declare forms"
                 raise ConfigurationError(msg)
             for alt in f.forms:
@@ -407,8 +406,6 @@ def _readers(
     for res, path, _parent, f, _alt, form in declared:
         key = (res, path if form.array or not f.many else f"{path}[]")
         if key in out:
-            from toolkit.errors import ConfigurationError
-
             msg = f"{res}.{path}: two alternative forms of one value; the reader applies one"
             raise ConfigurationError(msg)
         out[key] = form.read

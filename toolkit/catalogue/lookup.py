@@ -13,6 +13,7 @@ from toolkit.catalogue.endpoints import (
 )
 from toolkit.catalogue.model import Field, Resource
 from toolkit.catalogue.resources import RESOURCES
+from toolkit.errors import unknown_name
 
 
 def resource(name: str) -> Resource:
@@ -20,8 +21,6 @@ def resource(name: str) -> Resource:
     try:
         return RESOURCES[name]
     except (KeyError, TypeError):
-        from toolkit.errors import unknown_name
-
         raise unknown_name("resource type", name, RESOURCES) from None
 
 

@@ -36,6 +36,7 @@ from toolkit.lake.state import is_lake as _is_lake
 from toolkit.lake.state import pins as _pins
 from toolkit.lake.syncer import LakeResourceSync, LakeSyncSummary, apply_changes, sync
 from toolkit.lake.upgrade import StoreNotImportable, import_store
+from toolkit.store.entry import connected
 from toolkit.store.identity import deployment_of
 from toolkit.store.results import PageSource
 
@@ -77,7 +78,6 @@ def rebind(
     deployments are untouched. See :mod:`toolkit.lake.rebind` for the steps and what a
     crash at each leaves; ``after_step`` (tests) is called with each step's name.
     """
-    from toolkit.store.entry import connected
 
     loc = Location.of(lake, storage_options)
     every = list(catalogue.LISTED_RESOURCES)

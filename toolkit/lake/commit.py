@@ -45,7 +45,7 @@ from toolkit.lake.state import (
     retrying,
     take_lease,
 )
-from toolkit.store.layout import declared_schemas, parent_key, schema_version
+from toolkit.store.layout import declared_schemas, later, parent_key, schema_version
 from toolkit.store.raw import RAW_SCHEMA, raw_table
 
 ROW_GROUP_ROWS = 65_536
@@ -343,7 +343,6 @@ def _commit_locked(
     after_table: Any,
 ) -> CommitResult:
     """Steps 1 and 2 of the module's docstring, under the lease; the pin to move."""
-    from toolkit.store.layout import later
 
     now = _current_pin(loc, deployment, resource_type, wanted)
     if now.high_water_mark is not None:

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from toolkit.errors import ConfigurationError
-from toolkit.store.results import StoreError
+from toolkit.store.results import StoreError, StoreLinked
 
 DEPLOYMENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 """A deployment's short name: lower-case letters, digits, ``_`` and ``-``; 1 to 63 long."""
@@ -138,8 +138,6 @@ class Location:
         for part in parts:
             path = path / part
             if path.is_symlink():
-                from toolkit.store.results import StoreLinked
-
                 msg = (
                     f"{path} is a symbolic link (to {os.readlink(path)}); pmtk reads and "
                     "writes no lake path through a link"

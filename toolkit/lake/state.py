@@ -39,7 +39,7 @@ import polars as pl
 import pyarrow as pa
 
 from toolkit.lake.location import LakeDamaged, LakeError, Location, check_deployment_name
-from toolkit.store.identity import Deployment
+from toolkit.store.identity import Deployment, WrongDeployment
 
 T = TypeVar("T")
 
@@ -216,7 +216,6 @@ def _deployment_row(name: str, identity: Deployment) -> pa.Table:
 
 def register(loc: Location, name: str, identity: Deployment) -> LakeDeployment:
     """Add ``name`` for ``identity`` unless the lake has it (then it must be the same)."""
-    from toolkit.store.identity import WrongDeployment
 
     check_deployment_name(name)
     init_lake(loc)
@@ -243,7 +242,6 @@ def register(loc: Location, name: str, identity: Deployment) -> LakeDeployment:
 
 def resolve(loc: Location, identity: Deployment | None, name: str | None) -> LakeDeployment:
     """The lake's deployment for a client: by ``name`` (added if new), else by identity."""
-    from toolkit.store.identity import WrongDeployment
 
     if name is not None:
         check_deployment_name(name)
@@ -549,7 +547,6 @@ def move_pin(
 
 def set_identity(loc: Location, name: str, old: Deployment, new: Deployment) -> None:
     """Bind ``name`` to ``new``, only while it is still bound to ``old`` (compare-and-swap)."""
-    from toolkit.store.identity import WrongDeployment
 
     check_deployment_name(name)
     row = _deployment_row(name, new)

@@ -22,12 +22,14 @@ from typing import Any
 import orjson
 import polars as pl
 
-from toolkit import catalogue
+from toolkit import catalogue, schemas, views
+from toolkit._threads import daemon_pool
 from toolkit.errors import ConfigurationError
 from toolkit.lake.commit import PART, Change, commit, lake_tables
 from toolkit.lake.location import Location
 from toolkit.lake.stage import Stage, StageCheckpoint, stage_for
 from toolkit.lake.state import Pin, deployments, init_lake, pin_of, resolve
+from toolkit.store.entry import connected, listed_resources
 from toolkit.store.identity import deployment_of
 from toolkit.store.layout import later, schema_version
 from toolkit.store.precedence import one_version_each
@@ -129,7 +131,6 @@ def sync(
         Tests: called with each table's name once its ``MERGE`` committed, and with
         each staged part's number once it and its checkpoint are on disk.
     """
-    from toolkit.store.entry import connected, listed_resources  # the store's own connect and check
 
     loc = Location.of(lake, storage_options)
     wanted = listed_resources(resources)
@@ -165,8 +166,6 @@ def _walk_and_commit(run: _Run, wanted: Sequence[str], summary: LakeSyncSummary)
     ends before this returns or raises.
     """
     from concurrent.futures import Future
-
-    from toolkit._threads import daemon_pool
 
     # a daemon worker (see daemon_pool): a Ctrl-C can never leave it holding the exit
     with daemon_pool(1, "pmtk-lake-commit") as pool:
@@ -404,7 +403,6 @@ def _stage_part(
 def _stage(
     staged: _Staged, rt: str, pages: list[Any], errors: ErrorsMode, result: LakeResourceSync
 ) -> None:
-    from toolkit import schemas, views
 
     records = [r for page in pages for r in page.records]
     result.records_fetched += len(records)
@@ -432,7 +430,6 @@ def _stage(
 
 def _present(source: PageSource, rt: str, reconcile: bool) -> set[str] | None:
     """Every id the deployment holds: ``$export-ids`` where it has it, else a whole walk."""
-    from toolkit import catalogue
 
     present = source.export_ids(rt) if rt in catalogue.EXPORT_IDS else None
     if present is None and reconcile:
@@ -493,7 +490,6 @@ def _validated_tables(
     resource_type: str, upserts: Sequence[Mapping[str, Any]], errors: ErrorsMode
 ) -> dict[str, pl.DataFrame]:
     """The records flattened into every table of a lake and validated (before any write)."""
-    from toolkit import schemas, views
 
     records = [dict(r) for r in upserts if r.get("resourceType") == resource_type]
     page = orjson.dumps(

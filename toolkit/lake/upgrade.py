@@ -21,7 +21,9 @@ import polars as pl
 from toolkit.lake.commit import PART, Change, commit, lake_tables
 from toolkit.lake.location import LakeError, Location
 from toolkit.lake.state import Pin, init_lake, pin_of, register
-from toolkit.store.layout import schema_version
+from toolkit.store import load, verify
+from toolkit.store.identity import recorded_deployment
+from toolkit.store.layout import read_manifest, schema_version
 
 
 class StoreNotImportable(LakeError):
@@ -36,9 +38,6 @@ def import_store(
     storage_options: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Bring every resource of ``store`` into ``lake`` as ``deployment``; per resource, rows."""
-    from toolkit.store import verify
-    from toolkit.store.identity import recorded_deployment
-    from toolkit.store.layout import read_manifest
 
     root = Path(store)
     manifest = read_manifest(root)
@@ -81,7 +80,6 @@ def import_store(
 
 def _stored_tables(root: Path, rt: str, entry: dict[str, Any]) -> dict[str, pl.DataFrame]:
     """Every lake table of ``rt`` as the store holds it (checked against its sha256)."""
-    from toolkit.store import load
 
     tables: dict[str, pl.DataFrame] = {}
     for name, schema in lake_tables(rt).items():

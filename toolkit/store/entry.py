@@ -71,8 +71,9 @@ from typing import Any
 
 import polars as pl
 
+import toolkit
 from toolkit import catalogue
-from toolkit.errors import MethodNotAllowed, NotFound, PmtkError
+from toolkit.errors import ConfigurationError, MethodNotAllowed, NotFound, PmtkError
 from toolkit.store.identity import (
     Deployment,
     WrongDeployment,
@@ -173,7 +174,6 @@ def connected(client: PageSource | None) -> Iterator[PageSource]:
     if client is not None:
         yield client
         return
-    import toolkit
 
     owned: Any = toolkit.connect()
     try:
@@ -295,8 +295,6 @@ def listed_resources(resources: Sequence[str] | None) -> list[str]:
     wanted = list(resources) if resources else list(catalogue.LISTED_RESOURCES)
     unknown = [r for r in wanted if r not in catalogue.LISTED_RESOURCES]
     if unknown:
-        from toolkit.errors import ConfigurationError
-
         known = ", ".join(catalogue.LISTED_RESOURCES)
         msg = f"cannot sync {', '.join(unknown)}: not a listed resource (choose from {known})"
         raise ConfigurationError(msg)

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from toolkit import client as client_module
+from toolkit import views
+from toolkit.config import configured
 from toolkit.store.paths import path_problem
 from toolkit.store.results import DEFAULT_STORE, MOCK_STORE, STAGING, StoreError
 
@@ -107,7 +110,6 @@ def normalise_base_url(url: str) -> str:
 
 def _is_embedded_mock(base_url: str) -> bool:
     """Whether ``base_url`` is the embedded mock this process started (if any)."""
-    from toolkit import client as client_module
 
     dep = client_module._EMBEDDED.get("deployment")
     return dep is not None and normalise_base_url(str(dep.base_url)) == base_url
@@ -147,8 +149,6 @@ def default_store(source: Any = None) -> str:
         whether a deployment is configured, as :func:`toolkit.connect` would.
     """
     if source is None:
-        from toolkit.config import configured
-
         return DEFAULT_STORE if configured() else MOCK_STORE
     dep = deployment_of(source)
     return MOCK_STORE if dep is not None and dep.embedded_mock else DEFAULT_STORE
@@ -328,7 +328,6 @@ def _named_files(root: Path, manifest: dict[str, Any]) -> set[Path]:
 
 def _table_folders(root: Path) -> list[Path]:
     """The folders of ``root`` named as a table pmtk writes (never a link)."""
-    from toolkit import views
     from toolkit.store.raw import raw_table
 
     names = {v.name for rt, vs in views.VIEWS.items() for v in vs}

@@ -16,7 +16,15 @@ from typing import Any
 import orjson
 import polars as pl
 
-from toolkit.errors import IncompleteResult
+from toolkit import views
+from toolkit.errors import (
+    ApiError,
+    AuthError,
+    ConfigurationError,
+    DataValidationError,
+    IncompleteResult,
+    RateLimited,
+)
 from toolkit.redaction import redact_json
 from toolkit.store.results import (
     DEFAULT_STORE,
@@ -132,7 +140,6 @@ def scoped_to_resource(exc: BaseException) -> bool:
     unreachable deployment, a refused token, a rate limit that outlasted the
     waits, a configuration error.
     """
-    from toolkit.errors import ApiError, AuthError, DataValidationError, RateLimited
 
     if isinstance(exc, DataValidationError | IncompleteResult):
         return True
@@ -293,11 +300,8 @@ def snake(name: str) -> str:
 
 
 def _views(resource_type: str) -> tuple[Any, ...]:
-    from toolkit import views
 
     if resource_type not in views.VIEWS:
-        from toolkit.errors import ConfigurationError
-
         known = ", ".join(views.VIEWS)
         msg = f"no view for resource type {resource_type!r}; known types: {known}"
         raise ConfigurationError(msg)

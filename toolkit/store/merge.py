@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from toolkit import views
 from toolkit.store.layout import (
     claim,
     empty_tables,
@@ -200,7 +201,6 @@ def apply_changes(
 def warm(resource_type: str) -> None:
     """Flatten and validate no records of ``resource_type``: the imports and schema
     builds that a process's first :func:`apply_changes` would otherwise pay for."""
-    from toolkit import views
 
     empty = empty_tables(resource_type)  # raises ConfigurationError for a type without a view
     views.flatten_tables(resource_type, [_NO_RECORDS])

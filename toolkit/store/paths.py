@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from toolkit import views
+
 __all__ = ["TABLE_FILE", "path_problem", "table_path"]
 
 TABLE_FILE = re.compile(r"data(-[0-9a-f]{16})?\.parquet")
@@ -30,7 +32,6 @@ TABLE_FILE = re.compile(r"data(-[0-9a-f]{16})?\.parquet")
 
 def _tables_of(resource_type: str) -> set[str]:
     """The tables of a resource: its view's tables and its raw records (none if unknown)."""
-    from toolkit import views
     from toolkit.store.raw import raw_table
 
     declared = views.VIEWS.get(resource_type)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
+from toolkit import retries
 from toolkit.store.results import PageProgress, ResourceSync
 
 DisplayMode = Literal["bars", "lines", "off"]
@@ -236,7 +237,6 @@ class SyncProgress:
     @contextlib.contextmanager
     def attach(self, client: Any) -> Iterator[None]:
         """Listen to ``client``'s throttle waits and retries for the duration of the block."""
-        from toolkit import retries
 
         base_url = getattr(client, "base_url", None)
         self._origin = _origin(base_url) if isinstance(base_url, str) else None

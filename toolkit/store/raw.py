@@ -26,7 +26,9 @@ from typing import Any
 import orjson
 import polars as pl
 
+from toolkit.errors import ViewDefinitionError
 from toolkit.paging import FetchSummary, Page
+from toolkit.viewdefs import load_view, run_view
 
 __all__ = [
     "RAW_SCHEMA",
@@ -354,7 +356,6 @@ def view_name(view: Any, loaded: Any) -> str:
         A name that is not 1 to 64 letters, digits, ``_`` or ``-`` starting with a
         letter (a path separator, a dot, a trailing newline ...).
     """
-    from toolkit.errors import ViewDefinitionError
 
     name = loaded.name or (Path(view).stem if isinstance(view, str | Path) else None)
     if not isinstance(name, str) or VIEW_NAME.fullmatch(name) is None:
@@ -374,9 +375,7 @@ def write_views(store: str | os.PathLike[str], views: list[Any]) -> dict[str, Pa
     sees the old table or the new one, never half of one. Returns the path of
     each view's file.
     """
-    from toolkit.errors import ViewDefinitionError
     from toolkit.store.layout import guard, locked, mkdir, read_manifest, write_parquet
-    from toolkit.viewdefs import load_view, run_view
 
     checked = []
     for view in views:

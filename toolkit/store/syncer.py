@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from toolkit import catalogue
+from toolkit import catalogue, views
 from toolkit.errors import PmtkError
 from toolkit.paging import FetchSummary, Page
 from toolkit.store.layout import (
@@ -267,7 +267,6 @@ class ResourceSyncer:
         The walk parsed each page once; its records give the count and the
         newest ``lastUpdated``, and the raw bytes go to the views' reader.
         """
-        from toolkit import views
 
         last_updated: str | None = None
         records = [r for page in pages for r in page.records]

@@ -38,7 +38,8 @@ from typing import Any
 
 import polars as pl
 
-from toolkit.errors import ViewDefinitionError
+from toolkit.errors import ViewDefinitionError, unknown_name
+from toolkit.views import VIEWS
 
 __all__ = ["NOT_EXPORTED", "declared_view_definitions", "view_definition"]
 
@@ -188,11 +189,8 @@ def declared_view_definitions(resource_type: str | None = None) -> dict[str, dic
     >>> views["appointment_participant"]["select"][1]["forEach"]
     'participant'
     """
-    from toolkit.views import VIEWS
 
     if resource_type is not None and resource_type not in VIEWS:
-        from toolkit.errors import unknown_name
-
         err = unknown_name("resource type", resource_type, VIEWS)
         raise ViewDefinitionError(str(err), path="resource")
     out: dict[str, dict[str, Any]] = {}

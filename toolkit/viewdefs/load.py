@@ -38,6 +38,7 @@ import orjson
 import polars as pl
 
 from toolkit.errors import DataValidationError
+from toolkit.views.reader import executor
 
 Tree = dict[str, Any]
 """Field name → the children read of it (a :data:`Tree`), or None: all of them."""
@@ -623,7 +624,6 @@ def read_parts_projected(
         return None
     kept, decoder = _projected_decoder(resource_dtype, roots, tree)
     schema = pl.Schema({f.name: f.dtype for f in kept.fields})
-    from toolkit.views.reader import executor
 
     # One thread (this one) decodes and re-encodes, which holds the interpreter lock;
     # Polars reads each chunk on a reader thread meanwhile (its read releases the

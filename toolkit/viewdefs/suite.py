@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import PmtkError
+from toolkit.viewdefs import run_view
 
 __all__ = ["SuiteCase", "check_case", "iter_cases", "run_suite"]
 
@@ -68,7 +69,6 @@ def _row_key(row: dict[str, Any]) -> str:
 
 def check_case(case: SuiteCase) -> str | None:
     """Run one test: None when it passes, else why it failed."""
-    from toolkit.viewdefs import run_view
 
     test = case.test
     try:

@@ -16,6 +16,18 @@ from typing import Any, Literal
 
 import orjson
 
+from toolkit import views
+from toolkit.errors import (
+    ApiError,
+    AuthError,
+    DataValidationError,
+    PmtkError,
+    RateLimited,
+    RedirectRefused,
+    ServerError,
+    TransportError,
+)
+from toolkit.redaction import redact
 from toolkit.webhooks.catchup import CatchUp, Guard, Walked
 from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE, EventLog, Gap
 from toolkit.webhooks.events import (
@@ -107,7 +119,6 @@ def synced_types(store: Path) -> frozenset[str]:
     A table that webhook deliveries alone would make holds a handful of records and
     looks complete; changes of a type without a synced table wait instead.
     """
-    from toolkit.errors import PmtkError
     from toolkit.store import read_manifest
 
     try:
@@ -157,7 +168,6 @@ class Listener:
         max_dead_bytes: int = DEFAULT_MAX_DEAD_BYTES,
         target: Any = None,
     ) -> None:
-        from toolkit import views
         from toolkit.webhooks.target import StoreTarget
 
         self.store = store
@@ -257,7 +267,6 @@ class Listener:
 
     def record_error(self, what: str, exc: BaseException) -> None:
         """Keep the last error (for ``--status``), also on disk for when nobody runs."""
-        from toolkit.redaction import redact
 
         text = redact(f"{what}: {describe(exc)}")[:1000]
         self._error_what = what
@@ -666,7 +675,6 @@ class Listener:
 
     def _sync(self, types: Sequence[str]) -> str:
         """An incremental sync of ``types``; what it did. Raises when any type failed."""
-        from toolkit.errors import PmtkError
 
         walked: list[Walked] = []
         rest = list(types)
@@ -784,14 +792,6 @@ class Listener:
         the API's own refusal (an OperationOutcome 400, 403, 422) raises its
         :class:`~toolkit.errors.PmtkError`.
         """
-        from toolkit.errors import (
-            ApiError,
-            AuthError,
-            RateLimited,
-            RedirectRefused,
-            ServerError,
-            TransportError,
-        )
 
         try:
             record = self.client.read(event.resource_type, event.id)
@@ -819,7 +819,6 @@ class Listener:
 
     def _read(self, change: Change) -> tuple[str, Any]:
         """``("ok", record or None)``, ``("retry", reason)`` or ``("dead", reason)``."""
-        from toolkit.errors import PmtkError
 
         try:
             return "ok", self._fetch(change.event)
@@ -854,7 +853,6 @@ class Listener:
         self, rtype: str, ups: list[dict[str, Any]], dels: list[str], done: list[Change]
     ) -> list[tuple[Change, str]]:
         """Apply one type's changes in one commit; the changes that cannot be applied."""
-        from toolkit.errors import DataValidationError
 
         last = done[-1]
         try:
@@ -884,7 +882,6 @@ class Listener:
         self, rtype: str, ups: list[dict[str, Any]], dels: list[str], done: list[Change]
     ) -> list[tuple[Change, str]]:
         """Isolate the records that fail their schema; apply the others."""
-        from toolkit.errors import DataValidationError
 
         by_id = {c.event.id: c for c in done}
         failed: list[tuple[Change, str]] = []

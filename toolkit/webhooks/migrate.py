@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from toolkit.webhooks.events import note
+from toolkit.webhooks.journal import _insert
 from toolkit.webhooks.queue import Change
 
 if TYPE_CHECKING:
@@ -85,7 +86,6 @@ def migrate_folders(queue: EventQueue, base: Path) -> int:
 def _import(
     db: sqlite3.Connection, folder: str, change: Change, reason: str | None, dead_at: Any
 ) -> None:
-    from toolkit.webhooks.journal import _insert
 
     state = {"queue": "queued", "waiting": "waiting", "dead": "dead"}[folder]
     _insert(db, [change], state)

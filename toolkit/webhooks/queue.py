@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from toolkit.errors import ConfigurationError
 from toolkit.redaction import register
 from toolkit.webhooks.events import (
     Event,
@@ -36,12 +37,9 @@ class AuthHeader:
         name = name.strip()
         if not re.fullmatch(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", name):
             msg = f"the authentication header name {name[:40]!r} is not a valid HTTP header name"
-            from toolkit.errors import ConfigurationError
 
             raise ConfigurationError(msg)
         if not value.strip():
-            from toolkit.errors import ConfigurationError
-
             msg = f"the authentication header {name} needs a value"
             raise ConfigurationError(msg)
         self.name = name
@@ -53,8 +51,6 @@ class AuthHeader:
         """``"NAME:VALUE"`` (as ``curl -H`` takes it), e.g. ``"Authorization: Bearer s3cret"``."""
         name, sep, value = text.partition(":")
         if not sep:
-            from toolkit.errors import ConfigurationError
-
             msg = "the authentication header must be NAME:VALUE, e.g. 'Authorization: Bearer ...'"
             raise ConfigurationError(msg)
         return cls(name, value)

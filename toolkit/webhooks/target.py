@@ -15,6 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.errors import PmtkError
+from toolkit.lake import is_lake, pins
+from toolkit.lake.location import check_deployment_name
+from toolkit.store import apply_changes, load, read_manifest, sync
+from toolkit.store.merge import drop_missing_waiting, record_catch_up
+from toolkit.store.resume import next_since
+from toolkit.webhooks.listener import synced_types
+
 LAKE_JOURNALS = "_pmtk_listen"
 """``LAKE/_pmtk_listen/<deployment>/.webhooks/``: a lake receiver's journal and notes."""
 
@@ -59,9 +67,6 @@ class StoreTarget:
     def since(self, rtype: str) -> str | None:
         """The ``_lastUpdated`` bound a catch-up of ``rtype`` walks from; ``None`` when no
         sync has made its table (or the store cannot be read: a sync repairs or refuses)."""
-        from toolkit.errors import PmtkError
-        from toolkit.store import read_manifest
-        from toolkit.store.resume import next_since
 
         try:
             entry = (read_manifest(self.root).get("resources") or {}).get(rtype)
@@ -74,17 +79,14 @@ class StoreTarget:
         return next_since(entry)
 
     def drop_missing(self, rtype: str, present: set[str], older_than: str) -> list[str]:
-        from toolkit.store.merge import drop_missing_waiting
 
         return drop_missing_waiting(self.root, rtype, present, older_than=older_than)
 
     def record_catch_up(self, rtype: str, **walk: Any) -> bool:
-        from toolkit.store.merge import record_catch_up
 
         return record_catch_up(self.root, rtype, **walk)
 
     def synced_types(self) -> frozenset[str]:
-        from toolkit.webhooks.listener import synced_types
 
         return synced_types(self.root)
 
@@ -96,21 +98,17 @@ class StoreTarget:
         event: Mapping[str, Any] | None,
         errors: Any,
     ) -> Any:
-        from toolkit.store import apply_changes
 
         return apply_changes(
             rtype, self.root, upserts=upserts, deletes=deletes, event=event, errors=errors
         )
 
     def sync(self, client: Any, types: Sequence[str]) -> list[Synced]:
-        from toolkit.store import sync
 
         summary = sync(client, self.root, resources=list(types), progress=False)
         return [Synced(r.resource, r.status, r.fetched, r.error) for r in summary.resources]
 
     def stamps(self, rtype: str, ids: Sequence[str]) -> dict[str, str | None]:
-        from toolkit.errors import PmtkError
-        from toolkit.store import load
 
         try:
             return _stamps(load(rtype, self.root, lazy=True), ids)
@@ -123,7 +121,6 @@ class LakeTarget:
     NAME``, as ``pmtk sync --out LAKE --deployment NAME``)."""
 
     def __init__(self, lake: Path, deployment: str) -> None:
-        from toolkit.lake.location import check_deployment_name
 
         self.lake = lake
         self.deployment = check_deployment_name(deployment)
@@ -131,8 +128,6 @@ class LakeTarget:
         self.shown = f"{lake} (deployment {self.deployment})"
 
     def synced_types(self) -> frozenset[str]:
-        from toolkit.errors import PmtkError
-        from toolkit.lake import is_lake, pins
 
         try:
             if not is_lake(str(self.lake)):
@@ -166,7 +161,6 @@ class LakeTarget:
         ]
 
     def stamps(self, rtype: str, ids: Sequence[str]) -> dict[str, str | None]:
-        from toolkit.errors import PmtkError
         from toolkit.lake import load
 
         try:
