@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from contracts.command import check_command
+from toolkit import __version__
 from toolkit._cli import typer_app
 from toolkit.mock.command import mock_command
 from toolkit.notebooks import notebooks_command
@@ -26,8 +27,6 @@ app = typer_app(
 
 def _version(value: bool) -> None:
     if value:
-        from toolkit import __version__
-
         typer.echo(f"pmtk {__version__}")
         raise typer.Exit()
 

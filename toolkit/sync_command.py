@@ -1,7 +1,6 @@
 """``pmtk sync``: pull every listed resource into a local Parquet store.
 
-Heavy imports (polars, the client, the store) happen inside the command, so that
-``pmtk --help`` stays cheap.
+What ``pmtk --help`` need not load (the client, the store) is imported in the command.
 
 Exit codes: the one table of every command (:mod:`toolkit._cli`, README "Exit
 codes"): 0 synced (or, with ``--verify``, every file matched its checksum); 1 the
@@ -48,6 +47,8 @@ __all__ = [
     "sync_command",
 ]
 
+import toolkit
+from toolkit import catalogue
 from toolkit._cli import (  # the one exit-code table of every command
     EXIT_DAMAGED,
     EXIT_FAILED,
@@ -59,6 +60,22 @@ from toolkit._cli import (  # the one exit-code table of every command
     is_plain,
     make_console,
 )
+from toolkit.config import configured
+from toolkit.errors import (
+    ApiError,
+    AuthError,
+    ConfigurationError,
+    DataValidationError,
+    IncompleteResult,
+    PmtkError,
+    ProtocolError,
+    RateLimited,
+    RedirectRefused,
+    ServerError,
+    TransportError,
+)
+from toolkit.redaction import redact
+from toolkit.viewdefs import load_view
 
 Out = Annotated[
     Path | None,
@@ -423,7 +440,6 @@ def _forget_failed_first_sync(out: Path, *, created: bool) -> None:
     resource in the manifest (the caller keeps it when staged pages wait for a rerun
     to resume from them), or anything else that is not a first sync's.
     """
-    from toolkit.errors import PmtkError
     from toolkit.store.layout import locked_if_free
 
     try:
@@ -467,9 +483,7 @@ def _remove_first_sync_files(out: Path) -> None:
 
 def _check_views(err: Any, files: list[Path]) -> None:
     """Every --view file read and checked before anything is sent or written (exit 2)."""
-    from toolkit.errors import PmtkError
     from toolkit.store.raw import view_name
-    from toolkit.viewdefs import load_view
 
     for path in files:
         try:
@@ -482,7 +496,6 @@ def _check_views(err: Any, files: list[Path]) -> None:
 
 def _raw_source(err: Any, out: Path, wanted: list[str]) -> tuple[Any, list[str]]:
     """The store's raw records as the page source of a rebuild, and the resources to rebuild."""
-    from toolkit.errors import PmtkError
     from toolkit.store.layout import read_manifest
     from toolkit.store.raw import RawPageSource, check_rebuild
 
@@ -501,7 +514,6 @@ def _raw_source(err: Any, out: Path, wanted: list[str]) -> tuple[Any, list[str]]
 
 
 def _write_views(err: Any, out: Path, files: list[Path], *, quiet: bool) -> None:
-    from toolkit.errors import PmtkError
     from toolkit.store import StoreLinked
     from toolkit.store.raw import write_views
 
@@ -529,7 +541,6 @@ def _run(
     output: str = "text",
 ) -> Any:
     """The sync itself; each way it can fail becomes its message and exit code."""
-    from toolkit.errors import AuthError, ConfigurationError, PmtkError, TransportError
     from toolkit.store import (
         ManifestDamaged,
         NotAStore,
@@ -570,7 +581,6 @@ def _run(
 
 def _check_target(err: Any, out: Path) -> None:
     """Refuse a folder that is not a store (or is damaged) before anything is sent."""
-    from toolkit.errors import PmtkError
     from toolkit.store import ManifestDamaged, NotAStore, StoreWriteError, check_folder
 
     try:
@@ -592,8 +602,6 @@ def _default_out(
     The mock's synthetic rows must never land in the folder a real deployment's
     sync uses by default.
     """
-    from toolkit.config import configured
-    from toolkit.errors import ConfigurationError
     from toolkit.store import DEFAULT_STORE, MOCK_STORE
 
     try:
@@ -608,8 +616,6 @@ def _connect(
     err: Any, base_url: str | None, client_id: str | None, client_secret: str | None
 ) -> Any:
     """A client from the options, else the settings path (``PM_*``, ``.env``, the mock)."""
-    import toolkit
-    from toolkit.errors import ConfigurationError
 
     settings = connection_settings(base_url, client_id, client_secret)
     try:
@@ -656,8 +662,6 @@ def _resources(names: list[str] | None) -> list[str]:
     """The ``--resource`` values, checked against the listed resources (usage error otherwise)."""
     import difflib
 
-    from toolkit import catalogue
-
     known = list(catalogue.LISTED_RESOURCES)
     by_lower = {k.lower(): k for k in known}
     chosen: list[str] = []
@@ -682,8 +686,6 @@ def _line(
 ) -> Any:
     """One line of text, never read as markup, redacted: ``label (resource): message. hint``."""
     from rich.text import Text
-
-    from toolkit.redaction import redact
 
     text = Text(label, style=style)
     if resource:
@@ -716,17 +718,6 @@ def _where(display: Any) -> str | None:
 
 def _advice(exc: BaseException, staged_pages: int, client: Any) -> str | None:
     """What to do about ``exc``; "resume" only when staged pages wait and the cause may pass."""
-    from toolkit.errors import (
-        ApiError,
-        AuthError,
-        DataValidationError,
-        IncompleteResult,
-        ProtocolError,
-        RateLimited,
-        RedirectRefused,
-        ServerError,
-        TransportError,
-    )
 
     again = (
         f"{staged_pages} staged page(s) are kept: run the same command again to resume"
@@ -782,7 +773,6 @@ def _verify(out: Path, resources: list[str] | None, *, quiet: bool) -> None:
     """``pmtk sync --verify``: hash every stored file; list the damaged ones; exit 0 or 3."""
     from rich.text import Text
 
-    from toolkit.errors import PmtkError
     from toolkit.store import ManifestDamaged, NotAStore, verify
 
     err = make_console(stderr=True)

@@ -40,7 +40,7 @@ from typing import Any
 from toolkit.catalogue.constants import API_PREFIX
 from toolkit.catalogue.model import Alternative, Field
 from toolkit.catalogue.resources import RESOURCES
-from toolkit.errors import ConfigurationError
+from toolkit.errors import ConfigurationError, unknown_name
 
 __all__ = [
     "ACCEPT_ARRAYS",
@@ -314,8 +314,6 @@ def _form(alt: Alternative, where: str) -> Form:
     try:
         return FORMS[alt.form]
     except KeyError:
-        from toolkit.errors import unknown_name
-
         raise unknown_name("alternative form", alt.form, FORMS, f" on {where}") from None
 
 

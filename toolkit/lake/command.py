@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+import toolkit
 from toolkit._cli import (
     EXIT_DAMAGED,
     EXIT_FAILED,
@@ -17,6 +18,10 @@ from toolkit._cli import (
     is_plain,
     make_console,
 )
+from toolkit.errors import ConfigurationError, PmtkError
+from toolkit.lake import LakeDamaged, import_store, sync, verify
+from toolkit.redaction import redact
+from toolkit.store.identity import WrongDeployment
 
 
 def is_lake_target(out: str | None, deployment: str | None) -> bool:
@@ -32,8 +37,6 @@ def is_lake_target(out: str | None, deployment: str | None) -> bool:
 
 def _say(err: Any, label: str, message: str) -> None:
     from rich.text import Text
-
-    from toolkit.redaction import redact
 
     line = Text(label, style="bold red")
     line.append(": " + redact(" ".join(message.split())))
@@ -90,7 +93,6 @@ def _checked_target(err: Any, out: str | None, refused_options: list[str]) -> st
 
 def _verify(err: Any, lake: str, deployment: str | None, *, quiet: bool) -> None:
     """``--verify``: every damaged file one line, exit 3; else one line (unless quiet)."""
-    from toolkit.lake import verify
 
     report = verify(lake, deployment=deployment)
     for problem in report.problems:
@@ -103,10 +105,6 @@ def _verify(err: Any, lake: str, deployment: str | None, *, quiet: bool) -> None
 
 def _sync(err: Any, lake: str, settings: dict[str, Any], options: dict[str, Any]) -> Any:
     """Connect and sync; each failure one line with the exit code of ``pmtk sync``."""
-    import toolkit
-    from toolkit.errors import ConfigurationError, PmtkError
-    from toolkit.lake import LakeDamaged, sync
-    from toolkit.store.identity import WrongDeployment
 
     try:
         client = toolkit.connect(**settings)
@@ -131,8 +129,6 @@ def _sync(err: Any, lake: str, settings: dict[str, Any], options: dict[str, Any]
 
 
 def _import(err: Any, store: Path, out: str, deployment: str | None, *, quiet: bool) -> None:
-    from toolkit.errors import PmtkError
-    from toolkit.lake import import_store
 
     if deployment is None:
         _say(err, "refused", "--from-store needs --deployment NAME: the name it takes in the lake")

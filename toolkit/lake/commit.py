@@ -34,7 +34,7 @@ import polars as pl
 import pyarrow as pa
 
 from toolkit.lake.location import LakeDamaged, Location, check_data_path, check_table_name
-from toolkit.lake.precedence import newest_per_id, staged_wins
+from toolkit.lake.precedence import instants, newest_per_id, staged_wins
 from toolkit.lake.state import (
     Pin,
     append_history,
@@ -427,7 +427,6 @@ def _ids(ids: set[str] | pl.Series) -> pl.Series:
 def _missing(held: pl.DataFrame, present: set[str] | pl.Series, since: str | None) -> pl.Series:
     """Ids of ``held`` (the stored records) absent from ``present`` and stored before
     ``since`` (when known)."""
-    from toolkit.lake.precedence import instants
 
     frame = held.filter(~pl.col("id").is_in(_ids(present).implode()))
     if since is not None:

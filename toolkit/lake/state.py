@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import polars as pl
 import pyarrow as pa
 
+from toolkit.lake import snapshots
 from toolkit.lake.location import LakeDamaged, LakeError, Location, check_deployment_name
 from toolkit.store.identity import Deployment, WrongDeployment
 
@@ -343,7 +344,6 @@ def pins(
 def read_pins(loc: Location, deployment: str | None = None) -> list[Pin]:
     """:func:`pins` as the state table is now, for a reader: the table kept open and each
     version's pins decoded once per process (:mod:`toolkit.lake.snapshots`)."""
-    from toolkit.lake import snapshots
 
     if not is_lake(loc):
         return []

@@ -9,6 +9,7 @@ import typer
 
 from toolkit import catalogue
 from toolkit._serving import until_interrupted
+from toolkit.errors import ConfigurationError
 
 __all__ = ["mock_command"]
 
@@ -89,7 +90,6 @@ def mock_command(
     webhook_concurrency: WebhookConcurrency = 8,
 ) -> None:
     """Serve a mock practice-management deployment on 127.0.0.1 until Ctrl-C."""
-    from toolkit.errors import ConfigurationError
     from toolkit.mock.server import serve
     from toolkit.webhooks.setting import auth_setting
 

@@ -26,6 +26,7 @@ from toolkit.errors import (
     RateLimited,
 )
 from toolkit.redaction import redact_json
+from toolkit.store.precedence import newest
 from toolkit.store.results import (
     DEFAULT_STORE,
     MANIFEST,
@@ -161,7 +162,6 @@ def instant(text: str) -> datetime:
 
 def later(a: str | None, b: str | None) -> str | None:
     """The newer of two ``meta.lastUpdated`` stamps: :func:`toolkit.store.precedence.newest`."""
-    from toolkit.store.precedence import newest
 
     return newest(a, b)
 

@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from toolkit import views
+from toolkit import schemas, views
 from toolkit.store.layout import (
     claim,
     empty_tables,
@@ -55,6 +55,7 @@ from toolkit.store.layout import (
     write_json,
 )
 from toolkit.store.paths import table_path
+from toolkit.store.precedence import instant as fhir_instant
 from toolkit.store.precedence import replaces, stamp
 from toolkit.store.raw import RAW_SCHEMA, raw_frame, raw_table
 from toolkit.store.results import (
@@ -303,7 +304,6 @@ def drop_missing(
     record created after the list was made, and stored meanwhile by a webhook, is
     missing from the list but not deleted.
     """
-    from toolkit.store.precedence import instant as fhir_instant
 
     entry = load_manifest_for_write(root)["resources"].get(resource_type)
     tables = entry.get("tables") if isinstance(entry, dict) else None
@@ -397,7 +397,6 @@ def _checked_tables(
     errors: ErrorsMode,
 ) -> dict[str, pl.DataFrame]:
     """The records flattened with the resource's view and validated (before any lock)."""
-    from toolkit import schemas, views
 
     page = orjson.dumps(
         {

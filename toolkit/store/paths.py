@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import views
+from toolkit.store.results import FileProblem, StoreDamaged
 
 __all__ = ["TABLE_FILE", "path_problem", "table_path"]
 
@@ -81,7 +82,6 @@ def path_problem(resource_type: str, table: str, info: Mapping[str, Any]) -> str
 def table_path(root: Path, resource_type: str, table: str, info: Mapping[str, Any]) -> Path:
     """The file a table entry names, inside ``root``; :class:`StoreDamaged` when its path
     breaks the rule (naming the resource, the table and the path)."""
-    from toolkit.store.results import FileProblem, StoreDamaged
 
     problem = path_problem(resource_type, table, info)
     if problem is not None:

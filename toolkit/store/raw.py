@@ -28,6 +28,7 @@ import polars as pl
 
 from toolkit.errors import ViewDefinitionError
 from toolkit.paging import FetchSummary, Page
+from toolkit.store.results import RebuildRefused, StoreError, repair_command
 from toolkit.viewdefs import load_view, run_view
 
 __all__ = [
@@ -155,7 +156,6 @@ class _RawWalk:
         self.summary = FetchSummary(resource_type, started_at=started_at)
 
     def _record(self, blob: bytes) -> Any:
-        from toolkit.store.results import RebuildRefused
 
         try:
             return orjson.loads(blob)
@@ -251,7 +251,6 @@ def check_rebuild(store: str | os.PathLike[str], resources: list[str]) -> None:
         As :func:`toolkit.store.load` does for the raw or the main table.
     """
     from toolkit.store.entry import load
-    from toolkit.store.results import RebuildRefused, repair_command
 
     root = Path(store)
     for rt in resources:
@@ -283,7 +282,6 @@ def _not_covered(root: Path, resource_type: str, raw_ids: pl.Series) -> tuple[in
     """
     from toolkit.store.entry import load
     from toolkit.store.layout import read_manifest
-    from toolkit.store.results import StoreError
 
     try:
         main = load(resource_type, root, lazy=True)

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from toolkit.errors import PmtkError
+
 views_app = typer.Typer(
     name="views",
     help="The declared views as SQL-on-FHIR v2 ViewDefinitions.",
@@ -36,7 +38,6 @@ def export_command(
     SQL-on-FHIR v2 runner) and gives the table's columns, except ``extra`` and
     ``invalid``.
     """
-    from toolkit.errors import PmtkError
     from toolkit.viewdefs.declared import declared_view_definitions
 
     try:

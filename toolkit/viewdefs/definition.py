@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.errors import ViewDefinitionError
+from toolkit.errors import ViewDefinitionError, unknown_name
 from toolkit.viewdefs import fhirpath as fp
 
 if TYPE_CHECKING:
@@ -278,8 +278,6 @@ class _Checker:
         elif isinstance(node, fp.Call):
             arity = FUNCTIONS.get(node.name)
             if arity is None:
-                from toolkit.errors import unknown_name
-
                 err = unknown_name("FHIRPath function", node.name, FUNCTIONS, f" in {raw!r}")
                 raise _fail(where, str(err))
             low, high = arity

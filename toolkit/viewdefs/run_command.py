@@ -24,6 +24,7 @@ import orjson
 import polars as pl
 import typer
 
+import toolkit
 from toolkit._cli import (
     EXIT_DAMAGED,
     EXIT_FAILED,
@@ -32,6 +33,19 @@ from toolkit._cli import (
     is_plain,
     make_console,
 )
+from toolkit._options import connection_settings
+from toolkit.errors import (
+    AuthError,
+    ConfigurationError,
+    DataValidationError,
+    PmtkError,
+    ViewDefinitionError,
+)
+from toolkit.redaction import redact
+from toolkit.store import StoreDamaged, StoreError
+from toolkit.store.entry import load
+from toolkit.store.raw import bundle_pages, raw_table
+from toolkit.viewdefs import load_view, run_view
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -73,8 +87,6 @@ def store_pages(store: Path, resource_type: str, since: datetime | None) -> tupl
     With ``since``, only the records whose ``meta.lastUpdated`` is after it (a
     record without one cannot be said to be, and is left out).
     """
-    from toolkit.store.entry import load
-    from toolkit.store.raw import bundle_pages, raw_table
 
     frame = load(resource_type, store, table=raw_table(resource_type))
     assert isinstance(frame, pl.DataFrame)  # not lazy: load's default
@@ -146,7 +158,6 @@ def _write_stdout(data: bytes) -> None:
 
 def _fail(err: Console, label: str, exc: BaseException | str, code: int) -> typer.Exit:
     """Print ``label: message`` (redacted, on one line) on ``err``; the exit to raise."""
-    from toolkit.redaction import redact
 
     err.print(f"{label}: " + redact(" ".join(str(exc).split())), markup=False)
     return typer.Exit(code)
@@ -192,7 +203,6 @@ def _evaluate(
     max_rows: int | None,
 ) -> tuple[pl.DataFrame, str]:
     """The view's rows over the store's records or the deployment's, and where they came from."""
-    from toolkit.viewdefs import run_view
 
     if store is not None:
         if not store.is_dir():
@@ -200,8 +210,6 @@ def _evaluate(
         pages, read = store_pages(store, view.resource, when)
         source = f"{read} {view.resource} record(s) of {store}"
         return run_view(view, pages, max_rows=max_rows), source
-    import toolkit
-    from toolkit._options import connection_settings
 
     settings = connection_settings(*connection)
     search: dict[str, Any] = {}
@@ -218,14 +226,6 @@ def _evaluate_reporting(
     err: Console, view: View, *, quiet: bool, **where: Any
 ) -> tuple[pl.DataFrame, str]:
     """:func:`_evaluate` under a status line, its errors as exits (damaged, refused, failed)."""
-    from toolkit.errors import (
-        AuthError,
-        ConfigurationError,
-        DataValidationError,
-        PmtkError,
-        ViewDefinitionError,
-    )
-    from toolkit.store import StoreDamaged, StoreError
 
     status = None if quiet or is_plain(sys.stderr) else err.status("running the view...")
     if status is not None:
@@ -275,8 +275,6 @@ def run_view_command(
     quiet: bool,
 ) -> None:
     """Run one ViewDefinition and write its rows (see the module docstring)."""
-    from toolkit.errors import ViewDefinitionError
-    from toolkit.viewdefs import load_view
 
     err = make_console(stderr=True)
     connection = (base_url, client_id, client_secret)

@@ -13,11 +13,13 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+import toolkit
 from toolkit import catalogue
 from toolkit._cli import is_plain
 from toolkit._options import BaseUrl, ClientId, ClientSecret, connection_settings
 from toolkit._protocol import Limits, guarded_protocol
 from toolkit._serving import start, until_interrupted
+from toolkit.errors import ConfigurationError, PmtkError
 from toolkit.webhooks._output import (
     JsonLines,
     LineHandler,
@@ -47,7 +49,7 @@ from toolkit.webhooks.listener import (
     write_receiver_file,
 )
 from toolkit.webhooks.queue import AuthHeader
-from toolkit.webhooks.receiver import make_app
+from toolkit.webhooks.receiver import make_app, split_host
 
 LOOPBACK = "127.0.0.1"
 
@@ -252,7 +254,6 @@ def _connected(client: Any) -> Iterator[Any]:
     if client is not None:
         yield client
         return
-    import toolkit
 
     with toolkit.connect() as owned:
         yield owned
@@ -302,7 +303,6 @@ def _served(listener: Listener, config: Any, host: str, take_over: bool) -> Iter
 
 def _take_over(listener: Listener, lock: WorkerLock) -> None:
     """Ask the running receiver to stop, wait until its worker has, adopt what it knew."""
-    from toolkit.errors import ConfigurationError
 
     if lock.take(0):
         note(logging.INFO, "taking over: no other receiver runs; starting the worker")
@@ -354,7 +354,6 @@ def is_loopback(host: str) -> bool:
 
 def check_auth(header: AuthHeader | None, no_auth: bool, host: str) -> None:
     """Refuse to serve without an authentication header, unless told so on loopback."""
-    from toolkit.errors import ConfigurationError
 
     if header is not None:
         return
@@ -375,8 +374,6 @@ def check_auth(header: AuthHeader | None, no_auth: bool, host: str) -> None:
 
 def check_public_hosts(names: Sequence[str]) -> None:
     """Refuse a ``--public-host`` that is not a host name with an optional port."""
-    from toolkit.errors import ConfigurationError
-    from toolkit.webhooks.receiver import split_host
 
     for name in names:
         parsed = split_host(name) if isinstance(name, str) else None
@@ -691,7 +688,6 @@ def _checked_header(
 def _exit_codes() -> Iterator[None]:
     """A refusal before serving exits 2 (a usage error, as ``pmtk sync``); any other
     :class:`~toolkit.errors.PmtkError` exits 1; each says why on stderr."""
-    from toolkit.errors import ConfigurationError, PmtkError
     from toolkit.store import NotAStore, StoreLinked, WrongDeployment
 
     try:
@@ -712,7 +708,6 @@ def _receive(
     lines: logging.Handler,
 ) -> None:
     """``pmtk listen`` proper: connect, receive until Ctrl-C, then say it stopped."""
-    import toolkit
 
     with (
         toolkit.connect(**connection) as client,

@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import PmtkError
+from toolkit.lake import apply_changes as apply_to_lake
 from toolkit.lake import is_lake, pins
+from toolkit.lake import load as load_lake
+from toolkit.lake import sync as sync_lake
 from toolkit.lake.location import check_deployment_name
 from toolkit.store import apply_changes, load, read_manifest, sync
 from toolkit.store.merge import drop_missing_waiting, record_catch_up
@@ -109,7 +112,6 @@ class StoreTarget:
         return [Synced(r.resource, r.status, r.fetched, r.error) for r in summary.resources]
 
     def stamps(self, rtype: str, ids: Sequence[str]) -> dict[str, str | None]:
-
         try:
             return _stamps(load(rtype, self.root, lazy=True), ids)
         except PmtkError:
@@ -144,26 +146,20 @@ class LakeTarget:
         event: Mapping[str, Any] | None,
         errors: Any,
     ) -> Any:
-        from toolkit.lake import apply_changes
-
         del event  # the lake keeps its own history of commits
-        return apply_changes(
+        return apply_to_lake(
             self.lake, self.deployment, rtype, upserts=upserts, deletes=deletes, errors=errors
         )
 
     def sync(self, client: Any, types: Sequence[str]) -> list[Synced]:
-        from toolkit.lake import sync
-
-        summary = sync(client, self.lake, deployment=self.deployment, resources=list(types))
+        summary = sync_lake(client, self.lake, deployment=self.deployment, resources=list(types))
         return [
             Synced(r.resource, r.status, r.records_fetched, r.error)
             for r in summary.resources.values()
         ]
 
     def stamps(self, rtype: str, ids: Sequence[str]) -> dict[str, str | None]:
-        from toolkit.lake import load
-
         try:
-            return _stamps(load(rtype, self.lake, deployment=self.deployment, lazy=True), ids)
+            return _stamps(load_lake(rtype, self.lake, deployment=self.deployment, lazy=True), ids)
         except PmtkError:
             return {}  # no table yet
