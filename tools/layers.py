@@ -64,9 +64,7 @@ KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
         }
     ),
     frozenset({"toolkit.webhooks.journal", "toolkit.webhooks.migrate"}),
-    frozenset({"toolkit.webhooks.listener", "toolkit.webhooks.target"}),
     frozenset({"toolkit.find_cache", "toolkit.notebook_data"}),
-    frozenset({"toolkit.mock.data", "toolkit.mock.data.practice"}),
     frozenset(
         {
             "toolkit.mock.app",

@@ -110,28 +110,6 @@ def out_of_descriptors(exc: BaseException) -> bool:
     return False
 
 
-"""Longest pause between attempts at a store that cannot be written (a sync holds it)."""
-
-
-def synced_types(store: Path) -> frozenset[str]:
-    """The resource types whose table a sync made (an entry with ``last_sync``).
-
-    A table that webhook deliveries alone would make holds a handful of records and
-    looks complete; changes of a type without a synced table wait instead.
-    """
-    from toolkit.store import read_manifest
-
-    try:
-        resources = read_manifest(store).get("resources") or {}
-    except PmtkError:
-        return frozenset()
-    return frozenset(
-        rtype
-        for rtype, entry in resources.items()
-        if isinstance(entry, dict) and entry.get("last_sync") is not None
-    )
-
-
 class Listener:
     """A running receiver and its worker (from :func:`listen`).
 
@@ -168,7 +146,7 @@ class Listener:
         max_dead_bytes: int = DEFAULT_MAX_DEAD_BYTES,
         target: Any = None,
     ) -> None:
-        from toolkit.webhooks.target import StoreTarget
+        from toolkit.webhooks.target import StoreTarget  # the store: not at pmtk's start
 
         self.store = store
         self.target = StoreTarget(store) if target is None else target

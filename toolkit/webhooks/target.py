@@ -24,10 +24,26 @@ from toolkit.lake.location import check_deployment_name
 from toolkit.store import apply_changes, load, read_manifest, sync
 from toolkit.store.merge import drop_missing_waiting, record_catch_up
 from toolkit.store.resume import next_since
-from toolkit.webhooks.listener import synced_types
 
 LAKE_JOURNALS = "_pmtk_listen"
 """``LAKE/_pmtk_listen/<deployment>/.webhooks/``: a lake receiver's journal and notes."""
+
+
+def synced_types(store: Path) -> frozenset[str]:
+    """The resource types whose table a sync made (an entry with ``last_sync``).
+
+    A table that webhook deliveries alone would make holds a handful of records and
+    looks complete; changes of a type without a synced table wait instead.
+    """
+    try:
+        resources = read_manifest(store).get("resources") or {}
+    except PmtkError:
+        return frozenset()
+    return frozenset(
+        rtype
+        for rtype, entry in resources.items()
+        if isinstance(entry, dict) and entry.get("last_sync") is not None
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from toolkit.catalogue import forms
@@ -226,10 +227,10 @@ def generate(seed: int = 0, scale: str = "small", shapes: Shapes = "live") -> Pr
 
 def _draw_families(store: Store, seed: int, sc: Scale) -> None:
     """Every registered family (:func:`~toolkit.mock.data.base.family`), in name order."""
-    import toolkit.mock.data as package
-
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
+    # the family modules beside this one (each registers itself when imported), found
+    # by folder: this module needs its siblings, not the package face that imports it
+    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{__package__}.{module.name}")
     for name in sorted(FAMILIES):
         FAMILIES[name](Drawing(store, random.Random(f"{seed}:{name}"), sc))
 
