@@ -37,8 +37,10 @@ __all__ = [
     "NonSpecRule",
     "catalogue_rules",
     "frame_checks",
+    "frame_rule_rows",
     "non_spec_model",
     "pinned_rows",
+    "rules_markdown",
 ]
 
 
@@ -197,3 +199,36 @@ def pinned_rows() -> dict[tuple[str, str, str, str], list[str]]:
         ]
         for r in non_spec_model()
     }
+
+
+def frame_rule_rows() -> list[tuple[str, str, str, str]]:
+    """Every rule of the frames' schemas that does not come from the spec.
+
+    The frames' view of :func:`toolkit.rule_sources.non_spec_model`, the one model
+    of these rules (the contract suite reads the other view).
+
+    Returns
+    -------
+    list of (table, column, check, source)
+        ``source`` is ``facts`` or ``pmtk``; a violation of one of these rules is
+        a :class:`PmtkDataWarning`, never a :class:`~toolkit.errors.DataValidationError`.
+        The JSON type of a column with such a source is an observation too
+        (``json_type``); it is not listed, to keep the list short.
+    """
+    return [tuple(c) for c in frame_checks()]  # type: ignore[misc]
+
+
+def rules_markdown() -> str:
+    """The ``docs/views.md`` list of the rules that are not the spec's (generated).
+
+    Returns
+    -------
+    str
+        A Markdown table: table, column, check, source.
+    """
+    lines = [
+        "| Table | Column | Check | Source |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| `{t}` | `{c}` | {k} | {s} |" for t, c, k, s in frame_rule_rows()]
+    return "\n".join(lines) + "\n"

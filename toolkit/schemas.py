@@ -37,8 +37,6 @@ from toolkit.views import VIEWS, Column, View, view
 
 __all__ = [
     "PmtkDataWarning",
-    "non_spec_rules",
-    "rules_markdown",
     "schema_for",
     "summarise",
     "validate",
@@ -206,41 +204,6 @@ def custom_frame_checks(v: View) -> Iterator[tuple[Column, str, str]]:
             yield col, "not_nullable", source
         for c in _checks(v, col):
             yield col, c.name or str(c), source
-
-
-def non_spec_rules() -> list[tuple[str, str, str, str]]:
-    """Every rule of the frames' schemas that does not come from the spec.
-
-    The frames' view of :func:`toolkit.rule_sources.non_spec_model`, the one model
-    of these rules (the contract suite reads the other view).
-
-    Returns
-    -------
-    list of (table, column, check, source)
-        ``source`` is ``facts`` or ``pmtk``; a violation of one of these rules is
-        a :class:`PmtkDataWarning`, never a :class:`~toolkit.errors.DataValidationError`.
-        The JSON type of a column with such a source is an observation too
-        (``json_type``); it is not listed, to keep the list short.
-    """
-    from toolkit.rule_sources import frame_checks  # the model reads this module's checks
-
-    return [tuple(c) for c in frame_checks()]  # type: ignore[misc]
-
-
-def rules_markdown() -> str:
-    """The ``docs/views.md`` list of the rules that are not the spec's (generated).
-
-    Returns
-    -------
-    str
-        A Markdown table: table, column, check, source.
-    """
-    lines = [
-        "| Table | Column | Check | Source |",
-        "|---|---|---|---|",
-    ]
-    lines += [f"| `{t}` | `{c}` | {k} | {s} |" for t, c, k, s in non_spec_rules()]
-    return "\n".join(lines) + "\n"
 
 
 def schema_for(resource_type: str, table: str | None = None) -> pa.DataFrameSchema:

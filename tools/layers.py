@@ -39,7 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 800
 
 KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
-    frozenset({"toolkit.rule_sources", "toolkit.schemas"}),
     frozenset(
         {
             "toolkit.lake",

@@ -70,7 +70,7 @@ def _views_tables() -> str:
 
 
 def _frame_rules() -> str:
-    from toolkit.schemas import rules_markdown
+    from toolkit.rule_sources import rules_markdown
 
     return rules_markdown()
 
@@ -169,7 +169,7 @@ BLOCKS: tuple[Block, ...] = (
         ("docs/views.md",),
         "md",
         _frame_rules,
-        "the frames' checks of rules not the spec's (toolkit.schemas.rules_markdown)",
+        "the frames' checks of rules not the spec's (toolkit.rule_sources.rules_markdown)",
     ),
     Block(
         "catalogue-rules",
