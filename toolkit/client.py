@@ -14,8 +14,7 @@ its arguments and hands the work to the module that owns it:
 * :mod:`toolkit.writes`: write bodies checked against the catalogue before
   anything is sent.
 
-The client does not import the mock deployment; :func:`connect` imports it
-lazily only when nothing is configured.
+The embedded mock deployment starts only when :func:`connect` finds nothing configured.
 """
 
 from __future__ import annotations
@@ -752,7 +751,7 @@ class Client:
 # ---------------------------------------------------------------------- connect()
 
 _EMBEDDED_LOCK = threading.Lock()
-_EMBEDDED: dict[str, Any] = {}
+EMBEDDED: dict[str, Any] = {}  # the embedded mock this process started: connect()
 
 
 MOCK_USER_AGENT = "pmtk (embedded mock)"
@@ -762,13 +761,13 @@ MOCK_USER_AGENT = "pmtk (embedded mock)"
 def _embedded_mock() -> Any:
     """Start the embedded mock once per process; it stops at interpreter exit."""
     with _EMBEDDED_LOCK:
-        dep = _EMBEDDED.get("deployment")
+        dep = EMBEDDED.get("deployment")
         if dep is None:
             stack = ExitStack()
             dep = stack.enter_context(serve())
             atexit.register(stack.close)
-            _EMBEDDED["deployment"] = dep
-            _EMBEDDED["stack"] = stack
+            EMBEDDED["deployment"] = dep
+            EMBEDDED["stack"] = stack
         return dep
 
 

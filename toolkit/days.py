@@ -66,7 +66,6 @@ def local_day(day: str | dt.date, tz: str | None = None) -> list[str]:
 
 
 def _calendar_day(day: object) -> dt.date:
-
     if isinstance(day, dt.date) and not isinstance(day, dt.datetime):
         return day
     if isinstance(day, str):

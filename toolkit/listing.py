@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, MalformedPage, unknown_name
 from toolkit.paging import FetchSummary, Page, Walk, local_now
-from toolkit.schemas import validate
 from toolkit.views import flatten, flatten_tables, table_names
 
 if TYPE_CHECKING:
@@ -448,6 +447,7 @@ def validated_frame(
     resource_type: str, pages: list[bytes], *, table: str | None, errors: Any
 ) -> pl.DataFrame:
     """``pages`` flattened by the declared view (or its child ``table``) and validated."""
+    from toolkit.schemas import validate
 
     df = flatten(resource_type, pages, table=table)
     return validate(df, resource_type, table=table, errors=errors)
@@ -455,6 +455,7 @@ def validated_frame(
 
 def validated_frames(resource_type: str, pages: list[bytes], *, errors: Any) -> dict[str, Any]:
     """The main table and every child table of ``pages``, each validated."""
+    from toolkit.schemas import validate
 
     tables = flatten_tables(resource_type, pages)
     return {

@@ -63,7 +63,7 @@ def _embedded_options(client: Any) -> Any | None:
     """The options of the embedded mock when ``client`` talks to it, else ``None``."""
     from toolkit import client as client_module
 
-    dep = client_module._EMBEDDED.get("deployment")
+    dep = client_module.EMBEDDED.get("deployment")
     if dep is None or getattr(client, "base_url", None) != dep.base_url:
         return None
     return dep.options

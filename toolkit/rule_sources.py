@@ -29,7 +29,6 @@ from typing import NamedTuple
 from toolkit import catalogue
 from toolkit.catalogue import Field, Source
 from toolkit.rules import RuleSource, non_spec_rules
-from toolkit.schemas import custom_frame_checks
 from toolkit.views import VIEWS
 
 __all__ = [
@@ -132,6 +131,7 @@ def _cover(rules: list[NonSpecRule], resource: str, path: str, aspect: str) -> i
 @cache
 def _build() -> tuple[tuple[NonSpecRule, ...], dict[FrameCheck, int]]:
     """The model, and each frame check's position in view order."""
+    from toolkit.schemas import custom_frame_checks
 
     rules = [NonSpecRule(r.resource, r.path, r.aspect, r.source, r.rule) for r in non_spec_rules()]
     checks: dict[int, list[FrameCheck]] = {}

@@ -93,6 +93,21 @@ def test_an_import_inside_a_function_is_refused_unless_it_keeps_pmtk_start_light
     ]
 
 
+def test_an_import_inside_a_function_may_keep_a_heavy_library_out(tmp_path: Path) -> None:
+    """pandera costs seconds to import: a module that does not load it may import one
+    that does inside a function (the client validates frames only when asked)."""
+    found = _package(
+        tmp_path,
+        {
+            "cli.py": "",
+            "frames.py": "import pandera\n",
+            "checks.py": "from pandera import Check\n\ndef f():\n    from pkg import frames\n",
+            "client.py": "import polars\n\ndef g():\n    from pkg import frames\n",
+        },
+    )
+    assert _problems(found) == ["pkg/checks.py:4: imports pkg.frames inside f()"]
+
+
 def test_a_circle_hidden_by_an_import_inside_a_function_is_a_circle(tmp_path: Path) -> None:
     files = {
         "cli.py": "",

@@ -129,7 +129,6 @@ def _sync(err: Any, lake: str, settings: dict[str, Any], options: dict[str, Any]
 
 
 def _import(err: Any, store: Path, out: str, deployment: str | None, *, quiet: bool) -> None:
-
     if deployment is None:
         _say(err, "refused", "--from-store needs --deployment NAME: the name it takes in the lake")
         raise typer.Exit(EXIT_REFUSED)

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from toolkit import catalogue, schemas, views
+from toolkit import catalogue, views
 from toolkit._threads import daemon_pool
 from toolkit.errors import ConfigurationError
 from toolkit.lake.commit import PART, Change, commit, lake_tables
@@ -403,6 +403,7 @@ def _stage_part(
 def _stage(
     staged: _Staged, rt: str, pages: list[Any], errors: ErrorsMode, result: LakeResourceSync
 ) -> None:
+    from toolkit import schemas
 
     records = [r for page in pages for r in page.records]
     result.records_fetched += len(records)
@@ -490,6 +491,7 @@ def _validated_tables(
     resource_type: str, upserts: Sequence[Mapping[str, Any]], errors: ErrorsMode
 ) -> dict[str, pl.DataFrame]:
     """The records flattened into every table of a lake and validated (before any write)."""
+    from toolkit import schemas
 
     records = [dict(r) for r in upserts if r.get("resourceType") == resource_type]
     page = orjson.dumps(

@@ -111,7 +111,7 @@ def normalise_base_url(url: str) -> str:
 def _is_embedded_mock(base_url: str) -> bool:
     """Whether ``base_url`` is the embedded mock this process started (if any)."""
 
-    dep = client_module._EMBEDDED.get("deployment")
+    dep = client_module.EMBEDDED.get("deployment")
     return dep is not None and normalise_base_url(str(dep.base_url)) == base_url
 
 

@@ -300,7 +300,6 @@ def snake(name: str) -> str:
 
 
 def _views(resource_type: str) -> tuple[Any, ...]:
-
     if resource_type not in views.VIEWS:
         known = ", ".join(views.VIEWS)
         msg = f"no view for resource type {resource_type!r}; known types: {known}"

@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from toolkit import schemas, views
+from toolkit import views
 from toolkit.store.layout import (
     claim,
     empty_tables,
@@ -397,6 +397,7 @@ def _checked_tables(
     errors: ErrorsMode,
 ) -> dict[str, pl.DataFrame]:
     """The records flattened with the resource's view and validated (before any lock)."""
+    from toolkit import schemas
 
     page = orjson.dumps(
         {

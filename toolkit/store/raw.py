@@ -156,7 +156,6 @@ class _RawWalk:
         self.summary = FetchSummary(resource_type, started_at=started_at)
 
     def _record(self, blob: bytes) -> Any:
-
         try:
             return orjson.loads(blob)
         except orjson.JSONDecodeError as exc:

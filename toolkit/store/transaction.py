@@ -26,7 +26,6 @@ from typing import Any
 
 import polars as pl
 
-from toolkit import schemas
 from toolkit.errors import PmtkError
 from toolkit.store.layout import (
     DATA_FILE_NAME,
@@ -305,6 +304,7 @@ class Transaction:
         that failed, and resuming would fail on them again even after the
         source is fixed, so the next run re-fetches.
         """
+        from toolkit import schemas
 
         try:
             for table in self.empty:

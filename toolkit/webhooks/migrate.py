@@ -86,7 +86,6 @@ def migrate_folders(queue: EventQueue, base: Path) -> int:
 def _import(
     db: sqlite3.Connection, folder: str, change: Change, reason: str | None, dead_at: Any
 ) -> None:
-
     state = {"queue": "queued", "waiting": "waiting", "dead": "dead"}[folder]
     _insert(db, [change], state)
     if state == "dead":

@@ -16,11 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import PmtkError
-from toolkit.lake import apply_changes as apply_to_lake
-from toolkit.lake import is_lake, pins
-from toolkit.lake import load as load_lake
-from toolkit.lake import sync as sync_lake
-from toolkit.lake.location import check_deployment_name
 from toolkit.store import apply_changes, load, read_manifest, sync
 from toolkit.store.merge import drop_missing_waiting, record_catch_up
 from toolkit.store.resume import next_since
@@ -98,15 +93,12 @@ class StoreTarget:
         return next_since(entry)
 
     def drop_missing(self, rtype: str, present: set[str], older_than: str) -> list[str]:
-
         return drop_missing_waiting(self.root, rtype, present, older_than=older_than)
 
     def record_catch_up(self, rtype: str, **walk: Any) -> bool:
-
         return record_catch_up(self.root, rtype, **walk)
 
     def synced_types(self) -> frozenset[str]:
-
         return synced_types(self.root)
 
     def apply(
@@ -117,13 +109,11 @@ class StoreTarget:
         event: Mapping[str, Any] | None,
         errors: Any,
     ) -> Any:
-
         return apply_changes(
             rtype, self.root, upserts=upserts, deletes=deletes, event=event, errors=errors
         )
 
     def sync(self, client: Any, types: Sequence[str]) -> list[Synced]:
-
         summary = sync(client, self.root, resources=list(types), progress=False)
         return [Synced(r.resource, r.status, r.fetched, r.error) for r in summary.resources]
 
@@ -139,6 +129,7 @@ class LakeTarget:
     NAME``, as ``pmtk sync --out LAKE --deployment NAME``)."""
 
     def __init__(self, lake: Path, deployment: str) -> None:
+        from toolkit.lake.location import check_deployment_name
 
         self.lake = lake
         self.deployment = check_deployment_name(deployment)
@@ -146,6 +137,7 @@ class LakeTarget:
         self.shown = f"{lake} (deployment {self.deployment})"
 
     def synced_types(self) -> frozenset[str]:
+        from toolkit.lake import is_lake, pins
 
         try:
             if not is_lake(str(self.lake)):
@@ -162,12 +154,16 @@ class LakeTarget:
         event: Mapping[str, Any] | None,
         errors: Any,
     ) -> Any:
+        from toolkit.lake import apply_changes as apply_to_lake
+
         del event  # the lake keeps its own history of commits
         return apply_to_lake(
             self.lake, self.deployment, rtype, upserts=upserts, deletes=deletes, errors=errors
         )
 
     def sync(self, client: Any, types: Sequence[str]) -> list[Synced]:
+        from toolkit.lake import sync as sync_lake
+
         summary = sync_lake(client, self.lake, deployment=self.deployment, resources=list(types))
         return [
             Synced(r.resource, r.status, r.records_fetched, r.error)
@@ -175,6 +171,8 @@ class LakeTarget:
         ]
 
     def stamps(self, rtype: str, ids: Sequence[str]) -> dict[str, str | None]:
+        from toolkit.lake import load as load_lake
+
         try:
             return _stamps(load_lake(rtype, self.lake, deployment=self.deployment, lazy=True), ids)
         except PmtkError:
