@@ -578,6 +578,30 @@ def test_repeat_with_a_nested_for_each_or_null_and_a_where() -> None:
     assert run_view(filtered, [QR, QR2]).rows() == [("q2", 0, "x", 0)]
 
 
+def _chain(levels: int) -> pl.DataFrame:
+    """A resource whose ``a`` nests ``levels`` deep (``v`` = its depth), as a frame."""
+    node: dict[str, Any] = {"v": levels}
+    for depth in range(levels - 1, 0, -1):
+        node = {"v": depth, "a": node}
+    return pl.DataFrame({"__c": [{"resourceType": "Basic", "id": "r", "a": node}]})
+
+
+CHAIN = {
+    "resource": "Basic",
+    "select": [{"repeat": ["a"], "column": [_col("v", "v"), _col("i", "%rowIndex")]}],
+}
+
+
+def test_repeat_runs_at_its_depth_bound_and_is_refused_beyond() -> None:
+    at = evaluate(load_view(CHAIN), _chain(64))
+    assert at.get_column("v").to_list() == list(range(1, 65))
+    assert at.get_column("i").to_list() == list(range(64))
+    with pytest.raises(ViewDefinitionError) as caught:
+        evaluate(load_view(CHAIN), _chain(65))
+    assert caught.value.path == "select[0].repeat"
+    assert str(caught.value) == "select[0].repeat: the repeat goes deeper than 64 levels"
+
+
 # ---------------------------------------------------------------- constants
 
 

@@ -328,7 +328,8 @@ def _repeat_levels(view: View, node: Select, frame: pl.DataFrame) -> list[pl.Dat
     """
     frontier = [frame.select(pl.col("__k").alias("__root"), "__c", pl.lit("").alias("__s"))]
     levels: list[pl.DataFrame] = []
-    for _depth in range(_MAX_DEPTH):
+    # one step more than the bound: a tree exactly _MAX_DEPTH deep ends on an empty step
+    for _depth in range(_MAX_DEPTH + 1):
         nxt = [items for level in frontier for items in _repeat_step(view, node, level)]
         if not nxt:
             break
