@@ -937,3 +937,70 @@ def test_an_empty_collection_column_has_its_declared_item_type() -> None:
     assert frame.schema == pl.Schema(
         {"id": pl.String, "n": pl.List(pl.Int64), "b": pl.List(pl.Boolean)}
     )
+
+
+# ---------------------------------------------------------------- repeat, more shapes
+
+
+def test_repeat_goes_on_by_a_later_path_where_the_first_has_no_item_at_that_depth() -> None:
+    # r1 gives nested items a type; the where keeps only r2, whose items have none,
+    # so at r2's first depth the first path reaches nothing and answer.item goes on
+    r1 = {
+        "resourceType": "QuestionnaireResponse",
+        "id": "r1",
+        "item": [{"linkId": "n", "item": [{"linkId": "n.1"}]}],
+    }
+    r2 = {
+        "resourceType": "QuestionnaireResponse",
+        "id": "r2",
+        "item": [{"linkId": "1", "answer": [{"item": [{"linkId": "1.a"}]}]}],
+    }
+    view = dict(_qr_view("item", "answer.item"), where=[{"path": "id = 'r2'"}])
+    assert _depth_first(r2, ["item", "answer.item"]) == ["1", "1.a"]
+    assert _rows(view, [r1, r2]) == [("r2", 0, "1"), ("r2", 1, "1.a")]
+
+
+def test_repeat_puts_the_first_paths_whole_subtree_before_the_next_paths() -> None:
+    record = {
+        "resourceType": "QuestionnaireResponse",
+        "id": "q",
+        "item": [
+            {
+                "linkId": "1",
+                "item": [{"linkId": "1.1", "item": [{"linkId": "1.1.1"}]}, {"linkId": "1.2"}],
+                "answer": [{"item": [{"linkId": "1.a", "item": [{"linkId": "1.a.1"}]}]}],
+            }
+        ],
+    }
+    expected = _depth_first(record, ["item", "answer.item"])
+    assert expected == ["1", "1.1", "1.1.1", "1.2", "1.a", "1.a.1"]
+    rows = _rows(_qr_view("item", "answer.item"), [record])
+    assert rows == [("q", i, link) for i, link in enumerate(expected)]
+    # the other way round: answers first
+    expected = _depth_first(record, ["answer.item", "item"])
+    assert expected == ["1", "1.a", "1.a.1", "1.1", "1.1.1", "1.2"]
+    rows = _rows(_qr_view("answer.item", "item"), [record])
+    assert rows == [("q", i, link) for i, link in enumerate(expected)]
+
+
+def test_the_resource_is_not_the_focus_of_a_repeat_path() -> None:
+    with pytest.raises(ViewDefinitionError, match="only supported where the focus") as caught:
+        run_view(_qr_view("%resource.item"), [QR])
+    assert caught.value.path == "select[1].repeat[0]"
+
+
+def test_a_date_column_refuses_a_date_time_or_another_layout() -> None:
+    view = _view(ID, {"column": [_col("born", "birthDate", type="date", tag=DATE_TAG)]})
+    for value in ("2001-02-03T04:05:06+00:00", "2001/02/03", "03-02-2001", "20010203"):
+        with pytest.raises(DataValidationError, match="1 value\\(s\\) are not a date: ") as caught:
+            run_view(view, _dated([value]))
+        assert caught.value.failure_cases.rows() == [("born", value)]
+
+
+def test_the_resource_is_not_the_focus_of_a_repeat_column_even_with_no_item() -> None:
+    view = _qr_view("item")
+    view["select"][1]["column"].append(_col("r", "%resource.id"))
+    for records in ([QR], [QR_NONE]):
+        with pytest.raises(ViewDefinitionError, match="only supported where the focus") as caught:
+            run_view(view, records)
+        assert caught.value.path == "select[1].column[2].path"
