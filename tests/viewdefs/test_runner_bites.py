@@ -1004,3 +1004,43 @@ def test_the_resource_is_not_the_focus_of_a_repeat_column_even_with_no_item() ->
         with pytest.raises(ViewDefinitionError, match="only supported where the focus") as caught:
             run_view(view, records)
         assert caught.value.path == "select[1].column[2].path"
+
+
+def test_an_untyped_column_takes_its_datas_type_at_every_depth_and_branch() -> None:
+    # docs/views.md: "A column without a type takes the type of its data". A repeat
+    # depth or a unionAll branch where the path has no data used to make it text
+    # ("true"), since each depth and branch is evaluated on its own schema.
+    record = {
+        "resourceType": "QuestionnaireResponse",
+        "id": "q",
+        "item": [{"linkId": "1", "required": True, "item": [{"linkId": "1.1"}]}],
+    }
+    repeat = {
+        "resource": "QuestionnaireResponse",
+        "select": [{"repeat": ["item"], "column": [_col("l", "linkId"), _col("r", "required")]}],
+    }
+    frame = run_view(repeat, [record])
+    assert frame.rows() == [("1", True), ("1.1", None)]
+    assert frame.schema == pl.Schema({"l": pl.String, "r": pl.Boolean})
+    patient = {
+        "resourceType": "Patient",
+        "id": "a",
+        "name": [{"family": "F"}],
+        "communication": [{"preferred": True}],
+    }
+    union = _view(
+        {
+            "unionAll": [
+                {"forEach": "name", "column": [_col("p", "preferred")]},
+                {"forEach": "communication", "column": [_col("p", "preferred")]},
+            ]
+        }
+    )
+    frame = run_view(union, [patient])
+    assert frame.rows() == [(None,), (True,)]
+    assert frame.schema == pl.Schema({"p": pl.Boolean})
+    # with no data anywhere, an untyped column is text
+    frame = run_view(repeat, [])
+    assert frame.schema == pl.Schema({"l": pl.String, "r": pl.String})
+    frame = run_view(union, [{"resourceType": "Patient", "id": "b"}])
+    assert frame.schema == pl.Schema({"p": pl.String})

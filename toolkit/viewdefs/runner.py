@@ -108,7 +108,9 @@ def _column_expr(view: View, col: Column, dtype: pl.DataType, root: bool) -> tup
         target = polars_type(col.type) if col.type else pl.String()
         if col.collection:
             return pl.lit([], dtype=pl.List(target)).alias(col.name), False
-        return pl.lit(None, dtype=target).alias(col.name), False
+        # untyped: Null, so that a unionAll branch or a repeat depth where the path has
+        # data gives the column its type; what stays Null is String (see _evaluate)
+        return pl.lit(None, dtype=target if col.type else pl.Null()).alias(col.name), False
     if isinstance(val.dtype, pl.Struct | pl.List):
         msg = (
             f"{where}: {col.source!r} gives a complex element, which cannot be a column: "
@@ -402,7 +404,7 @@ def _evaluate(view: View, resources: pl.DataFrame) -> pl.DataFrame:
         cond = to_bool(val, scope, "a where path")
         frame = frame.filter(cond)
     result = _select(view, view.root, frame, True)
-    return result.drop("__k")
+    return result.drop("__k").with_columns(pl.col(pl.Null).cast(pl.String))
 
 
 def _source(view: View, where: str) -> str:
