@@ -1044,3 +1044,22 @@ def test_an_untyped_column_takes_its_datas_type_at_every_depth_and_branch() -> N
     assert frame.schema == pl.Schema({"l": pl.String, "r": pl.String})
     frame = run_view(union, [{"resourceType": "Patient", "id": "b"}])
     assert frame.schema == pl.Schema({"p": pl.String})
+
+
+def test_the_budget_counts_the_rows_a_join_gives_not_the_sizes_of_its_sides() -> None:
+    named = {"resourceType": "Patient", "id": "n", "name": [{"family": "N"}]}
+    reached = {"resourceType": "Patient", "id": "t", "telecom": [{"value": "1"}, {"value": "2"}]}
+    names = _view({"forEach": "name", "column": [_col("f", "family")]})
+    # one name row: the join of the two resources' keys with it gives one row, not two
+    assert run_view(names, [named, reached], max_rows=1).rows() == [("N",)]
+    both = _view(
+        {"forEach": "name", "column": [_col("f", "family")]},
+        {"forEach": "telecom", "column": [_col("t", "value")]},
+    )
+    # n's name and t's telecoms share no resource: the cross product has no row
+    assert run_view(both, [named, reached], max_rows=2).rows() == []
+    with pytest.raises(ViewDefinitionError, match="reaches 2 rows") as caught:
+        run_view(both, [named, reached], max_rows=1)
+    assert caught.value.path == "select[1].forEach"
+    # a budget of 0 allows a view that gives nothing
+    assert run_view(both, [], max_rows=0).rows() == []

@@ -225,9 +225,12 @@ def _body(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataF
 
 
 def _product(left: pl.DataFrame, right: pl.DataFrame) -> int:
-    """The rows the join of ``left`` and ``right`` on ``__k`` gives, counted before it."""
-    if left.height <= 1 or right.height <= 1:
-        return left.height * right.height
+    """The rows the join of ``left`` and ``right`` on ``__k`` gives, counted before it.
+
+    Counted per key even where a side has one row: that row's key may have no match
+    (a sibling select with no row for its resource), and the product of the sizes
+    then passes the budget for a join that gives nothing.
+    """
     counts = left.group_by("__k").len().join(right.group_by("__k").len(), on="__k")
     total = counts.select((pl.col("len") * pl.col("len_right")).sum()).item()
     return int(total or 0)
