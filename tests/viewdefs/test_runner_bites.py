@@ -1063,3 +1063,47 @@ def test_the_budget_counts_the_rows_a_join_gives_not_the_sizes_of_its_sides() ->
     assert caught.value.path == "select[1].forEach"
     # a budget of 0 allows a view that gives nothing
     assert run_view(both, [], max_rows=0).rows() == []
+
+
+def test_a_complex_element_column_says_what_to_name_instead() -> None:
+    view = _view({"column": [_col("n", "name.first()")]})
+    with pytest.raises(ViewDefinitionError) as caught:
+        run_view(view, PATIENTS)
+    assert str(caught.value) == (
+        "select[0].column[0].path: 'name.first()' gives a complex element, which cannot be "
+        "a column: name one of its primitive children"
+    )
+
+
+def test_text_of_a_collection_becomes_booleans_item_by_item() -> None:
+    records = [
+        {"resourceType": "Patient", "id": "1", "name": [{"given": ["true", "false", "x"]}]},
+        {"resourceType": "Patient", "id": "2", "name": [{"given": ["false"]}]},
+    ]
+    listed = _view(ID, {"column": [_col("b", "name.given", type="boolean", collection=True)]})
+    frame = run_view(listed, records)
+    assert frame.rows() == [("1", [True, False, None]), ("2", [False])]
+    assert frame.schema["b"] == pl.List(pl.Boolean)
+    # one value of a collection path, not a collection column
+    single = _view(ID, {"column": [_col("b", "name.given", type="boolean")]})
+    frame = run_view(single, records[1:])
+    assert frame.rows() == [("2", False)]
+    assert frame.schema["b"] == pl.Boolean
+
+
+def test_a_where_path_that_cannot_compile_is_named_with_its_text() -> None:
+    view = _view(ID, where=[{"path": "active"}, {"path": "gender + 1"}])
+    with pytest.raises(ViewDefinitionError) as caught:
+        run_view(view, PATIENTS)
+    assert caught.value.path == "where[1].path"
+    assert str(caught.value).startswith("where[1].path: ")
+    assert str(caught.value).endswith(", in 'gender + 1'")
+
+
+def test_the_row_index_of_every_iteration_is_an_integer() -> None:
+    single = _view({"forEach": "name.first()", "column": [_col("i", "%rowIndex")]})
+    many = _view({"forEach": "name", "column": [_col("i", "%rowIndex")]})
+    none = _view({"forEachOrNull": "contact", "column": [_col("i", "%rowIndex")]})
+    top = _view({"column": [_col("i", "%rowIndex")]})
+    for view in (single, many, none, top):
+        assert run_view(view, PATIENTS).schema == pl.Schema({"i": pl.Int64})
