@@ -836,15 +836,26 @@ def test_an_iteration_path_that_cannot_compile_is_named() -> None:
         run_view(each, PATIENTS)
     assert caught.value.path == "select[1].forEach"
     assert str(caught.value).startswith("select[1].forEach: ")
+    # the message quotes the path (it quoted '' before)
+    assert str(caught.value).endswith(", in 'name.family + 1'")
     or_null = _view(ID, {"forEachOrNull": "gender + 1", "column": [_col("f", "$this")]})
     with pytest.raises(ViewDefinitionError) as caught:
         run_view(or_null, PATIENTS)
     assert caught.value.path == "select[1].forEachOrNull"
+    assert str(caught.value).endswith(", in 'gender + 1'")
     repeat = _qr_view("item", "linkId + 1")
     with pytest.raises(ViewDefinitionError) as caught:
         run_view(repeat, [QR])
     assert caught.value.path == "select[1].repeat[1]"
     assert str(caught.value).startswith("select[1].repeat[1]: ")
+    assert str(caught.value).endswith(", in 'linkId + 1'")
+    nested = _view(
+        {"select": [{"unionAll": [ID, {"forEach": "gender + 1", "column": [_col("id", "$this")]}]}]}
+    )
+    with pytest.raises(ViewDefinitionError) as caught:
+        run_view(nested, PATIENTS)
+    assert caught.value.path == "select[0].select[0].unionAll[1].forEach"
+    assert str(caught.value).endswith(", in 'gender + 1'")
 
 
 def test_the_resource_is_read_where_it_is_the_focus_and_only_there() -> None:
@@ -874,6 +885,11 @@ def test_the_resource_is_read_where_it_is_the_focus_and_only_there() -> None:
     null_row = _view(ID, {"forEachOrNull": "contact", "column": [_col("r", "%resource.id")]})
     with pytest.raises(ViewDefinitionError, match="only supported where the focus"):
         run_view(null_row, PATIENTS)
+    # nor an item of a forEachOrNull, where every resource has one
+    items = _view(ID, {"forEachOrNull": "name", "column": [_col("r", "%resource.id")]})
+    with pytest.raises(ViewDefinitionError, match="only supported where the focus") as caught:
+        run_view(items, PATIENTS[:1])
+    assert caught.value.path == "select[1].column[0].path"
     in_repeat = _qr_view("item")
     in_repeat["select"][1]["column"].append(_col("r", "%resource.id"))
     with pytest.raises(ViewDefinitionError, match="only supported where the focus") as caught:

@@ -21,6 +21,7 @@ operation over the whole frame.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -291,7 +292,7 @@ def _select(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.Dat
     if node.for_each is None:
         return _body(view, node, frame, root)
     where = f"{node.where}.{'forEachOrNull' if node.or_null else 'forEach'}"
-    val = _compiled(view, node.for_each, frame.schema["__c"], where, "", root=root)
+    val = _compiled(view, node.for_each, frame.schema["__c"], where, _text(view, where), root=root)
     items = _iterate(frame, val, node.or_null)
     _budget(items.height, where, "the items it iterates")
     if not node.or_null:
@@ -311,7 +312,7 @@ def _repeat_step(view: View, node: Select, level: pl.DataFrame) -> list[pl.DataF
     nxt: list[pl.DataFrame] = []
     for j, path in enumerate(node.repeat):
         where = f"{node.where}.repeat[{j}]"
-        val = _compiled(view, path, level.schema["__c"], where, "", root=False)
+        val = _compiled(view, path, level.schema["__c"], where, _text(view, where), root=False)
         if val.empty:
             continue
         items = _iterate(level, val, or_null=False)
@@ -401,7 +402,7 @@ def _evaluate(view: View, resources: pl.DataFrame) -> pl.DataFrame:
     )
     dtype = frame.schema["__c"]
     for node, where in view.where:
-        source = _source(view, where)
+        source = _text(view, where)
         scope = _scope(view, dtype, where, source, root=True)
         val = _compiled(view, node, dtype, where, source, root=True)
         cond = to_bool(val, scope, "a where path")
@@ -410,7 +411,9 @@ def _evaluate(view: View, resources: pl.DataFrame) -> pl.DataFrame:
     return result.drop("__k").with_columns(pl.col(pl.Null).cast(pl.String))
 
 
-def _source(view: View, where: str) -> str:
-    index = int(where.split("[", 1)[1].split("]", 1)[0])
-    item: Any = view.raw.get("where", [])[index]
-    return str(item.get("path", ""))
+def _text(view: View, where: str) -> str:
+    """The path at ``where`` in the view as written (``where[0].path``, ``select[1].forEach``)."""
+    item: Any = view.raw
+    for key, index in re.findall(r"(\w+)(?:\[(\d+)\])?", where):
+        item = item[key][int(index)] if index else item[key]
+    return str(item)
