@@ -1123,3 +1123,20 @@ def test_the_row_index_of_every_iteration_is_an_integer() -> None:
     top = _view({"column": [_col("i", "%rowIndex")]})
     for view in (single, many, none, top):
         assert run_view(view, PATIENTS).schema == pl.Schema({"i": pl.Int64})
+
+
+def test_an_untyped_number_column_holding_integers_and_decimals_by_depth_is_decimal() -> None:
+    # each repeat depth has its own schema: an integer at one and a decimal at another
+    # are one column of decimals, as FHIRPath's integer converts to decimal
+    record = {
+        "resourceType": "QuestionnaireResponse",
+        "id": "q",
+        "item": [{"linkId": "1", "w": 2, "item": [{"linkId": "1.1", "w": 1.5}]}],
+    }
+    view = {
+        "resource": "QuestionnaireResponse",
+        "select": [{"repeat": ["item"], "column": [_col("l", "linkId"), _col("w", "w")]}],
+    }
+    frame = run_view(view, [record])
+    assert frame.rows() == [("1", 2.0), ("1.1", 1.5)]
+    assert frame.schema["w"] == pl.Float64
