@@ -153,6 +153,18 @@ TARGETS: dict[str, Target] = {
         ),
         isolation="forkserver",
     ),
+    # The FHIRPath compiler under the runner, every function, against the same tests
+    # (none written for it yet) and test_runner.py's regex and replacement tests.
+    "viewdefs-compile": Target(
+        "toolkit/viewdefs/compile.py",
+        (
+            "tests/viewdefs/test_runner_bites.py",
+            "tests/viewdefs/test_for_each_or_null.py",
+            "tests/viewdefs/test_runner.py",
+            "tests/viewdefs/test_sof_suite.py::test_suite_case",
+        ),
+        isolation="forkserver",
+    ),
 }
 """Module name -> the file mutated and its own test files."""
 
