@@ -139,6 +139,32 @@ TARGETS: dict[str, Target] = {
             ),
         ),
     ),
+    # The ViewDefinition runner, every function, against its focused tests: the official
+    # suite's cases (not the report, paging and hostile-resource tests of that file) and the
+    # runner's own files. test_runner.py (the inputs a view takes, the regex engine) and
+    # test_property_oracle.py (~30 s, a randomised per-record comparison) are left out: on
+    # a 2-core machine each mutant's run must stay at seconds.
+    "viewdefs": Target(
+        "toolkit/viewdefs/runner.py",
+        (
+            "tests/viewdefs/test_runner_bites.py",
+            "tests/viewdefs/test_for_each_or_null.py",
+            "tests/viewdefs/test_sof_suite.py::test_suite_case",
+        ),
+        isolation="forkserver",
+    ),
+    # The FHIRPath compiler under the runner, every function, against the same tests
+    # (none written for it yet) and test_runner.py's regex and replacement tests.
+    "viewdefs-compile": Target(
+        "toolkit/viewdefs/compile.py",
+        (
+            "tests/viewdefs/test_runner_bites.py",
+            "tests/viewdefs/test_for_each_or_null.py",
+            "tests/viewdefs/test_runner.py",
+            "tests/viewdefs/test_sof_suite.py::test_suite_case",
+        ),
+        isolation="forkserver",
+    ),
 }
 """Module name -> the file mutated and its own test files."""
 
@@ -155,7 +181,8 @@ def _pyproject(target: Target, tests: list[str]) -> str:
     settings = {
         "source_paths": ["toolkit/"],
         "only_mutate": target.source.split(","),
-        "also_copy": ["contracts/", "conftest.py"],
+        # docs/: the suite's tests compare the report they write with docs/sof-test-report.json
+        "also_copy": ["contracts/", "conftest.py", "docs/"],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:randomly"],
         "use_git_change_detection": False,
@@ -173,7 +200,7 @@ def _prepare(work: Path, target: Target, tests: list[str], fresh: bool) -> None:
     if fresh and work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    for name in ("toolkit", "contracts", "tests"):
+    for name in ("toolkit", "contracts", "tests", "docs"):
         dest = work / name
         if dest.exists():
             shutil.rmtree(dest)
@@ -281,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     # The store tests build one synced store per run, not one per mutant.
     store = work / "store-cache" / "pmtk-store"
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PMTK_MUTATION_STORE": str(store)}
+    # The SQL-on-FHIR suite's tests look for it beside the checkout, which from the
+    # scratch copy is .mutation/shared: without this they are skipped, and kill nothing.
+    env.setdefault("PMTK_SOF_SUITE", str(ROOT.parent / "shared" / "sql-on-fhir-v2"))
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
     # mutmut redraws a progress line many times a second: keep it in a log, not the terminal.
     only = list(args.only or target.only)

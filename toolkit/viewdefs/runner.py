@@ -21,6 +21,7 @@ operation over the whole frame.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -108,7 +109,9 @@ def _column_expr(view: View, col: Column, dtype: pl.DataType, root: bool) -> tup
         target = polars_type(col.type) if col.type else pl.String()
         if col.collection:
             return pl.lit([], dtype=pl.List(target)).alias(col.name), False
-        return pl.lit(None, dtype=target).alias(col.name), False
+        # untyped: Null, so that a unionAll branch or a repeat depth where the path has
+        # data gives the column its type; what stays Null is String (see _evaluate)
+        return pl.lit(None, dtype=target if col.type else pl.Null()).alias(col.name), False
     if isinstance(val.dtype, pl.Struct | pl.List):
         msg = (
             f"{where}: {col.source!r} gives a complex element, which cannot be a column: "
@@ -223,9 +226,12 @@ def _body(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataF
 
 
 def _product(left: pl.DataFrame, right: pl.DataFrame) -> int:
-    """The rows the join of ``left`` and ``right`` on ``__k`` gives, counted before it."""
-    if left.height <= 1 or right.height <= 1:
-        return left.height * right.height
+    """The rows the join of ``left`` and ``right`` on ``__k`` gives, counted before it.
+
+    Counted per key even where a side has one row: that row's key may have no match
+    (a sibling select with no row for its resource), and the product of the sizes
+    then passes the budget for a join that gives nothing.
+    """
     counts = left.group_by("__k").len().join(right.group_by("__k").len(), on="__k")
     total = counts.select((pl.col("len") * pl.col("len_right")).sum()).item()
     return int(total or 0)
@@ -286,7 +292,7 @@ def _select(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.Dat
     if node.for_each is None:
         return _body(view, node, frame, root)
     where = f"{node.where}.{'forEachOrNull' if node.or_null else 'forEach'}"
-    val = _compiled(view, node.for_each, frame.schema["__c"], where, "", root=root)
+    val = _compiled(view, node.for_each, frame.schema["__c"], where, _text(view, where), root=root)
     items = _iterate(frame, val, node.or_null)
     _budget(items.height, where, "the items it iterates")
     if not node.or_null:
@@ -306,7 +312,7 @@ def _repeat_step(view: View, node: Select, level: pl.DataFrame) -> list[pl.DataF
     nxt: list[pl.DataFrame] = []
     for j, path in enumerate(node.repeat):
         where = f"{node.where}.repeat[{j}]"
-        val = _compiled(view, path, level.schema["__c"], where, "", root=False)
+        val = _compiled(view, path, level.schema["__c"], where, _text(view, where), root=False)
         if val.empty:
             continue
         items = _iterate(level, val, or_null=False)
@@ -328,7 +334,8 @@ def _repeat_levels(view: View, node: Select, frame: pl.DataFrame) -> list[pl.Dat
     """
     frontier = [frame.select(pl.col("__k").alias("__root"), "__c", pl.lit("").alias("__s"))]
     levels: list[pl.DataFrame] = []
-    for _depth in range(_MAX_DEPTH):
+    # one step more than the bound: a tree exactly _MAX_DEPTH deep ends on an empty step
+    for _depth in range(_MAX_DEPTH + 1):
         nxt = [items for level in frontier for items in _repeat_step(view, node, level)]
         if not nxt:
             break
@@ -395,16 +402,18 @@ def _evaluate(view: View, resources: pl.DataFrame) -> pl.DataFrame:
     )
     dtype = frame.schema["__c"]
     for node, where in view.where:
-        source = _source(view, where)
+        source = _text(view, where)
         scope = _scope(view, dtype, where, source, root=True)
         val = _compiled(view, node, dtype, where, source, root=True)
         cond = to_bool(val, scope, "a where path")
         frame = frame.filter(cond)
     result = _select(view, view.root, frame, True)
-    return result.drop("__k")
+    return result.drop("__k").with_columns(pl.col(pl.Null).cast(pl.String))
 
 
-def _source(view: View, where: str) -> str:
-    index = int(where.split("[", 1)[1].split("]", 1)[0])
-    item: Any = view.raw.get("where", [])[index]
-    return str(item.get("path", ""))
+def _text(view: View, where: str) -> str:
+    """The path at ``where`` in the view as written (``where[0].path``, ``select[1].forEach``)."""
+    item: Any = view.raw
+    for key, index in re.findall(r"(\w+)(?:\[(\d+)\])?", where):
+        item = item[key][int(index)] if index else item[key]
+    return str(item)
