@@ -139,6 +139,12 @@ TARGETS: dict[str, Target] = {
             ),
         ),
     ),
+    # The receiver's journal, every function: its own focused files (in-process, no
+    # `pmtk listen` child), not the end-to-end listener tests that also reach it.
+    "journal": Target(
+        "toolkit/webhooks/journal.py",
+        ("tests/listen/test_journal_bites.py", "tests/listen/test_journal_migration.py"),
+    ),
 }
 """Module name -> the file mutated and its own test files."""
 
