@@ -374,6 +374,44 @@ def test_an_sqlite_error_in_a_move_is_a_journal_error_naming_the_step_and_rolls_
     assert [r["state"] for r in rows(store)] == ["claimed"]
 
 
+MOVES: dict[str, Callable[[EventQueue, list[Change]], object]] = {
+    # each public move and the name of its transaction (the kill-point hooks use them)
+    "intake": lambda q, _c: q.put([ev("9")], "a"),
+    "requeue": lambda q, c: q.put_changes([c[0]]),
+    "claim": lambda q, _c: q.take(),
+    "read": lambda q, c: q.settle(Settled(read=[(c[0], None)])),
+    "applied": lambda q, c: q.finish([c[0]]),
+    "unclaim": lambda q, c: q.unclaim([c[0]]),
+    "recover": lambda q, _c: q.recover(),
+    "waiting": lambda q, c: q.hold(c[0]),
+    "release": lambda q, _c: q.release({"Appointment"}),
+    "dead": lambda q, c: q.bury(c[0], "refused"),
+    "requeue-dead": lambda q, _c: q.requeue_dead(),
+}
+
+
+@pytest.mark.parametrize("move", sorted(MOVES))
+def test_a_move_the_disk_refuses_names_its_step_and_changes_nothing(
+    move: str, queue: EventQueue, store: Path
+) -> None:
+    queue.put([ev("1"), ev("2"), ev("3"), ev("4")], "a")
+    taken, held, buried = ([c] for c in queue.take(3))  # one of each state to move
+    queue.hold(held[0])
+    queue.bury(buried[0], "refused")
+    before = rows(store)
+    with contextlib.closing(sqlite3.connect(journal_path(store))) as db, db:
+        for what in ("INSERT", "UPDATE", "DELETE"):
+            db.execute(
+                f"CREATE TRIGGER refuse_{what.lower()} BEFORE {what} ON changes "
+                "BEGIN SELECT RAISE(ABORT, 'the disk says no'); END"
+            )
+    with pytest.raises(JournalError) as caught:
+        MOVES[move](queue, taken)
+    step = move.removesuffix("-dead")
+    assert f"cannot be written ({step}): the disk says no" in str(caught.value)
+    assert rows(store) == before
+
+
 def test_any_other_failure_in_a_move_propagates_as_is_and_rolls_back(
     queue: EventQueue, store: Path
 ) -> None:
@@ -406,6 +444,9 @@ def test_the_journal_is_a_wal_file_synced_at_every_commit(queue: EventQueue, sto
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert queue._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert queue._conn.execute("PRAGMA temp_store").fetchone()[0] == 2  # MEMORY
+    # a sync or a second receiver holding the file is waited for 30 s, not sqlite3's 5 s
+    assert queue._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+    assert queue._conn.isolation_level is None  # each move's BEGIN IMMEDIATE, none implicit
 
 
 def test_a_damaged_journal_file_says_to_move_it_aside(store: Path, clock: Clock) -> None:
@@ -420,6 +461,42 @@ def test_a_damaged_journal_file_says_to_move_it_aside(store: Path, clock: Clock)
         "); move it aside to start an empty one (its unapplied changes are then healed by a "
         "catch-up sync)"
     )
+
+
+def test_a_file_system_that_refuses_wal_is_refused_by_name(
+    store: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite answers ``PRAGMA journal_mode=WAL`` with the mode kept when it cannot change
+    it (a network share without shared memory): the journal then refuses to start."""
+    real = sqlite3.connect
+    opened: list[Any] = []
+
+    class NoWal:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn, self.closed = conn, False
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql.upper().replace(" ", "") == "PRAGMAJOURNAL_MODE=WAL":
+                return self.conn.execute("SELECT 'delete'")
+            return self.conn.execute(sql, *args)
+
+        def executescript(self, sql: str) -> Any:
+            return self.conn.executescript(sql)
+
+        def close(self) -> None:
+            self.closed = True
+            self.conn.close()
+
+    def connect(*args: Any, **kwargs: Any) -> NoWal:
+        opened.append(NoWal(real(*args, **kwargs)))
+        return opened[-1]
+
+    monkeypatch.setattr(journal_module.sqlite3, "connect", connect)
+    with pytest.raises(JournalError) as caught:
+        EventQueue(store)
+    path = journal_path(store)
+    assert str(caught.value) == f"the event journal {path} cannot use WAL mode (got 'delete')"
+    assert [c.closed for c in opened] == [True]
 
 
 # -- counts ----------------------------------------------------------------------------
