@@ -165,6 +165,15 @@ TARGETS: dict[str, Target] = {
         ),
         isolation="forkserver",
     ),
+    # The receiver's journal, every function: its own focused files (in-process, no
+    # `pmtk listen` child), not the end-to-end listener tests that also reach it. The
+    # migration test reads the store with Polars: under a plain fork every mutant that
+    # reached it hung and counted as a timeout.
+    "journal": Target(
+        "toolkit/webhooks/journal.py",
+        ("tests/listen/test_journal_bites.py", "tests/listen/test_journal_migration.py"),
+        isolation="forkserver",
+    ),
 }
 """Module name -> the file mutated and its own test files."""
 
