@@ -139,6 +139,17 @@ TARGETS: dict[str, Target] = {
             ),
         ),
     ),
+    # The one precedence rule, in the store and the lake: every function of both modules.
+    # The end-to-end syncs of tests/store/test_precedence_paths.py are left out (slow).
+    "precedence": Target(
+        "toolkit/store/precedence.py,toolkit/lake/precedence.py",
+        (
+            "tests/store/test_precedence.py",
+            "tests/lake/test_precedence.py",
+            "tests/store/test_precedence_bites.py",
+        ),
+        isolation="forkserver",
+    ),
 }
 """Module name -> the file mutated and its own test files."""
 
