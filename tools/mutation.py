@@ -150,6 +150,17 @@ TARGETS: dict[str, Target] = {
         ),
         isolation="forkserver",
     ),
+    # The store's merge of single changes (apply_changes, drop_missing, record_catch_up):
+    # every function; its own in-process tests, not the listener's end-to-end ones.
+    "store-merge": Target(
+        "toolkit/store/merge.py",
+        (
+            "tests/listen/test_store_changes.py",
+            "tests/store/test_raw_changes.py",
+            "tests/store/test_merge_bites.py",
+        ),
+        isolation="forkserver",
+    ),
 }
 """Module name -> the file mutated and its own test files."""
 
