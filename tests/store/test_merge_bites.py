@@ -21,7 +21,8 @@ import orjson
 import pytest
 
 from tests.store.test_precedence_paths import RT, ListSource, record, stored_versions
-from toolkit.errors import ConfigurationError
+from toolkit.errors import ConfigurationError, DataValidationError
+from toolkit.schemas import PmtkDataWarning
 from toolkit.store import apply_changes, delete, load, read_manifest, sync, upsert, verify
 from toolkit.store.layout import parent_key
 from toolkit.store.merge import (
@@ -111,6 +112,7 @@ def test_a_record_without_an_id_is_refused_and_nothing_is_written(
     with pytest.raises(ValueError, match=r"^a record to upsert has no id: ") as caught:
         apply_changes(RT, out, upserts=[record("ok", T0, "v"), rec])
     assert len(str(caught.value)) <= len("a record to upsert has no id: ") + 120
+    assert "'resourceType': 'Referral'" in str(caught.value)  # the record, cut short
     assert not (out / "manifest.json").exists()
 
 
@@ -362,3 +364,34 @@ def test_upsert_and_delete_pass_the_event_on(tmp_path: Path) -> None:
     assert manifest(out)["events"]["last_applied"]["id"] == "e2"
     assert manifest(out)["events"]["applied"] == 2
     assert ids(out) == []
+
+
+def test_record_catch_up_keeps_the_stored_mark_when_the_walk_read_nothing_newer(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "s"
+    synced(out, {"a": T1})
+    assert manifest(out)["resources"][RT]["high_water_mark"] == T1
+    moved = record_catch_up(
+        out,
+        RT,
+        newest=None,  # the walk read nothing: the stored mark stays the mark
+        server_time="2026-03-01T12:20:00Z",
+        started_at="2026-03-01T12:19:59Z",
+        fetched=0,
+        pages=1,
+    )
+    assert moved
+    entry = manifest(out)["resources"][RT]
+    assert entry["high_water_mark"] == T1
+    assert entry["next_since"] == f"gt{T1}"
+
+
+def test_upsert_passes_the_validation_mode_on(tmp_path: Path) -> None:
+    bad = {"resourceType": "Appointment", "id": "1", "meta": {"lastUpdated": T0}}
+    bad["start"] = "next tuesday"  # not a dateTime
+    with pytest.raises(DataValidationError):
+        upsert("Appointment", [bad], tmp_path)
+    with pytest.warns(PmtkDataWarning):
+        done = upsert("Appointment", [bad], tmp_path, errors="warn")
+    assert done.upserted == ["1"]
