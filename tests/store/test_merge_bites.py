@@ -31,7 +31,7 @@ from toolkit.store.merge import (
     record_catch_up,
     warm,
 )
-from toolkit.store.results import StoreDamaged, StoreError
+from toolkit.store.results import STAGING, StoreDamaged, StoreError
 
 T0 = "2026-03-01T12:00:00Z"
 T1 = "2026-03-01T12:00:01Z"
@@ -395,3 +395,16 @@ def test_upsert_passes_the_validation_mode_on(tmp_path: Path) -> None:
     with pytest.warns(PmtkDataWarning):
         done = upsert("Appointment", [bad], tmp_path, errors="warn")
     assert done.upserted == ["1"]
+
+
+def test_a_change_leaves_a_syncs_staged_work_alone(tmp_path: Path) -> None:
+    # an interrupted sync's staged pages (what `pmtk sync` resumes from) live in the
+    # resource's own staging folder; a change stages in a folder of its own
+    out = tmp_path / "s"
+    synced(out, {"a": T0})
+    staged = out / STAGING / RT / RT / "part-000001.parquet"
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"staged by an interrupted sync")
+    assert apply_changes(RT, out, upserts=[record("b", T1, "hook")]).written
+    assert staged.read_bytes() == b"staged by an interrupted sync"
+    assert not (out / STAGING / f".changes-{RT}").exists()  # its own folder is gone
