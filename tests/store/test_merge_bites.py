@@ -12,6 +12,7 @@ older than the list. Stores are built in process from a list source (no HTTP).
 from __future__ import annotations
 
 import fcntl
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ from toolkit.store.merge import (
     record_catch_up,
     warm,
 )
-from toolkit.store.results import STAGING, StoreDamaged, StoreError
+from toolkit.store.results import STAGING, StoreDamaged, StoreError, StoreWriteError
 
 T0 = "2026-03-01T12:00:00Z"
 T1 = "2026-03-01T12:00:01Z"
@@ -408,3 +409,17 @@ def test_a_change_leaves_a_syncs_staged_work_alone(tmp_path: Path) -> None:
     assert apply_changes(RT, out, upserts=[record("b", T1, "hook")]).written
     assert staged.read_bytes() == b"staged by an interrupted sync"
     assert not (out / STAGING / f".changes-{RT}").exists()  # its own folder is gone
+
+
+def test_a_staging_folder_that_cannot_be_made_is_named_and_nothing_changes(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "s"
+    synced(out, {"a": T0})
+    shutil.rmtree(out / STAGING, ignore_errors=True)
+    (out / STAGING).write_text("a file where the staging folder belongs", encoding="utf-8")
+    before = (out / "manifest.json").read_bytes()
+    with pytest.raises(StoreWriteError, match=f"while staging changes of {RT} "):
+        apply_changes(RT, out, upserts=[record("b", T1, "hook")])
+    assert (out / "manifest.json").read_bytes() == before
+    assert ids(out) == ["a"]
