@@ -15,6 +15,7 @@ import fcntl
 import shutil
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from toolkit.store.merge import (
     record_catch_up,
     warm,
 )
+from toolkit.store.precedence import instant
 from toolkit.store.results import STAGING, StoreDamaged, StoreError, StoreWriteError
 
 T0 = "2026-03-01T12:00:00Z"
@@ -163,7 +165,10 @@ def test_an_event_is_recorded_with_the_count_of_ids_changed(tmp_path: Path) -> N
     assert second["applied"] == 3
     assert second["last_applied"] == first["last_applied"]  # no new event: kept
     entry = manifest(out)["resources"][RT]
-    assert entry["status"] == "ok" and "changed_at" in entry
+    assert entry["status"] == "ok"
+    changed_at = instant(entry["changed_at"])  # when the change was written, a FHIR instant
+    assert changed_at is not None
+    assert abs(datetime.now(UTC) - changed_at) < timedelta(minutes=5)
     assert entry["high_water_mark"] == T1  # a sync's mark is left alone
 
 
