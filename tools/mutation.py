@@ -174,6 +174,28 @@ TARGETS: dict[str, Target] = {
         ("tests/listen/test_journal_bites.py", "tests/listen/test_journal_migration.py"),
         isolation="forkserver",
     ),
+    # The one precedence rule, in the store and the lake: every function of both modules.
+    # The end-to-end syncs of tests/store/test_precedence_paths.py are left out (slow).
+    "precedence": Target(
+        "toolkit/store/precedence.py,toolkit/lake/precedence.py",
+        (
+            "tests/store/test_precedence.py",
+            "tests/lake/test_precedence.py",
+            "tests/store/test_precedence_bites.py",
+        ),
+        isolation="forkserver",
+    ),
+    # The store's merge of single changes (apply_changes, drop_missing, record_catch_up):
+    # every function; its own in-process tests, not the listener's end-to-end ones.
+    "store-merge": Target(
+        "toolkit/store/merge.py",
+        (
+            "tests/listen/test_store_changes.py",
+            "tests/store/test_raw_changes.py",
+            "tests/store/test_merge_bites.py",
+        ),
+        isolation="forkserver",
+    ),
 }
 """Module name -> the file mutated and its own test files."""
 

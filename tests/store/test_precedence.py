@@ -104,6 +104,7 @@ NOT_INSTANTS = [
     " 2026-03-01T12:00:00Z",
     "2026-03-01 12:00:00Z",
     "2026-03-01T12:00:60Z",  # a leap second: not representable
+    "0000-03-01T12:00:00Z",  # FHIR's years start at 0001 (Polars reads a year 0)
     "2026-13-01T12:00:00Z",
     "2026-02-30T12:00:00Z",
     "2026-03-01T24:00:00Z",

@@ -19,9 +19,9 @@ A version is known by its ``meta.lastUpdated``, a FHIR ``instant``:
   ignored (truncated), as Python's :class:`~datetime.datetime` and Polars'
   ``Datetime("us")`` (the stored ``last_updated`` column) hold them.
 - **Unknown is oldest.** A missing stamp, or a text that is not a FHIR instant (no
-  offset, a date alone, second 60, month 13, an offset beyond ±14:00, spaces or a
-  trailing newline), is *unknown*: it is never newer than anything, and any
-  known instant is newer than it.
+  offset, a date alone, the year 0000, second 60, month 13, an offset beyond
+  ±14:00, spaces or a trailing newline), is *unknown*: it is never newer than
+  anything, and any known instant is newer than it.
 - **A tie goes to the later arrival.** When neither version is newer (equal
   instants, or both unknown), the version that arrived later wins: the incoming
   change over the stored one, the later staged page over the earlier one. This
@@ -62,11 +62,14 @@ __all__ = [
 ]
 
 INSTANT = (
-    r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+    r"([0-9]([0-9]([0-9][1-9]|[1-9]0)|[1-9]00)|[1-9]000)"
+    r"-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
     r"(\.[0-9]{1,9})?(Z|[+-]((0[0-9]|1[0-3]):[0-5][0-9]|14:00))"
 )
-"""A FHIR instant (the offset required, seconds 00-59, offsets within ±14:00, ASCII digits
-only: ``\\d`` would match other scripts' digits); matched whole."""
+"""A FHIR instant (years 0001-9999 as FHIR's own expression, the offset required, seconds
+00-59, offsets within ±14:00, ASCII digits only: ``\\d`` would match other scripts'
+digits); matched whole. The year 0000 is unknown in both forms: Python's datetime has no
+year 0, Polars reads one."""
 
 _INSTANT = re.compile(INSTANT)
 _UTC_ZERO = "+00:00"
