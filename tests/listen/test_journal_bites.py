@@ -196,7 +196,7 @@ def test_a_secret_inside_an_event_never_reaches_the_journal(queue: EventQueue, s
 def _block_intake(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
     """Hold the first intake transaction open until released: (inside, release)."""
     inside, release = threading.Event(), threading.Event()
-    real = journal_module._insert
+    real = journal_module.insert_changes
 
     def slow(db: sqlite3.Connection, changes: Any, state: str, due_ns: Any = None) -> None:
         if not inside.is_set():
@@ -204,7 +204,7 @@ def _block_intake(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, thr
             assert release.wait(10)
         real(db, changes, state, due_ns)
 
-    monkeypatch.setattr(journal_module, "_insert", slow)
+    monkeypatch.setattr(journal_module, "insert_changes", slow)
     return inside, release
 
 
@@ -255,7 +255,7 @@ def test_a_notification_arriving_during_the_second_group_commit_is_answered_too(
     only the next one (one left asleep would never answer its sender)."""
     gates = [threading.Event(), threading.Event()]
     inside = [threading.Event(), threading.Event()]
-    real = journal_module._insert
+    real = journal_module.insert_changes
     calls = {"n": 0}
 
     def gated(db: sqlite3.Connection, changes: Any, state: str, due_ns: Any = None) -> None:
@@ -266,7 +266,7 @@ def test_a_notification_arriving_during_the_second_group_commit_is_answered_too(
             assert gates[n].wait(10)
         real(db, changes, state, due_ns)
 
-    monkeypatch.setattr(journal_module, "_insert", gated)
+    monkeypatch.setattr(journal_module, "insert_changes", gated)
     answers: dict[str, int] = {}
 
     def deliver(name: str) -> threading.Thread:
@@ -296,7 +296,7 @@ def test_a_failed_group_commit_fails_every_notification_of_the_group(
     queue: EventQueue, store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inside, release = _block_intake(monkeypatch)
-    real = journal_module._insert
+    real = journal_module.insert_changes
     errors: dict[str, str] = {}
 
     def deliver(name: str, events: list[Event]) -> None:
@@ -318,7 +318,7 @@ def test_a_failed_group_commit_fails_every_notification_of_the_group(
         real(db, changes, state, due_ns)  # written, then the disk fills
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(journal_module, "_insert", full)
+    monkeypatch.setattr(journal_module, "insert_changes", full)
     release.set()
     for thread in (first, second, third):
         thread.join(10)
@@ -330,7 +330,7 @@ def test_a_failed_group_commit_fails_every_notification_of_the_group(
         assert "database or disk is full" in text
     assert [r["rid"] for r in rows(store)] == ["1"]
     assert (queue.group_commits, queue.grouped) == (1, 1)  # the failed group is not counted
-    monkeypatch.setattr(journal_module, "_insert", real)
+    monkeypatch.setattr(journal_module, "insert_changes", real)
     done = threading.Thread(target=deliver, args=("after", [ev("5")]))
     done.start()
     done.join(10)
@@ -345,7 +345,7 @@ def test_a_non_sqlite_failure_in_the_intake_is_named_and_nothing_is_kept(
     def broken(*_args: Any, **_kwargs: Any) -> None:
         raise MemoryError("no room for the event")
 
-    monkeypatch.setattr(journal_module, "_insert", broken)
+    monkeypatch.setattr(journal_module, "insert_changes", broken)
     with pytest.raises(JournalError) as caught:
         queue.put([ev("1")], "a")
     assert (

@@ -205,9 +205,9 @@ def test_a_commit_failing_while_the_next_batch_is_read_loses_nothing(
             assert _until(lambda: relay.holding[second[0]] == 1), relay.reads
 
         if how == "store-write-fails":
-            import toolkit.store
+            import toolkit.webhooks.target as target  # where the store target calls it
 
-            real = toolkit.store.apply_changes
+            real = target.apply_changes
 
             def apply_once_failing(*args: Any, **kwargs: Any) -> Any:
                 if not failed.is_set():
@@ -217,7 +217,7 @@ def test_a_commit_failing_while_the_next_batch_is_read_loses_nothing(
                     raise OSError(msg)
                 return real(*args, **kwargs)
 
-            monkeypatch.setattr(toolkit.store, "apply_changes", apply_once_failing)
+            monkeypatch.setattr(target, "apply_changes", apply_once_failing)
         else:
             real_commit = receiver._commit
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from toolkit.redaction import redact_json
+from toolkit.redaction import redact, redact_json
 from toolkit.webhooks.events import (
     DEFAULT_MAX_QUEUE_BYTES,
     MAX_BATCH_EVENTS,
@@ -269,7 +269,7 @@ class EventQueue:
         try:
             with self._transaction("intake") as db:
                 for delivery in group:
-                    _insert(db, delivery.changes, "queued")
+                    insert_changes(db, delivery.changes, "queued")
         except BaseException as exc:  # every waiter must hear of it
             error = exc
         with self._group:
@@ -287,7 +287,7 @@ class EventQueue:
         if not changes:
             return
         with self._transaction("requeue") as db:
-            _insert(db, changes, "queued", due_ns)
+            insert_changes(db, changes, "queued", due_ns)
 
     # -- the worker's moves ----------------------------------------------------------
 
@@ -518,8 +518,6 @@ _COLUMNS = "id, event, first_ns, attempts, last_error, received_at"
 
 def _redacted(text: str | None) -> str | None:
     """``text`` with every registered secret hidden (a reason kept in the journal)."""
-    from toolkit.redaction import redact
-
     return None if text is None else redact(text)
 
 
@@ -535,9 +533,10 @@ def _change(row: Sequence[Any]) -> Change:
     )
 
 
-def _insert(
+def insert_changes(
     db: sqlite3.Connection, changes: Sequence[Change], state: str, due_ns: int | None = None
 ) -> None:
+    """Insert ``changes`` in ``state`` within the caller's transaction (also the migration's)."""
     now = time.time_ns()
     for change in changes:
         event = orjson.dumps(redact_json(change.event.to_json()))
@@ -564,7 +563,7 @@ def _update(db: sqlite3.Connection, change: Change, assignments: str, args: Sequ
     """Set ``assignments`` on the change's latest row; its older rows (the same record
     announced again, merged into it) go. A change made by hand gets a row first."""
     if not change.rows:
-        _insert(db, [change], "queued")
+        insert_changes(db, [change], "queued")
     *older, latest = change.rows
     db.executemany("DELETE FROM changes WHERE id = ?", [(row,) for row in older])
     db.execute(f"UPDATE changes SET {assignments} WHERE id = ?", (*args, latest))

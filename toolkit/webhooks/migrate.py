@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from toolkit.webhooks.events import note
-from toolkit.webhooks.journal import _insert
+from toolkit.webhooks.journal import insert_changes
 from toolkit.webhooks.queue import Change
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def _import(
     db: sqlite3.Connection, folder: str, change: Change, reason: str | None, dead_at: Any
 ) -> None:
     state = {"queue": "queued", "waiting": "waiting", "dead": "dead"}[folder]
-    _insert(db, [change], state)
+    insert_changes(db, [change], state)
     if state == "dead":
         db.execute(
             "UPDATE changes SET reason = ?, dead_at = ? WHERE id = ?",
