@@ -6,7 +6,7 @@ of a rerun's 135 requests). :func:`cached_find` keeps the answer in the store's
 folder (``find-cache/``) and gives it back, with no request, while all of these
 hold:
 
-- the same deployment (:func:`toolkit.notebook_data.store_target`) and the same
+- the same deployment (:func:`toolkit.notebook_target.store_target`) and the same
   question (window, duration, filters);
 - it is younger than ``max_age`` (an hour by default): availability also moves
   with rosters and leave, which no stored table shows;
@@ -32,7 +32,7 @@ from typing import Any
 
 import polars as pl
 
-from toolkit.notebook_data import store_target
+from toolkit.notebook_target import store_target
 from toolkit.store.layout import read_manifest
 from toolkit.store.raw import raw_table
 from toolkit.words import plural

@@ -21,18 +21,17 @@ Where the store lives
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import polars as pl
+
+from toolkit.notebook_target import embedded_options, store_target
 
 if TYPE_CHECKING:
     from toolkit.find_cache import Availability
@@ -57,51 +56,6 @@ _BUSY = "another pmtk sync"
 def _cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pmtk"
-
-
-def _embedded_options(client: Any) -> Any | None:
-    """The options of the embedded mock when ``client`` talks to it, else ``None``."""
-    from toolkit import client as client_module
-
-    dep = client_module.EMBEDDED.get("deployment")
-    if dep is None or getattr(client, "base_url", None) != dep.base_url:
-        return None
-    return dep.options
-
-
-def store_target(client: Any) -> str:
-    """A folder name that says which deployment a notebook store holds.
-
-    Parameters
-    ----------
-    client
-        A :class:`toolkit.Client` (``base_url`` and ``client_id`` are read; the
-        secret never is).
-
-    Returns
-    -------
-    str
-        ``embedded-mock-<scale>-seed<seed>-<shapes>`` for the embedded mock of
-        :func:`toolkit.connect`; otherwise ``<host>[-<path>]-<hash>``, the hash
-        being the first 12 hex digits of SHA-256 over the base URL and client id.
-
-    Examples
-    --------
-    >>> class C:
-    ...     base_url = "https://au-api.halaxy.com/main"
-    ...     client_id = "abc"
-    >>> store_target(C())
-    'au-api.halaxy.com-main-12326c717d7c'
-    """
-    options = _embedded_options(client)
-    if options is not None:
-        return f"embedded-mock-{options.scale}-seed{options.seed}-{options.shapes}"
-    base_url = str(client.base_url)
-    parts = urlsplit(base_url)
-    readable = "-".join(p for p in (parts.netloc, *parts.path.split("/")) if p)
-    readable = re.sub(r"[^A-Za-z0-9.]+", "-", readable).strip("-.")[:80] or "deployment"
-    digest = hashlib.sha256(f"{base_url}\n{client.client_id}".encode()).hexdigest()[:12]
-    return f"{readable}-{digest}"
 
 
 def notebook_store_dir(client: Any) -> Path:
@@ -320,7 +274,7 @@ def notebook_data(
     # The notebook store is pmtk's own cache, named after its target: one of the embedded
     # mock that records no or another mock's deployment (an older pmtk, another seed)
     # holds nothing a user made, so it is started over instead of refused.
-    rebind = _embedded_options(client) is not None and store is None
+    rebind = embedded_options(client) is not None and store is None
     summary, failed = _sync_waiting(client, folder, resources, rebind=rebind, wait=wait)
     data = NotebookData.from_sync(folder, summary, failed)
     if not quiet:

@@ -70,7 +70,6 @@ KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
         }
     ),
     frozenset({"toolkit.webhooks.journal", "toolkit.webhooks.migrate"}),
-    frozenset({"toolkit.find_cache", "toolkit.notebook_data"}),
     frozenset(
         {
             "toolkit.mock.app",
