@@ -333,12 +333,12 @@ def markdown(layers: Layers) -> str:
     group_of = {p: g for g in groups for p in g}
     level: dict[str, int] = {}
 
-    def depth(p: str, seen: frozenset[str] = frozenset()) -> int:
+    def depth(p: str) -> int:
         if p in level:
             return level[p]
         own = group_of.get(p, frozenset({p}))
         below = {q for m in own for q in graph.get(m, ()) if q not in own}
-        d = 1 + max((depth(q, seen | own) for q in below), default=-1)
+        d = 1 + max((depth(q) for q in below), default=-1)  # circles are one node
         for m in own:
             level[m] = d
         return d

@@ -35,8 +35,14 @@ def _problems(found: layers.Layers, **known: object) -> list[str]:
     return layers.problems(found, **{**options, **known})  # type: ignore[arg-type]
 
 
-def test_the_package_breaks_no_rule() -> None:
-    found = layers.read()
+@pytest.fixture(scope="module")
+def package() -> layers.Layers:
+    """The real package, read once for the tests that check it."""
+    return layers.read()
+
+
+def test_the_package_breaks_no_rule(package: layers.Layers) -> None:
+    found = package
     assert layers.problems(found) == []
     # the checker saw the package: its modules, and imports inside functions that the
     # rules allow (pmtk's start, the known circles)
@@ -44,12 +50,14 @@ def test_the_package_breaks_no_rule() -> None:
     assert any(imp.function for imp in found.imports)
 
 
-def test_the_layers_table_in_the_architecture_page_is_the_package_as_it_is() -> None:
+def test_the_layers_table_in_the_architecture_page_is_the_package_as_it_is(
+    package: layers.Layers,
+) -> None:
     page = (ROOT / "docs" / "architecture.md").read_text()
     begin, end = "<!-- layers: begin -->\n", "<!-- layers: end -->"
     assert begin in page and end in page, "docs/architecture.md lost its layers table"
     shown = page.split(begin, 1)[1].split(end, 1)[0].strip()
-    assert shown == layers.markdown(layers.read()), (
+    assert shown == layers.markdown(package), (
         "docs/architecture.md's layers table is out of date: paste "
         "`uv run python tools/layers.py --markdown` between its markers"
     )
