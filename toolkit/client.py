@@ -40,19 +40,14 @@ from toolkit.errors import (
     NotFound,
     ViewDefinitionError,
 )
-from toolkit.http import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_TIMEOUT,
-    Origin,
-    Pipeline,
-    Reply,
-    safe_id,
-)
+from toolkit.http import Pipeline, Reply
 from toolkit.include import Statement, included_frames, split_include
 from toolkit.listing import search_params
 from toolkit.mock import serve
+from toolkit.origin import Origin, safe_id
 from toolkit.paging import IGNORED_FILTERS, FetchSummary, Page, Walk
 from toolkit.throttle import RetryPolicy, Throttle
+from toolkit.transport import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT
 from toolkit.viewdefs import load_view, run_view
 
 if TYPE_CHECKING:
