@@ -45,7 +45,8 @@ from toolkit.include import Statement, included_frames, split_include
 from toolkit.listing import search_params
 from toolkit.mock import serve
 from toolkit.origin import Origin, safe_id
-from toolkit.paging import IGNORED_FILTERS, FetchSummary, Page, Walk
+from toolkit.page import Page
+from toolkit.paging import IGNORED_FILTERS, FetchSummary, Walk
 from toolkit.throttle import RetryPolicy, Throttle
 from toolkit.transport import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT
 from toolkit.viewdefs import load_view, run_view
@@ -436,7 +437,7 @@ class Client:
         progress: bool | None = None,
         **search: Any,
     ) -> listing.ListWalk:
-        """A list walk as :class:`~toolkit.paging.Page` objects, each parsed once.
+        """A list walk as :class:`~toolkit.page.Page` objects, each parsed once.
 
         What the store's sync uses (its :class:`~toolkit.store.PageSource`
         protocol): each page carries its raw bytes, its records, ``total`` and

@@ -13,7 +13,7 @@ each validated by the same pandera schema as a plain frame of that type.
   :class:`UndeclaredInclude`, both before any list request: a server ignores an
   ``_include`` it does not support, and the included tables would be quietly empty.
 * The walk (:class:`~toolkit.paging.Walk`) keeps included entries apart
-  (:attr:`~toolkit.paging.Page.included`): they never count toward ``Bundle.total``
+  (:attr:`~toolkit.page.Page.included`): they never count toward ``Bundle.total``
   or the duplicate checks. An entry marked ``search.mode: include`` is one; so is an
   entry of another type than the walked one when the server marks nothing.
 * Included records met on several pages are kept once per id: the newest
@@ -31,7 +31,7 @@ import orjson
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, MalformedPage, NotFound, unknown_name
 from toolkit.listing import validated_frames
-from toolkit.paging import Page, micros, record_stamp
+from toolkit.page import Page, micros, record_stamp
 
 if TYPE_CHECKING:
     import httpx

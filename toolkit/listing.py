@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, MalformedPage, unknown_name
-from toolkit.paging import FetchSummary, Page, Walk, local_now
+from toolkit.page import Page
+from toolkit.paging import FetchSummary, Walk, local_now
 from toolkit.views import flatten, flatten_tables, table_names
 
 if TYPE_CHECKING:
@@ -379,7 +380,7 @@ def walked(walk: Walk, pipeline: Pipeline, *, progress: bool | None) -> Iterator
 
 
 class ListWalk:
-    """A list walk under way: iterate it (once) for its :class:`~toolkit.paging.Page` objects.
+    """A list walk under way: iterate it (once) for its :class:`~toolkit.page.Page` objects.
 
     ``summary`` fills in as the pages arrive: ``started_at`` (the server's time at
     the start, the recovery's ``t0``) from the first page on, ``complete`` once

@@ -89,7 +89,6 @@ KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
 
 KNOWN_LONG: dict[str, int] = {
     "toolkit.client": 810,
-    "toolkit.paging": 814,
     "toolkit.viewdefs.load": 907,
     "toolkit.webhooks.command": 949,
     "toolkit.webhooks.listener": 1080,
