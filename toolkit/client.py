@@ -19,12 +19,7 @@ The embedded mock deployment starts only when :func:`connect` finds nothing conf
 
 from __future__ import annotations
 
-import atexit
-import os
-import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Literal, Self, Unpack
 
@@ -43,7 +38,7 @@ from toolkit.errors import (
 from toolkit.http import Pipeline, Reply
 from toolkit.include import Statement, included_frames, split_include
 from toolkit.listing import search_params
-from toolkit.mock import serve
+from toolkit.mock import embedded
 from toolkit.origin import Origin, safe_id
 from toolkit.page import Page
 from toolkit.paging import IGNORED_FILTERS, FetchSummary, Walk
@@ -746,26 +741,6 @@ class Client:
 
 # ---------------------------------------------------------------------- connect()
 
-_EMBEDDED_LOCK = threading.Lock()
-EMBEDDED: dict[str, Any] = {}  # the embedded mock this process started: connect()
-
-
-MOCK_USER_AGENT = "pmtk (embedded mock)"
-"""The user agent sent to the embedded mock when none is configured (no warning then)."""
-
-
-def _embedded_mock() -> Any:
-    """Start the embedded mock once per process; it stops at interpreter exit."""
-    with _EMBEDDED_LOCK:
-        dep = EMBEDDED.get("deployment")
-        if dep is None:
-            stack = ExitStack()
-            dep = stack.enter_context(serve())
-            atexit.register(stack.close)
-            EMBEDDED["deployment"] = dep
-            EMBEDDED["stack"] = stack
-        return dep
-
 
 def connect(**kwargs: Any) -> Client:
     """A :class:`Client` for the configured deployment, or for the embedded mock.
@@ -792,15 +767,5 @@ def connect(**kwargs: Any) -> Client:
         client_secret=kwargs.get("client_secret"),
     ):
         return Client(**kwargs)
-    dep = _embedded_mock()
-    # A notice, not data: stderr, so that piped output stays clean.
-    print(
-        "pmtk: nothing configured (no PM_BASE_URL); using the embedded mock deployment "
-        f"at {dep.base_url}",
-        file=sys.stderr,
-    )
-    kwargs.setdefault("client_id", dep.client_id)
-    kwargs.setdefault("client_secret", dep.client_secret)
-    if not (kwargs.get("user_agent") or os.environ.get("PM_USER_AGENT")):
-        kwargs["user_agent"] = MOCK_USER_AGENT
+    dep = embedded.start_for(kwargs)  # the embedded mock (toolkit.mock.embedded)
     return Client(base_url=dep.base_url, **kwargs)
