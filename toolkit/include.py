@@ -30,7 +30,7 @@ import orjson
 
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, MalformedPage, NotFound, unknown_name
-from toolkit.listing import validated_frames
+from toolkit.listing import Params, list_query, validated_frames
 from toolkit.page import Page, micros, record_stamp
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ __all__ = [
     "Statement",
     "UndeclaredInclude",
     "include_names",
+    "include_query",
     "included_frames",
     "split_include",
 ]
@@ -111,6 +112,23 @@ def split_include(
         if value is not None:
             wanted += [i for i in include_names(resource_type, value) if i not in wanted]
     return rest, wanted
+
+
+def include_query(
+    resource_type: str, search: Mapping[str, Any], params: Params | None, statement: Statement
+) -> list[tuple[str, str]]:
+    """The query of a list walk of ``resource_type`` and its includes.
+
+    The type, the search keywords, the includes and the page size are checked before
+    any list request (the includes against the deployment's ``statement``); each
+    ``include=`` name is sent as its own ``_include`` parameter.
+    """
+    catalogue.resource(resource_type)  # UnknownName, with the near miss
+    search, wanted = split_include(resource_type, search)
+    query = list_query(resource_type, search, params)
+    if wanted:
+        statement.check_includes(resource_type, wanted)
+    return [*query, *(("_include", i.name) for i in wanted)]
 
 
 class Statement:
