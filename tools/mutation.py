@@ -62,9 +62,9 @@ TARGETS: dict[str, Target] = {
         "toolkit/throttle.py",
         ("tests/client/test_throttle.py", "tests/client/test_config_and_pacing.py"),
     ),
-    # paging.py had 929 mutants when it still held Page (now page.py); the score covers
-    # the walk's guards (what stops or refuses a walk, and the page checks it relies
-    # on), not the recovery's arithmetic, the summary text or dedupe.
+    # paging.py and page.py have 920 mutants (929 when paging.py still held Page); the
+    # score covers the walk's guards (what stops or refuses a walk, and the page checks
+    # it relies on), not the recovery's arithmetic, the summary text or dedupe.
     "paging": Target(
         "toolkit/paging.py,toolkit/page.py",
         ("tests/client/test_paging.py",),
