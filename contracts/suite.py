@@ -408,7 +408,7 @@ class Run:
         report those.
         """
         from contracts.session import ForeignOrigin
-        from toolkit.paging import next_link
+        from toolkit.page import next_link
 
         total = coverage["total"]
         count = max(1, len(entries(first.json)))

@@ -12,12 +12,12 @@ import pytest
 from contracts.session import Exchange, ForeignOrigin
 from contracts.suite import Recorder, Run, entries
 from toolkit import catalogue as cat
-from toolkit import paging
+from toolkit import page
 
 RESOURCES = list(cat.LISTED_RESOURCES)
 
-# The same reading of a Bundle's next link as the client's walk (toolkit.paging).
-next_link = paging.next_link
+# The same reading of a Bundle's next link as the client's walk (toolkit.page).
+next_link = page.next_link
 
 
 def _page_key(url: str) -> tuple[str, tuple[tuple[str, str], ...]]:

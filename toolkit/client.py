@@ -19,12 +19,7 @@ The embedded mock deployment starts only when :func:`connect` finds nothing conf
 
 from __future__ import annotations
 
-import atexit
-import os
-import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Literal, Self, Unpack
 
@@ -33,26 +28,16 @@ import httpx
 from toolkit import catalogue, listing, writes
 from toolkit.auth import ClientCredentialsAuth
 from toolkit.config import configured, region_for_country, resolve_settings
-from toolkit.errors import (
-    ApiError,
-    ConfigurationError,
-    MethodNotAllowed,
-    NotFound,
-    ViewDefinitionError,
-)
-from toolkit.http import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_TIMEOUT,
-    Origin,
-    Pipeline,
-    Reply,
-    safe_id,
-)
-from toolkit.include import Statement, included_frames, split_include
+from toolkit.errors import MethodNotAllowed, NotFound, ViewDefinitionError
+from toolkit.http import Pipeline, Reply
+from toolkit.include import Statement, include_query, included_frames, split_include
 from toolkit.listing import search_params
-from toolkit.mock import serve
-from toolkit.paging import IGNORED_FILTERS, FetchSummary, Page, Walk
+from toolkit.mock import embedded
+from toolkit.origin import Origin, safe_id
+from toolkit.page import Page
+from toolkit.paging import FetchSummary, Walk
 from toolkit.throttle import RetryPolicy, Throttle
+from toolkit.transport import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT
 from toolkit.viewdefs import load_view, run_view
 
 if TYPE_CHECKING:
@@ -69,20 +54,6 @@ __all__ = [
 ]
 
 _FIND_PATH = next(e.path for e in catalogue.ENDPOINTS if e.kind == "find")
-
-
-def _record_of(resource_type: str, reply: Reply) -> dict[str, Any]:
-    """The body of a read, refused unless it is a ``resource_type`` record."""
-    data = reply.data
-    if not isinstance(data, dict) or data.get("resourceType") != resource_type:
-        kind = data.get("resourceType") if isinstance(data, dict) else type(data).__name__
-        raise ApiError(
-            reply.response.status_code,
-            method="GET",
-            url=str(reply.response.url),
-            diagnostics=f"expected a {resource_type}, got {kind}",
-        )
-    return data
 
 
 class Client:
@@ -157,9 +128,7 @@ class Client:
         sleep: Callable[[float], None] | None = None,
         ignored_filters: Literal["raise", "warn"] = "raise",
     ) -> None:
-        if ignored_filters not in IGNORED_FILTERS:
-            msg = f"ignored_filters must be 'raise' or 'warn', got {ignored_filters!r}"
-            raise ConfigurationError(msg)
+        listing.check_ignored_filters(ignored_filters)
         settings = resolve_settings(
             base_url, client_id, client_secret, user_agent=user_agent, region=region
         )
@@ -355,12 +324,7 @@ class Client:
     ) -> Walk:
         """A list walk of ``resource_type``: type, keywords, includes and page size checked
         first; each ``include=`` name is sent as its own ``_include`` parameter."""
-        self._check_type(resource_type)
-        search, wanted = split_include(resource_type, search)
-        query = self._list_query(resource_type, search, params)
-        if wanted:
-            self._statement.check_includes(resource_type, wanted)
-        pairs = [*query, *(("_include", i.name) for i in wanted)]
+        pairs = include_query(resource_type, search, params, self._statement)
         return self._new_walk(
             resource_type,
             resource_type,
@@ -369,11 +333,6 @@ class Client:
             recover=recover,
             skipped=skipped,
         )
-
-    def _list_query(
-        self, resource_type: str, search: Mapping[str, Any], params: listing.Params | None
-    ) -> list[tuple[str, str]]:
-        return listing.list_query(resource_type, search, params)
 
     @staticmethod
     def _check_type(resource_type: str) -> None:
@@ -441,7 +400,7 @@ class Client:
         progress: bool | None = None,
         **search: Any,
     ) -> listing.ListWalk:
-        """A list walk as :class:`~toolkit.paging.Page` objects, each parsed once.
+        """A list walk as :class:`~toolkit.page.Page` objects, each parsed once.
 
         What the store's sync uses (its :class:`~toolkit.store.PageSource`
         protocol): each page carries its raw bytes, its records, ``total`` and
@@ -581,7 +540,7 @@ class Client:
         """
         self._check_type(resource_type)
         reply = self._call("GET", f"{resource_type}/{safe_id(resource_type, record_id)}")
-        return _record_of(resource_type, reply)
+        return listing.record_of(resource_type, reply)
 
     def export_ids(self, resource_type: str = "Patient") -> set[str] | None:
         """Every id the deployment holds of ``resource_type``, in one request, or ``None``.
@@ -750,26 +709,6 @@ class Client:
 
 # ---------------------------------------------------------------------- connect()
 
-_EMBEDDED_LOCK = threading.Lock()
-EMBEDDED: dict[str, Any] = {}  # the embedded mock this process started: connect()
-
-
-MOCK_USER_AGENT = "pmtk (embedded mock)"
-"""The user agent sent to the embedded mock when none is configured (no warning then)."""
-
-
-def _embedded_mock() -> Any:
-    """Start the embedded mock once per process; it stops at interpreter exit."""
-    with _EMBEDDED_LOCK:
-        dep = EMBEDDED.get("deployment")
-        if dep is None:
-            stack = ExitStack()
-            dep = stack.enter_context(serve())
-            atexit.register(stack.close)
-            EMBEDDED["deployment"] = dep
-            EMBEDDED["stack"] = stack
-        return dep
-
 
 def connect(**kwargs: Any) -> Client:
     """A :class:`Client` for the configured deployment, or for the embedded mock.
@@ -796,15 +735,5 @@ def connect(**kwargs: Any) -> Client:
         client_secret=kwargs.get("client_secret"),
     ):
         return Client(**kwargs)
-    dep = _embedded_mock()
-    # A notice, not data: stderr, so that piped output stays clean.
-    print(
-        "pmtk: nothing configured (no PM_BASE_URL); using the embedded mock deployment "
-        f"at {dep.base_url}",
-        file=sys.stderr,
-    )
-    kwargs.setdefault("client_id", dep.client_id)
-    kwargs.setdefault("client_secret", dep.client_secret)
-    if not (kwargs.get("user_agent") or os.environ.get("PM_USER_AGENT")):
-        kwargs["user_agent"] = MOCK_USER_AGENT
+    dep = embedded.start_for(kwargs)  # the embedded mock (toolkit.mock.embedded)
     return Client(base_url=dep.base_url, **kwargs)

@@ -4,8 +4,9 @@ A request travels through these layers, outermost first; each does one thing:
 
 1. **origin guard** (:meth:`Pipeline.url`): the path or link is resolved
    against the base URL and refused (:class:`~toolkit.errors.ForeignLink`,
-   before a byte is sent) unless it stays on the configured :class:`Origin`;
-   ids are checked by :func:`safe_id` before they become a path segment;
+   before a byte is sent) unless it stays on the configured
+   :class:`~toolkit.origin.Origin`; ids are checked by
+   :func:`~toolkit.origin.safe_id` before they become a path segment;
 2. **retries** (:meth:`Pipeline.call`): stamina repeats transport errors, cut-off
    bodies and 502/503/504 for idempotent requests, and only never-sent requests
    otherwise (a write that may have landed is
@@ -20,14 +21,15 @@ A request travels through these layers, outermost first; each does one thing:
    waited out (the server did not act on them);
 5. **auth** (:class:`toolkit.auth.ClientCredentialsAuth`, run by httpx): the
    bearer token, fetched lazily, and one replay on a 401;
-6. **guarded transport** (:class:`GuardedTransport`): below httpx's auth, so that
-   the token request and every 401 replay pass through it too, it checks the
-   origin again (httpx would otherwise attach the bearer token to whatever host
-   a link names), bounds the whole exchange by one **deadline** (connect, send,
-   headers and the body, read under our own clock: httpx's timeouts bound each
-   phase, so a server dripping a byte a second never times out), and decodes
-   ``gzip``/``deflate`` itself, in bounded steps, under a **size cap** on the
-   *decoded* body, so a compression bomb costs at most the cap.
+6. **guarded transport** (:class:`~toolkit.transport.GuardedTransport`, in its
+   own module): below httpx's auth, so that the token request and every 401
+   replay pass through it too, it checks the origin again (httpx would otherwise
+   attach the bearer token to whatever host a link names), bounds the whole
+   exchange by one **deadline** (connect, send, headers and the body, read under
+   our own clock: httpx's timeouts bound each phase, so a server dripping a byte
+   a second never times out), and decodes ``gzip``/``deflate`` itself, in bounded
+   steps, under a **size cap** on the *decoded* body, so a compression bomb costs
+   at most the cap.
 
 Whatever fails below the pipeline leaves it as a :class:`~toolkit.errors.PmtkError`
 with the library's exception as its ``__cause__``: a name that does not resolve
@@ -40,12 +42,10 @@ and a local ``OSError`` is a :class:`~toolkit.errors.TransportError`.
 from __future__ import annotations
 
 import dataclasses
-import re
 import socket
 import threading
 import time
-import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,6 @@ from toolkit.errors import (
     ConnectionFailed,
     DeadlineExceeded,
     ForeignLink,
-    InvalidId,
     OutcomeUnknown,
     PmtkError,
     ProtocolError,
@@ -73,8 +72,17 @@ from toolkit.errors import (
     TransportError,
     error_for_status,
 )
+from toolkit.origin import DEFAULT_PORTS, Origin, display_url, safe_id
 from toolkit.throttle import RETRY_STATUSES, RetryPolicy, Throttle, parse_retry_after
+from toolkit.transport import (
+    ACCEPT_ENCODING,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT,
+    GuardedTransport,
+)
 
+# Origin and safe_id (toolkit.origin) and the guarded transport's names
+# (toolkit.transport) were defined here first, and are still importable from here.
 __all__ = [
     "ACCEPT_ENCODING",
     "DEFAULT_MAX_RESPONSE_BYTES",
@@ -94,328 +102,10 @@ __all__ = [
 log = redaction.logger("toolkit.client")
 retries.install()  # readable retry lines instead of bare "stamina.retry_scheduled"
 
-DEFAULT_TIMEOUT = 30.0
-"""Seconds one request may take in all, body included."""
-
-DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-"""Cap on one decoded response body: a page of 100 records is well under 1 MiB."""
-
-ACCEPT_ENCODING = "gzip, deflate"
-"""The encodings :class:`GuardedTransport` decodes (and so the only ones asked for)."""
-
 MAX_REDIRECTS = 5
 """Same-origin redirects a GET follows before :class:`~toolkit.errors.RedirectRefused`."""
 
 _FOLLOWED = frozenset({301, 302, 303, 307, 308})
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-_ID = re.compile(r"[A-Za-z0-9\-.]{1,64}")
-_UNSAFE_LINK = re.compile(r"[\\\x00-\x20\x7f]")
-_STEP = 64 * 1024  # decoded bytes produced per decompression step
-
-
-def safe_id(resource_type: str, record_id: object) -> str:
-    """``record_id`` if it is safe as one URL path segment, else :class:`InvalidId`.
-
-    The FHIR id shape the catalogue uses (letters, digits, ``-`` and ``.``, at
-    most 64), minus ids made of dots only: ``.`` and ``..`` are path steps, and
-    ``client.patch("Referral", "..", ...)`` would otherwise patch ``/main``.
-
-    Examples
-    --------
-    >>> safe_id("Organization", "CL-2")
-    'CL-2'
-    >>> safe_id("Referral", "..")
-    Traceback (most recent call last):
-    ...
-    toolkit.errors.InvalidId: '..' is not a Referral id: ...
-    """
-    if not isinstance(record_id, str) or not _ID.fullmatch(record_id) or not record_id.strip("."):
-        msg = (
-            f"{record_id!r} is not a {resource_type} id: an id is 1 to 64 letters, digits, "
-            "'-' or '.', not only dots (no '/', '?', '#', '%', spaces or control characters); "
-            "nothing was sent"
-        )
-        raise InvalidId(msg)
-    return record_id
-
-
-def _display(url: httpx.URL | str) -> str:
-    """A URL for messages: userinfo dropped (it may hold a password)."""
-    try:
-        parsed = httpx.URL(str(url))
-    except httpx.InvalidURL:
-        return repr(str(url))[1:-1][:200]
-    return str(parsed.copy_with(username=None, password=None))[:500]
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """The configured origin: scheme, host and port. Credentials go nowhere else.
-
-    Examples
-    --------
-    >>> o = Origin.of("https://au-api.halaxy.com/main")
-    >>> o.resolve("https://au-api.halaxy.com/main/Referral", "https://au-api.halaxy.com/main/x")
-    'https://au-api.halaxy.com/main/Referral'
-    >>> o.resolve("//evil.example/steal", "https://au-api.halaxy.com/main/x")
-    Traceback (most recent call last):
-    ...
-    toolkit.errors.ForeignLink: ...
-    """
-
-    scheme: str
-    host: str
-    port: int
-
-    @classmethod
-    def of(cls, url: str) -> Origin:
-        """The origin of a base URL."""
-        parsed = httpx.URL(url)
-        scheme = parsed.scheme.lower()
-        return cls(scheme, parsed.host.lower(), parsed.port or _DEFAULT_PORTS.get(scheme, 0))
-
-    def __str__(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}"
-
-    def check(self, url: httpx.URL, *, what: str = "URL") -> None:
-        """Raise :class:`ForeignLink` unless ``url`` is on this origin, without userinfo."""
-        scheme = url.scheme.lower()
-        port = url.port or _DEFAULT_PORTS.get(scheme, 0)
-        problem = None
-        if url.userinfo:
-            problem = "it carries userinfo (user@host), which can hide the real host"
-        elif scheme == "http" and self.scheme == "https":
-            problem = "it downgrades https to http"
-        elif (scheme, url.host.lower(), port) != (self.scheme, self.host, self.port):
-            problem = "it leads to another scheme, host or port"
-        if problem is not None:
-            msg = (
-                f"refusing {what} {_display(url)}: {problem}; credentials go only to "
-                f"the configured origin {self}, so it was not requested"
-            )
-            raise ForeignLink(msg, url=_display(url), origin=str(self))
-
-    def resolve(self, link: str, base: str, *, what: str = "link") -> str:
-        """``link`` resolved against ``base`` and checked; the URL to request.
-
-        Relative links, absolute links on the origin and ``//host`` links are
-        resolved as a browser would. Backslashes, whitespace and control
-        characters are refused outright: parsers disagree on them (``\\`` is a
-        ``/`` to some), which is how a link smuggles in another host.
-        """
-        if _UNSAFE_LINK.search(link):
-            msg = (
-                f"refusing {what} {link[:200]!r}: it contains a backslash, whitespace or a "
-                f"control character; credentials go only to {self}, so it was not requested"
-            )
-            raise ForeignLink(msg, url=repr(link[:200]), origin=str(self))
-        try:
-            url = httpx.URL(base).join(link)
-        except (httpx.InvalidURL, ValueError) as exc:
-            msg = f"refusing {what} {link[:200]!r}: not a URL ({exc}); it was not requested"
-            raise ForeignLink(msg, url=repr(link[:200]), origin=str(self)) from None
-        self.check(url, what=what)
-        return str(url)
-
-
-class _Decoder:
-    """``gzip``/``deflate``/identity, decoded in steps of at most :data:`_STEP` bytes."""
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        self._z: Any = None
-        if encoding in ("gzip", "x-gzip"):
-            self._z = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        elif encoding == "deflate":
-            self._z = zlib.decompressobj()
-            self._raw_fallback = True
-
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        if self._z is None:
-            yield data
-            return
-        pending = data
-        while pending:
-            try:
-                out = self._z.decompress(pending, _STEP)
-            except zlib.error:
-                if self.encoding == "deflate" and getattr(self, "_raw_fallback", False):
-                    # "deflate" is sent both zlib-wrapped and raw; try raw once.
-                    self._raw_fallback = False
-                    self._z = zlib.decompressobj(-zlib.MAX_WBITS)
-                    continue
-                raise
-            self._raw_fallback = False
-            pending = self._z.unconsumed_tail
-            if out:
-                yield out
-            elif not pending:
-                break
-
-    def flush(self) -> bytes:
-        return self._z.flush() if self._z is not None else b""
-
-
-class _GuardedStream(httpx.SyncByteStream):
-    """The body of one response, decoded, under the request's deadline and size cap."""
-
-    def __init__(
-        self,
-        inner: httpx.SyncByteStream,
-        *,
-        url: str,
-        deadline: float,
-        limit: float,
-        max_bytes: int,
-        encoding: str,
-        timeouts: dict[str, float | None],
-        clock: Callable[[], float],
-    ) -> None:
-        self._inner = inner
-        self._url = url
-        self._deadline = deadline
-        self._limit = limit
-        self._max = max_bytes
-        self._decoder = _Decoder(encoding)
-        self._timeouts = timeouts
-        self._clock = clock
-
-    def _too_slow(self) -> DeadlineExceeded:
-        msg = (
-            f"{self._url}: no complete answer within the {self._limit:g} s "
-            "deadline (timeout=, body included); stopped reading"
-        )
-        return DeadlineExceeded(msg, url=self._url, limit=self._limit)
-
-    def _left(self) -> float:
-        left = self._deadline - self._clock()
-        if left <= 0:
-            raise self._too_slow()
-        return left
-
-    def __iter__(self) -> Iterator[bytes]:
-        size = 0
-        # httpcore reads the read timeout when the body read starts: shrink it to
-        # what is left of the deadline, so no single read waits past it.
-        self._timeouts["read"] = min(self._timeouts.get("read") or self._limit, self._left())
-        try:
-            for raw in self._inner:
-                self._left()
-                for chunk in self._decoder.feed(raw):
-                    size += len(chunk)
-                    if size > self._max:
-                        msg = (
-                            f"{self._url}: the response body passed the cap of "
-                            f"{self._max:,} bytes decoded (max_response_bytes=); stopped reading"
-                        )
-                        raise ResponseTooLarge(msg, url=self._url, limit=self._max)
-                    yield chunk
-                    self._left()
-            tail = self._decoder.flush()
-            if size + len(tail) > self._max:
-                msg = f"{self._url}: the response body passed the cap of {self._max:,} bytes"
-                raise ResponseTooLarge(msg, url=self._url, limit=self._max)
-            if tail:
-                yield tail
-        except zlib.error as exc:
-            msg = f"{self._url}: the {self._decoder.encoding} body could not be decoded ({exc})"
-            raise httpx.DecodingError(msg) from None
-        except httpx.TimeoutException:
-            if self._clock() >= self._deadline - 0.05:
-                raise self._too_slow() from None
-            raise
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class GuardedTransport(httpx.BaseTransport):
-    """Origin check, whole-request deadline and decoded-size cap around a transport.
-
-    Parameters
-    ----------
-    origin
-        The only origin requests may go to.
-    inner
-        The transport that does the I/O (default :class:`httpx.HTTPTransport`).
-    timeout
-        Seconds for the whole request, body included.
-    max_response_bytes
-        Cap on the decoded body of one response.
-    clock
-        Monotonic clock (the deadline is real time even when pacing is faked).
-    """
-
-    def __init__(
-        self,
-        origin: Origin,
-        inner: httpx.BaseTransport | None = None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if not timeout > 0:
-            msg = f"timeout must be a positive number of seconds, got {timeout!r}"
-            raise ValueError(msg)
-        if max_response_bytes < 1:
-            msg = f"max_response_bytes must be positive, got {max_response_bytes!r}"
-            raise ValueError(msg)
-        self.origin = origin
-        self.inner = inner if inner is not None else httpx.HTTPTransport()
-        self.timeout = float(timeout)
-        self.max_response_bytes = max_response_bytes
-        self._clock = clock
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.origin.check(request.url, what="request to")
-        start = self._clock()
-        deadline = start + self.timeout
-        phases = dict(request.extensions.get("timeout") or {})
-        timeouts: dict[str, float | None] = {
-            k: min(v, self.timeout) if isinstance(v, int | float) else self.timeout
-            for k, v in ((p, phases.get(p)) for p in ("connect", "read", "write", "pool"))
-        }
-        request.extensions = {**request.extensions, "timeout": timeouts}
-        url = _display(request.url)
-        try:
-            response = self.inner.handle_request(request)
-        except httpx.TimeoutException:
-            if self._clock() >= deadline - 0.05:
-                msg = f"{url}: no answer within the {self.timeout:g} s deadline (timeout=)"
-                raise DeadlineExceeded(msg, url=url, limit=self.timeout) from None
-            raise
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("identity", "", "gzip", "x-gzip", "deflate"):
-            response.close()
-            msg = f"{url}: unsupported Content-Encoding {encoding[:40]!r}"
-            raise httpx.DecodingError(msg)
-        # The body reaches httpx already decoded, so it must not decode it again.
-        headers = [
-            (k, v)
-            for k, v in response.headers.multi_items()
-            if k.lower() not in ("content-encoding", "content-length")
-        ]
-        assert isinstance(response.stream, httpx.SyncByteStream)
-        return httpx.Response(
-            response.status_code,
-            headers=headers,
-            stream=_GuardedStream(
-                response.stream,
-                url=url,
-                deadline=deadline,
-                limit=self.timeout,
-                max_bytes=self.max_response_bytes,
-                encoding=encoding,
-                timeouts=timeouts,
-                clock=self._clock,
-            ),
-            extensions=response.extensions,
-            request=request,
-        )
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 # ---------------------------------------------------------------------- the policy layers
@@ -691,7 +381,7 @@ class Pipeline:
         except (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL) as exc:
             # DecodingError (a broken gzip stream, an encoding not asked for) and the rest
             # of httpx's errors that are not transport errors: the answer is unreadable.
-            msg = f"{call.method} {_display(call.url)}: the answer could not be read: {exc}"
+            msg = f"{call.method} {display_url(call.url)}: the answer could not be read: {exc}"
             if not call.idempotent:
                 msg += "; the request was sent, so check whether the write landed before resending"
                 raise OutcomeUnknown(msg) from exc
@@ -699,7 +389,7 @@ class Pipeline:
         except OSError as exc:
             if isinstance(exc, PmtkError):  # pmtk's own errors that are also OSErrors
                 raise
-            msg = f"{call.method} {_display(call.url)} failed locally: {exc}"
+            msg = f"{call.method} {display_url(call.url)} failed locally: {exc}"
             raise TransportError(msg) from exc
         except (DeadlineExceeded, ResponseTooLarge) as exc:
             # Not retried: a server that drips or floods would do it again.
@@ -783,7 +473,7 @@ class Pipeline:
                 problem = f"it leads off the configured origin {self.origin}; nothing sent there"
         if problem is None:
             return target
-        shown = _display(location) if location else None
+        shown = display_url(location) if location else None
         raise RedirectRefused(
             status,
             method=call.method,
@@ -851,13 +541,13 @@ def _transport_failure(call: _Call, exc: httpx.TransportError, attempts: int) ->
         except RuntimeError:  # no request attached
             target = httpx.URL(call.url)
         host = target.host
-        port = target.port or _DEFAULT_PORTS.get(target.scheme, 0)
+        port = target.port or DEFAULT_PORTS.get(target.scheme, 0)
         what = (
             f"the host name {host!r} did not resolve"
             if isinstance(os_error, socket.gaierror)
             else f"{host}:{port} refused the connection"
         )
-        msg = f"{call.method} {_display(call.url)}: {what} ({os_error}); not retried"
+        msg = f"{call.method} {display_url(call.url)}: {what} ({os_error}); not retried"
         return ConnectionFailed(msg, host=host, reason=str(os_error))
     msg = f"{call.method} {call.url} failed after {attempts} attempt(s): {reason}"
     if isinstance(exc, httpx.ProtocolError):

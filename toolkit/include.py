@@ -13,7 +13,7 @@ each validated by the same pandera schema as a plain frame of that type.
   :class:`UndeclaredInclude`, both before any list request: a server ignores an
   ``_include`` it does not support, and the included tables would be quietly empty.
 * The walk (:class:`~toolkit.paging.Walk`) keeps included entries apart
-  (:attr:`~toolkit.paging.Page.included`): they never count toward ``Bundle.total``
+  (:attr:`~toolkit.page.Page.included`): they never count toward ``Bundle.total``
   or the duplicate checks. An entry marked ``search.mode: include`` is one; so is an
   entry of another type than the walked one when the server marks nothing.
 * Included records met on several pages are kept once per id: the newest
@@ -30,8 +30,8 @@ import orjson
 
 from toolkit import catalogue
 from toolkit.errors import ConfigurationError, MalformedPage, NotFound, unknown_name
-from toolkit.listing import validated_frames
-from toolkit.paging import Page, micros, record_stamp
+from toolkit.listing import Params, list_query, validated_frames
+from toolkit.page import Page, micros, record_stamp
 
 if TYPE_CHECKING:
     import httpx
@@ -43,6 +43,7 @@ __all__ = [
     "Statement",
     "UndeclaredInclude",
     "include_names",
+    "include_query",
     "included_frames",
     "split_include",
 ]
@@ -111,6 +112,23 @@ def split_include(
         if value is not None:
             wanted += [i for i in include_names(resource_type, value) if i not in wanted]
     return rest, wanted
+
+
+def include_query(
+    resource_type: str, search: Mapping[str, Any], params: Params | None, statement: Statement
+) -> list[tuple[str, str]]:
+    """The query of a list walk of ``resource_type`` and its includes.
+
+    The type, the search keywords, the includes and the page size are checked before
+    any list request (the includes against the deployment's ``statement``); each
+    ``include=`` name is sent as its own ``_include`` parameter.
+    """
+    catalogue.resource(resource_type)  # UnknownName, with the near miss
+    search, wanted = split_include(resource_type, search)
+    query = list_query(resource_type, search, params)
+    if wanted:
+        statement.check_includes(resource_type, wanted)
+    return [*query, *(("_include", i.name) for i in wanted)]
 
 
 class Statement:

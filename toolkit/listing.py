@@ -6,7 +6,9 @@ is checked before any request (:func:`list_query`); a
 (:func:`open_walk`) and run with its progress bar and the request counts of its
 summary (:func:`walked`); its pages become records (:func:`newest_records`) or
 validated frames (:func:`validated_frame`, :func:`validated_frames`,
-:func:`proposed_frame`).
+:func:`proposed_frame`). The verbs' options are checked before any request
+(``check_*``), and a read's answer is refused unless it is a record of the type
+asked for (:func:`record_of`).
 
 It is apart from :mod:`toolkit.paging`, which knows pages and walks but not the
 client's pipeline, counters or progress display, and apart from
@@ -23,18 +25,20 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from toolkit import catalogue
-from toolkit.errors import ConfigurationError, MalformedPage, unknown_name
-from toolkit.paging import FetchSummary, Page, Walk, local_now
+from toolkit.errors import ApiError, ConfigurationError, MalformedPage, unknown_name
+from toolkit.page import Page
+from toolkit.paging import IGNORED_FILTERS, FetchSummary, Walk, local_now
 from toolkit.views import flatten, flatten_tables, table_names
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from toolkit.http import Pipeline
+    from toolkit.http import Pipeline, Reply
 
 __all__ = [
     "check_duration",
     "check_errors",
+    "check_ignored_filters",
     "check_max_pages",
     "frame_table",
     "list_query",
@@ -43,6 +47,7 @@ __all__ = [
     "param_value",
     "param_values",
     "proposed_frame",
+    "record_of",
     "search_pairs",
     "search_params",
     "validated_frame",
@@ -238,6 +243,13 @@ def check_max_pages(max_pages: int | None) -> None:
         raise ConfigurationError(msg)
 
 
+def check_ignored_filters(ignored_filters: object) -> None:
+    """Refuse an ``ignored_filters=`` that is neither ``"raise"`` nor ``"warn"``."""
+    if ignored_filters not in IGNORED_FILTERS:
+        msg = f"ignored_filters must be 'raise' or 'warn', got {ignored_filters!r}"
+        raise ConfigurationError(msg)
+
+
 def check_errors(errors: object) -> None:
     """Refuse a bad ``errors=`` before the walk, not after it."""
     if errors not in ("raise", "warn"):
@@ -379,7 +391,7 @@ def walked(walk: Walk, pipeline: Pipeline, *, progress: bool | None) -> Iterator
 
 
 class ListWalk:
-    """A list walk under way: iterate it (once) for its :class:`~toolkit.paging.Page` objects.
+    """A list walk under way: iterate it (once) for its :class:`~toolkit.page.Page` objects.
 
     ``summary`` fills in as the pages arrive: ``started_at`` (the server's time at
     the start, the recovery's ``t0``) from the first page on, ``complete`` once
@@ -401,6 +413,20 @@ class ListWalk:
             yield from walked(self._walk, self._pipeline, progress=self._progress)
         finally:
             self._walk.close()
+
+
+def record_of(resource_type: str, reply: Reply) -> dict[str, Any]:
+    """The body of a read, refused unless it is a ``resource_type`` record."""
+    data = reply.data
+    if not isinstance(data, dict) or data.get("resourceType") != resource_type:
+        kind = data.get("resourceType") if isinstance(data, dict) else type(data).__name__
+        raise ApiError(
+            reply.response.status_code,
+            method="GET",
+            url=str(reply.response.url),
+            diagnostics=f"expected a {resource_type}, got {kind}",
+        )
+    return data
 
 
 def exported_ids(resource_type: str, url: str, data: Any) -> set[str]:

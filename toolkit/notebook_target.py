@@ -15,9 +15,9 @@ __all__ = ["embedded_options", "store_target"]
 
 def embedded_options(client: Any) -> Any | None:
     """The options of the embedded mock when ``client`` talks to it, else ``None``."""
-    from toolkit import client as client_module
+    from toolkit.mock import embedded
 
-    dep = client_module.EMBEDDED.get("deployment")
+    dep = embedded.EMBEDDED.get("deployment")
     if dep is None or getattr(client, "base_url", None) != dep.base_url:
         return None
     return dep.options

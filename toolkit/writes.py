@@ -31,7 +31,7 @@ from typing import Any, TypedDict, Unpack
 from toolkit import catalogue, rules
 from toolkit.catalogue import Field
 from toolkit.errors import RequestValidationError
-from toolkit.http import safe_id
+from toolkit.origin import safe_id
 
 __all__ = [
     "CREATABLE",

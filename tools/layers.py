@@ -88,9 +88,6 @@ KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
 """Circles between modules still to be broken (issue 36), each exactly as it is."""
 
 KNOWN_LONG: dict[str, int] = {
-    "toolkit.client": 810,
-    "toolkit.http": 865,
-    "toolkit.paging": 814,
     "toolkit.viewdefs.load": 907,
     "toolkit.webhooks.command": 949,
     "toolkit.webhooks.listener": 1080,

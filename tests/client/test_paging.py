@@ -5,7 +5,7 @@ The pages are built from FHIR R4's Bundle form (``type: searchset``, ``total``,
 rules (``page``/``_count``, ``next`` links, ``Bundle.total``), not from pmtk's
 own writer. The walk's ``fetch`` is a dictionary of pages, so a test costs
 milliseconds; ``tools/mutation.py paging`` runs these tests against mutants of
-``toolkit/paging.py`` (see docs/testing.md).
+``toolkit/paging.py`` and ``toolkit/page.py`` (see docs/testing.md).
 """
 
 from __future__ import annotations
@@ -24,16 +24,8 @@ from toolkit.errors import (
     PageLimitExceeded,
     PagingLoop,
 )
-from toolkit.paging import (
-    DEFAULT_MAX_PAGES,
-    PAGE_MARGIN,
-    FetchSummary,
-    Page,
-    Walk,
-    ignored_filters,
-    next_link,
-    self_link,
-)
+from toolkit.page import Page, ignored_filters, next_link, self_link
+from toolkit.paging import DEFAULT_MAX_PAGES, PAGE_MARGIN, FetchSummary, Walk
 
 BASE = "https://api.example.test/main/Patient"
 DATE = "Thu, 26 Nov 2026 03:00:00 GMT"  # the Date header of every page: the walk's t0

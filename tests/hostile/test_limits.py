@@ -18,7 +18,8 @@ from starlette.responses import Response, StreamingResponse
 from tests.hostile.conftest import SECRET, api_app, serve
 from toolkit.client import Client
 from toolkit.errors import DeadlineExceeded, InvalidId, OutcomeUnknown, ResponseTooLarge
-from toolkit.http import GuardedTransport, Origin
+from toolkit.origin import Origin
+from toolkit.transport import GuardedTransport
 
 GIB = 1 << 30
 
@@ -180,7 +181,7 @@ def test_unsafe_ids_are_refused_before_anything_is_sent(bad: str) -> None:
 
 
 def test_the_catalogue_id_shapes_still_pass() -> None:
-    from toolkit.http import safe_id
+    from toolkit.origin import safe_id
 
     for ok in ("CL-2", "PR-1234", "300004", "a.b", "x" * 64, "proposed-1757485800-30"):
         assert safe_id("Organization", ok) == ok

@@ -16,7 +16,8 @@ from tests.hostile.conftest import SECRET, TOKEN, Recorder, api_app, serve
 from tests.loopback import bundle
 from toolkit.client import Client
 from toolkit.errors import ForeignLink, RedirectRefused
-from toolkit.http import GuardedTransport, Origin
+from toolkit.origin import Origin
+from toolkit.transport import GuardedTransport
 
 
 def _client(port: int, **kwargs: object) -> Client:

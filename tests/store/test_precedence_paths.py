@@ -20,7 +20,8 @@ import polars as pl
 import pytest
 
 from tests.store.test_precedence import fhir, oracle_newer
-from toolkit.paging import FetchSummary, Page
+from toolkit.page import Page
+from toolkit.paging import FetchSummary
 from toolkit.store import COMPARE_LIMIT, apply_changes, load, read_manifest, sync, verify
 
 RT = "Referral"

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from toolkit import client as client_module
 from toolkit import views
 from toolkit.config import configured
+from toolkit.mock import embedded
 from toolkit.store.paths import path_problem
 from toolkit.store.results import DEFAULT_STORE, MOCK_STORE, STAGING, StoreError
 
@@ -111,7 +111,7 @@ def normalise_base_url(url: str) -> str:
 def _is_embedded_mock(base_url: str) -> bool:
     """Whether ``base_url`` is the embedded mock this process started (if any)."""
 
-    dep = client_module.EMBEDDED.get("deployment")
+    dep = embedded.EMBEDDED.get("deployment")
     return dep is not None and normalise_base_url(str(dep.base_url)) == base_url
 
 

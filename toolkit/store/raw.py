@@ -27,7 +27,8 @@ import orjson
 import polars as pl
 
 from toolkit.errors import ViewDefinitionError
-from toolkit.paging import FetchSummary, Page
+from toolkit.page import Page
+from toolkit.paging import FetchSummary
 from toolkit.store.results import RebuildRefused, StoreError, repair_command
 from toolkit.viewdefs import load_view, run_view
 

@@ -16,7 +16,8 @@ from toolkit import catalogue
 from toolkit.errors import PmtkError
 
 if TYPE_CHECKING:
-    from toolkit.paging import FetchSummary, Page
+    from toolkit.page import Page
+    from toolkit.paging import FetchSummary
 
 DEFAULT_STORE = "pmtk-store"
 """Directory used when no ``out``/``store`` is given and a deployment is configured."""

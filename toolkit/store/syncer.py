@@ -18,7 +18,8 @@ import polars as pl
 
 from toolkit import catalogue, views
 from toolkit.errors import PmtkError
-from toolkit.paging import FetchSummary, Page
+from toolkit.page import Page
+from toolkit.paging import FetchSummary
 from toolkit.store.layout import (
     later,
     load_manifest_for_write,

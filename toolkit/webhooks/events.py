@@ -13,7 +13,7 @@ import orjson
 
 from toolkit import catalogue
 from toolkit.errors import InvalidId
-from toolkit.http import safe_id
+from toolkit.origin import safe_id
 
 log = logging.getLogger("pmtk.listen")
 
