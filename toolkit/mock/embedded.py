@@ -4,7 +4,8 @@ It starts once per process, in a background thread, and stops at interpreter exi
 :data:`EMBEDDED` holds it while it runs, so that the store and the notebooks can
 tell a client of it from a client of a configured deployment
 (:mod:`toolkit.store.identity`, :mod:`toolkit.notebook_target`). Like the rest of
-the mock, it never imports the client.
+the mock, it never imports the client, and it loads the mock's server only when
+it starts one, so that ``import toolkit.client`` loads no uvicorn.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import sys
 import threading
 from contextlib import ExitStack
 from typing import Any
-
-from toolkit.mock import serve
 
 __all__ = ["EMBEDDED", "MOCK_USER_AGENT", "start_for"]
 
@@ -33,6 +32,10 @@ def _embedded_mock() -> Any:
     with _EMBEDDED_LOCK:
         dep = EMBEDDED.get("deployment")
         if dep is None:
+            # The server (uvicorn, Starlette, the synthetic practice) loads here, on
+            # first use: importing the client loads none of it.
+            from toolkit.mock.server import serve
+
             stack = ExitStack()
             dep = stack.enter_context(serve())
             atexit.register(stack.close)
