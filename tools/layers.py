@@ -69,7 +69,6 @@ KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
             "toolkit.store.transaction",
         }
     ),
-    frozenset({"toolkit.webhooks.journal", "toolkit.webhooks.migrate"}),
     frozenset(
         {
             "toolkit.mock.app",
