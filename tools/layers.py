@@ -45,31 +45,7 @@ HEAVY_LIBRARIES = frozenset({"pandera", "pandas", "pyarrow", "deltalake", "uvico
 may import a module of the package that does inside a function, so that importing
 it stays light (``toolkit.client`` loads no pandera until a frame is validated)."""
 
-KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
-    frozenset(
-        {
-            "toolkit.lake",
-            "toolkit.lake.command",
-            "toolkit.lake.commit",
-            "toolkit.lake.read",
-            "toolkit.lake.rebind",
-            "toolkit.lake.state",
-            "toolkit.lake.syncer",
-            "toolkit.lake.upgrade",
-            "toolkit.store",
-            "toolkit.store.checksums",
-            "toolkit.store.entry",
-            "toolkit.store.identity",
-            "toolkit.store.layout",
-            "toolkit.store.merge",
-            "toolkit.store.paths",
-            "toolkit.store.raw",
-            "toolkit.store.resume",
-            "toolkit.store.syncer",
-            "toolkit.store.transaction",
-        }
-    ),
-)
+KNOWN_CIRCLES: tuple[frozenset[str], ...] = ()
 """Circles between modules still to be broken (issue 36), each exactly as it is."""
 
 KNOWN_LONG: dict[str, int] = {
