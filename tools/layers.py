@@ -13,12 +13,10 @@ top of a module or inside a function, and the rules of issue 36 are checked:
 * **No import of the package inside a function**, except where it keeps a module out
   of ``pmtk``'s start (an import in a module that ``toolkit.cli`` loads at start, of a
   module it does not: ``pmtk --help`` loads no Parquet store, lake, mock or pandera),
-  the lazy package faces (a package's ``__getattr__``), and the imports that close
-  one of the circles below (they are the debt, listed to be paid).
+  where it keeps one of :data:`HEAVY_LIBRARIES` out of a module that does not load
+  it, and the lazy package faces (a package's ``__getattr__``).
 * **No circle between modules**, counting imports inside functions (a circle that
-  only an import inside a function keeps from failing is still a circle), except
-  those in :data:`KNOWN_CIRCLES`, which must match exactly: a circle that grows,
-  shrinks or goes away fails the check until the list says so.
+  only an import inside a function keeps from failing is still a circle).
 * **No module over 800 lines**, except those in :data:`KNOWN_LONG` (exact too).
 
 A package imports its ``__init__`` before any of its modules, so ``from toolkit.x
@@ -44,48 +42,6 @@ HEAVY_LIBRARIES = frozenset({"pandera", "pandas", "pyarrow", "deltalake", "uvico
 (``python -c "import pandera"``, 2026-11-28). A module that does not load one of them
 may import a module of the package that does inside a function, so that importing
 it stays light (``toolkit.client`` loads no pandera until a frame is validated)."""
-
-KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
-    frozenset(
-        {
-            "toolkit.lake",
-            "toolkit.lake.command",
-            "toolkit.lake.commit",
-            "toolkit.lake.read",
-            "toolkit.lake.rebind",
-            "toolkit.lake.state",
-            "toolkit.lake.syncer",
-            "toolkit.lake.upgrade",
-            "toolkit.store",
-            "toolkit.store.checksums",
-            "toolkit.store.entry",
-            "toolkit.store.identity",
-            "toolkit.store.layout",
-            "toolkit.store.merge",
-            "toolkit.store.paths",
-            "toolkit.store.raw",
-            "toolkit.store.resume",
-            "toolkit.store.syncer",
-            "toolkit.store.transaction",
-        }
-    ),
-    frozenset({"toolkit.webhooks.journal", "toolkit.webhooks.migrate"}),
-    frozenset(
-        {
-            "toolkit.mock.app",
-            "toolkit.mock.app.controls",
-            "toolkit.mock.app.core",
-            "toolkit.mock.app.listing",
-            "toolkit.mock.app.records",
-            "toolkit.mock.app.rooms",
-            "toolkit.mock.app.routes",
-            "toolkit.mock.app.scheduling",
-            "toolkit.mock.app.writing",
-            "toolkit.mock.state",
-        }
-    ),
-)
-"""Circles between modules still to be broken (issue 36), each exactly as it is."""
 
 KNOWN_LONG: dict[str, int] = {
     "toolkit.viewdefs.load": 907,
@@ -266,16 +222,14 @@ def problems(
     layers: Layers,
     *,
     start: str = "toolkit.cli",
-    known_circles: tuple[frozenset[str], ...] = KNOWN_CIRCLES,
     known_long: dict[str, int] | None = None,
     max_lines: int = MAX_LINES,
 ) -> list[str]:
     """Every broken rule (see the module's docstring), one line each; ``start`` is the
-    module a command loads first, ``known_*`` the debt (default: this package's)."""
+    module a command loads first, ``known_long`` the debt (default: this package's)."""
     out: list[str] = []
     long_ok = KNOWN_LONG if known_long is None else known_long
     at_start = layers.loaded_by(start)
-    circle_of = {m: c for c in known_circles for m in c}
 
     def where(module: str) -> Path:
         return layers.modules[module].relative_to(layers.base)
@@ -291,16 +245,9 @@ def problems(
             continue  # keeps imp.target out of pmtk's start
         if layers.heavy(imp.target) - layers.heavy(imp.module):
             continue  # keeps a heavy library out of imp.module's importers
-        circle = circle_of.get(imp.module)
-        if circle is not None and imp.target in circle:
-            continue  # closes a known circle (the debt)
         out.append(f"{place}: imports {imp.target} inside {imp.function}()")
-    now = set(layers.circles())
-    for circle in sorted(now - set(known_circles), key=sorted):
+    for circle in sorted(layers.circles(), key=sorted):
         out.append(f"a circle between modules: {', '.join(sorted(circle))}")
-    for circle in sorted(set(known_circles) - now, key=sorted):
-        names = ", ".join(sorted(circle))
-        out.append(f"KNOWN_CIRCLES lists a circle that is not there now: {names}")
     for module, count in sorted(layers.lines.items()):
         allowed = long_ok.get(module, max_lines)
         if count > allowed:
@@ -365,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     inside = sum(1 for imp in layers.imports if imp.function not in (None, "__getattr__"))
     print(
         f"{len(layers.modules)} modules, {len(layers.imports)} arrows, {inside} inside functions, "
-        f"{len(layers.circles())} circles ({len(KNOWN_CIRCLES)} known)"
+        f"{len(layers.circles())} circles"
     )
     for line in found:
         print(line)

@@ -166,14 +166,20 @@ TARGETS: dict[str, Target] = {
         ),
         isolation="forkserver",
     ),
-    # The receiver's journal, every function: its own focused files (in-process, no
+    # The receiver's journal, every function, and the row insert it shares with the
+    # migration (in queue.py, below both): its own focused files (in-process, no
     # `pmtk listen` child), not the end-to-end listener tests that also reach it. The
     # migration test reads the store with Polars: under a plain fork every mutant that
     # reached it hung and counted as a timeout.
     "journal": Target(
-        "toolkit/webhooks/journal.py",
+        "toolkit/webhooks/journal.py,toolkit/webhooks/queue.py",
         ("tests/listen/test_journal_bites.py", "tests/listen/test_journal_migration.py"),
-        isolation="forkserver",
+        (
+            "toolkit.webhooks.journal.*",
+            "toolkit.webhooks.queue.x_insert_changes__mutmut_*",
+            "toolkit.webhooks.queue.x_redacted__mutmut_*",
+        ),
+        "forkserver",
     ),
     # The one precedence rule, in the store and the lake: every function of both modules.
     # The end-to-end syncs of tests/store/test_precedence_paths.py are left out (slow).

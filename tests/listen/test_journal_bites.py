@@ -12,7 +12,8 @@ the oldest evicted and counted. The journal file is read with a second, plain
 A crash is simulated at every state change in two ways: an exception raised inside
 the step's transaction after its writes (the rows must be those before the step), and
 the connection closed there (a process gone before its commit). Time is a fake clock
-in the module under test (``journal.time``), so due times are exact, not raced.
+in the module under test (``journal.time``, and ``queue.time`` where the journal's row
+insert lives), so due times are exact, not raced.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import pytest
 
 from toolkit.redaction import register
 from toolkit.webhooks import journal as journal_module
+from toolkit.webhooks import queue as queue_module
 from toolkit.webhooks.events import Event
 from toolkit.webhooks.journal import STATES, EventQueue, JournalError, Settled
 from toolkit.webhooks.queue import Change
@@ -45,7 +47,7 @@ SECOND = 1_000_000_000
 
 
 class Clock:
-    """Stands in for the module's ``time``: ``time_ns`` and ``time`` from one counter."""
+    """Stands in for the modules' ``time``: ``time_ns`` and ``time`` from one counter."""
 
     def __init__(self) -> None:
         self.ns = T0
@@ -65,6 +67,7 @@ class Crash(Exception):
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
     monkeypatch.setattr(journal_module, "time", fake)
+    monkeypatch.setattr(queue_module, "time", fake)  # insert_changes stamps due_ns there
     return fake
 
 

@@ -8,9 +8,11 @@ from typing import Any
 
 import httpx
 
+from tests.conftest import USER_AGENT
 from tests.mock.test_booking import book_body
 from tests.mock.test_referenced_resources import every_record as _all
 from tests.mock.test_shapes import LIVE_HOST
+from toolkit.mock import Deployment
 
 WINDOW = {"start": "2026-11-23T00:00:00Z", "end": "2026-11-28T00:00:00Z"}
 MERGE = {"Content-Type": "application/merge-patch+json"}
@@ -85,6 +87,40 @@ def test_booking_turns_its_slots_busy_and_cancelling_frees_them_as_new_writes(
         s["meta"]["lastUpdated"] >= c["meta"]["lastUpdated"]
         for s, c in zip(again, changed, strict=True)
     )
+
+
+def test_deleting_a_booked_appointment_frees_its_slots_by_either_control(
+    fresh_mock: Deployment, fresh_api: httpx.Client
+) -> None:
+    """The state frees the slot with the app's reading of the appointment, which both
+    deletes pass in: ``Deployment.delete`` and the HTTP control."""
+    role = "PR-6001"
+    find = {**WINDOW, "duration": "30", "practitioner-role": role}
+    offers = fresh_api.get("Appointment/$find", params=find).json()["entry"]
+
+    def book(offer: dict[str, Any]) -> tuple[str, str]:
+        first = offer["resource"]
+        booked = fresh_api.post(
+            "Appointment/$book", json=book_body(role, first["start"], first["end"])
+        )
+        assert booked.status_code == 201, booked.text
+        start = int(dt.datetime.fromisoformat(first["start"]).timestamp())
+        slot = f"{role}-{start}"
+        assert fresh_api.get(f"Slot/{slot}").json()["status"] == "busy"
+        return booked.json()["id"], slot
+
+    appt, slot = book(offers[0])
+    fresh_mock.delete("Appointment", [appt])
+    assert fresh_api.get(f"Slot/{slot}").json()["status"] == "free"
+
+    appt, slot = book(offers[1])
+    deleted = httpx.post(
+        f"{fresh_mock.base_url}/_test/delete",
+        json={"type": "Appointment", "ids": [appt]},
+        headers={"User-Agent": USER_AGENT},
+    )
+    assert deleted.status_code == 200, deleted.text
+    assert fresh_api.get(f"Slot/{slot}").json()["status"] == "free"
 
 
 def test_slots_search_by_status_and_sort_by_start(mock_api: httpx.Client) -> None:

@@ -34,16 +34,16 @@ def _commit_before_reads(
     """Make a real commit land between ``load`` reading the manifest and reading the
     file: before the first read only, or (``every``) before each. Returns the record's
     id (committed as ``commit N``, N the read it came before) and the files read."""
-    import toolkit.store.entry as entry
+    import toolkit.store.read as reading  # where load reads a store's table
 
     rid = str(load("Appointment", store)["id"][0])
     record = client.read("Appointment", rid)
-    real = entry._read_stored
+    real = reading._read_stored
     reads: list[str] = []
 
     def commit_first(root: Path, rtype: str, path: Path, declared: Any) -> pl.LazyFrame:
         reads.append(path.name)
-        if len(reads) > 3 * entry.READ_RACES:
+        if len(reads) > 3 * reading.READ_RACES:
             raise RuntimeError("load kept reading")
         if every or len(reads) == 1:
             newer = copy.deepcopy(record)
@@ -53,7 +53,7 @@ def _commit_before_reads(
             assert not path.exists()  # the old file is gone
         return real(root, rtype, path, declared)
 
-    monkeypatch.setattr(entry, "_read_stored", commit_first)
+    monkeypatch.setattr(reading, "_read_stored", commit_first)
     return rid, reads
 
 
@@ -80,7 +80,7 @@ def test_a_writer_that_replaces_the_file_at_every_read_is_given_up_on(
     store: Path, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``load`` tries :data:`READ_RACES` times, then says what happened; it never spins."""
-    from toolkit.store.entry import READ_RACES
+    from toolkit.store.read import READ_RACES
 
     _rid, reads = _commit_before_reads(store, client, monkeypatch, every=True)
     with pytest.raises(StoreError, match="not a readable Parquet file"):

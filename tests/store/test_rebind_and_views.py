@@ -118,8 +118,8 @@ def test_a_rebind_interrupted_half_way_is_finished_by_the_next_sync(
     manifest_file = store / "manifest.json"
     manifest = json.loads(manifest_file.read_text("utf-8"))
     # what a crash right after the manifest switched leaves: the marker and the old files
-    from toolkit.store.identity import deployment_of
-    from toolkit.store.layout import bind, locked
+    from toolkit.store.identity import bind, deployment_of
+    from toolkit.store.layout import locked
 
     with locked(store):
         current = deployment_of(other_client := _client(other))

@@ -36,9 +36,9 @@ from toolkit.lake.state import is_lake as _is_lake
 from toolkit.lake.state import pins as _pins
 from toolkit.lake.syncer import LakeResourceSync, LakeSyncSummary, apply_changes, sync
 from toolkit.lake.upgrade import StoreNotImportable, import_store
-from toolkit.store.entry import connected
 from toolkit.store.identity import deployment_of
 from toolkit.store.results import PageSource
+from toolkit.store.source import connected
 
 
 def is_lake(lake: str | os.PathLike[str], storage_options: dict[str, str] | None = None) -> bool:

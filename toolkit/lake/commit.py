@@ -41,12 +41,13 @@ from toolkit.lake.state import (
     move_pin,
     now_iso,
     owner_id,
+    pin_of,
     release_lease,
     retrying,
     take_lease,
 )
 from toolkit.store.layout import declared_schemas, later, parent_key, schema_version
-from toolkit.store.raw import RAW_SCHEMA, raw_table
+from toolkit.store.rawtable import RAW_SCHEMA, raw_table
 
 ROW_GROUP_ROWS = 65_536
 """Rows per Parquet row group of a data file. The Parquet writer holds a whole row
@@ -325,8 +326,6 @@ def commit(
 
 def _current_pin(loc: Location, deployment: str, resource_type: str, wanted: Pin) -> Pin:
     """The pin as committed now (it may have moved since the caller read it)."""
-    from toolkit.lake.state import pin_of
-
     now = pin_of(loc, deployment, resource_type)
     wanted.seq = now.seq
     wanted.versions = dict(now.versions)

@@ -20,7 +20,7 @@ import polars as pl
 from toolkit.lake import snapshots
 from toolkit.lake.commit import lake_tables, partition_files
 from toolkit.lake.location import LakeDamaged, LakeError, Location, check_deployment_name
-from toolkit.lake.state import Pin, is_lake, pins, read_pins
+from toolkit.lake.state import Pin, is_lake, pins, read_pins, resolve
 from toolkit.store.identity import deployment_of
 
 
@@ -90,8 +90,6 @@ def load(
 
 def _name_of(loc: Location, client: Any) -> str:
     """The lake's short name of a client's deployment (refused if the lake has none)."""
-    from toolkit.lake.state import resolve
-
     return resolve(loc, deployment_of(client), None).name
 
 

@@ -27,15 +27,16 @@ from toolkit._threads import daemon_pool
 from toolkit.errors import ConfigurationError
 from toolkit.lake.commit import PART, Change, commit, lake_tables
 from toolkit.lake.location import Location
+from toolkit.lake.rebind import rebind as rebind_name
 from toolkit.lake.stage import Stage, StageCheckpoint, stage_for
-from toolkit.lake.state import Pin, deployments, init_lake, pin_of, resolve
-from toolkit.store.entry import connected, listed_resources
+from toolkit.lake.state import Pin, UnknownDeployment, deployments, init_lake, pin_of, resolve
 from toolkit.store.identity import deployment_of
 from toolkit.store.layout import later, schema_version
 from toolkit.store.precedence import one_version_each
-from toolkit.store.raw import raw_frame, raw_table
+from toolkit.store.rawtable import raw_frame, raw_table
 from toolkit.store.results import PAGE_SIZE, PREFETCH_PAGES, ErrorsMode, PageSource
 from toolkit.store.resume import Prefetch, since_after
+from toolkit.store.source import connected, listed_resources
 
 BATCH_PAGES = 20
 """Pages flattened and validated together into one staged part."""
@@ -140,8 +141,6 @@ def sync(
     with connected(client) as source:
         init_lake(loc)
         if rebind and deployment in deployments(loc):
-            from toolkit.lake.rebind import rebind as rebind_name
-
             every = list(catalogue.LISTED_RESOURCES)
             identity = deployment_of(source)
             rebind_name(loc, deployment, identity, every, lock_timeout=lock_timeout)
@@ -460,8 +459,6 @@ def apply_changes(
     prove that nothing else changed. ``deletes`` must be ids the API itself said are
     gone (a 404 or 410 OperationOutcome).
     """
-    from toolkit.lake.state import UnknownDeployment, deployments
-
     loc = Location.of(lake, storage_options)
     if deployment not in deployments(loc):
         raise UnknownDeployment(f"the lake {loc.uri} holds no deployment {deployment!r}")

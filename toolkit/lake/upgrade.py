@@ -21,9 +21,10 @@ import polars as pl
 from toolkit.lake.commit import PART, Change, commit, lake_tables
 from toolkit.lake.location import LakeError, Location
 from toolkit.lake.state import Pin, init_lake, pin_of, register
-from toolkit.store import load, verify
+from toolkit.store.checksums import verify
 from toolkit.store.identity import recorded_deployment
 from toolkit.store.layout import read_manifest, schema_version
+from toolkit.store.read import read_table
 
 
 class StoreNotImportable(LakeError):
@@ -84,7 +85,7 @@ def _stored_tables(root: Path, rt: str, entry: dict[str, Any]) -> dict[str, pl.D
     tables: dict[str, pl.DataFrame] = {}
     for name, schema in lake_tables(rt).items():
         if name in entry["tables"]:
-            loaded = load(rt, root, table=name)
+            loaded = read_table(rt, root, table=name)
             frame = loaded.collect() if isinstance(loaded, pl.LazyFrame) else loaded
         else:
             frame = pl.DataFrame(schema=schema)

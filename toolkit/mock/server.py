@@ -11,7 +11,7 @@ import uvicorn
 from toolkit._protocol import Limits, guarded_protocol
 from toolkit._serving import start
 from toolkit.errors import ConfigurationError
-from toolkit.mock.app import create_app
+from toolkit.mock.app import create_app, release_slot
 from toolkit.mock.state import MockOptions, MockState
 from toolkit.mock.webhooks import WebhookSender, split_header
 
@@ -89,7 +89,7 @@ class Deployment:
     def delete(self, rtype: str, ids: list[str]) -> dict[str, Any]:
         """Delete records as a user of the product would; announced by webhook."""
         try:
-            return self._controls().delete(rtype, ids)
+            return self._controls().delete(rtype, ids, release_slot=release_slot)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
 

@@ -10,7 +10,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from toolkit.mock.data import PracticeData, generate, iso
 from toolkit.mock.data.slots import slot_changed
 from toolkit.mock.faults import Fault, make_fault
 from toolkit.mock.shapes import SHAPES, Shapes
-from toolkit.mock.store import Collection
+from toolkit.mock.store import Collection, Record
 from toolkit.mock.webhooks import DEFAULT_CONCURRENCY as DEFAULT_WEBHOOK_CONCURRENCY
 from toolkit.mock.webhooks import WebhookSender, check_concurrency, check_target, split_header
 
@@ -297,14 +297,20 @@ class MockState:
                 self.announce(rtype, rid, "update")
             return {"type": rtype, "touched": list(ids), "lastUpdated": iso(now)}
 
-    def delete(self, rtype: str, ids: Sequence[str]) -> dict[str, Any]:
+    def delete(
+        self,
+        rtype: str,
+        ids: Sequence[str],
+        *,
+        release_slot: Callable[[MockState, Record], None],
+    ) -> dict[str, Any]:
         """Delete records, as a user of the product would (the API has no delete).
 
-        A deleted Appointment frees its slot. Raises ValueError naming an
+        A deleted Appointment frees its slot: ``release_slot(state, record)`` frees
+        it (the app's reading of an appointment's slot, passed in by the control that
+        deletes; the state does not import the app). Raises ValueError naming an
         unknown type or id (then nothing is deleted).
         """
-        from toolkit.mock.app import release_slot
-
         with self.lock:
             coll = self._touchable(rtype, ids)
             for rid in dict.fromkeys(ids):

@@ -60,61 +60,50 @@ the current view.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-import toolkit
 from toolkit import catalogue
-from toolkit.errors import ConfigurationError, MethodNotAllowed, NotFound, PmtkError
+from toolkit.errors import MethodNotAllowed, NotFound, PmtkError
 from toolkit.store.identity import (
     Deployment,
-    WrongDeployment,
+    bind,
     check_deployment,
     default_store,
     deployment_of,
 )
 from toolkit.store.layout import (
-    bind,
     claim,
-    declared_schemas,
     init_manifest,
-    linked_message,
     locked,
     manifest_path,
     read_manifest,
     scoped_to_resource,
-    snake,
     update_manifest,
 )
 from toolkit.store.merge import drop_missing
-from toolkit.store.paths import table_path
 from toolkit.store.progress import SyncProgress
+from toolkit.store.read import read_table
 from toolkit.store.results import (
     NOT_SERVED,
     PAGE_SIZE,
     ErrorsMode,
-    FileProblem,
     PageSource,
     ProgressCallback,
     ResourceSync,
-    StoreDamaged,
-    StoreError,
-    StoreLinked,
     SyncFailed,
     SyncSummary,
     one_line,
-    repair_command,
 )
+from toolkit.store.source import connected, listed_resources
 from toolkit.store.syncer import ResourceSyncer
-from toolkit.store.transaction import check_table
 
 
 def sync(
@@ -166,22 +155,6 @@ def sync(
         _check_bound(root, current, rebind=rebind)  # before the lock: a refusal touches nothing
         summary = run.all(source, wanted, current, progress, rebind=rebind)
     return run.checked(summary)
-
-
-@contextlib.contextmanager
-def connected(client: PageSource | None) -> Iterator[PageSource]:
-    """``client``, or one of :func:`toolkit.connect` (closed on the way out)."""
-    if client is not None:
-        yield client
-        return
-
-    owned: Any = toolkit.connect()
-    try:
-        yield owned
-    finally:
-        close = getattr(owned, "close", None)
-        if close is not None:
-            close()
 
 
 @dataclass
@@ -288,17 +261,6 @@ def _drop_deleted(
     if present is not None:
         result.deleted = len(drop_missing(root, rt, present))
     return None
-
-
-def listed_resources(resources: Sequence[str] | None) -> list[str]:
-    """The resources to sync, in order; a type without a list endpoint is refused."""
-    wanted = list(resources) if resources else list(catalogue.LISTED_RESOURCES)
-    unknown = [r for r in wanted if r not in catalogue.LISTED_RESOURCES]
-    if unknown:
-        known = ", ".join(catalogue.LISTED_RESOURCES)
-        msg = f"cannot sync {', '.join(unknown)}: not a listed resource (choose from {known})"
-        raise ConfigurationError(msg)
-    return wanted
 
 
 def _display_for(progress: Any) -> tuple[SyncProgress, ProgressCallback | None]:
@@ -411,30 +373,9 @@ def load(
     catalogue.resource(resource_type)
     if store is not None and _is_lake(store):  # a lake: one deployment or all of them
         return _lake_load(resource_type, store, deployment, table=table, lazy=lazy, verify=verify)
-    root = Path(store if store is not None else default_store())
-    if deployment is not None:
-        _check_source(root, deployment)
-    name, info = _stored_table(root, resource_type, table)
-    for attempt in range(1, READ_RACES + 1):
-        try:
-            path = _checked_file(root, resource_type, name, info, verify=verify)
-            frame = _read_stored(
-                root, resource_type, path, declared_schemas(resource_type).get(name)
-            )
-            return frame if lazy else _collected(frame, root, resource_type, path)
-        except StoreError:
-            # a writer's commit (pmtk listen, a sync) replaced the file after the manifest
-            # was read and removed the old one: not damage; read what the store holds now
-            now = _stored_table(root, resource_type, table)
-            if attempt == READ_RACES or now[1] == info:
-                raise
-            name, info = now
-    raise AssertionError("unreachable")  # pragma: no cover - the last attempt raises
-
-
-READ_RACES = 5
-"""Reads of a table :func:`load` tries when each finds its file replaced by a commit
-(a store kept current by ``pmtk listen`` commits every few hundred milliseconds)."""
+    return read_table(
+        resource_type, store, table=table, lazy=lazy, verify=verify, deployment=deployment
+    )
 
 
 def _is_lake(store: str | os.PathLike[str]) -> bool:
@@ -470,99 +411,3 @@ def _lake_load(
         lazy=lazy,
         verify=verify,
     )
-
-
-UNREADABLE = (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError)
-"""What reading a damaged file raises (Polars can panic, a BaseException, rather than raise)."""
-
-
-def _collected(frame: pl.LazyFrame, root: Path, resource_type: str, path: Path) -> pl.DataFrame:
-    """``frame`` read, a damaged file raised as the store error that says so."""
-    try:
-        return frame.collect()
-    except UNREADABLE as exc:
-        raise unreadable_error(root, resource_type, path, exc) from exc
-
-
-def unreadable_error(root: Path, resource_type: str, path: Path, exc: BaseException) -> StoreError:
-    msg = (
-        f"{path} is not a readable Parquet file ({exc}); "
-        f"run `{repair_command(root, resource_type)}`"
-    )
-    return StoreError(msg)
-
-
-def _check_source(root: Path, deployment: Any) -> None:
-    """Refuse a store that is not bound to ``deployment`` (:class:`WrongDeployment`)."""
-    current = deployment_of(deployment)
-    if current is not None and check_deployment(root, read_manifest(root), current) != "keep":
-        # no deployment recorded, but nothing another deployment's either: no sync
-        # of this one has run, so nothing vouches for the data
-        msg = (
-            f"the store at {root} is not bound to {current.describe()} yet (no sync "
-            f"of it has run); run `pmtk sync --out {root}` first"
-        )
-        raise WrongDeployment(msg)
-
-
-def _checked_file(
-    root: Path, resource_type: str, name: str, info: dict[str, Any], *, verify: bool
-) -> Path:
-    """The stored file of a table: inside its table's folder, present and (``verify``) intact."""
-    if "path" not in info:
-        missing = FileProblem(resource_type, name, f"{name}/?", "missing")
-        raise StoreDamaged(root, [missing])
-    path = table_path(root, resource_type, name, info)  # StoreDamaged naming the entry
-    for hop in (manifest_path(root), path.parent, path):
-        if hop.is_symlink():  # the data would come from outside the store
-            raise StoreLinked(linked_message(root, hop))
-    if not path.is_file():
-        missing = FileProblem(resource_type, name, str(info.get("path")), "missing")
-        raise StoreDamaged(root, [missing])
-    if verify:
-        problem = check_table(root, resource_type, name, info)
-        if problem is not None:
-            raise StoreDamaged(root, [problem])
-    return path
-
-
-def _read_stored(
-    root: Path, resource_type: str, path: Path, declared: pl.Schema | None
-) -> pl.LazyFrame:
-    """A scan of the file, cast to the view's dtypes; refused if its columns differ."""
-    try:
-        frame = pl.scan_parquet(path)
-        stored_schema = frame.collect_schema()
-    except UNREADABLE as exc:
-        raise unreadable_error(root, resource_type, path, exc) from exc
-    if declared is None:
-        return frame
-    if list(stored_schema.names()) != list(declared.names()):
-        msg = (
-            f"{path} was written for another version of the {resource_type} view; "
-            f"run `pmtk sync --full --resource {resource_type}`"
-        )
-        raise StoreError(msg)
-    return frame.cast(declared)
-
-
-def _stored_table(root: Path, resource_type: str, table: str | None) -> tuple[str, dict[str, Any]]:
-    """The table's name in the manifest (``participant`` finds ``appointment_participant``)
-    and what the manifest records of it; :class:`StoreError` naming what is there otherwise."""
-    manifest = read_manifest(root)
-    entry = manifest["resources"].get(resource_type)
-    if not isinstance(entry, dict) or not entry.get("tables"):
-        stored = ", ".join(sorted(manifest["resources"])) or "nothing"
-        msg = (
-            f"the store at {root} holds no {resource_type} data (it holds: {stored}); "
-            f"run `pmtk sync --out {root} --resource {resource_type}`"
-        )
-        raise StoreError(msg)
-    tables: dict[str, Any] = entry["tables"]
-    name = table or resource_type
-    if name not in tables and f"{snake(resource_type)}_{name}" in tables:
-        name = f"{snake(resource_type)}_{name}"
-    if name not in tables:
-        msg = f"{resource_type} has no table {table!r} in {root}; tables: {', '.join(tables)}"
-        raise StoreError(msg)
-    return name, tables[name] if isinstance(tables[name], dict) else {}

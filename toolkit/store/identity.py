@@ -20,8 +20,23 @@ from urllib.parse import urlsplit, urlunsplit
 from toolkit import views
 from toolkit.config import configured
 from toolkit.mock import embedded
+from toolkit.store.layout import (
+    DATA_FILE_NAME,
+    load_manifest_for_write,
+    manifest_path,
+    rmtree,
+    write_json,
+)
 from toolkit.store.paths import path_problem
-from toolkit.store.results import DEFAULT_STORE, MOCK_STORE, STAGING, StoreError
+from toolkit.store.rawtable import raw_table
+from toolkit.store.results import (
+    DEFAULT_STORE,
+    MOCK_STORE,
+    STAGING,
+    STORE_FORMAT,
+    STORE_KIND,
+    StoreError,
+)
 
 DEPLOYMENT_KEY = "deployment"
 """The manifest key holding the store's deployment."""
@@ -279,8 +294,6 @@ def discard_data(root: Path, manifest: dict[str, Any]) -> None:
     manifest switched to the new deployment with ``"discarding": true``; the marker
     is removed last, so a crash half-way is finished by the next writer (:func:`finish_discard`).
     """
-    from toolkit.store.layout import DATA_FILE_NAME, rmtree
-
     named = _named_files(root, manifest)
     rmtree(root / STAGING)
     for folder in _table_folders(root):
@@ -314,6 +327,37 @@ def finish_discard(root: Path, manifest: dict[str, Any]) -> bool:
     return True
 
 
+def bind(root: Path, current: Any, *, rebind: bool = False) -> None:
+    """Record ``current`` (a :class:`Deployment`) as the store's deployment, under the
+    lock; refuse a store of another deployment unless ``rebind``.
+
+    With ``rebind``, the manifest is first replaced by one of the new deployment that
+    names no data, then the old files are deleted: at no point does the store claim
+    one deployment while holding another's records.
+    """
+    if current is None:
+        return
+    manifest = load_manifest_for_write(root)
+    if finish_discard(root, manifest):  # a rebind that a crash interrupted
+        manifest.pop(DISCARDING, None)
+        write_json(manifest_path(root), manifest, "recording the store's deployment")
+    action = check_deployment(root, manifest, current, rebind=rebind)
+    if action == "keep":
+        return
+    manifest[DEPLOYMENT_KEY] = current.to_json()
+    if action == "rebind":
+        manifest["resources"] = {}
+        manifest.pop("events", None)  # the old deployment's webhook events
+        manifest[DISCARDING] = True
+    manifest["kind"] = STORE_KIND
+    manifest["format"] = STORE_FORMAT
+    write_json(manifest_path(root), manifest, "recording the store's deployment")
+    if action == "rebind":
+        discard_data(root, manifest)
+        manifest.pop(DISCARDING, None)
+        write_json(manifest_path(root), manifest, "recording the store's deployment")
+
+
 def _named_files(root: Path, manifest: dict[str, Any]) -> set[Path]:
     """The data files the manifest names (kept), by the one path rule."""
     named: set[Path] = set()
@@ -328,8 +372,6 @@ def _named_files(root: Path, manifest: dict[str, Any]) -> set[Path]:
 
 def _table_folders(root: Path) -> list[Path]:
     """The folders of ``root`` named as a table pmtk writes (never a link)."""
-    from toolkit.store.raw import raw_table
-
     names = {v.name for rt, vs in views.VIEWS.items() for v in vs}
     names |= {raw_table(rt) for rt in views.VIEWS}
     found = []

@@ -530,45 +530,6 @@ def init_manifest(root: Path) -> None:
         )
 
 
-def bind(root: Path, current: Any, *, rebind: bool = False) -> None:
-    """Record ``current`` (a :class:`~toolkit.store.identity.Deployment`) as the store's
-    deployment, under the lock; refuse a store of another deployment unless ``rebind``.
-
-    With ``rebind``, the manifest is first replaced by one of the new deployment that
-    names no data, then the old files are deleted: at no point does the store claim
-    one deployment while holding another's records.
-    """
-    from toolkit.store.identity import (
-        DEPLOYMENT_KEY,
-        DISCARDING,
-        check_deployment,
-        discard_data,
-        finish_discard,
-    )
-
-    if current is None:
-        return
-    manifest = load_manifest_for_write(root)
-    if finish_discard(root, manifest):  # a rebind that a crash interrupted
-        manifest.pop(DISCARDING, None)
-        write_json(manifest_path(root), manifest, "recording the store's deployment")
-    action = check_deployment(root, manifest, current, rebind=rebind)
-    if action == "keep":
-        return
-    manifest[DEPLOYMENT_KEY] = current.to_json()
-    if action == "rebind":
-        manifest["resources"] = {}
-        manifest.pop("events", None)  # the old deployment's webhook events
-        manifest[DISCARDING] = True
-    manifest["kind"] = STORE_KIND
-    manifest["format"] = STORE_FORMAT
-    write_json(manifest_path(root), manifest, "recording the store's deployment")
-    if action == "rebind":
-        discard_data(root, manifest)
-        manifest.pop(DISCARDING, None)
-        write_json(manifest_path(root), manifest, "recording the store's deployment")
-
-
 def load_manifest_for_write(root: Path) -> dict[str, Any]:
     if not manifest_path(root).exists():
         return {"kind": STORE_KIND, "format": STORE_FORMAT, "resources": {}}

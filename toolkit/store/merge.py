@@ -57,7 +57,7 @@ from toolkit.store.layout import (
 from toolkit.store.paths import table_path
 from toolkit.store.precedence import instant as fhir_instant
 from toolkit.store.precedence import replaces, stamp
-from toolkit.store.raw import RAW_SCHEMA, raw_frame, raw_table
+from toolkit.store.rawtable import RAW_SCHEMA, raw_frame, raw_table
 from toolkit.store.results import (
     DEFAULT_STORE,
     STAGING,
@@ -69,6 +69,7 @@ from toolkit.store.results import (
     StoreError,
     StoreWriteError,
 )
+from toolkit.store.resume import later_since, next_since, since_after
 from toolkit.store.transaction import Transaction, verify_entry
 
 LOCK_WAIT = 30.0
@@ -361,8 +362,6 @@ def record_catch_up(
     The bound only ever moves forward: when a sync has meanwhile recorded a later one,
     it is kept. A resource no sync has made a table of is left alone.
     """
-    from toolkit.store.resume import later_since, next_since, since_after
-
     root = Path(root)
     with _locked_waiting(root, lock_timeout):
         entry = load_manifest_for_write(root)["resources"].get(resource_type)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import views
+from toolkit.store.rawtable import raw_table
 from toolkit.store.results import FileProblem, StoreDamaged
 
 __all__ = ["TABLE_FILE", "path_problem", "table_path"]
@@ -33,8 +34,6 @@ TABLE_FILE = re.compile(r"data(-[0-9a-f]{16})?\.parquet")
 
 def _tables_of(resource_type: str) -> set[str]:
     """The tables of a resource: its view's tables and its raw records (none if unknown)."""
-    from toolkit.store.raw import raw_table
-
     declared = views.VIEWS.get(resource_type)
     if declared is None:
         return set()

@@ -29,6 +29,10 @@ import polars as pl
 from toolkit.errors import ViewDefinitionError
 from toolkit.page import Page
 from toolkit.paging import FetchSummary
+from toolkit.store.entry import load, sync
+from toolkit.store.layout import guard, locked, mkdir, read_manifest, write_parquet
+from toolkit.store.rawtable import RAW_SCHEMA, raw_frame, raw_table
+from toolkit.store.read import UNREADABLE, unreadable_error
 from toolkit.store.results import RebuildRefused, StoreError, repair_command
 from toolkit.viewdefs import load_view, run_view
 
@@ -45,37 +49,7 @@ __all__ = [
     "write_views",
 ]
 
-RAW_SCHEMA = pl.Schema({"id": pl.String(), "last_updated": pl.String(), "json": pl.Binary()})
-"""The columns of a raw-record table."""
-
 PAGE_SIZE = 100
-
-
-def raw_table(resource_type: str) -> str:
-    """The name of a resource's raw-record table (``_raw_Appointment``)."""
-    return f"_raw_{resource_type}"
-
-
-def raw_frame(resource_type: str, records: list[dict[str, Any]]) -> pl.DataFrame:
-    """The raw-record rows of ``records`` (those of ``resource_type`` with an id)."""
-    kept = [
-        r
-        for r in records
-        if r.get("resourceType") == resource_type and isinstance(r.get("id"), str)
-    ]
-    stamps = []
-    for r in kept:
-        meta = r.get("meta")
-        stamp = meta.get("lastUpdated") if isinstance(meta, dict) else None
-        stamps.append(stamp if isinstance(stamp, str) else None)
-    return pl.DataFrame(
-        {
-            "id": [r["id"] for r in kept],
-            "last_updated": stamps,
-            "json": [orjson.dumps(r) for r in kept],
-        },
-        schema=RAW_SCHEMA,
-    )
 
 
 def raw_records(store: str | os.PathLike[str], resource_type: str) -> list[bytes]:
@@ -89,8 +63,6 @@ def raw_records(store: str | os.PathLike[str], resource_type: str) -> list[bytes
     toolkit.store.StoreDamaged
         The file fails its checksum.
     """
-    from toolkit.store.entry import load
-
     frame = load(resource_type, store, table=raw_table(resource_type))
     assert isinstance(frame, pl.DataFrame)  # not lazy: load's default
     return frame.get_column("json").to_list()
@@ -130,8 +102,6 @@ def raw_pages(
     toolkit.store.StoreDamaged
         As :func:`raw_records`.
     """
-    from toolkit.store.entry import UNREADABLE, load, unreadable_error
-
     # Checked against its sha256 first (load), then read a slice at a time: the records
     # are never all held twice, as a column and as pages (37 MB less at medium scale).
     table = raw_table(resource_type)
@@ -202,8 +172,6 @@ class RawPageSource:
         self.requests_sent = 0
 
     def _started_at(self, resource_type: str) -> str | None:
-        from toolkit.store.layout import read_manifest
-
         entry = read_manifest(self.root)["resources"].get(resource_type)
         value = entry.get("server_time") if isinstance(entry, dict) else None
         return value if isinstance(value, str) else None
@@ -250,8 +218,6 @@ def check_rebuild(store: str | os.PathLike[str], resources: list[str]) -> None:
     toolkit.store.StoreDamaged, toolkit.store.StoreError
         As :func:`toolkit.store.load` does for the raw or the main table.
     """
-    from toolkit.store.entry import load
-
     root = Path(store)
     for rt in resources:
         raw = load(rt, root, table=raw_table(rt))
@@ -280,9 +246,6 @@ def _not_covered(root: Path, resource_type: str, raw_ids: pl.Series) -> tuple[in
     rebuild repairs) is compared by the row count the manifest recorded for it; the
     rows missing are then unnamed (``""``).
     """
-    from toolkit.store.entry import load
-    from toolkit.store.layout import read_manifest
-
     try:
         main = load(resource_type, root, lazy=True)
         assert isinstance(main, pl.LazyFrame)
@@ -331,9 +294,6 @@ def rebuild(
     Raw records that cannot rebuild every row are refused first
     (:func:`check_rebuild`: :class:`~toolkit.store.RebuildRefused`, nothing written).
     """
-    from toolkit.store.entry import sync
-    from toolkit.store.layout import read_manifest
-
     wanted = resources or sorted(read_manifest(store)["resources"])
     check_rebuild(store, wanted)
     return sync(
@@ -373,8 +333,6 @@ def write_views(store: str | os.PathLike[str], views: list[Any]) -> dict[str, Pa
     sees the old table or the new one, never half of one. Returns the path of
     each view's file.
     """
-    from toolkit.store.layout import guard, locked, mkdir, read_manifest, write_parquet
-
     checked = []
     for view in views:
         loaded = load_view(view)

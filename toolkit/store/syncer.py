@@ -28,7 +28,7 @@ from toolkit.store.layout import (
     update_manifest,
 )
 from toolkit.store.precedence import one_version_each
-from toolkit.store.raw import raw_frame
+from toolkit.store.rawtable import raw_frame
 from toolkit.store.results import (
     PREFETCH_PAGES,
     ErrorsMode,

@@ -47,7 +47,7 @@ from toolkit.store.layout import (
 )
 from toolkit.store.paths import path_problem, table_path
 from toolkit.store.precedence import newer_expr, winners
-from toolkit.store.raw import RAW_SCHEMA, raw_table
+from toolkit.store.rawtable import RAW_SCHEMA, raw_table
 from toolkit.store.results import (
     COMPARE_LIMIT,
     PART_COLUMN,

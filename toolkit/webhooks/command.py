@@ -405,7 +405,7 @@ def _prepare_store(root: Path, client: Any) -> None:
     store) and give it a manifest naming the client's deployment."""
     from toolkit.store import deployment_of, read_manifest
     from toolkit.store.identity import DISCARDING, check_deployment
-    from toolkit.store.layout import bind as _bind
+    from toolkit.store.identity import bind as _bind
     from toolkit.store.layout import claim as _claim
     from toolkit.store.layout import init_manifest as _init_manifest
     from toolkit.store.layout import locked as _locked

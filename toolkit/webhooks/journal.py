@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from toolkit.redaction import redact, redact_json
+from toolkit.redaction import redact_json
 from toolkit.webhooks.events import (
     DEFAULT_MAX_QUEUE_BYTES,
     MAX_BATCH_EVENTS,
@@ -45,7 +45,7 @@ from toolkit.webhooks.events import (
     describe,
     note,
 )
-from toolkit.webhooks.queue import Change
+from toolkit.webhooks.queue import Change, insert_changes, redacted
 
 JOURNAL_FILE = "journal.sqlite3"
 """``.webhooks/journal.sqlite3``: the journal (with its ``-wal`` and ``-shm`` files)."""
@@ -322,7 +322,7 @@ class EventQueue:
                     db,
                     change,
                     "state = 'queued', due_ns = ?, attempts = ?, last_error = ?",
-                    (due, change.attempts, _redacted(change.last_error)),
+                    (due, change.attempts, redacted(change.last_error)),
                 )
             for change in settled.hold:
                 self._hold(db, change)
@@ -516,11 +516,6 @@ class EventQueue:
 _COLUMNS = "id, event, first_ns, attempts, last_error, received_at"
 
 
-def _redacted(text: str | None) -> str | None:
-    """``text`` with every registered secret hidden (a reason kept in the journal)."""
-    return None if text is None else redact(text)
-
-
 def _change(row: Sequence[Any]) -> Change:
     row_id, event, first_ns, attempts, last_error, received_at = row
     return Change(
@@ -531,32 +526,6 @@ def _change(row: Sequence[Any]) -> Change:
         str(received_at or ""),
         rows=[int(row_id)],
     )
-
-
-def insert_changes(
-    db: sqlite3.Connection, changes: Sequence[Change], state: str, due_ns: int | None = None
-) -> None:
-    """Insert ``changes`` in ``state`` within the caller's transaction (also the migration's)."""
-    now = time.time_ns()
-    for change in changes:
-        event = orjson.dumps(redact_json(change.event.to_json()))
-        cursor = db.execute(
-            "INSERT INTO changes (state, rtype, rid, event, first_ns, due_ns, attempts, "
-            "last_error, received_at, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                state,
-                change.event.resource_type,
-                change.event.id,
-                event,
-                change.first_ns,
-                now if due_ns is None else due_ns,
-                change.attempts,
-                _redacted(change.last_error),
-                change.received_at,
-                len(event) + 64,
-            ),
-        )
-        change.rows = [int(cursor.lastrowid or 0)]
 
 
 def _update(db: sqlite3.Connection, change: Change, assignments: str, args: Sequence[Any]) -> None:

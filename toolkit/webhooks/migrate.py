@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from toolkit.webhooks.events import note
-from toolkit.webhooks.journal import insert_changes
-from toolkit.webhooks.queue import Change
+from toolkit.webhooks.queue import Change, insert_changes
 
 if TYPE_CHECKING:
     from toolkit.webhooks.journal import EventQueue

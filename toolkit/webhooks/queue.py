@@ -1,4 +1,5 @@
-"""A queued change, the receiver's authentication and its counters (the journal: ``journal.py``)."""
+"""A queued change (and its row in the journal: ``journal.py``), the receiver's
+authentication and its counters."""
 
 from __future__ import annotations
 
@@ -6,20 +7,24 @@ import contextlib
 import hmac
 import os
 import re
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from toolkit.errors import ConfigurationError
-from toolkit.redaction import register
+from toolkit.redaction import redact, redact_json, register
 from toolkit.webhooks.events import (
     Event,
 )
+
+if TYPE_CHECKING:
+    import sqlite3
 
 
 class AuthHeader:
@@ -146,6 +151,37 @@ class Change:
             data.get("last_error"),
             str(data.get("received_at") or ""),
         )
+
+
+def redacted(text: str | None) -> str | None:
+    """``text`` with every registered secret hidden (a reason kept in the journal)."""
+    return None if text is None else redact(text)
+
+
+def insert_changes(
+    db: sqlite3.Connection, changes: Sequence[Change], state: str, due_ns: int | None = None
+) -> None:
+    """Insert ``changes`` in ``state`` within the caller's transaction (also the migration's)."""
+    now = time.time_ns()
+    for change in changes:
+        event = orjson.dumps(redact_json(change.event.to_json()))
+        cursor = db.execute(
+            "INSERT INTO changes (state, rtype, rid, event, first_ns, due_ns, attempts, "
+            "last_error, received_at, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                state,
+                change.event.resource_type,
+                change.event.id,
+                event,
+                change.first_ns,
+                now if due_ns is None else due_ns,
+                change.attempts,
+                redacted(change.last_error),
+                change.received_at,
+                len(event) + 64,
+            ),
+        )
+        change.rows = [int(cursor.lastrowid or 0)]
 
 
 def _iso(seconds: float) -> str:

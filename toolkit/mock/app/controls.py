@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from toolkit.mock.app.core import MockCore
+from toolkit.mock.app.records import release_slot
 from toolkit.mock.app.responses import (
     Problem4xx,
     error,
@@ -120,7 +121,7 @@ class ControlRoom(MockCore):
         """``{"type", "ids"}``: delete records as the product's user would."""
         rtype, ids = _type_and_ids(body)
         try:
-            return self.state.delete(rtype, ids)
+            return self.state.delete(rtype, ids, release_slot=release_slot)
         except ValueError as exc:
             raise Problem4xx(400, "invalid", str(exc)) from None
 
