@@ -29,9 +29,9 @@ import polars as pl
 
 from toolkit.errors import DataValidationError, ViewDefinitionError
 from toolkit.viewdefs.definition import View, load_view, root_fields
+from toolkit.viewdefs.depth import cut_deep_entries
 from toolkit.viewdefs.load import (
     Part,
-    cut_deep_entries,
     kept_fields,
     read_pages,
     read_pages_projected,

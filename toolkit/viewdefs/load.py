@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -38,6 +37,13 @@ import orjson
 import polars as pl
 
 from toolkit.errors import DataValidationError
+from toolkit.viewdefs.depth import (
+    MAX_RECORD_DEPTH,
+    deep_warning,
+    dtype_depth,
+    split_deep,
+    too_deep,
+)
 from toolkit.views.reader import executor
 
 Tree = dict[str, Any]
@@ -54,136 +60,6 @@ __all__ = [
 ]
 
 _counter = itertools.count()
-
-MAX_RECORD_DEPTH = 64
-"""The deepest a resource may nest its JSON (objects and arrays inside each other,
-the resource itself the first level) to be read into a view. A FHIR resource is some
-ten or twenty levels deep (a Questionnaire's nested items, extensions of
-extensions); one deeper than this is left out of the view with a
-:class:`~toolkit.schemas.PmtkDataWarning` naming it, instead of exhausting Python's
-stack (or the JSON libraries' depth limits) and failing the whole view."""
-
-
-def _too_deep(value: Any, limit: int = MAX_RECORD_DEPTH) -> bool:
-    """Whether ``value`` nests objects and arrays more than ``limit`` levels (no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        current, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(current, dict):
-            stack.extend((v, depth + 1) for v in current.values() if isinstance(v, dict | list))
-        elif isinstance(current, list):
-            stack.extend((v, depth + 1) for v in current if isinstance(v, dict | list))
-    return False
-
-
-def _dtype_depth(dtype: Any) -> int:
-    """The levels of ``Struct``/``List`` nesting of a Polars type (no recursion)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(dtype, 1)]
-    while stack:
-        current, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(current, pl.Struct):
-            stack.extend((f.dtype, depth + 1) for f in current.fields)
-        elif isinstance(current, pl.List):
-            stack.append((current.inner, depth + 1))
-    return deepest
-
-
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_BRACKET = re.compile(rb"[\[\]{}]")
-_ENTRY_KEY = re.compile(rb'"entry"\s*:\s*$')
-_ID_KEY = re.compile(rb'"id"\s*:\s*"([^"\\]{1,64})"')
-
-
-def _measure_entries(
-    page: bytes, masked: bytes
-) -> tuple[tuple[int, int] | None, list[tuple[int, int, int]]]:
-    """Where the page's ``entry`` array opens and closes, and each entry's span and levels.
-
-    The brackets of ``masked`` (the page with its strings blanked) are counted; the
-    array is None when the page has none.
-    """
-    depth = 0
-    in_entries = False
-    array: tuple[int, int] | None = None
-    opened = 0
-    start: int | None = None
-    deepest = 0
-    entries: list[tuple[int, int, int]] = []
-    for match in _BRACKET.finditer(masked):
-        ch, pos = match.group(), match.start()
-        if ch in b"[{":
-            depth += 1
-            if depth == 2 and ch == b"[" and _ENTRY_KEY.search(page, max(0, pos - 64), pos):
-                in_entries, opened = True, pos
-            elif depth == 3 and in_entries and ch == b"{":
-                start, deepest = pos, 3
-            deepest = max(deepest, depth)
-            continue
-        if depth == 3 and start is not None:
-            entries.append((start, pos + 1, deepest - 2))  # the entry's own levels
-            start = None
-        elif depth == 2 and in_entries:
-            in_entries, array = False, (opened, pos)
-        depth -= 1
-    return array, entries
-
-
-def _entry_name(page: bytes, masked: bytes, index: int, begin: int, end: int) -> str:
-    """The id of the resource of the entry at ``page[begin:end]``, else ``entry[index]``."""
-    for found in _ID_KEY.finditer(page, begin, end):
-        inside = masked[begin : found.start()]
-        if inside.count(b"{") + inside.count(b"[") - inside.count(b"}") - inside.count(b"]") == 2:
-            return found.group(1).decode("utf-8", "replace")
-    return f"entry[{index}]"
-
-
-def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes, list[str]] | None:
-    """A Bundle page with the entries whose resource nests deeper than ``limit`` cut out.
-
-    For a page too deep for the JSON parser itself (orjson stops at 1,024 levels):
-    the brackets outside strings are counted, each entry of the page's ``entry``
-    array is measured, and the page is written again with only the entries that
-    are shallow enough; the ids of those cut (or ``entry[i]``) are returned with it.
-    None when the page has no ``entry`` array to cut from.
-    """
-    masked = _JSON_STRING.sub(lambda m: b'"' + b"_" * (len(m.group()) - 2) + b'"', page)
-    array, entries = _measure_entries(page, masked)
-    if array is None:
-        return None
-    kept: list[bytes] = []
-    cut: list[str] = []
-    for i, (begin, end, levels) in enumerate(entries):
-        # the entry object is one level above its resource
-        if levels - 1 <= limit:
-            kept.append(page[begin:end])
-        else:
-            cut.append(_entry_name(page, masked, i, begin, end))
-    return page[: array[0] + 1] + b",".join(kept) + page[array[1] :], cut
-
-
-def deep_warning(resource_type: str, ids: list[str]) -> None:
-    """One :class:`~toolkit.schemas.PmtkDataWarning` for the resources left out as too deep."""
-    from toolkit.schemas import PmtkDataWarning
-
-    shown = ", ".join(ids[:5]) + (f" (and {len(ids) - 5} more)" if len(ids) > 5 else "")
-    msg = (
-        f"{len(ids)} {resource_type} resource(s) nest their JSON deeper than "
-        f"{MAX_RECORD_DEPTH} levels and were left out of the view: {shown}"
-    )
-    cases = pl.DataFrame(
-        {
-            "id": ids,
-            "column": ["(resource)"] * len(ids),
-            "check": ["depth"] * len(ids),
-            "failure_case": [f"deeper than {MAX_RECORD_DEPTH} levels"] * len(ids),
-        }
-    )
-    warnings.warn(PmtkDataWarning(msg, cases), stacklevel=4)
-
 
 _ENCODER = msgspec.json.Encoder()
 
@@ -488,7 +364,7 @@ def _sample_schema(pages: list[bytes], roots: set[str]) -> pl.Struct | None:
         encoded = _ENCODER.encode(resources)
         # Polars infers a deeply nested schema very slowly (seconds for one resource
         # 600 levels deep): a sample that deep sends the pages to the general read
-        if _too_deep(orjson.loads(encoded), MAX_RECORD_DEPTH + 1):
+        if too_deep(orjson.loads(encoded), MAX_RECORD_DEPTH + 1):
             return None
         sample = pl.read_json(encoded, infer_schema_length=None)
     except (
@@ -619,7 +495,7 @@ def read_parts_projected(
     kept, at every depth.
     """
     resource_dtype = _sample_schema(pages, roots)
-    if resource_dtype is None or _dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
+    if resource_dtype is None or dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
         # a resource deeper than the sample's shape fails the exact decoding below
         return None
     kept, decoder = _projected_decoder(resource_dtype, roots, tree)
@@ -691,7 +567,7 @@ def sample_too_deep(pages: list[bytes]) -> bool:
             for e in _SAMPLE_DECODER.decode(raw).entry or ()
             if (res := e.resource)
         ]
-        return _too_deep(orjson.loads(_ENCODER.encode(found)), MAX_RECORD_DEPTH + 1)
+        return too_deep(orjson.loads(_ENCODER.encode(found)), MAX_RECORD_DEPTH + 1)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
         return True
 
@@ -720,7 +596,7 @@ def read_pages(pages: list[bytes], resource_type: str) -> pl.DataFrame | None:
     if "resource" not in fields:
         return _empty()
     resource_dtype = fields["resource"]
-    if _dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
+    if dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
         return None  # the general read leaves the too-deep resources out, with a warning
     if not isinstance(resource_dtype, pl.Struct) or "resourceType" not in {
         f.name for f in resource_dtype.fields
@@ -818,20 +694,6 @@ def _plan(kinds: dict[str, Counter[str]]) -> dict[str, Any]:
     return plan
 
 
-def _split_deep(resources: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The resources no deeper than :data:`MAX_RECORD_DEPTH`, and the ids of the others."""
-    if not any(_too_deep(res) for res in resources):
-        return resources, []
-    shallow = []
-    deep: list[str] = []
-    for i, res in enumerate(resources):
-        if _too_deep(res):
-            deep.append(str(res.get("id", f"#{i}")))
-        else:
-            shallow.append(res)
-    return shallow, deep
-
-
 def _read_normalised(
     resources: list[dict[str, Any]], resource_type: str
 ) -> tuple[pl.DataFrame, list[tuple[str, str, Any]]]:
@@ -895,7 +757,7 @@ def read_resources(
     A resource nested deeper than :data:`MAX_RECORD_DEPTH` is left out with a
     warning, as are those already ``cut`` from their pages (their ids).
     """
-    resources, too_deep = _split_deep(resources)
+    resources, too_deep = split_deep(resources)
     deep = list(cut or []) + too_deep
     if deep:
         deep_warning(resource_type, deep)
