@@ -36,9 +36,9 @@ from toolkit.viewdefs.load import (
     read_pages,
     read_pages_projected,
     read_parts_projected,
-    read_resources,
     sample_too_deep,
 )
+from toolkit.viewdefs.normalise import read_resources
 from toolkit.viewdefs.reads import read_tree
 from toolkit.viewdefs.runner import evaluate
 
