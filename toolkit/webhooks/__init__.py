@@ -45,7 +45,6 @@ without a pause (:mod:`toolkit.webhooks.handover`).
 
 from __future__ import annotations
 
-from toolkit.webhooks.command import listen as listen
 from toolkit.webhooks.command import listen_command as listen_command
 from toolkit.webhooks.events import ANNOUNCED as ANNOUNCED
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES
@@ -61,6 +60,7 @@ from toolkit.webhooks.listener import disk_status as disk_status
 from toolkit.webhooks.queue import AuthHeader as AuthHeader
 from toolkit.webhooks.queue import Change as Change
 from toolkit.webhooks.queue import ListenerStats as ListenerStats
+from toolkit.webhooks.serve import listen as listen
 
 __all__ = [
     "ANNOUNCED",
