@@ -30,9 +30,10 @@ from toolkit.webhooks._output import (
 from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE_BYTES
 from toolkit.webhooks.journal import DEFAULT_MAX_DEAD_BYTES, DEFAULT_MAX_DEAD_LETTERS, EventQueue
-from toolkit.webhooks.listener import DEFAULT_MAX_ATTEMPTS, disk_status, running_receiver
+from toolkit.webhooks.listener import DEFAULT_MAX_ATTEMPTS
 from toolkit.webhooks.queue import AuthHeader
 from toolkit.webhooks.serve import LOOPBACK, check_auth, is_loopback, listen
+from toolkit.webhooks.status import disk_status, running_receiver
 
 StoreOption = Annotated[
     Path | None,

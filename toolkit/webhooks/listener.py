@@ -53,6 +53,7 @@ from toolkit.webhooks.queue import (
     Retry,
     write_durable,
 )
+from toolkit.webhooks.status import disk_status
 
 DEFAULT_MAX_ATTEMPTS = 12
 """Reads of one change before it is moved to the dead letters."""
@@ -948,60 +949,6 @@ def _latest(batch: Sequence[Change]) -> dict[tuple[str, str], Change]:
     return latest
 
 
-RECEIVER_FILE = "receiver.json"
-"""Written into ``.webhooks/`` by a running receiver (its pid, address and port), removed
-when it stops cleanly; ``pmtk listen --status`` finds the receiver of a store with it."""
-
-
-def write_receiver_file(store: Path, host: str, port: int) -> None:
-    """Say, in the store, that this process serves it on ``host:port``."""
-    import os
-
-    data = {"pid": os.getpid(), "host": host, "port": port, "started_at": time.time()}
-    with contextlib.suppress(OSError):  # a status aid: the receiver serves without it
-        write_durable(store / WEBHOOK_DIR / RECEIVER_FILE, orjson.dumps(data))
-
-
-def remove_receiver_file(store: Path) -> None:
-    """Forget the receiver file, if this process wrote it (another may serve meanwhile)."""
-    import os
-
-    path = store / WEBHOOK_DIR / RECEIVER_FILE
-    with contextlib.suppress(OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        if int(orjson.loads(path.read_bytes())["pid"]) == os.getpid():
-            path.unlink()
-
-
-def receiver_info(store: Path) -> dict[str, Any] | None:
-    """The receiver file's ``pid``, ``host`` and ``port`` while its process is alive;
-    ``None`` when there is none or its process is gone (a crash leaves the file behind)."""
-    import os
-
-    path = store / WEBHOOK_DIR / RECEIVER_FILE
-    try:
-        data = orjson.loads(path.read_bytes())
-        pid = int(data["pid"])
-        found = {"pid": pid, "host": str(data["host"]), "port": int(data["port"])}
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None  # dead: the file is stale
-    except PermissionError:
-        pass  # alive, another user's
-    except OSError:
-        return None
-    return found
-
-
-def running_receiver(store: Path) -> tuple[str, int] | None:
-    """``(host, port)`` of the receiver serving ``store``, from its file; ``None`` when
-    there is none or its process is gone."""
-    info = receiver_info(store)
-    return None if info is None else (info["host"], info["port"])
-
-
 def _in_store(stamps: dict[str, str | None], rid: str, record: dict[str, Any] | None) -> bool:
     """Whether the store holds what ``record`` says (``None``: the record absent)."""
     from toolkit.store.precedence import newer
@@ -1013,46 +960,3 @@ def _in_store(stamps: dict[str, str | None], rid: str, record: dict[str, Any] | 
     meta = record.get("meta")
     stamp = meta.get("lastUpdated") if isinstance(meta, dict) else None
     return stamp is not None and not newer(stamp, stamps[rid])
-
-
-def disk_status(store: Path, queue: EventQueue | None = None) -> dict[str, Any]:
-    """The queue, waiting changes, dead letters and last error as the store's folder holds them.
-
-    Works with no receiver running (``pmtk listen --status`` then reads this).
-    """
-    queue = queue if queue is not None else EventQueue(store)
-    queue.refresh()
-    oldest = queue.oldest_ns()
-    due = queue.seconds_to_next_due()
-    report: dict[str, Any] = {
-        "store": str(store.resolve()),
-        "queue": {
-            "events": queue.count(),
-            "bytes": queue.bytes(),
-            "max_bytes": queue.max_bytes,
-            "oldest_unapplied_age_s": None
-            if oldest is None
-            else round(max(0.0, time.time() - oldest / 1e9), 3),
-            "next_retry_in_s": None if due is None else round(due, 3),
-            "waiting_for_sync": queue.waiting(),
-        },
-        "dead_letters": queue.dead(),
-        "dead_letters_evicted": queue.evicted(),
-        "dead_letter_limits": {"letters": queue.max_dead, "bytes": queue.max_dead_bytes},
-        "journal": str(queue.path),
-        "journal_states": queue.states(),
-        "events": EventLog(store / WEBHOOK_DIR).status(),
-        "last_error": None,
-    }
-    path = store / WEBHOOK_DIR / "last-error.json"
-    try:
-        saved = orjson.loads(path.read_bytes())
-        report["last_error"] = {
-            "text": str(saved["text"]),
-            "age_s": round(time.time() - float(saved["at"]), 1),
-        }
-    except FileNotFoundError:
-        pass  # no error recorded yet
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        report["last_error"] = {"text": f"{path} is unreadable: {exc}", "age_s": None}
-    return report

@@ -34,15 +34,10 @@ from toolkit.webhooks.handover import (
     warm_up,
 )
 from toolkit.webhooks.journal import DEFAULT_MAX_DEAD_BYTES, DEFAULT_MAX_DEAD_LETTERS
-from toolkit.webhooks.listener import (
-    DEFAULT_MAX_AGE,
-    DEFAULT_MAX_ATTEMPTS,
-    Listener,
-    remove_receiver_file,
-    write_receiver_file,
-)
+from toolkit.webhooks.listener import DEFAULT_MAX_AGE, DEFAULT_MAX_ATTEMPTS, Listener
 from toolkit.webhooks.queue import AuthHeader
 from toolkit.webhooks.receiver import make_app, split_host
+from toolkit.webhooks.status import remove_receiver_file, write_receiver_file
 
 LOOPBACK = "127.0.0.1"
 
