@@ -43,11 +43,7 @@ HEAVY_LIBRARIES = frozenset({"pandera", "pandas", "pyarrow", "deltalake", "uvico
 may import a module of the package that does inside a function, so that importing
 it stays light (``toolkit.client`` loads no pandera until a frame is validated)."""
 
-KNOWN_LONG: dict[str, int] = {
-    "toolkit.viewdefs.load": 907,
-    "toolkit.webhooks.command": 949,
-    "toolkit.webhooks.listener": 1080,
-}
+KNOWN_LONG: dict[str, int] = {}
 """Modules over :data:`MAX_LINES` still to be split (issue 36), each with its length
 now: a module listed here must not grow, and leaves the list once it is short."""
 

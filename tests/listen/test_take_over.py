@@ -251,9 +251,9 @@ def test_a_take_over_whose_old_worker_never_stops_gives_up_and_keeps_what_it_rec
     """The old worker (the test holding the lock) never stops: the new receiver gives
     up with an error after the wait, and the deliveries it acknowledged meanwhile stay
     in the journal, applied by the next worker to run."""
-    import toolkit.webhooks.command as command
+    import toolkit.webhooks.serve as serve
 
-    monkeypatch.setattr(command, "TAKE_OVER_WAIT", 1.5)
+    monkeypatch.setattr(serve, "TAKE_OVER_WAIT", 1.5)
     (rid,) = patients(store, 1)
     port = free_port()
     old = WorkerLock(store)

@@ -242,7 +242,7 @@ def test_a_record_at_the_depth_bound_is_read() -> None:
 
 
 def test_cut_deep_entries_keeps_the_others_as_sent() -> None:
-    from toolkit.viewdefs.load import cut_deep_entries
+    from toolkit.viewdefs.depth import cut_deep_entries
 
     entries = [
         {"resource": {"resourceType": "Patient", "id": "a", "note": '{["x'}},

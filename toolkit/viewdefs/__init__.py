@@ -29,16 +29,16 @@ import polars as pl
 
 from toolkit.errors import DataValidationError, ViewDefinitionError
 from toolkit.viewdefs.definition import View, load_view, root_fields
+from toolkit.viewdefs.depth import cut_deep_entries
 from toolkit.viewdefs.load import (
     Part,
-    cut_deep_entries,
     kept_fields,
     read_pages,
     read_pages_projected,
     read_parts_projected,
-    read_resources,
     sample_too_deep,
 )
+from toolkit.viewdefs.normalise import read_resources
 from toolkit.viewdefs.reads import read_tree
 from toolkit.viewdefs.runner import evaluate
 

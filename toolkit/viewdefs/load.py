@@ -11,22 +11,18 @@ an object beside an array is an error. So the fast read is checked:
    inferred schema exactly (strings are ``str``, integers ``int``, ...). A page
    passes when every value has the JSON type its column has; then the fast read
    lost nothing.
-3. Otherwise the resources are read in Python (orjson) and *normalised*: where a
-   field is an array in some resources and a single value in others, the single
-   values become arrays of one (FHIRPath treats both alike, so no view sees a
-   difference); where a field has values of different JSON types (a string where
-   the others have an object, say), the odd values become null and are reported
-   in one :class:`~toolkit.schemas.PmtkDataWarning` with their resource ids and
-   paths. The normalised resources are then read by Polars.
+3. Otherwise the resources are read in Python (orjson) and *normalised*
+   (:func:`~toolkit.viewdefs.normalise.read_resources`, the general read).
+
+Tried first when a view says which fields it reads, the projected read
+(:func:`read_pages_projected`) keeps only those, checked the same way against a
+schema inferred from a sample of the pages.
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
-import re
-import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
@@ -37,7 +33,8 @@ import msgspec
 import orjson
 import polars as pl
 
-from toolkit.errors import DataValidationError
+from toolkit.viewdefs.depth import MAX_RECORD_DEPTH, dtype_depth, too_deep
+from toolkit.viewdefs.normalise import empty_frame, read_resources
 from toolkit.views.reader import executor
 
 Tree = dict[str, Any]
@@ -54,136 +51,6 @@ __all__ = [
 ]
 
 _counter = itertools.count()
-
-MAX_RECORD_DEPTH = 64
-"""The deepest a resource may nest its JSON (objects and arrays inside each other,
-the resource itself the first level) to be read into a view. A FHIR resource is some
-ten or twenty levels deep (a Questionnaire's nested items, extensions of
-extensions); one deeper than this is left out of the view with a
-:class:`~toolkit.schemas.PmtkDataWarning` naming it, instead of exhausting Python's
-stack (or the JSON libraries' depth limits) and failing the whole view."""
-
-
-def _too_deep(value: Any, limit: int = MAX_RECORD_DEPTH) -> bool:
-    """Whether ``value`` nests objects and arrays more than ``limit`` levels (no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        current, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(current, dict):
-            stack.extend((v, depth + 1) for v in current.values() if isinstance(v, dict | list))
-        elif isinstance(current, list):
-            stack.extend((v, depth + 1) for v in current if isinstance(v, dict | list))
-    return False
-
-
-def _dtype_depth(dtype: Any) -> int:
-    """The levels of ``Struct``/``List`` nesting of a Polars type (no recursion)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(dtype, 1)]
-    while stack:
-        current, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(current, pl.Struct):
-            stack.extend((f.dtype, depth + 1) for f in current.fields)
-        elif isinstance(current, pl.List):
-            stack.append((current.inner, depth + 1))
-    return deepest
-
-
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_BRACKET = re.compile(rb"[\[\]{}]")
-_ENTRY_KEY = re.compile(rb'"entry"\s*:\s*$')
-_ID_KEY = re.compile(rb'"id"\s*:\s*"([^"\\]{1,64})"')
-
-
-def _measure_entries(
-    page: bytes, masked: bytes
-) -> tuple[tuple[int, int] | None, list[tuple[int, int, int]]]:
-    """Where the page's ``entry`` array opens and closes, and each entry's span and levels.
-
-    The brackets of ``masked`` (the page with its strings blanked) are counted; the
-    array is None when the page has none.
-    """
-    depth = 0
-    in_entries = False
-    array: tuple[int, int] | None = None
-    opened = 0
-    start: int | None = None
-    deepest = 0
-    entries: list[tuple[int, int, int]] = []
-    for match in _BRACKET.finditer(masked):
-        ch, pos = match.group(), match.start()
-        if ch in b"[{":
-            depth += 1
-            if depth == 2 and ch == b"[" and _ENTRY_KEY.search(page, max(0, pos - 64), pos):
-                in_entries, opened = True, pos
-            elif depth == 3 and in_entries and ch == b"{":
-                start, deepest = pos, 3
-            deepest = max(deepest, depth)
-            continue
-        if depth == 3 and start is not None:
-            entries.append((start, pos + 1, deepest - 2))  # the entry's own levels
-            start = None
-        elif depth == 2 and in_entries:
-            in_entries, array = False, (opened, pos)
-        depth -= 1
-    return array, entries
-
-
-def _entry_name(page: bytes, masked: bytes, index: int, begin: int, end: int) -> str:
-    """The id of the resource of the entry at ``page[begin:end]``, else ``entry[index]``."""
-    for found in _ID_KEY.finditer(page, begin, end):
-        inside = masked[begin : found.start()]
-        if inside.count(b"{") + inside.count(b"[") - inside.count(b"}") - inside.count(b"]") == 2:
-            return found.group(1).decode("utf-8", "replace")
-    return f"entry[{index}]"
-
-
-def cut_deep_entries(page: bytes, limit: int = MAX_RECORD_DEPTH) -> tuple[bytes, list[str]] | None:
-    """A Bundle page with the entries whose resource nests deeper than ``limit`` cut out.
-
-    For a page too deep for the JSON parser itself (orjson stops at 1,024 levels):
-    the brackets outside strings are counted, each entry of the page's ``entry``
-    array is measured, and the page is written again with only the entries that
-    are shallow enough; the ids of those cut (or ``entry[i]``) are returned with it.
-    None when the page has no ``entry`` array to cut from.
-    """
-    masked = _JSON_STRING.sub(lambda m: b'"' + b"_" * (len(m.group()) - 2) + b'"', page)
-    array, entries = _measure_entries(page, masked)
-    if array is None:
-        return None
-    kept: list[bytes] = []
-    cut: list[str] = []
-    for i, (begin, end, levels) in enumerate(entries):
-        # the entry object is one level above its resource
-        if levels - 1 <= limit:
-            kept.append(page[begin:end])
-        else:
-            cut.append(_entry_name(page, masked, i, begin, end))
-    return page[: array[0] + 1] + b",".join(kept) + page[array[1] :], cut
-
-
-def deep_warning(resource_type: str, ids: list[str]) -> None:
-    """One :class:`~toolkit.schemas.PmtkDataWarning` for the resources left out as too deep."""
-    from toolkit.schemas import PmtkDataWarning
-
-    shown = ", ".join(ids[:5]) + (f" (and {len(ids) - 5} more)" if len(ids) > 5 else "")
-    msg = (
-        f"{len(ids)} {resource_type} resource(s) nest their JSON deeper than "
-        f"{MAX_RECORD_DEPTH} levels and were left out of the view: {shown}"
-    )
-    cases = pl.DataFrame(
-        {
-            "id": ids,
-            "column": ["(resource)"] * len(ids),
-            "check": ["depth"] * len(ids),
-            "failure_case": [f"deeper than {MAX_RECORD_DEPTH} levels"] * len(ids),
-        }
-    )
-    warnings.warn(PmtkDataWarning(msg, cases), stacklevel=4)
-
 
 _ENCODER = msgspec.json.Encoder()
 
@@ -240,10 +107,6 @@ def _page_decoder(resource: pl.DataType) -> msgspec.json.Decoder[Any]:
     entry: Any = msgspec.defstruct(f"E{next(_counter)}", [("resource", res | None, None)])
     page = msgspec.defstruct(f"P{next(_counter)}", [("entry", list[entry] | None, None)])
     return msgspec.json.Decoder(page)
-
-
-def _empty() -> pl.DataFrame:
-    return pl.DataFrame({"__c": pl.Series([], dtype=pl.Null)})
 
 
 _SAMPLE_PAGES = 12
@@ -488,7 +351,7 @@ def _sample_schema(pages: list[bytes], roots: set[str]) -> pl.Struct | None:
         encoded = _ENCODER.encode(resources)
         # Polars infers a deeply nested schema very slowly (seconds for one resource
         # 600 levels deep): a sample that deep sends the pages to the general read
-        if _too_deep(orjson.loads(encoded), MAX_RECORD_DEPTH + 1):
+        if too_deep(orjson.loads(encoded), MAX_RECORD_DEPTH + 1):
             return None
         sample = pl.read_json(encoded, infer_schema_length=None)
     except (
@@ -619,7 +482,7 @@ def read_parts_projected(
     kept, at every depth.
     """
     resource_dtype = _sample_schema(pages, roots)
-    if resource_dtype is None or _dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
+    if resource_dtype is None or dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
         # a resource deeper than the sample's shape fails the exact decoding below
         return None
     kept, decoder = _projected_decoder(resource_dtype, roots, tree)
@@ -691,7 +554,7 @@ def sample_too_deep(pages: list[bytes]) -> bool:
             for e in _SAMPLE_DECODER.decode(raw).entry or ()
             if (res := e.resource)
         ]
-        return _too_deep(orjson.loads(_ENCODER.encode(found)), MAX_RECORD_DEPTH + 1)
+        return too_deep(orjson.loads(_ENCODER.encode(found)), MAX_RECORD_DEPTH + 1)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
         return True
 
@@ -710,17 +573,17 @@ def read_pages(pages: list[bytes], resource_type: str) -> pl.DataFrame | None:
     if kinds.null_count() or (kinds != "Bundle").any():
         return None
     if "entry" not in frame.columns:
-        return _empty()
+        return empty_frame()
     entry_type = frame.schema["entry"]
     if isinstance(entry_type, pl.Null):
-        return _empty()
+        return empty_frame()
     if not isinstance(entry_type, pl.List) or not isinstance(entry_type.inner, pl.Struct):
         return None
     fields = {f.name: f.dtype for f in entry_type.inner.fields}
     if "resource" not in fields:
-        return _empty()
+        return empty_frame()
     resource_dtype = fields["resource"]
-    if _dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
+    if dtype_depth(resource_dtype) > MAX_RECORD_DEPTH:
         return None  # the general read leaves the too-deep resources out, with a warning
     if not isinstance(resource_dtype, pl.Struct) or "resourceType" not in {
         f.name for f in resource_dtype.fields
@@ -736,172 +599,3 @@ def read_pages(pages: list[bytes], resource_type: str) -> pl.DataFrame | None:
         pl.col("entry").explode().struct.field("resource").alias("__c")
     ).drop_nulls()
     return resources.filter(pl.col("__c").struct.field("resourceType") == resource_type)
-
-
-_KIND_ORDER = {"object": 0, "array": 1, "string": 2, "number": 3, "boolean": 4}
-
-
-def _kind(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    return "string"
-
-
-def _survey(value: Any, path: str, kinds: dict[str, Counter[str]]) -> None:
-    kind = _kind(value)
-    if kind is None:
-        return
-    if kind == "array":
-        kinds.setdefault(path, Counter())["array"] += 1
-        for item in value:
-            _survey_item(item, path, kinds)
-        return
-    _survey_item(value, path, kinds)
-
-
-def _survey_item(value: Any, path: str, kinds: dict[str, Counter[str]]) -> None:
-    kind = _kind(value)
-    if kind is None:
-        return
-    # the kind of a single value or of an array's items, path without indexes
-    kinds.setdefault(path + "[]", Counter())[kind] += 1
-    if kind == "object":
-        for key, child in value.items():
-            _survey(child, f"{path}.{key}" if path else key, kinds)
-
-
-def _normalise(
-    value: Any, path: str, plan: dict[str, Any], odd: list[tuple[str, str, Any]], rid: str
-) -> Any:
-    if value is None:
-        return None
-    as_array = plan.get(path) == "array"
-    items = value if isinstance(value, list) else [value]
-    out = []
-    want = plan.get(path + "[]")
-    for item in items:
-        kind = _kind(item)
-        if kind is None:
-            continue
-        if want is not None and kind != want and not (want == "number" and kind == "number"):
-            odd.append((rid, path, item))
-            continue
-        if kind == "object":
-            item = {
-                k: _normalise(v, f"{path}.{k}" if path else k, plan, odd, rid)
-                for k, v in item.items()
-            }
-        out.append(item)
-    if as_array or isinstance(value, list):
-        return out
-    return out[0] if out else None
-
-
-def _plan(kinds: dict[str, Counter[str]]) -> dict[str, Any]:
-    """Per path: ``array`` where a field is an array anywhere; the one kind its values keep."""
-    plan: dict[str, Any] = {}
-    for path, counter in kinds.items():
-        if path.endswith("[]"):
-            if len(counter) > 1:
-                # the most common kind wins; a tie goes to the richer kind (object first)
-                plan[path] = min(counter, key=lambda k: (-counter[k], _KIND_ORDER[k]))
-        elif counter["array"]:
-            plan[path] = "array"
-    return plan
-
-
-def _split_deep(resources: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The resources no deeper than :data:`MAX_RECORD_DEPTH`, and the ids of the others."""
-    if not any(_too_deep(res) for res in resources):
-        return resources, []
-    shallow = []
-    deep: list[str] = []
-    for i, res in enumerate(resources):
-        if _too_deep(res):
-            deep.append(str(res.get("id", f"#{i}")))
-        else:
-            shallow.append(res)
-    return shallow, deep
-
-
-def _read_normalised(
-    resources: list[dict[str, Any]], resource_type: str
-) -> tuple[pl.DataFrame, list[tuple[str, str, Any]]]:
-    """The resources as one Polars frame after the shape normalisation above.
-
-    With it, the values read as null for being of another JSON type than the rest
-    of their field: (resource id, path, value).
-    """
-    kinds: dict[str, Counter[str]] = {}
-    for res in resources:
-        _survey_item(res, "", kinds)
-    plan = _plan(kinds)
-    odd: list[tuple[str, str, Any]] = []
-    if plan:
-        resources = [
-            _normalise(res, "", plan, odd, str(res.get("id", f"#{i}")))
-            for i, res in enumerate(resources)
-        ]
-    lines = [orjson.dumps(res) for res in resources]
-    try:
-        frame = pl.read_json(b"[" + b",".join(lines) + b"]", infer_schema_length=None)
-    except pl.exceptions.PolarsError as exc:  # pragma: no cover - normalised above
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        msg = f"the {resource_type} resources cannot be read as one table ({first})"
-        raise DataValidationError(msg, None) from None
-    return frame, odd
-
-
-def _odd_warning(resource_type: str, odd: list[tuple[str, str, Any]]) -> None:
-    """One :class:`~toolkit.schemas.PmtkDataWarning` for the values read as null.
-
-    Called by :func:`read_resources` only: the warning names its caller's caller.
-    """
-    from toolkit.schemas import PmtkDataWarning
-
-    shown = "; ".join(
-        f"{rid} {path or '(resource)'} = {orjson.dumps(v).decode()[:60]}"
-        for rid, path, v in odd[:5]
-    )
-    more = f" (and {len(odd) - 5} more)" if len(odd) > 5 else ""
-    msg = (
-        f"{len(odd)} {resource_type} value(s) of another JSON type than the rest of their "
-        f"field were read as null: {shown}{more}"
-    )
-    cases = pl.DataFrame(
-        {
-            "id": [rid for rid, _, _ in odd],
-            "column": [path for _, path, _ in odd],
-            "check": ["json_type"] * len(odd),
-            "failure_case": [orjson.dumps(v).decode() for _, _, v in odd],
-        }
-    )
-    warnings.warn(PmtkDataWarning(msg, cases), stacklevel=4)
-
-
-def read_resources(
-    resources: list[dict[str, Any]], resource_type: str, cut: list[str] | None = None
-) -> pl.DataFrame:
-    """Resources (dicts of one type) read by Polars after the shape normalisation above.
-
-    A resource nested deeper than :data:`MAX_RECORD_DEPTH` is left out with a
-    warning, as are those already ``cut`` from their pages (their ids).
-    """
-    resources, too_deep = _split_deep(resources)
-    deep = list(cut or []) + too_deep
-    if deep:
-        deep_warning(resource_type, deep)
-    if not resources:
-        return _empty()
-    frame, odd = _read_normalised(resources, resource_type)
-    if odd:
-        _odd_warning(resource_type, odd)
-    return frame.select(pl.struct(pl.all()).alias("__c"))

@@ -45,7 +45,6 @@ without a pause (:mod:`toolkit.webhooks.handover`).
 
 from __future__ import annotations
 
-from toolkit.webhooks.command import listen as listen
 from toolkit.webhooks.command import listen_command as listen_command
 from toolkit.webhooks.events import ANNOUNCED as ANNOUNCED
 from toolkit.webhooks.events import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES
@@ -57,10 +56,11 @@ from toolkit.webhooks.events import NotificationError as NotificationError
 from toolkit.webhooks.events import parse_notification as parse_notification
 from toolkit.webhooks.journal import EventQueue as EventQueue
 from toolkit.webhooks.listener import Listener as Listener
-from toolkit.webhooks.listener import disk_status as disk_status
 from toolkit.webhooks.queue import AuthHeader as AuthHeader
 from toolkit.webhooks.queue import Change as Change
 from toolkit.webhooks.queue import ListenerStats as ListenerStats
+from toolkit.webhooks.serve import listen as listen
+from toolkit.webhooks.status import disk_status as disk_status
 
 __all__ = [
     "ANNOUNCED",

@@ -40,7 +40,7 @@ import filelock
 
 from toolkit.errors import ConfigurationError
 from toolkit.webhooks.events import WEBHOOK_DIR
-from toolkit.webhooks.listener import receiver_info
+from toolkit.webhooks.status import receiver_info
 
 WORKER_LOCK = "worker.lock"
 """``.webhooks/worker.lock``: held by the process whose worker applies the journal."""
