@@ -173,15 +173,23 @@ class Listener(Reading):
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if (
-                self.caught_up.is_set()
-                and self._idle.is_set()
-                and self.queue.count() == 0
-                and not set(self.queue.waiting()) & self.target.synced_types()
-            ):
+            if self.caught_up.is_set() and self._idle.is_set() and self._nothing_to_apply():
                 return True
             time.sleep(0.01)
         return False
+
+    def _nothing_to_apply(self) -> bool:
+        """No change queued, and none waiting whose type a sync has made a table for.
+
+        The waiting changes are read first and the queue counted again after: the
+        worker's release moves a change from waiting to queued between the two, and
+        read in the other order (or by the count cached before the release) it would
+        be in neither.
+        """
+        if set(self.queue.waiting()) & self.target.synced_types():
+            return False
+        self.queue.refresh()
+        return self.queue.count() == 0
 
     def unavailable(self) -> tuple[str, int] | None:
         """Why a notification cannot be promised now, and the seconds to retry after."""
