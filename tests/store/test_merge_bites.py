@@ -11,7 +11,9 @@ older than the list. Stores are built in process from a list source (no HTTP).
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import os
 import shutil
 import threading
 import time
@@ -428,3 +430,45 @@ def test_a_staging_folder_that_cannot_be_made_is_named_and_nothing_changes(
         apply_changes(RT, out, upserts=[record("b", T1, "hook")])
     assert (out / "manifest.json").read_bytes() == before
     assert ids(out) == ["a"]
+
+
+def test_a_changed_table_that_cannot_be_written_is_named_and_the_store_keeps_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device fails while the child table's merged file is staged (after the main
+    table's was already moved in): the error names that table and file, the manifest
+    still names the previous files, and the next change commits cleanly."""
+    out = tmp_path / "s"
+    synced(out, {"a": T0, "b": T0})
+    before = (out / "manifest.json").read_bytes()
+    staged = out / STAGING / f".changes-{RT}" / "referral_extension.parquet"
+    real = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(dst) == staged:
+            raise OSError(errno.EIO, "Input/output error")
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(StoreWriteError) as caught:
+        apply_changes(RT, out, upserts=[record("b", T1, "hook")])
+    monkeypatch.setattr(os, "replace", real)
+    assert (caught.value.step, caught.value.path, caught.value.errno) == (
+        "writing the changed referral_extension table",
+        staged,
+        errno.EIO,
+    )
+    assert f"while writing the changed referral_extension table ({staged})" in str(caught.value)
+    assert (out / "manifest.json").read_bytes() == before
+    assert verify(out).ok
+    assert {rid: note for rid, (_, note) in stored_versions(out).items()} == {"a": "v1", "b": "v1"}
+    assert not staged.parent.exists()  # the change's staging folder is removed
+    assert apply_changes(RT, out, upserts=[record("b", T1, "hook")]).upserted == ["b"]
+    assert {rid: note for rid, (_, note) in stored_versions(out).items()} == {
+        "a": "v1",
+        "b": "hook",
+    }
+    tables = read_manifest(out)["resources"][RT]["tables"]
+    named = {str(info["path"]) for info in tables.values()}
+    files = {str(p.relative_to(out)) for p in out.rglob("*.parquet")}
+    assert files == named  # the main table's file of the failed change is gone too
