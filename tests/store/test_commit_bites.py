@@ -46,6 +46,7 @@ from tests.store.paged_source import (
     referral,
     versions,
 )
+from toolkit import views
 from toolkit.store import (
     ResourceSync,
     StoreError,
@@ -58,6 +59,9 @@ from toolkit.store import (
     syncer,
     verify,
 )
+from toolkit.store.layout import empty_tables, init_manifest, locked
+from toolkit.store.resume import Checkpoint
+from toolkit.store.transaction import Transaction
 
 
 def frames(store: Path) -> dict[str, pl.DataFrame]:
@@ -869,3 +873,63 @@ def test_a_change_publishes_each_table_under_its_contents_name(tmp_path: Path) -
     apply_changes(RT, out, upserts=records)
     assert_committed(out, newest_each(records))
     assert read_manifest(out)["resources"][RT]["tables"][CHILD]["rows"] == 2
+
+
+def test_a_file_where_a_staging_folder_belongs_is_named_and_the_run_resumes_once_removed(
+    interrupted: Path,
+) -> None:
+    folder = interrupted / ".staging" / RT / CHILD
+    shutil.rmtree(folder)
+    folder.write_bytes(b"a file, not the staged table's folder")
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(PagedSource(LISTED), interrupted)
+    assert (caught.value.step, caught.value.path) == (f"staging {RT}", folder)
+    assert f"while staging {RT} ({folder})" in str(caught.value)
+    folder.unlink()
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    # resumed at the staged page, read again: its child rows, gone with the folder, come back
+    assert done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+def test_a_transaction_without_raw_records_keeps_the_newest_staged_version_by_its_main_table(
+    tmp_path: Path,
+) -> None:
+    """``Transaction(tables=...)`` of the view's tables alone (the raw records are optional)
+    stages, de-duplicates by the main table's ``last_updated`` and commits as a sync does."""
+    root = tmp_path / "store"
+    txn = Transaction(root, RT, tables=empty_tables(RT))
+    cp = Checkpoint(resource=RT, schema_version=txn.version, mode="full", since=None, started_at=S0)
+    arrivals = [
+        [referral("a", S1, "newer", "two"), referral("b", S0, "first"), referral("d", S0)],
+        [
+            referral("a", S0, "older"),
+            referral("b", "2026-03-01T13:00:00+01:00", "tie, later"),  # S0 at +01:00
+            referral("c", S0, "once"),
+        ],
+    ]
+    with locked(root):
+        init_manifest(root)
+        txn.begin(cp)
+        for number, records in enumerate(arrivals, start=1):
+            page = {"resourceType": "Bundle", "entry": [{"resource": r} for r in records]}
+            txn.parts.write(number, views.flatten_tables(RT, [orjson.dumps(page)]))
+        cp.parts, cp.staged, cp.phase = 2, 6, "merge"
+        txn.write_new(cp)
+        tables = txn.merge(cp, {})
+        cp.phase, cp.entry = (
+            "commit",
+            {"status": "ok", "schema_version": txn.version, "tables": tables},
+        )
+        txn.commit(cp)
+    kept = newest_each(*arrivals)
+    assert child_notes(root) == children(kept)
+    main = load(RT, root)
+    assert isinstance(main, pl.DataFrame)
+    stamps = dict(zip(main["id"], main["last_updated"], strict=True))
+    assert {rid: stamps[rid] for rid in kept} == {
+        rid: fhir_instant(w) for rid, (w, _) in kept.items()
+    }
+    assert main.height == len(kept)
+    assert set(read_manifest(root)["resources"][RT]["tables"]) == {RT, CHILD}
+    assert verify(root).ok
