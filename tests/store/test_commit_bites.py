@@ -639,6 +639,18 @@ def test_a_resumed_sync_keeps_the_newest_of_the_versions_staged_twice(
     assert versions(interrupted)["r001"] == (S0, ["v1"])
 
 
+def test_a_walk_that_read_one_record_again_keeps_its_newest_version(
+    tmp_path: Path, one_part_a_page: None
+) -> None:
+    """The client's recovery read one changed record again, on the walk's last page."""
+    out = tmp_path / "store"
+    listed = [*LISTED, referral("r007", S1, "changed during the walk")]
+    done = sync_rt(PagedSource(listed), out)
+    assert done.fetched == len(listed)
+    assert_committed(out, newest_each(listed))
+    assert versions(out)["r007"] == (S1, ["changed during the walk"])
+
+
 def test_a_part_staged_but_not_journalled_is_dropped_on_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_part_a_page: None
 ) -> None:
@@ -667,6 +679,8 @@ def test_a_part_a_power_cut_left_unreadable_starts_the_resource_over(
 ) -> None:
     path = part(interrupted, table, 1)
     path.write_bytes(path.read_bytes()[:20])  # the journal promised it; the disk lost it
+    # not a part (a copy's name, listed before the parts): passed over, not the end of the check
+    path.with_name("part-(copy).parquet").write_bytes(b"the user's")
     source = PagedSource(LISTED)
     done = sync_rt(source, interrupted)
     assert not done.resumed
@@ -933,3 +947,55 @@ def test_a_transaction_without_raw_records_keeps_the_newest_staged_version_by_it
     assert main.height == len(kept)
     assert set(read_manifest(root)["resources"][RT]["tables"]) == {RT, CHILD}
     assert verify(root).ok
+
+
+def test_a_file_where_the_staging_folder_belongs_is_named_before_anything_is_fetched(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "store"
+    sync_rt(PagedSource(LISTED[:5]), out)
+    stage = out / ".staging" / RT
+    stage.parent.mkdir(exist_ok=True)
+    stage.write_bytes(b"a file, not the resource's staging folder")
+    source = PagedSource(LISTED)
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(source, out)
+    assert (caught.value.step, caught.value.path) == (f"staging {RT}", stage)
+    assert source.walks == []
+    stage.unlink()
+    sync_rt(source, out)
+    assert_committed(out, newest_each(LISTED))
+
+
+@pytest.mark.parametrize("where", ["a table folder", "a data file"])
+def test_a_change_that_cannot_move_a_file_in_names_the_table_and_leaves_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A change publishes each table's new file before it switches the manifest."""
+    out = tmp_path / "store"
+    apply_changes("Organization", out, upserts=[{"resourceType": "Organization", "id": "OG-1"}])
+    before = (out / "manifest.json").read_bytes()
+    if where == "a table folder":  # a stray file where the first change makes a folder
+        target = out / CHILD
+        target.write_bytes(b"the user's")
+        table = CHILD
+    else:  # the device fails as the main table's file is moved in
+        real = os.replace
+        table, target = RT, out / RT
+
+        def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            if Path(dst).parent == target:
+                raise OSError(errno.EIO, "Input/output error")
+            real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(StoreWriteError) as caught:
+        apply_changes(RT, out, upserts=[referral("a", S0, "hook")])
+    assert caught.value.step == f"committing {table}"
+    if where == "a table folder":
+        assert caught.value.path == target
+    else:  # the file's content name in the table's folder
+        assert caught.value.path.parent == target
+        assert caught.value.path.name.startswith("data-")
+    assert (out / "manifest.json").read_bytes() == before
+    assert not (out / ".staging" / f".changes-{RT}").exists()
