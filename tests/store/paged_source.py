@@ -41,7 +41,9 @@ def _instant(text: str) -> datetime:
 class PagedWalk:
     """One walk: ``_count`` records a page from page ``page``, ``_lastUpdated`` applied."""
 
-    def __init__(self, records: list[dict[str, Any]], params: Mapping[str, Any]) -> None:
+    def __init__(
+        self, records: list[dict[str, Any]], params: Mapping[str, Any], resource_type: str = RT
+    ) -> None:
         bound = params.get("_lastUpdated")
         if bound is not None:
             op, when = str(bound)[:2], _instant(str(bound)[2:])
@@ -56,7 +58,7 @@ class PagedWalk:
         self.pages = [records[i : i + size] for i in range(0, len(records), size)] or [[]]
         self.first = int(params.get("page", 1))
         self.total = len(records)
-        self.summary = FetchSummary(RT, started_at=None)
+        self.summary = FetchSummary(resource_type, started_at=None)
         # the client marks a walk whose recovery read an id again; the sync then de-duplicates
         self.summary.recovered = len({r["id"] for r in records}) < len(records)
 
@@ -83,9 +85,11 @@ class PagedWalk:
 
 
 class PagedSource:
-    """A page source (``sync``'s client) serving ``records``; ``walks`` keeps each walk's params."""
+    """A page source (``sync``'s client) serving ``records`` (of :data:`RT` unless told);
+    ``walks`` keeps each walk's params."""
 
-    def __init__(self, records: list[dict[str, Any]]) -> None:
+    def __init__(self, records: list[dict[str, Any]], resource_type: str = RT) -> None:
+        self.resource_type = resource_type
         self.records = list(records)
         self.requests_sent = 0
         self.walks: list[dict[str, Any]] = []
@@ -100,10 +104,10 @@ class PagedSource:
         progress: bool | None = None,
     ) -> PagedWalk:
         del skipped, progress
-        assert resource_type == RT
+        assert resource_type == self.resource_type
         asked = dict(params or {})
         self.walks.append(asked)
-        return PagedWalk(list(self.records), asked)
+        return PagedWalk(list(self.records), asked, resource_type)
 
     def export_ids(self, resource_type: str) -> set[str] | None:
         del resource_type

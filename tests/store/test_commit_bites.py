@@ -999,3 +999,37 @@ def test_a_change_that_cannot_move_a_file_in_names_the_table_and_leaves_the_stor
         assert caught.value.path.name.startswith("data-")
     assert (out / "manifest.json").read_bytes() == before
     assert not (out / ".staging" / f".changes-{RT}").exists()
+
+
+def test_an_unjournalled_part_is_dropped_from_every_table_whatever_the_folders_staged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Organization has four child tables; its first page staged rows in one of them only
+    (no type, telecom or address), and the run crashed before that page's checkpoint."""
+    org = "Organization"
+    out = tmp_path / "store"
+
+    def organization(oid: str, *notes: str) -> dict[str, Any]:
+        extensions = [{"url": "https://example.org/version", "valueString": n} for n in notes]
+        rec = {"resourceType": org, "id": oid, "meta": {"lastUpdated": S0}, "name": oid}
+        return {**rec, "extension": extensions} if notes else rec
+
+    copies = copy_before_each_rename(out, tmp_path, monkeypatch)
+    sync(
+        PagedSource([organization(f"OG-{i}", "v1") for i in range(5)], org),
+        out,
+        resources=[org],
+        progress=False,
+    )
+    monkeypatch.undo()
+    staged = out / ".staging" / org
+    crashed = next(c for c in copies if (c / staged.relative_to(out) / f"_raw_{org}").is_dir())
+    folders = {p.name for p in (crashed / staged.relative_to(out)).iterdir() if p.is_dir()}
+    assert folders == {org, "organization_extension", f"_raw_{org}"}
+    now = [organization(f"OG-{i}") for i in range(5)]  # the extensions are gone
+    summary = sync(PagedSource(now, org), crashed, resources=[org], progress=False)
+    assert summary[org].resumed
+    extensions = load(org, crashed, table="organization_extension")
+    assert isinstance(extensions, pl.DataFrame)
+    assert extensions.height == 0
+    assert verify(crashed).ok
