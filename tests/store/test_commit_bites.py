@@ -47,6 +47,8 @@ from tests.store.paged_source import (
     versions,
 )
 from toolkit import views
+from toolkit.errors import DataValidationError
+from toolkit.schemas import PmtkDataWarning
 from toolkit.store import (
     ResourceSync,
     StoreError,
@@ -60,6 +62,8 @@ from toolkit.store import (
     verify,
 )
 from toolkit.store.layout import empty_tables, init_manifest, locked
+from toolkit.store.raw import raw_frame
+from toolkit.store.results import VALIDATION_BATCH_ROWS
 from toolkit.store.resume import Checkpoint
 from toolkit.store.transaction import Transaction
 
@@ -781,13 +785,14 @@ def test_a_journal_of_an_older_pmtk_without_a_staged_count_is_resumed(interrupte
     assert_committed(interrupted, newest_each(LISTED))
 
 
+@pytest.mark.parametrize("row", [0, 120])
 def test_a_record_that_fails_its_schema_drops_the_staged_pages(
-    tmp_path: Path, one_part_a_page: None
+    tmp_path: Path, one_part_a_page: None, row: int
 ) -> None:
     out = tmp_path / "store"
-    bad = {**LISTED[120], "created": "next tuesday"}  # not a dateTime
+    bad = {**LISTED[row], "created": "next tuesday"}  # not a dateTime
     with pytest.raises(SyncFailed, match="created failed 1 time"):
-        sync_rt(PagedSource([*LISTED[:120], bad, *LISTED[121:]]), out)
+        sync_rt(PagedSource([*LISTED[:row], bad, *LISTED[row + 1 :]]), out)
     assert not (out / ".staging" / RT).exists()  # resuming would fail on them again
     done = sync_rt(PagedSource(LISTED), out)  # the list fixed
     assert not done.resumed
@@ -1033,3 +1038,30 @@ def test_an_unjournalled_part_is_dropped_from_every_table_whatever_the_folders_s
     assert isinstance(extensions, pl.DataFrame)
     assert extensions.height == 0
     assert verify(crashed).ok
+
+
+def test_validation_reads_a_batch_at_a_time_and_reports_each_failure_once(tmp_path: Path) -> None:
+    """The new rows are validated in batches of VALIDATION_BATCH_ROWS (memory stays bounded):
+    a bad row in the second batch is reported once, with the count of that batch."""
+    n = VALIDATION_BATCH_ROWS + 1
+    records = [referral(f"r{i:05d}", S0) for i in range(n)]
+    records[-1] = {**records[-1], "created": "next tuesday"}  # the second batch's only row
+    txn = Transaction(tmp_path / "store", RT)
+    cp = Checkpoint(resource=RT, schema_version=txn.version, mode="full", since=None, started_at=S0)
+    cp.parts, cp.staged, cp.unique = 1, n, True
+    txn.begin(cp)
+    page = {"resourceType": "Bundle", "entry": [{"resource": r} for r in records]}
+    tables = views.flatten_tables(RT, [orjson.dumps(page)])
+    tables[RAW] = raw_frame(RT, records)
+    txn.parts.write(1, tables)
+    txn.write_new(cp)
+    with pytest.warns(PmtkDataWarning) as caught:
+        txn.validate("warn")
+    said = [str(w.message) for w in caught if isinstance(w.message, PmtkDataWarning)]
+    assert said == [
+        f"{RT}: 1 failure(s) against its schema:\n"
+        "  - created: format: created failed 1 time(s), e.g. '\"next tuesday\"'"
+    ]
+    with pytest.raises(DataValidationError):
+        txn.validate("raise")
+    assert not txn.stage.exists()  # a failure drops the staged rows
