@@ -63,7 +63,7 @@ from toolkit.store import (
 )
 from toolkit.store.layout import empty_tables, init_manifest, locked
 from toolkit.store.raw import raw_frame
-from toolkit.store.results import VALIDATION_BATCH_ROWS
+from toolkit.store.results import COMPARE_LIMIT, VALIDATION_BATCH_ROWS
 from toolkit.store.resume import Checkpoint
 from toolkit.store.transaction import Transaction
 
@@ -820,33 +820,45 @@ def test_only_the_checkpoints_that_end_the_fetch_are_fsynced(
 
 
 @pytest.mark.parametrize(
-    ("change", "status"),
+    ("change", "status", "at_mark"),
     [
-        (lambda r: r, "unchanged"),
+        (lambda r: r, "unchanged", 3),
+        (lambda r: r, "unchanged", 1),
         (
             lambda r: {**r, "extension": [{"url": "https://example.org/v", "valueString": "x"}]},
             "updated",
+            1,
         ),
-        (lambda r: {**r, "extension": [*r["extension"], *r["extension"]]}, "updated"),
-        (lambda r: {**r, "comment": "said again"}, "updated"),
+        (lambda r: {**r, "extension": [*r["extension"], *r["extension"]]}, "updated", 3),
+        (lambda r: {**r, "comment": "said again"}, "updated", 1),
     ],
-    ids=["the same", "a child row changed", "a child row more", "a field changed"],
+    ids=[
+        "the same, three at the mark",
+        "the same, one at the mark",
+        "a child row changed",
+        "a child row more",
+        "a field changed",
+    ],
 )
 def test_an_incremental_sync_compares_what_it_reads_again_at_the_mark(
-    tmp_path: Path, change: Any, status: str
+    tmp_path: Path, change: Any, status: str, at_mark: int
 ) -> None:
     """Records at the mark are read again (``ge``); one with other content at the same
     instant is written (a tie goes to the later read), an identical one rewrites nothing."""
     out = tmp_path / "store"
-    first = [referral(f"r{i}", S0 if i < 3 else "2026-03-01T11:00:00Z", "v1") for i in range(6)]
+    marked = {"r1", "r0", "r2"} if at_mark == 3 else {"r1"}
+    first = [
+        referral(f"r{i}", S0 if f"r{i}" in marked else "2026-03-01T11:00:00Z", "v1")
+        for i in range(6)
+    ]
     sync_rt(PagedSource(first), out)
     before = {p: p.stat().st_ino for p in out.rglob("data-*.parquet")}
     listed = [change(r) if r["id"] == "r1" else r for r in first]
     source = PagedSource(listed)
     done = sync_rt(source, out)
-    assert (done.mode, done.fetched) == ("incremental", 3)  # r0-r2, at the mark
+    assert (done.mode, done.fetched) == ("incremental", at_mark)  # those at the mark
     assert done.status == status
-    kept = newest_each(first, listed[:3])
+    kept = newest_each(first, [r for r in listed if r["id"] in marked])
     assert versions(out) == kept
     assert child_notes(out) == children(kept)
     main = load(RT, out)
@@ -854,6 +866,31 @@ def test_an_incremental_sync_compares_what_it_reads_again_at_the_mark(
     assert main.filter(pl.col("id") == "r1")["comment"].to_list() == [listed[1].get("comment")]
     if status == "unchanged":
         assert {p: p.stat().st_ino for p in out.rglob("data-*.parquet")} == before
+
+
+@pytest.mark.parametrize(("records", "same"), [(COMPARE_LIMIT, True), (COMPARE_LIMIT + 1, False)])
+def test_the_no_change_shortcut_compares_at_most_its_limit_of_records(
+    tmp_path: Path, records: int, same: bool
+) -> None:
+    """An incremental run that read up to COMPARE_LIMIT records compares them with the
+    stored rows; one that read more is merged whatever they hold (the compare holds them
+    in memory). Here the stored files hold the very rows staged: all the same."""
+    listed = [referral(f"r{i:05d}", S0) for i in range(records)]
+    txn = Transaction(tmp_path / "store", RT)
+    cp = Checkpoint(
+        resource=RT, schema_version=txn.version, mode="incremental", since=None, started_at=S0
+    )
+    cp.parts, cp.staged, cp.unique, cp.records = 1, records, True, records
+    txn.begin(cp)
+    page = {"resourceType": "Bundle", "entry": [{"resource": r} for r in listed]}
+    tables = views.flatten_tables(RT, [orjson.dumps(page)])
+    tables[RAW] = raw_frame(RT, listed)
+    txn.parts.write(1, tables)
+    txn.write_new(cp)
+    stored = {t: tmp_path / f"stored-{t}.parquet" for t in txn.empty}
+    for table, empty in txn.empty.items():
+        tables[table].select(empty.columns).cast(empty.schema).write_parquet(stored[table])
+    assert txn.unchanged(cp, stored) is same
 
 
 def test_a_change_first_rolls_a_syncs_interrupted_commit_forward(
