@@ -1102,3 +1102,67 @@ def test_validation_reads_a_batch_at_a_time_and_reports_each_failure_once(tmp_pa
     with pytest.raises(DataValidationError):
         txn.validate("raise")
     assert not txn.stage.exists()  # a failure drops the staged rows
+
+
+def fail_rename_onto(target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device answers EIO when a file is renamed onto ``target``."""
+    real = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(dst) == target:
+            raise OSError(errno.EIO, "Input/output error")
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+@pytest.mark.parametrize(
+    ("where", "step"),
+    [
+        ("new", f"merging the staged pages of {RT}"),
+        (f"new/{CHILD}.parquet", f"merging the staged pages of {CHILD}"),
+        ("merged", f"merging {RT}"),
+        (f"merged/{CHILD}.parquet", f"writing the merged {CHILD} table"),
+    ],
+)
+def test_a_merge_step_that_cannot_write_is_named_and_the_next_run_resumes(
+    interrupted: Path, monkeypatch: pytest.MonkeyPatch, where: str, step: str
+) -> None:
+    """A file where a merge folder belongs, or an EIO as a merged file is moved in."""
+    target = interrupted / ".staging" / RT / where
+    real_replace = os.replace
+    if where.endswith(".parquet"):
+        fail_rename_onto(target, monkeypatch)
+    else:
+        target.write_bytes(b"a file, not the folder")
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(PagedSource(LISTED), interrupted)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (caught.value.step, caught.value.path) == (step, target)
+    assert not read_manifest(interrupted)["resources"][RT]["tables"]
+    assert journal(interrupted)["phase"] == "merge"  # every page staged, kept for the next run
+    if target.is_file() and not where.endswith(".parquet"):
+        target.unlink()
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+def test_an_incremental_merge_that_cannot_write_is_named_and_the_store_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "store"
+    sync_rt(PagedSource(LISTED[:10]), out)
+    before = contents(out)
+    listed = [referral(r["id"], S1, "v2") for r in LISTED[:10]]
+    target = out / ".staging" / RT / "merged" / f"{RT}.parquet"
+    real_replace = os.replace
+    fail_rename_onto(target, monkeypatch)
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(PagedSource(listed), out)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (caught.value.step, caught.value.path) == (f"writing the merged {RT} table", target)
+    assert contents(out) == before
+    done = sync_rt(PagedSource(listed), out)
+    assert (done.resumed, done.mode) == (True, "incremental")
+    assert_committed(out, newest_each(listed))
