@@ -800,23 +800,32 @@ def test_a_record_that_fails_its_schema_drops_the_staged_pages(
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
-def test_only_the_checkpoints_that_end_the_fetch_are_fsynced(
+def test_only_what_ends_the_fetch_is_fsynced_in_the_staging_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_part_a_page: None
 ) -> None:
-    """Losing a page's checkpoint to a power cut costs a fetch; losing the merge or commit
-    checkpoint (which promises every staged part) would lose the run's data."""
-    phases: list[str] = []
+    """Losing a page's checkpoint or part to a power cut costs a fetch (the part is found
+    unreadable, the run starts over); losing the merge or commit checkpoint, which promises
+    every staged part, or a file the commit moves in, would lose the run's data. The
+    de-duplicated rows are an intermediate: flushed once, as the full sync's merged file."""
+    out = tmp_path / "store"
+    stage = out / ".staging" / RT
+    flushed: list[str] = []
     real = os.fsync
 
     def fsync(fd: int) -> None:
         path = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        if path.name.startswith(".state.json."):
-            phases.append(orjson.loads(path.read_bytes())["phase"])
+        if path.is_file() and path.is_relative_to(stage):
+            name = str(path.relative_to(stage))
+            if path.name.startswith(".state.json."):
+                name = f"journal: {orjson.loads(path.read_bytes())['phase']}"
+            flushed.append(name)
         real(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    sync_rt(PagedSource(LISTED), tmp_path / "store")
-    assert phases == ["merge", "commit"]
+    sync_rt(PagedSource(LISTED), out)
+    assert sorted(flushed) == sorted(
+        ["journal: merge", "journal: commit", *(f"new/{t}.parquet" for t in (RT, CHILD, RAW))]
+    )
 
 
 @pytest.mark.parametrize(
