@@ -1175,3 +1175,17 @@ def test_an_incremental_merge_that_cannot_write_is_named_and_the_store_kept(
     done = sync_rt(PagedSource(listed), out)
     assert (done.resumed, done.mode) == (True, "incremental")
     assert_committed(out, newest_each(listed))
+
+
+def test_a_list_with_no_records_commits_empty_tables_and_then_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "store"
+    done = sync_rt(PagedSource([]), out)
+    assert (done.status, done.fetched) == ("updated", 0)
+    assert_committed(out, {})
+    sync_rt(PagedSource(LISTED[:3]), out)
+    before = contents(out)
+    again = sync_rt(PagedSource([]), out)  # every record gone: an incremental walk reads none
+    assert (again.mode, again.status, again.fetched) == ("incremental", "unchanged", 0)
+    assert contents(out) == before
