@@ -1189,3 +1189,20 @@ def test_a_list_with_no_records_commits_empty_tables_and_then_changes_nothing(
     again = sync_rt(PagedSource([]), out)  # every record gone: an incremental walk reads none
     assert (again.mode, again.status, again.fetched) == ("incremental", "unchanged", 0)
     assert contents(out) == before
+
+
+def test_a_checkpoint_that_cannot_be_written_is_named_and_the_run_resumes_from_the_last(
+    interrupted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = interrupted / ".staging" / RT / "state.json"
+    before = journal(interrupted)
+    real_replace = os.replace
+    fail_rename_onto(state, monkeypatch)
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(PagedSource(LISTED), interrupted)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (caught.value.step, caught.value.path) == (f"writing the {RT} sync checkpoint", state)
+    assert journal(interrupted) == before
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
