@@ -96,21 +96,12 @@ TARGETS: dict[str, Target] = {
         ),
         "forkserver",
     ),
-    # The commit and verify (the store's Transaction, transaction.py, and checksums.py):
-    # those functions, not the rest of the transaction (staging, dedupe, merge).
+    # The store's transaction (transaction.py: staging, dedupe, validation, merge, commit,
+    # verify) and checksums.py, every function of both, against their focused files.
     "commit": Target(
         "toolkit/store/transaction.py,toolkit/store/checksums.py",
         ("tests/store/test_commit_verify.py", "tests/store/test_commit_bites.py"),
-        (
-            "toolkit.store.transaction.xǁTransactionǁcommit__mutmut_*",
-            "toolkit.store.transaction.xǁTransactionǁremove_superseded__mutmut_*",
-            "toolkit.store.transaction.x_entry_tables__mutmut_*",
-            "toolkit.store.transaction.x_check_table__mutmut_*",
-            "toolkit.store.transaction.x_verify_entry__mutmut_*",
-            "toolkit.store.checksums.x_verify__mutmut_*",
-            "toolkit.store.checksums.x__check_resource__mutmut_*",
-        ),
-        "forkserver",
+        isolation="forkserver",
     ),
     # rules.py: the checks of one value and one resource; not the extension walk
     # (tests/frames) or the generated rule-source table (being reworked, issue 26).

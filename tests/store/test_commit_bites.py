@@ -1,4 +1,4 @@
-"""The store's commit and verify under a crash at each step and a hostile manifest.
+"""The store's transaction (staging, merge, commit) and verify: a crash at each step, hostile input.
 
 Written against the public behaviour only (``sync``, ``verify``, ``load``, the
 files on disk and the manifest's table entries), so that they hold whichever
@@ -9,6 +9,14 @@ outside its staging area) the whole store folder is copied. Each copy is a store
 as a crash at that step would leave it; each must still verify and read as the
 previous version, and the next sync must finish the commit, leaving exactly the
 files the manifest names. ``tools/mutation.py commit`` runs this file.
+
+The staging tests sync Referral records from a list served in process
+(:mod:`tests.store.paged_source`, one staged part per page) and take their
+expectations from the precedence rule written out here (the newest
+``meta.lastUpdated`` wins, the later arrival on a tie) and from the list itself:
+a crash (a copy of the store before each rename, staging included) or a Ctrl-C
+at each state change, a journal that is not this run's, a part file that a power
+cut left unreadable or that went missing, a record staged more than once.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import hashlib
 import os
 import shutil
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +36,36 @@ import pytest
 
 from tests.conftest import copied_store, synced_store
 from tests.store.organization_manifest import RESOURCE, manifest_tables, write_manifest_tables
-from toolkit.store import StoreError, StoreWriteError, load, sync, verify
+from tests.store.paged_source import (
+    CHILD,
+    RAW,
+    RT,
+    PagedSource,
+    child_notes,
+    contents,
+    referral,
+    versions,
+)
+from toolkit import views
+from toolkit.errors import DataValidationError
+from toolkit.schemas import PmtkDataWarning
+from toolkit.store import (
+    ResourceSync,
+    StoreError,
+    StoreWriteError,
+    SyncFailed,
+    apply_changes,
+    load,
+    read_manifest,
+    sync,
+    syncer,
+    verify,
+)
+from toolkit.store.layout import empty_tables, init_manifest, locked
+from toolkit.store.raw import raw_frame
+from toolkit.store.results import COMPARE_LIMIT, VALIDATION_BATCH_ROWS
+from toolkit.store.resume import Checkpoint
+from toolkit.store.transaction import Transaction
 
 
 def frames(store: Path) -> dict[str, pl.DataFrame]:
@@ -421,3 +459,750 @@ def test_a_damaged_report_raises_store_damaged_naming_each_file(stored: Path) ->
         report.raise_for_problems()
     for table in list(tables)[:2]:
         assert tables[table]["path"] in str(info.value)
+
+
+# --------------------------------------------------------------------------- staging
+
+S0 = "2026-03-01T12:00:00Z"
+S1 = "2026-03-01T12:00:01Z"
+S2 = "2026-03-01T12:00:02Z"
+S3 = "2026-03-01T12:00:03Z"
+LISTED = [referral(f"r{i:03d}", S0, "v1") for i in range(150)]
+"""A list of two pages (100 records a page)."""
+
+
+def fhir_instant(text: str) -> datetime:
+    """A FHIR instant (every stamp here has its zone) as an aware datetime."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def newest_each(*arrivals: list[dict[str, Any]]) -> dict[str, tuple[str, list[str]]]:
+    """``id -> (lastUpdated, notes)`` of the version the precedence rule keeps, a plain loop:
+    the newest instant, and on a tie the one that arrived later."""
+    chosen: dict[str, tuple[str, list[str]]] = {}
+    for records in arrivals:
+        for rec in records:
+            when = rec["meta"]["lastUpdated"]
+            held = chosen.get(rec["id"])
+            if held is None or fhir_instant(when) >= fhir_instant(held[0]):
+                chosen[rec["id"]] = (when, [e["valueString"] for e in rec.get("extension", [])])
+    return chosen
+
+
+def children(kept: dict[str, tuple[str, list[str]]]) -> dict[str, list[str]]:
+    """The child rows the kept versions have: one per extension."""
+    return {rid: notes for rid, (_, notes) in kept.items() if notes}
+
+
+def sync_rt(source: PagedSource, out: Path, **options: Any) -> ResourceSync:
+    summary = sync(source, out, resources=[RT], progress=False, **options)
+    return summary[RT]
+
+
+def journal(out: Path) -> dict[str, Any]:
+    state: dict[str, Any] = orjson.loads((out / ".staging" / RT / "state.json").read_bytes())
+    return state
+
+
+def assert_committed(out: Path, kept: dict[str, tuple[str, list[str]]]) -> None:
+    """The store holds ``kept`` in every table, intact, each file described by its entry,
+    no other file left and no staging."""
+    assert versions(out) == kept
+    assert child_notes(out) == children(kept)
+    main = load(RT, out)
+    assert isinstance(main, pl.DataFrame)
+    assert sorted(main["id"]) == sorted(kept)
+    assert verify(out).ok
+    tables = read_manifest(out)["resources"][RT]["tables"]
+    for table, info in tables.items():
+        path = out / info["path"]
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert info["path"] == f"{table}/data-{digest[:16]}.parquet"
+        assert (info["sha256"], info["bytes"]) == (digest, path.stat().st_size)
+        assert info["rows"] == pl.read_parquet(path).height
+    files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert files - {"manifest.json", ".lock"} == {str(i["path"]) for i in tables.values()}
+    assert not (out / ".staging" / RT).exists()
+
+
+@pytest.fixture
+def one_part_a_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each page staged as a part of its own (pages read ahead are otherwise staged together)."""
+    monkeypatch.setattr(syncer, "PREFETCH_PAGES", 1)
+
+
+def copy_before_each_rename(store: Path, into: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Copy ``store`` just before each rename into it, staging included: every file the
+    store writes is written aside and renamed in, so each copy is the store a crash at
+    that step leaves."""
+    copies: list[Path] = []
+    real = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(dst).is_relative_to(store):
+            copies.append(shutil.copytree(store, into / f"crash-{len(copies):02d}", symlinks=True))
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return copies
+
+
+def interrupt_before(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C just before the first rename onto a file called ``name``."""
+    real = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(dst).name == name:
+            monkeypatch.setattr(os, "replace", real)
+            raise KeyboardInterrupt
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+@pytest.fixture(scope="module")
+def interrupted_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A full sync of :data:`LISTED` stopped by a Ctrl-C once its first page was staged and
+    journalled (before the second page's part)."""
+    out = tmp_path_factory.mktemp("interrupted") / "store"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(syncer, "PREFETCH_PAGES", 1)
+        interrupt_before("part-000002.parquet", mp)
+        with pytest.raises(KeyboardInterrupt):
+            sync_rt(PagedSource(LISTED), out)
+    return out
+
+
+@pytest.fixture
+def interrupted(interrupted_once: Path, tmp_path: Path, one_part_a_page: None) -> Path:
+    out = copied_store(interrupted_once, tmp_path / "store")
+    state = journal(out)
+    assert (state["phase"], state["parts"], state["pages_done"], state["staged"]) == (
+        "fetch",
+        1,
+        1,
+        100,
+    )
+    return out
+
+
+def part(out: Path, table: str, number: int) -> Path:
+    return out / ".staging" / RT / table / f"part-{number:06d}.parquet"
+
+
+def test_a_crash_at_each_step_of_an_incremental_sync_is_resumed_to_the_same_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_part_a_page: None
+) -> None:
+    """Every rename of the sync (parts, journal, new and merged files, commit) a crash point."""
+    out = tmp_path / "store"
+    sync_rt(PagedSource(LISTED), out)
+    hook = referral("r001", S3, "hook")  # a webhook's version, newer than the list's
+    apply_changes(RT, out, upserts=[hook])
+    listed = [
+        referral(f"r{i:03d}", S2 if i == 1 else S1, *([] if i % 4 == 0 else [f"v2-{i}", "two"]))
+        for i in range(110)
+    ]
+    listed += LISTED[110:]  # unchanged: read again at the mark (no server time: ge the mark)
+    listed += [referral(f"n{i}", S1, "new") for i in range(10)]
+    source = PagedSource(listed)
+    before = contents(out)
+    kept = newest_each(LISTED, [hook], listed)
+    real_replace = os.replace
+    copies = copy_before_each_rename(out, tmp_path, monkeypatch)
+    done = sync_rt(source, out)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (done.mode, done.status, done.fetched) == ("incremental", "updated", 160)
+    assert_committed(out, kept)
+    after = contents(out)
+    # the journal at the start, 2 pages of 3 parts and a checkpoint, the merge checkpoint,
+    # 3 new files, 3 merged ones, the commit checkpoint, 3 data files and the manifest
+    assert len(copies) >= 1 + 2 * 4 + 1 + 3 + 3 + 1 + 3 + 1
+    for n, copy in enumerate(copies):
+        assert contents(copy) == before, n  # the previous version until the manifest switch
+        sync_rt(source, copy)
+        assert contents(copy) == after, n
+        assert_committed(copy, kept)
+
+
+def test_a_resumed_sync_keeps_the_newest_of_the_versions_staged_twice(
+    interrupted: Path,
+) -> None:
+    """The last staged page is read again on resume; the list changed meanwhile."""
+    listed = [
+        referral("r000", S1, "newer", "two"),  # newer: wins, with its two child rows
+        referral("r001", "2026-03-01T11:59:59Z", "older"),  # older than the staged one
+        referral("r002", "2026-03-01T13:00:00+01:00", "tie, later"),  # S0 at +01:00
+        referral("r003", S1),  # newer, without extensions: its child row goes
+        *LISTED[4:],
+    ]
+    source = PagedSource(listed)
+    done = sync_rt(source, interrupted)
+    assert done.resumed
+    assert [w.get("page") for w in source.walks] == [None]  # from page 1, staged already
+    assert_committed(interrupted, newest_each(LISTED[:100], listed))
+    assert versions(interrupted)["r001"] == (S0, ["v1"])
+
+
+def test_a_walk_that_read_one_record_again_keeps_its_newest_version(
+    tmp_path: Path, one_part_a_page: None
+) -> None:
+    """The client's recovery read one changed record again, on the walk's last page."""
+    out = tmp_path / "store"
+    listed = [*LISTED, referral("r007", S1, "changed during the walk")]
+    done = sync_rt(PagedSource(listed), out)
+    assert done.fetched == len(listed)
+    assert_committed(out, newest_each(listed))
+    assert versions(out)["r007"] == (S1, ["changed during the walk"])
+
+
+def test_a_part_staged_but_not_journalled_is_dropped_on_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_part_a_page: None
+) -> None:
+    """A crash after a page's part files, before its checkpoint; the page then changes."""
+    out = tmp_path / "store"
+    first = [referral(f"r{i:02d}", S0, "v1", "w") for i in range(30)]
+    copies = copy_before_each_rename(out, tmp_path, monkeypatch)
+    sync_rt(PagedSource(first), out)
+    monkeypatch.undo()
+    monkeypatch.setattr(syncer, "PREFETCH_PAGES", 1)
+    # the copy before the checkpoint that follows the page's last part (the raw records)
+    crashed = next(c for c in copies if part(c, RAW, 1).is_file())
+    assert part(crashed, CHILD, 1).is_file()
+    assert journal(crashed)["parts"] == 0
+    part(crashed, CHILD, 1).with_name("part-copy.parquet").write_bytes(b"not a part")
+    now = [referral(f"r{i:02d}", S1) for i in range(30)]  # no extensions any more
+    done = sync_rt(PagedSource(now), crashed)
+    assert done.resumed
+    assert_committed(crashed, newest_each(now))
+    assert child_notes(crashed) == {}
+
+
+@pytest.mark.parametrize("table", [RT, CHILD, RAW])
+def test_a_part_a_power_cut_left_unreadable_starts_the_resource_over(
+    interrupted: Path, table: str
+) -> None:
+    path = part(interrupted, table, 1)
+    path.write_bytes(path.read_bytes()[:20])  # the journal promised it; the disk lost it
+    # not a part (a copy's name, listed before the parts): passed over, not the end of the check
+    path.with_name("part-(copy).parquet").write_bytes(b"the user's")
+    source = PagedSource(LISTED)
+    done = sync_rt(source, interrupted)
+    assert not done.resumed
+    assert done.fetched == len(LISTED)
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+def test_a_part_beyond_the_journal_or_not_a_part_is_dropped_and_the_run_resumed(
+    interrupted: Path,
+) -> None:
+    part(interrupted, RAW, 2).write_bytes(b"written after the last checkpoint, half")
+    part(interrupted, RT, 1).with_name("part-old.parquet").write_bytes(b"not a part")
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda s: {**s, "resource": "Patient"},
+        lambda s: {**s, "schema_version": "1-an-older-view"},
+        lambda s: {**s, "format": 1},
+        lambda s: {k: v for k, v in s.items() if k != "started_at"},
+        lambda s: {**s, "page_size": None},
+        lambda s: [s],  # JSON, not an object: stopped every sync and change with an
+        lambda s: "commit",  # AttributeError until the staging folder was removed by hand
+    ],
+    ids=[
+        "another resource",
+        "another view",
+        "another format",
+        "a key missing",
+        "a null",
+        "a list",
+        "a string",
+    ],
+)
+def test_a_journal_that_is_not_this_runs_is_not_resumed(interrupted: Path, forge: Any) -> None:
+    path = interrupted / ".staging" / RT / "state.json"
+    path.write_bytes(orjson.dumps(forge(journal(interrupted))))
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert not done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+def test_a_journal_that_is_not_json_is_not_resumed(interrupted: Path) -> None:
+    (interrupted / ".staging" / RT / "state.json").write_bytes(b'{"phase": "fe')
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert not done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+def test_a_full_sync_resumes_an_interrupted_full_run_only(
+    interrupted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = sync_rt(PagedSource(LISTED), interrupted, full=True)
+    assert (done.resumed, done.mode) == (True, "full")
+    # now an incremental run, interrupted in its fetch: a full sync starts over
+    listed = [referral(rid, S1, "v2") for rid in sorted(versions(interrupted))]
+    interrupt_before("part-000002.parquet", monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        sync_rt(PagedSource(listed), interrupted)
+    assert (journal(interrupted)["mode"], journal(interrupted)["phase"]) == ("incremental", "fetch")
+    source = PagedSource(listed)
+    done = sync_rt(source, interrupted, full=True)
+    assert (done.resumed, done.mode, done.fetched) == (False, "full", len(listed))
+    assert source.walks == [{"_count": 100}]  # from the start, without a bound
+    assert_committed(interrupted, newest_each(listed))
+
+
+def test_a_part_file_gone_missing_fails_the_resource_and_the_next_run_starts_over(
+    interrupted: Path,
+) -> None:
+    part(interrupted, RAW, 1).unlink()
+    with pytest.raises(StoreError) as caught:
+        sync_rt(PagedSource(LISTED), interrupted)
+    # staged: 100 records of page 1, then pages 1 and 2 again (150); held: those 150
+    assert str(caught.value) == (
+        f"the staged pages of {RT} in {interrupted} hold 150 of the 250 records fetched "
+        f"(a part file went missing); nothing of {RT} was committed; run the same command "
+        "again to fetch it anew"
+    )
+    assert not (interrupted / ".staging" / RT).exists()
+    assert RT not in read_manifest(interrupted)["resources"] or not read_manifest(interrupted)[
+        "resources"
+    ][RT].get("tables")
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert not done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+def test_a_journal_of_an_older_pmtk_without_a_staged_count_is_resumed(interrupted: Path) -> None:
+    path = interrupted / ".staging" / RT / "state.json"
+    path.write_bytes(orjson.dumps({**journal(interrupted), "staged": None}))
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+@pytest.mark.parametrize("row", [0, 120])
+def test_a_record_that_fails_its_schema_drops_the_staged_pages(
+    tmp_path: Path, one_part_a_page: None, row: int
+) -> None:
+    out = tmp_path / "store"
+    bad = {**LISTED[row], "created": "next tuesday"}  # not a dateTime
+    with pytest.raises(SyncFailed, match="created failed 1 time"):
+        sync_rt(PagedSource([*LISTED[:row], bad, *LISTED[row + 1 :]]), out)
+    assert not (out / ".staging" / RT).exists()  # resuming would fail on them again
+    done = sync_rt(PagedSource(LISTED), out)  # the list fixed
+    assert not done.resumed
+    assert_committed(out, newest_each(LISTED))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
+def test_only_what_ends_the_fetch_is_fsynced_in_the_staging_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_part_a_page: None
+) -> None:
+    """Losing a page's checkpoint or part to a power cut costs a fetch (the part is found
+    unreadable, the run starts over); losing the merge or commit checkpoint, which promises
+    every staged part, or a file the commit moves in, would lose the run's data. The
+    de-duplicated rows are an intermediate: flushed once, as the full sync's merged file."""
+    out = tmp_path / "store"
+    stage = out / ".staging" / RT
+    flushed: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if path.is_file() and path.is_relative_to(stage):
+            name = str(path.relative_to(stage))
+            if path.name.startswith(".state.json."):
+                name = f"journal: {orjson.loads(path.read_bytes())['phase']}"
+            flushed.append(name)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    sync_rt(PagedSource(LISTED), out)
+    assert sorted(flushed) == sorted(
+        ["journal: merge", "journal: commit", *(f"new/{t}.parquet" for t in (RT, CHILD, RAW))]
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "at_mark"),
+    [
+        (lambda r: r, "unchanged", 3),
+        (lambda r: r, "unchanged", 1),
+        (
+            lambda r: {**r, "extension": [{"url": "https://example.org/v", "valueString": "x"}]},
+            "updated",
+            1,
+        ),
+        (lambda r: {**r, "extension": [*r["extension"], *r["extension"]]}, "updated", 3),
+        (lambda r: {**r, "comment": "said again"}, "updated", 1),
+    ],
+    ids=[
+        "the same, three at the mark",
+        "the same, one at the mark",
+        "a child row changed",
+        "a child row more",
+        "a field changed",
+    ],
+)
+def test_an_incremental_sync_compares_what_it_reads_again_at_the_mark(
+    tmp_path: Path, change: Any, status: str, at_mark: int
+) -> None:
+    """Records at the mark are read again (``ge``); one with other content at the same
+    instant is written (a tie goes to the later read), an identical one rewrites nothing."""
+    out = tmp_path / "store"
+    marked = {"r1", "r0", "r2"} if at_mark == 3 else {"r1"}
+    first = [
+        referral(f"r{i}", S0 if f"r{i}" in marked else "2026-03-01T11:00:00Z", "v1")
+        for i in range(6)
+    ]
+    sync_rt(PagedSource(first), out)
+    before = {p: p.stat().st_ino for p in out.rglob("data-*.parquet")}
+    listed = [change(r) if r["id"] == "r1" else r for r in first]
+    source = PagedSource(listed)
+    done = sync_rt(source, out)
+    assert (done.mode, done.fetched) == ("incremental", at_mark)  # those at the mark
+    assert done.status == status
+    kept = newest_each(first, [r for r in listed if r["id"] in marked])
+    assert versions(out) == kept
+    assert child_notes(out) == children(kept)
+    main = load(RT, out)
+    assert isinstance(main, pl.DataFrame)
+    assert main.filter(pl.col("id") == "r1")["comment"].to_list() == [listed[1].get("comment")]
+    if status == "unchanged":
+        assert {p: p.stat().st_ino for p in out.rglob("data-*.parquet")} == before
+
+
+@pytest.mark.parametrize(("records", "same"), [(COMPARE_LIMIT, True), (COMPARE_LIMIT + 1, False)])
+def test_the_no_change_shortcut_compares_at_most_its_limit_of_records(
+    tmp_path: Path, records: int, same: bool
+) -> None:
+    """An incremental run that read up to COMPARE_LIMIT records compares them with the
+    stored rows; one that read more is merged whatever they hold (the compare holds them
+    in memory). Here the stored files hold the very rows staged: all the same."""
+    listed = [referral(f"r{i:05d}", S0) for i in range(records)]
+    txn = Transaction(tmp_path / "store", RT)
+    cp = Checkpoint(
+        resource=RT, schema_version=txn.version, mode="incremental", since=None, started_at=S0
+    )
+    cp.parts, cp.staged, cp.unique, cp.records = 1, records, True, records
+    txn.begin(cp)
+    page = {"resourceType": "Bundle", "entry": [{"resource": r} for r in listed]}
+    tables = views.flatten_tables(RT, [orjson.dumps(page)])
+    tables[RAW] = raw_frame(RT, listed)
+    txn.parts.write(1, tables)
+    txn.write_new(cp)
+    stored = {t: tmp_path / f"stored-{t}.parquet" for t in txn.empty}
+    for table, empty in txn.empty.items():
+        tables[table].select(empty.columns).cast(empty.schema).write_parquet(stored[table])
+    assert txn.unchanged(cp, stored) is same
+
+
+def test_a_change_first_rolls_a_syncs_interrupted_commit_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "store"
+    copies = copy_before_each_rename(out, tmp_path, monkeypatch)
+    sync_rt(PagedSource(LISTED), out)
+    monkeypatch.undo()
+    # the last copy whose journal is in its commit: just before the manifest switch
+    crashed = [c for c in copies if (c / ".staging" / RT / "state.json").is_file()]
+    crashed = [c for c in crashed if journal(c)["phase"] == "commit"]
+    store = crashed[-1]
+    assert RT not in read_manifest(store)["resources"]
+    hook = referral("n1", S1, "hook")
+    done = apply_changes(RT, store, upserts=[hook, referral("r005", S1, "hook")])
+    assert sorted(done.upserted) == ["n1", "r005"]
+    assert_committed(store, newest_each(LISTED, [hook, referral("r005", S1, "hook")]))
+
+
+def test_a_change_leaves_a_syncs_interrupted_fetch_to_resume(interrupted: Path) -> None:
+    staged = {p: p.read_bytes() for p in (interrupted / ".staging" / RT).rglob("*") if p.is_file()}
+    hook = referral("r001", S1, "hook")
+    assert apply_changes(RT, interrupted, upserts=[hook]).upserted == ["r001"]
+    assert {
+        p: p.read_bytes() for p in (interrupted / ".staging" / RT).rglob("*") if p.is_file()
+    } == staged
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert done.resumed
+    assert sorted(versions(interrupted)) == sorted(r["id"] for r in LISTED)
+
+
+def test_a_change_publishes_each_table_under_its_contents_name(tmp_path: Path) -> None:
+    out = tmp_path / "store"
+    records = [referral("a", S0, "one", "two"), referral("b", S1)]
+    apply_changes(RT, out, upserts=records)
+    assert_committed(out, newest_each(records))
+    assert read_manifest(out)["resources"][RT]["tables"][CHILD]["rows"] == 2
+
+
+def test_a_file_where_a_staging_folder_belongs_is_named_and_the_run_resumes_once_removed(
+    interrupted: Path,
+) -> None:
+    folder = interrupted / ".staging" / RT / CHILD
+    shutil.rmtree(folder)
+    folder.write_bytes(b"a file, not the staged table's folder")
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(PagedSource(LISTED), interrupted)
+    assert (caught.value.step, caught.value.path) == (f"staging {RT}", folder)
+    assert f"while staging {RT} ({folder})" in str(caught.value)
+    folder.unlink()
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    # resumed at the staged page, read again: its child rows, gone with the folder, come back
+    assert done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+def test_a_transaction_without_raw_records_keeps_the_newest_staged_version_by_its_main_table(
+    tmp_path: Path,
+) -> None:
+    """``Transaction(tables=...)`` of the view's tables alone (the raw records are optional)
+    stages, de-duplicates by the main table's ``last_updated`` and commits as a sync does."""
+    root = tmp_path / "store"
+    txn = Transaction(root, RT, tables=empty_tables(RT))
+    cp = Checkpoint(resource=RT, schema_version=txn.version, mode="full", since=None, started_at=S0)
+    arrivals = [
+        [referral("a", S1, "newer", "two"), referral("b", S0, "first"), referral("d", S0)],
+        [
+            referral("a", S0, "older"),
+            referral("b", "2026-03-01T13:00:00+01:00", "tie, later"),  # S0 at +01:00
+            referral("c", S0, "once"),
+        ],
+    ]
+    with locked(root):
+        init_manifest(root)
+        txn.begin(cp)
+        for number, records in enumerate(arrivals, start=1):
+            page = {"resourceType": "Bundle", "entry": [{"resource": r} for r in records]}
+            txn.parts.write(number, views.flatten_tables(RT, [orjson.dumps(page)]))
+        cp.parts, cp.staged, cp.phase = 2, 6, "merge"
+        txn.write_new(cp)
+        tables = txn.merge(cp, {})
+        cp.phase, cp.entry = (
+            "commit",
+            {"status": "ok", "schema_version": txn.version, "tables": tables},
+        )
+        txn.commit(cp)
+    kept = newest_each(*arrivals)
+    assert child_notes(root) == children(kept)
+    main = load(RT, root)
+    assert isinstance(main, pl.DataFrame)
+    stamps = dict(zip(main["id"], main["last_updated"], strict=True))
+    assert {rid: stamps[rid] for rid in kept} == {
+        rid: fhir_instant(w) for rid, (w, _) in kept.items()
+    }
+    assert main.height == len(kept)
+    assert set(read_manifest(root)["resources"][RT]["tables"]) == {RT, CHILD}
+    assert verify(root).ok
+
+
+def test_a_file_where_the_staging_folder_belongs_is_named_before_anything_is_fetched(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "store"
+    sync_rt(PagedSource(LISTED[:5]), out)
+    stage = out / ".staging" / RT
+    stage.parent.mkdir(exist_ok=True)
+    stage.write_bytes(b"a file, not the resource's staging folder")
+    source = PagedSource(LISTED)
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(source, out)
+    assert (caught.value.step, caught.value.path) == (f"staging {RT}", stage)
+    assert source.walks == []
+    stage.unlink()
+    sync_rt(source, out)
+    assert_committed(out, newest_each(LISTED))
+
+
+@pytest.mark.parametrize("where", ["a table folder", "a data file"])
+def test_a_change_that_cannot_move_a_file_in_names_the_table_and_leaves_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A change publishes each table's new file before it switches the manifest."""
+    out = tmp_path / "store"
+    apply_changes("Organization", out, upserts=[{"resourceType": "Organization", "id": "OG-1"}])
+    before = (out / "manifest.json").read_bytes()
+    if where == "a table folder":  # a stray file where the first change makes a folder
+        target = out / CHILD
+        target.write_bytes(b"the user's")
+        table = CHILD
+    else:  # the device fails as the main table's file is moved in
+        real = os.replace
+        table, target = RT, out / RT
+
+        def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            if Path(dst).parent == target:
+                raise OSError(errno.EIO, "Input/output error")
+            real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(StoreWriteError) as caught:
+        apply_changes(RT, out, upserts=[referral("a", S0, "hook")])
+    assert caught.value.step == f"committing {table}"
+    if where == "a table folder":
+        assert caught.value.path == target
+    else:  # the file's content name in the table's folder
+        assert caught.value.path.parent == target
+        assert caught.value.path.name.startswith("data-")
+    assert (out / "manifest.json").read_bytes() == before
+    assert not (out / ".staging" / f".changes-{RT}").exists()
+
+
+def test_an_unjournalled_part_is_dropped_from_every_table_whatever_the_folders_staged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Organization has four child tables; its first page staged rows in one of them only
+    (no type, telecom or address), and the run crashed before that page's checkpoint."""
+    org = "Organization"
+    out = tmp_path / "store"
+
+    def organization(oid: str, *notes: str) -> dict[str, Any]:
+        extensions = [{"url": "https://example.org/version", "valueString": n} for n in notes]
+        rec = {"resourceType": org, "id": oid, "meta": {"lastUpdated": S0}, "name": oid}
+        return {**rec, "extension": extensions} if notes else rec
+
+    copies = copy_before_each_rename(out, tmp_path, monkeypatch)
+    sync(
+        PagedSource([organization(f"OG-{i}", "v1") for i in range(5)], org),
+        out,
+        resources=[org],
+        progress=False,
+    )
+    monkeypatch.undo()
+    staged = out / ".staging" / org
+    crashed = next(c for c in copies if (c / staged.relative_to(out) / f"_raw_{org}").is_dir())
+    folders = {p.name for p in (crashed / staged.relative_to(out)).iterdir() if p.is_dir()}
+    assert folders == {org, "organization_extension", f"_raw_{org}"}
+    now = [organization(f"OG-{i}") for i in range(5)]  # the extensions are gone
+    summary = sync(PagedSource(now, org), crashed, resources=[org], progress=False)
+    assert summary[org].resumed
+    extensions = load(org, crashed, table="organization_extension")
+    assert isinstance(extensions, pl.DataFrame)
+    assert extensions.height == 0
+    assert verify(crashed).ok
+
+
+def test_validation_reads_a_batch_at_a_time_and_reports_each_failure_once(tmp_path: Path) -> None:
+    """The new rows are validated in batches of VALIDATION_BATCH_ROWS (memory stays bounded):
+    a bad row in the second batch is reported once, with the count of that batch."""
+    n = VALIDATION_BATCH_ROWS + 1
+    records = [referral(f"r{i:05d}", S0) for i in range(n)]
+    records[-1] = {**records[-1], "created": "next tuesday"}  # the second batch's only row
+    txn = Transaction(tmp_path / "store", RT)
+    cp = Checkpoint(resource=RT, schema_version=txn.version, mode="full", since=None, started_at=S0)
+    cp.parts, cp.staged, cp.unique = 1, n, True
+    txn.begin(cp)
+    page = {"resourceType": "Bundle", "entry": [{"resource": r} for r in records]}
+    tables = views.flatten_tables(RT, [orjson.dumps(page)])
+    tables[RAW] = raw_frame(RT, records)
+    txn.parts.write(1, tables)
+    txn.write_new(cp)
+    with pytest.warns(PmtkDataWarning) as caught:
+        txn.validate("warn")
+    said = [str(w.message) for w in caught if isinstance(w.message, PmtkDataWarning)]
+    assert said == [
+        f"{RT}: 1 failure(s) against its schema:\n"
+        "  - created: format: created failed 1 time(s), e.g. '\"next tuesday\"'"
+    ]
+    with pytest.raises(DataValidationError):
+        txn.validate("raise")
+    assert not txn.stage.exists()  # a failure drops the staged rows
+
+
+def fail_rename_onto(target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device answers EIO when a file is renamed onto ``target``."""
+    real = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(dst) == target:
+            raise OSError(errno.EIO, "Input/output error")
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+@pytest.mark.parametrize(
+    ("where", "step"),
+    [
+        ("new", f"merging the staged pages of {RT}"),
+        (f"new/{CHILD}.parquet", f"merging the staged pages of {CHILD}"),
+        ("merged", f"merging {RT}"),
+        (f"merged/{CHILD}.parquet", f"writing the merged {CHILD} table"),
+    ],
+)
+def test_a_merge_step_that_cannot_write_is_named_and_the_next_run_resumes(
+    interrupted: Path, monkeypatch: pytest.MonkeyPatch, where: str, step: str
+) -> None:
+    """A file where a merge folder belongs, or an EIO as a merged file is moved in."""
+    target = interrupted / ".staging" / RT / where
+    real_replace = os.replace
+    if where.endswith(".parquet"):
+        fail_rename_onto(target, monkeypatch)
+    else:
+        target.write_bytes(b"a file, not the folder")
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(PagedSource(LISTED), interrupted)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (caught.value.step, caught.value.path) == (step, target)
+    assert not read_manifest(interrupted)["resources"][RT]["tables"]
+    assert journal(interrupted)["phase"] == "merge"  # every page staged, kept for the next run
+    if target.is_file() and not where.endswith(".parquet"):
+        target.unlink()
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
+
+
+def test_an_incremental_merge_that_cannot_write_is_named_and_the_store_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "store"
+    sync_rt(PagedSource(LISTED[:10]), out)
+    before = contents(out)
+    listed = [referral(r["id"], S1, "v2") for r in LISTED[:10]]
+    target = out / ".staging" / RT / "merged" / f"{RT}.parquet"
+    real_replace = os.replace
+    fail_rename_onto(target, monkeypatch)
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(PagedSource(listed), out)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (caught.value.step, caught.value.path) == (f"writing the merged {RT} table", target)
+    assert contents(out) == before
+    done = sync_rt(PagedSource(listed), out)
+    assert (done.resumed, done.mode) == (True, "incremental")
+    assert_committed(out, newest_each(listed))
+
+
+def test_a_list_with_no_records_commits_empty_tables_and_then_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "store"
+    done = sync_rt(PagedSource([]), out)
+    assert (done.status, done.fetched) == ("updated", 0)
+    assert_committed(out, {})
+    sync_rt(PagedSource(LISTED[:3]), out)
+    before = contents(out)
+    again = sync_rt(PagedSource([]), out)  # every record gone: an incremental walk reads none
+    assert (again.mode, again.status, again.fetched) == ("incremental", "unchanged", 0)
+    assert contents(out) == before
+
+
+def test_a_checkpoint_that_cannot_be_written_is_named_and_the_run_resumes_from_the_last(
+    interrupted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = interrupted / ".staging" / RT / "state.json"
+    before = journal(interrupted)
+    real_replace = os.replace
+    fail_rename_onto(state, monkeypatch)
+    with pytest.raises(StoreWriteError) as caught:
+        sync_rt(PagedSource(LISTED), interrupted)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (caught.value.step, caught.value.path) == (f"writing the {RT} sync checkpoint", state)
+    assert journal(interrupted) == before
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    assert done.resumed
+    assert_committed(interrupted, newest_each(LISTED))

@@ -11,7 +11,9 @@ older than the list. Stores are built in process from a list source (no HTTP).
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import os
 import shutil
 import threading
 import time
@@ -25,7 +27,16 @@ import pytest
 from tests.store.test_precedence_paths import RT, ListSource, record, stored_versions
 from toolkit.errors import ConfigurationError, DataValidationError
 from toolkit.schemas import PmtkDataWarning
-from toolkit.store import apply_changes, delete, load, read_manifest, sync, upsert, verify
+from toolkit.store import (
+    SyncFailed,
+    apply_changes,
+    delete,
+    load,
+    read_manifest,
+    sync,
+    upsert,
+    verify,
+)
 from toolkit.store.layout import parent_key
 from toolkit.store.merge import (
     drop_missing,
@@ -428,3 +439,116 @@ def test_a_staging_folder_that_cannot_be_made_is_named_and_nothing_changes(
         apply_changes(RT, out, upserts=[record("b", T1, "hook")])
     assert (out / "manifest.json").read_bytes() == before
     assert ids(out) == ["a"]
+
+
+def test_a_changed_table_that_cannot_be_written_is_named_and_the_store_keeps_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device fails while the child table's merged file is staged (after the main
+    table's was already moved in): the error names that table and file, the manifest
+    still names the previous files, and the next change commits cleanly."""
+    out = tmp_path / "s"
+    synced(out, {"a": T0, "b": T0})
+    before = (out / "manifest.json").read_bytes()
+    staged = out / STAGING / f".changes-{RT}" / "referral_extension.parquet"
+    real = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(dst) == staged:
+            raise OSError(errno.EIO, "Input/output error")
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(StoreWriteError) as caught:
+        apply_changes(RT, out, upserts=[record("b", T1, "hook")])
+    monkeypatch.setattr(os, "replace", real)
+    assert (caught.value.step, caught.value.path, caught.value.errno) == (
+        "writing the changed referral_extension table",
+        staged,
+        errno.EIO,
+    )
+    assert f"while writing the changed referral_extension table ({staged})" in str(caught.value)
+    assert (out / "manifest.json").read_bytes() == before
+    assert verify(out).ok
+    assert {rid: note for rid, (_, note) in stored_versions(out).items()} == {"a": "v1", "b": "v1"}
+    assert not staged.parent.exists()  # the change's staging folder is removed
+    assert apply_changes(RT, out, upserts=[record("b", T1, "hook")]).upserted == ["b"]
+    assert {rid: note for rid, (_, note) in stored_versions(out).items()} == {
+        "a": "v1",
+        "b": "hook",
+    }
+    tables = read_manifest(out)["resources"][RT]["tables"]
+    named = {str(info["path"]) for info in tables.values()}
+    files = {str(p.relative_to(out)) for p in out.rglob("*.parquet")}
+    assert files == named  # the main table's file of the failed change is gone too
+
+
+def test_a_change_after_a_failed_first_sync_starts_the_tables_with_the_raw_records(
+    tmp_path: Path,
+) -> None:
+    """A first sync that failed leaves an entry with no tables: a change starts them, raw
+    records included (what a view and ``--rebuild`` read), and a later sync fetches in full."""
+    out = tmp_path / "s"
+    source = ListSource()
+    bad = record("x", T0, "v")
+    bad["created"] = "next tuesday"  # not a dateTime: the sync fails
+    source.records = [bad]
+    with pytest.raises(SyncFailed):
+        sync(source, out, resources=[RT], progress=False)
+    assert manifest(out)["resources"][RT]["tables"] == {}
+    done = apply_changes(RT, out, upserts=[record("a", T0, "hook")])
+    assert (done.upserted, done.written) == (["a"], True)
+    entry = manifest(out)["resources"][RT]
+    assert set(entry["tables"]) == {RT, "referral_extension", f"_raw_{RT}"}
+    assert entry["high_water_mark"] is None
+    assert {rid: note for rid, (_, note) in stored_versions(out).items()} == {"a": "hook"}
+    assert verify(out).ok
+
+
+def test_stored_tables_of_another_view_version_are_refused_naming_the_repair(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "s"
+    synced(out, {"a": T0})
+    data = manifest(out)
+    data["resources"][RT]["schema_version"] = "1-an-older-view"
+    (out / "manifest.json").write_bytes(orjson.dumps(data))
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(StoreError) as caught:
+        apply_changes(RT, out, upserts=[record("b", T1, "hook")])
+    assert str(caught.value) == (
+        f"the stored {RT} tables were written for another version of its view; "
+        f"run `pmtk sync --out {out} --full --resource {RT}`"
+    )
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_change_first_rolls_forward_a_syncs_interrupted_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync stopped just before its manifest switch: the change finishes that commit,
+    then merges into it (built on the old manifest, the journal rolled forward later
+    would overwrite the change)."""
+    out = tmp_path / "s"
+    source = synced(out, {"a": T0, "b": T0})
+    source.records = [record("a", T1, "v2"), record("b", T0, "v1"), record("c", T1, "v2")]
+    journal = out / STAGING / RT / "state.json"
+    real = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        committing = journal.is_file() and orjson.loads(journal.read_bytes())["phase"] == "commit"
+        if Path(dst).name == "manifest.json" and committing:
+            monkeypatch.setattr(os, "replace", real)
+            raise KeyboardInterrupt
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        sync(source, out, resources=[RT], progress=False)
+    assert {rid: note for rid, (_, note) in stored_versions(out).items()} == {"a": "v1", "b": "v1"}
+    done = apply_changes(RT, out, upserts=[record("b", T2, "hook")])
+    assert done.upserted == ["b"]
+    notes = {rid: note for rid, (_, note) in stored_versions(out).items()}
+    assert notes == {"a": "v2", "b": "hook", "c": "v2"}
+    assert not journal.exists()
+    assert verify(out).ok

@@ -228,7 +228,10 @@ class Transaction:
         if not self.journal.is_file():
             return None
         try:
-            cp = Checkpoint.from_json(read_json(self.journal))
+            data = read_json(self.journal)
+            if not isinstance(data, dict):
+                return None  # JSON, but no checkpoint (damaged, or written by hand)
+            cp = Checkpoint.from_json(data)
         except (OSError, ValueError, KeyError, TypeError):
             return None
         if cp.resource != self.rt or cp.schema_version != self.version:
