@@ -314,7 +314,7 @@ def test_pages_cut_short_are_followed_up_to_total_over_the_first_pages_size():
             [], total=5, next_url=f"{BASE}?page={n + 1}", entries=entries(patient(f"s{n}", CHANGED))
         )
     server = Server(pages)
-    with pytest.raises(PageLimitExceeded, match="Bundle.total 5 at 2 a page allows 5") as err:
+    with pytest.raises(PageLimitExceeded, match=r"Bundle\.total 5 at 2 a page allows 5") as err:
         records(walk(server, recover=False))
     assert err.value.limit == 3 + PAGE_MARGIN
     assert len(server.gets) == 3 + PAGE_MARGIN
@@ -474,19 +474,24 @@ def test_a_walk_without_recovery_names_its_counts():
 
 
 def test_a_version_older_than_the_one_held_does_not_replace_it():
-    # The changed pass returns b's newest version; a stale copy read later keeps it.
+    # The walk read b's newest version (page 2); the changed pass returns an older copy
+    # (a lagging replica): b keeps its newest stamp, so it is not counted among the
+    # records unchanged since t0, and the walk still looks for the missing c.
     stale = "2026-11-26T03:00:02Z"
     pages = moved_b(3)
     pages[at(_lastUpdated=f"ge{T0}")] = bundle([], total=1, entries=entries(patient("b", stale)))
-    pages[at(_lastUpdated=f"lt{T0}", _count="1")] = bundle(["a"], total=1)
+    pages[at(_lastUpdated=f"lt{T0}", _count="1")] = bundle(["a"], total=2)
+    pages[at(_lastUpdated=f"lt{T0}")] = bundle(["a", "c"], total=2)
     w = walk(Server(pages))
-    raw = w.clean([p.raw for p in w])
+    pages_ = list(w)
+    assert [p.phase for p in pages_] == ["walk", "walk", "changed", "unchanged", "changed"]
+    raw = w.clean([p.raw for p in pages_])
     kept = [
         (e["resource"]["id"], e["resource"]["meta"]["lastUpdated"])
         for body in raw
         for e in orjson.loads(body)["entry"]
     ]
-    assert sorted(kept) == [("a", BEFORE), ("b", CHANGED)]
+    assert sorted(kept) == [("a", BEFORE), ("b", CHANGED), ("c", BEFORE)]
 
 
 # ---------------------------------------------------------------- dedupe after recovery
@@ -794,7 +799,7 @@ def test_a_version_without_lastupdated_cannot_be_told_from_the_one_read(first, a
             f"{BASE}?page=2": bundle([], next_url=f"{BASE}?page=3", entries=entries(again)),
         }
     )
-    with pytest.raises(PagingLoop, match="page 2 .* repeats records already read"):
+    with pytest.raises(PagingLoop, match=r"page 2 .* repeats records already read"):
         records(walk(server))
 
 
