@@ -62,20 +62,12 @@ TARGETS: dict[str, Target] = {
         "toolkit/throttle.py",
         ("tests/client/test_throttle.py", "tests/client/test_config_and_pacing.py"),
     ),
-    # paging.py and page.py have 920 mutants (929 when paging.py still held Page); the
-    # score covers the walk's guards (what stops or refuses a walk, and the page checks
-    # it relies on), not the recovery's arithmetic, the summary text or dedupe.
+    # paging.py and page.py, every function (920 mutants): the walk's guards, its
+    # recovery (retries, repeated or looping links, totals that lie, short pages), the
+    # summary text and dedupe.
     "paging": Target(
         "toolkit/paging.py,toolkit/page.py",
-        ("tests/client/test_paging.py",),
-        (
-            "toolkit.page.x_next_link__mutmut_*",
-            "toolkit.page.x__page_records__mutmut_*",
-            "toolkit.page.xǁPageǁparse__mutmut_*",
-            "toolkit.paging.xǁWalkǁ_limit__mutmut_*",
-            "toolkit.paging.xǁWalkǁ_note__mutmut_*",
-            "toolkit.paging.xǁWalkǁ_pass__mutmut_*",
-        ),
+        ("tests/client/test_paging.py", "tests/client/test_paging_recovery.py"),
     ),
     # conform.py has 528 mutants and each costs a Polars read in a fresh process; the
     # score covers the reading of values and forms (_primitive, the form readers,

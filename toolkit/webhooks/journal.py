@@ -150,7 +150,9 @@ class EventQueue:
         self._group = threading.Condition()
         self._arrived: list[_Delivery] = []
         self._committing = False
-        self._counts = (0, 0, 0)  # (unapplied rows not waiting, bytes unapplied, next due)
+        # (unapplied rows not waiting, bytes unapplied, next due): set by refresh(), the last
+        # step here, before anything reads it (the migration above does not)
+        self._counts: tuple[int, int, int]
         self.group_commits = 0
         """Group commits made by :meth:`put` (one transaction each)."""
         self.grouped = 0
