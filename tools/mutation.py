@@ -88,7 +88,9 @@ TARGETS: dict[str, Target] = {
         "toolkit/views/conform.py,toolkit/catalogue/forms.py",
         (
             "tests/frames/test_conform.py",
+            "tests/frames/test_conform_bites.py",
             "tests/catalogue/test_forms.py",
+            "tests/catalogue/test_forms_bites.py",
             "tests/frames/test_fhir_forms.py",
         ),
         isolation="forkserver",

@@ -166,7 +166,7 @@ class Conformer:
         resource: str,
         unread: frozenset[str] = frozenset(),
         unread_arrays: frozenset[str] = frozenset(),
-        known_urls: Mapping[str, frozenset[str]] | None = None,
+        known_urls: Mapping[str, Mapping[str, frozenset[str]]] | None = None,
     ) -> None:
         self.resource = resource
         self.unread = unread  # top-level fields this read does not use: dropped
@@ -240,16 +240,19 @@ class Conformer:
     def known(self, element: Any, inner: AnyDtype, key: str) -> bool:
         """Whether a column reads this extension element: a url it names, in a value form it reads.
 
-        A known url with a value form no column reads (``valueBoolean`` for a
-        coded one) is an extension the view does not read: a row, with its url.
-        Its other keys (nested extensions, ``id``) do not change that.
+        A known url with a value form its column does not read (``valueBoolean`` for a
+        coded one, even where another column of the container reads ``valueBoolean``)
+        is an extension the view does not read: a row, with its url. Its other keys
+        (nested extensions, ``id``) do not change that.
         """
         if not isinstance(element, dict) or not isinstance(inner, pl.Struct):
             return False
         url = element.get("url")
-        if not isinstance(url, str) or url.rsplit("/", 1)[-1] not in self.known_urls.get(key, ()):
+        if not isinstance(url, str):
             return False
-        reads = inner.to_schema()
+        reads = self.known_urls.get(key, {}).get(url.rsplit("/", 1)[-1])
+        if reads is None:
+            return False
         return all(k in reads for k in element if k.startswith("value") and k[5:6].isupper())
 
     def value(
