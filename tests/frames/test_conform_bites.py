@@ -684,6 +684,11 @@ TEXTS: list[tuple[str, Any, str | None]] = [
     ("valueMeta", {"id": 3}, "3"),
     ("valueRange", {"low": {"value": 1}}, None),
     ("valueRatio", {}, None),
+    # Numbers as JSON, exactly: FHIR's decimal has no bound (an integer beyond 64 bits
+    # failed the whole read, orjson refusing to write it).
+    ("valueDecimal", 2**70, str(2**70)),
+    ("valueQuantity", {"value": -(2**70), "unit": "mg"}, str(-(2**70))),
+    ("valueQuantity", {"value": 1e16}, "1e16"),
     ("valueString", None, None),
     # Primitives as sent; a number or boolean as JSON; an array is no text.
     ("valueBoolean", True, "true"),
