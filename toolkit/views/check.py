@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 import polars as pl
@@ -45,50 +47,81 @@ _MSGSPEC_LEAVES: dict[Any, Any] = {
 }
 
 
-def _known_url(urls: frozenset[str]) -> Any:
-    """A string type that accepts only one of ``urls``, as they are written.
+def _known_element(
+    dtype: pl.Struct, name: str, path: str, known: Mapping[str, Mapping[str, frozenset[str]]]
+) -> Any:
+    """The type of an element of the extension container at ``path``: a known url, in a
+    form its own column reads.
 
-    ``urls`` are the names the columns read and their full urls as the
-    catalogue declares them (:func:`toolkit.views.declare.known_extensions`).
-    A ``Literal`` is a hash lookup; the pattern it replaced ("the name, bare or
-    as the last path segment") ran Python's regex engine for every extension,
-    which took half of the check's time. Any other url, even one whose last
-    segment is a known name, fails the check, and the repair path reads that
-    entry with the view's own rule (the last path segment,
+    A union tagged by ``url``, one member per url the columns read (``known[path]``:
+    each name, its full url as the catalogue declares it and in the live service's
+    form, :func:`toolkit.views.declare.known_extensions`), each member holding only the
+    ``value[x]`` keys that url's column reads. A tag is a hash lookup; the pattern it
+    replaced ("the name, bare or as the last path segment") ran Python's regex engine
+    for every extension, which took half of the check's time. So an element with any
+    other url (even one whose last segment is a known name), with none, or with a known
+    url in a form its column does not read (``coverage-payer`` as the ``valueBoolean``
+    the container's ``coverage-patient-anonymous`` column reads) fails the check, and
+    the repair path reads that entry with the view's own rule (the last path segment,
     :class:`toolkit.views.conform.Conformer`): the same rows, only slower.
     """
-    return Literal[tuple(sorted(urls))]
+    members = []
+    for i, (url, keys) in enumerate(sorted(known[path].items())):
+        fields = [
+            (
+                f"f{j}",
+                _msgspec_type(f.dtype, f"{name}_{i}_{j}", f"{path}.{f.name}", known) | None,
+                msgspec.field(default=None, name=f.name),
+            )
+            for j, f in enumerate(dtype.fields)
+            if f.name in keys
+        ]
+        members.append(
+            msgspec.defstruct(
+                f"{name}_{i}",
+                fields,
+                tag_field="url",
+                tag=url,
+                forbid_unknown_fields=True,
+                omit_defaults=True,
+                gc=False,
+            )
+        )
+    # A lone tagged struct would take an element without a url: a url's bare name and its
+    # live full url are always two members (known_extensions(declared=True)).
+    assert len(members) > 1, path
+    return functools.reduce(operator.or_, members)
 
 
 def _msgspec_type(
     dtype: AnyDtype,
     name: str,
     path: str = "",
-    known_urls: Mapping[str, frozenset[str]] | None = None,
+    known_urls: Mapping[str, Mapping[str, frozenset[str]]] | None = None,
 ) -> Any:
     """The msgspec type that accepts exactly what Polars reads as ``dtype``, exactly.
 
     ``path`` is the field path of ``dtype`` (no indices); the elements of an
-    extension container in ``known_urls`` (keyed by such a path) must have one
-    of its urls: an element with any other url goes to the extension table,
-    which only the repair path fills.
+    extension container in ``known_urls`` (keyed by such a path) must be objects
+    (not null) of one of its urls, in a form that url's column reads
+    (:func:`_known_element`): any other element goes to the extension table, or a
+    null one to ``extra``, which only the repair path fills.
     """
     known = known_urls or {}
     if isinstance(dtype, pl.Struct):
+        if path in known:
+            return _known_element(dtype, name, path, known)
         fields = []
         for i, f in enumerate(dtype.fields):
             sub = f"{path}.{f.name}" if path else f.name
-            kind = (
-                _known_url(known[path])
-                if f.name == "url" and path in known
-                else _msgspec_type(f.dtype, f"{name}_{i}", sub, known)
-            )
+            kind = _msgspec_type(f.dtype, f"{name}_{i}", sub, known)
             fields.append((f"f{i}", kind | None, msgspec.field(default=None, name=f.name)))
         return msgspec.defstruct(
             name, fields, forbid_unknown_fields=True, omit_defaults=True, gc=False
         )
     if isinstance(dtype, pl.List):
-        return list[_msgspec_type(dtype.inner, name, path, known) | None]  # type: ignore[misc]
+        inner = _msgspec_type(dtype.inner, name, path, known)
+        return list[inner] if path in known else list[inner | None]  # type: ignore[valid-type]
     return _MSGSPEC_LEAVES[dtype if isinstance(dtype, type) else type(dtype)]
 
 
@@ -102,7 +135,7 @@ def strict_decoder(
     resource_dtype: pl.Struct,
     unread: frozenset[str] = frozenset(),
     unread_arrays: frozenset[str] = frozenset(),
-    known_urls: Mapping[str, frozenset[str]] | None = None,
+    known_urls: Mapping[str, Mapping[str, frozenset[str]]] | None = None,
 ) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
     """Decoders that fail on a page (and on one entry) holding anything the fast read would lose.
 
@@ -112,8 +145,9 @@ def strict_decoder(
     fails exactly when some resource has a key the view does not know, at any
     depth, or a value of another JSON type than the schema's (which Polars
     would refuse, or silently coerce: a number read into a String column, 1.5
-    truncated into an Int64 one), or an extension whose url no column reads
-    (``known_urls``, see :func:`_msgspec_type`). Everything outside ``entry[].resource`` is
+    truncated into an Int64 one), or an extension no column reads (its url, or its
+    form, not a column's: ``known_urls``, see :func:`_known_element`), or a null one.
+    Everything outside ``entry[].resource`` is
     skipped (the page's ``resourceType`` is kept as raw JSON), and so are the
     values of the known top-level fields in ``unread`` (one table's read does
     not use them; those in ``unread_arrays`` must still be arrays, whose

@@ -7,12 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import orjson
 import polars as pl
 
 from toolkit.catalogue.forms import READERS
 from toolkit.errors import DataValidationError
 from toolkit.views.check import AnyDtype
+
+
+_json = msgspec.json.encode
+"""JSON text of a value as the repair path decoded it: msgspec writes an integer beyond 64
+bits exactly (FHIR's ``decimal`` has no bound), where orjson refused it and failed the read."""
 
 
 def as_bytes(page: Any) -> bytes:
@@ -21,7 +25,7 @@ def as_bytes(page: Any) -> bytes:
     if isinstance(page, str):
         return page.encode()
     if isinstance(page, Mapping):
-        return orjson.dumps(page)
+        return _json(page)
     msg = f"a page must be Bundle JSON as bytes, str or dict, not {type(page).__name__}"
     raise DataValidationError(msg, None)
 
@@ -126,7 +130,7 @@ def _value_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, bool | int | float):
-        return orjson.dumps(value).decode()
+        return _json(value).decode()
     if not isinstance(value, dict):
         return None
     if "start" in value or "end" in value:  # Period
@@ -139,7 +143,7 @@ def _value_text(value: Any) -> str | None:
     for key in _TEXT_KEYS:
         found = value.get(key)
         if isinstance(found, str | int | float) and not isinstance(found, bool):
-            return found if isinstance(found, str) else orjson.dumps(found).decode()
+            return found if isinstance(found, str) else _json(found).decode()
     return None
 
 
@@ -166,7 +170,7 @@ class Conformer:
         resource: str,
         unread: frozenset[str] = frozenset(),
         unread_arrays: frozenset[str] = frozenset(),
-        known_urls: Mapping[str, frozenset[str]] | None = None,
+        known_urls: Mapping[str, Mapping[str, frozenset[str]]] | None = None,
     ) -> None:
         self.resource = resource
         self.unread = unread  # top-level fields this read does not use: dropped
@@ -198,7 +202,7 @@ class Conformer:
                 "parent_url": parent,
                 "value_type": _value_type(key) if key is not None else None,
                 "value": _value_text(value),
-                "value_json": orjson.dumps(value).decode() if key is not None else None,
+                "value_json": _json(value).decode() if key is not None else None,
             }
         )
         own = url if isinstance(url, str) else None
@@ -240,16 +244,19 @@ class Conformer:
     def known(self, element: Any, inner: AnyDtype, key: str) -> bool:
         """Whether a column reads this extension element: a url it names, in a value form it reads.
 
-        A known url with a value form no column reads (``valueBoolean`` for a
-        coded one) is an extension the view does not read: a row, with its url.
-        Its other keys (nested extensions, ``id``) do not change that.
+        A known url with a value form its column does not read (``valueBoolean`` for a
+        coded one, even where another column of the container reads ``valueBoolean``)
+        is an extension the view does not read: a row, with its url. Its other keys
+        (nested extensions, ``id``) do not change that.
         """
         if not isinstance(element, dict) or not isinstance(inner, pl.Struct):
             return False
         url = element.get("url")
-        if not isinstance(url, str) or url.rsplit("/", 1)[-1] not in self.known_urls.get(key, ()):
+        if not isinstance(url, str):
             return False
-        reads = inner.to_schema()
+        reads = self.known_urls.get(key, {}).get(url.rsplit("/", 1)[-1])
+        if reads is None:
+            return False
         return all(k in reads for k in element if k.startswith("value") and k[5:6].isupper())
 
     def value(

@@ -515,32 +515,42 @@ _LIVE_EXTENSION_BASE = "https://terminology.halaxy.com/StructureDefinition/"
 (public-docs-facts.md, "Extension urls are full canonical urls")."""
 
 
+KnownUrls = dict[str, dict[str, frozenset[str]]]
+"""Extension containers (by field path, no indices) → url → the ``value[x]`` keys its
+column reads (:func:`known_extensions`)."""
+
+
 def known_extensions(
     fields: tuple[Field, ...], prefix: str = "", *, declared: bool = False
-) -> dict[str, frozenset[str]]:
-    """Extension containers (by field path, no indices) → the url names their columns read.
+) -> KnownUrls:
+    """Extension containers (by field path, no indices) → the url names their columns read,
+    each with the ``value[x]`` keys its column reads it in.
 
-    With ``declared``, also each name as the catalogue writes it and in the
-    live service's full form (:data:`_LIVE_EXTENSION_BASE`): the urls the exact
-    check accepts as they are (:func:`toolkit.views.check._known_url`); any
+    An element of a known url in another form (``coverage-payer`` as a ``valueBoolean``,
+    a form another column of the same container reads) is read by no column: the
+    extension table has it. With ``declared``, also each name as the catalogue writes
+    it and in the live service's full form (:data:`_LIVE_EXTENSION_BASE`): the urls the
+    exact check accepts as they are (:func:`toolkit.views.check._known_element`); any
     other form of a known url still reads, through the repair path.
     """
-    out: dict[str, set[str]] = {}
+    out: dict[str, dict[str, set[str]]] = {}
     for f in fields:
         if f.write_only:
             continue
         if f.extension is not None:
             key = f"{prefix}.{f.extension.container}" if prefix else f.extension.container
             name = f.extension.url.rsplit("/", 1)[-1]
-            forms = {name, f.extension.url, _LIVE_EXTENSION_BASE + name} if declared else {name}
-            out.setdefault(key, set()).update(forms)
+            urls = {name, f.extension.url, _LIVE_EXTENSION_BASE + name} if declared else {name}
+            for url in urls:
+                out.setdefault(key, {}).setdefault(url, set()).update(_extension_value_dtypes(f))
         elif f.type == "object":
             sub = known_extensions(
                 f.fields, f"{prefix}.{f.name}" if prefix else f.name, declared=declared
             )
             for key, names in sub.items():
-                out.setdefault(key, set()).update(names)
-    return {k: frozenset(v) for k, v in out.items()}
+                for url, values in names.items():
+                    out.setdefault(key, {}).setdefault(url, set()).update(values)
+    return {k: {url: frozenset(v) for url, v in names.items()} for k, names in out.items()}
 
 
 VIEWS: dict[str, tuple[View, ...]] = {

@@ -38,6 +38,7 @@ from toolkit.views.conform import (
     outcome_text,
 )
 from toolkit.views.declare import (
+    KnownUrls,
     View,
     known_extensions,
     level_read_dtype,
@@ -57,8 +58,8 @@ class _Compiled:
     strict_entries: msgspec.json.Decoder[Any]  # ... of an array of entries
     views: tuple[View, ...]
     columns: tuple[tuple[str, str | None, str, str], ...]  # see column_keys
-    known_urls: dict[str, frozenset[str]]  # extension urls the columns read (known_extensions)
-    checked_urls: dict[str, frozenset[str]]  # ... and their declared full urls (the exact check's)
+    known_urls: KnownUrls  # extension urls the columns read, and in what forms (known_extensions)
+    checked_urls: KnownUrls  # ... and their declared full urls (the exact check's)
 
     @property
     def bundle_schema(self) -> dict[str, Any]:
