@@ -25,8 +25,9 @@ And two speed-ups:
   notebook's kernel) compiled pmtk and its libraries from source again: about 1.5 s
   of CPU per process and 4 s per kernel, hundreds of times a run. The children share
   one bytecode cache instead, in a temporary folder of this run
-  (``PYTHONPYCACHEPREFIX``), so nothing is written beside the sources, as before;
-  the folder is removed when the run ends. A child still runs the code on disk:
+  (``PYTHONPYCACHEPREFIX``; this process's later imports, which the xdist workers
+  repeat, go there too), so nothing is written beside the sources, as before; the
+  folder is removed when the run ends. A child still runs the code on disk:
   Python checks each cached file against its source's time stamp and size.
 """
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Generator
 
@@ -47,6 +49,10 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCAC
     _OWN_PYCACHE = tempfile.mkdtemp(prefix="pmtk-tests-pycache-")
     del os.environ["PYTHONDONTWRITEBYTECODE"]
     os.environ["PYTHONPYCACHEPREFIX"] = _OWN_PYCACHE
+    # This process's own imports from here on (the tests' conftest: pmtk, polars, the
+    # mock's server) go there too, before the workers and children that import them.
+    sys.pycache_prefix = _OWN_PYCACHE
+    sys.dont_write_bytecode = False
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
