@@ -14,18 +14,51 @@ nbmake is the notebook runner the project chose; two things made its runs noisy:
   ``-ra`` summary. The hook wrapper below turns the option off for that hook only,
   after collection has used it.
 
-And one speed-up: after collection the objects every test shares (imported modules,
-the collected items) are frozen out of the cyclic garbage collector, so each full
-collection, pytest's own at the end of every in-process ``pmtk check`` run included,
-walks only what the tests made since (see :func:`pytest_collection_finish`).
+And two speed-ups:
+
+* after collection the objects every test shares (imported modules, the collected
+  items) are frozen out of the cyclic garbage collector, so each full collection,
+  pytest's own at the end of every in-process ``pmtk check`` run included, walks only
+  what the tests made since (see :func:`pytest_collection_finish`);
+* when the environment says ``PYTHONDONTWRITEBYTECODE`` (a sandbox may), every child
+  Python the tests start (``pmtk`` on a terminal or a pipe, a killed writer, a
+  notebook's kernel) compiled pmtk and its libraries from source again: about 1.5 s
+  of CPU per process and 4 s per kernel, hundreds of times a run. The children share
+  one bytecode cache instead, in a temporary folder of this run
+  (``PYTHONPYCACHEPREFIX``; this process's later imports, which the xdist workers
+  repeat, go there too), so nothing is written beside the sources, as before; the
+  folder is removed when the run ends. A child still runs the code on disk:
+  Python checks each cached file against its source's time stamp and size.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Generator
 
 import pytest
+
+# Set at import, before pytest-xdist starts its workers, so that they and every child
+# they start inherit it (an xdist worker finds it set and leaves it to this process).
+_OWN_PYCACHE: str | None = None
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    _OWN_PYCACHE = tempfile.mkdtemp(prefix="pmtk-tests-pycache-")
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = _OWN_PYCACHE
+    # This process's own imports from here on (the tests' conftest: pmtk, polars, the
+    # mock's server) go there too, before the workers and children that import them.
+    sys.pycache_prefix = _OWN_PYCACHE
+    sys.dont_write_bytecode = False
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's bytecode cache (only the process that made it does)."""
+    if _OWN_PYCACHE is not None:
+        shutil.rmtree(_OWN_PYCACHE, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
