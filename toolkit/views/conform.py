@@ -13,7 +13,6 @@ from toolkit.catalogue.forms import READERS
 from toolkit.errors import DataValidationError
 from toolkit.views.check import AnyDtype
 
-
 _json = msgspec.json.encode
 """JSON text of a value as the repair path decoded it: msgspec writes an integer beyond 64
 bits exactly (FHIR's ``decimal`` has no bound), where orjson refused it and failed the read."""
