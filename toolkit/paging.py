@@ -471,9 +471,9 @@ class Walk:
             self.summary.complete = True
             return
         if not self.recover:
-            raise self._short(
-                " and the collection changed during the walk (ids repeated)", total, records
-            )
+            repeated = self._moved or self._repeats  # else only short of total
+            why = " and the collection changed during the walk (ids repeated)" if repeated else ""
+            raise self._short(why, total, records)
         t0 = self.started_at or (self._now() - CLOCK_MARGIN)
         bound = _bound(t0)
         floor = micros(read_instant(bound))

@@ -195,6 +195,7 @@ def test_fewer_records_than_total_is_incomplete():
         records(walk(server, recover=False))
     assert err.value.expected == 3
     assert err.value.received == 2
+    assert "ids repeated" not in str(err.value)  # no id was read twice: only short
 
 
 def test_more_unchanged_records_than_total_is_malformed():
