@@ -26,8 +26,9 @@ And two speed-ups:
   of CPU per process and 4 s per kernel, hundreds of times a run. The children share
   one bytecode cache instead, in a temporary folder of this run
   (``PYTHONPYCACHEPREFIX``; this process's later imports, which the xdist workers
-  repeat, go there too), so nothing is written beside the sources, as before; the
-  folder is removed when the run ends. A child still runs the code on disk:
+  repeat, go there too), so nothing is written beside the sources, as before; when
+  the run ends the folder is removed and the setting put back (see
+  :func:`_share_bytecode`). A child still runs the code on disk:
   Python checks each cached file against its source's time stamp and size.
 """
 
@@ -39,30 +40,56 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Generator
+from typing import Any
 
 import pytest
 
-# Set at import, before pytest-xdist starts its workers, so that they and every child
-# they start inherit it (an xdist worker finds it set and leaves it to this process).
-_OWN_PYCACHE: str | None = None
-if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
-    _OWN_PYCACHE = tempfile.mkdtemp(prefix="pmtk-tests-pycache-")
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
-    os.environ["PYTHONPYCACHEPREFIX"] = _OWN_PYCACHE
-    # This process's own imports from here on (the tests' conftest: pmtk, polars, the
-    # mock's server) go there too, before the workers and children that import them.
-    sys.pycache_prefix = _OWN_PYCACHE
+_BYTECODE: dict[str, Any] = {}
+"""The run's bytecode cache (``folder``), the setting it replaced and the run that owns it."""
+
+
+def _share_bytecode() -> None:
+    """Point this process and its children at one bytecode cache for the run.
+
+    Called at import, before pytest-xdist starts its workers, so that they and every
+    child they start inherit it (an xdist worker, or a pytest started by a test, finds
+    ``PYTHONPYCACHEPREFIX`` set and leaves it alone). This process's own imports from
+    here on (the tests' conftest: pmtk, polars, the mock's server) go there too, before
+    the workers and children that import them again.
+    """
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    folder = tempfile.mkdtemp(prefix="pmtk-tests-pycache-")
+    _BYTECODE.update(folder=folder, setting=os.environ.pop("PYTHONDONTWRITEBYTECODE"))
+    os.environ["PYTHONPYCACHEPREFIX"] = folder
+    sys.pycache_prefix = folder
     sys.dont_write_bytecode = False
 
 
+_share_bytecode()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the run's bytecode cache (only the process that made it does)."""
-    if _OWN_PYCACHE is not None:
-        shutil.rmtree(_OWN_PYCACHE, ignore_errors=True)
+    """The run that made the bytecode cache removes it and puts the setting back.
+
+    A later ``pytest.main`` in the same process (mutmut's runs, tools/mutation.py) then
+    runs as the environment says, without bytecode.
+    """
+    if _BYTECODE.get("run") is not config:
+        return
+    os.environ["PYTHONDONTWRITEBYTECODE"] = _BYTECODE["setting"]
+    os.environ.pop("PYTHONPYCACHEPREFIX", None)
+    sys.pycache_prefix = None
+    sys.dont_write_bytecode = True
+    shutil.rmtree(_BYTECODE["folder"], ignore_errors=True)
+    _BYTECODE.clear()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Point nbclient's default kernel manager at the encrypted one."""
+    """Own the bytecode cache made at import; point nbclient's kernel manager at the
+    encrypted one."""
+    if "folder" in _BYTECODE:
+        _BYTECODE.setdefault("run", config)
     if not config.getoption("nbmake", default=False):
         return
     import jupyter_client
