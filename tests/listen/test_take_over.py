@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +171,16 @@ def _wait_for_line(proc: subprocess.Popen[str], prefix: str) -> str:
             return line
 
 
+def _until(done: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """Whether ``done()`` came true within ``timeout`` seconds (polled)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_take_over_of_a_running_pmtk_listen_loses_no_change(
     dep: Any, store: Path, api: httpx.Client
 ) -> None:
@@ -214,14 +224,15 @@ def test_take_over_of_a_running_pmtk_listen_loses_no_change(
     try:
         _wait_for_line(old, "webhook URL: ")
         sender.start()
-        time.sleep(1.0)
+        # Counted, not timed, so that a loaded machine still sends changes to each side.
+        assert _until(lambda: len(written) >= 25), failures  # acknowledged by the old one
         new = _pmtk_listen(dep, store, port, "--take-over")
         assert old.wait(120) == 0
         _wait_for_line(new, "webhook URL: ")
-        time.sleep(1.0)
+        up = len(written)
+        assert _until(lambda: len(written) >= up + 25), failures  # ... and by the new one
         stop.set()
         sender.join(60)
-        assert len(written) > 50, failures
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             stored = load("Appointment", store).filter(pl.col("id").is_in(list(written)))
