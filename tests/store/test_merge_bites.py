@@ -86,6 +86,7 @@ def test_a_change_wins_a_tie_at_the_microsecond_and_loses_to_a_newer_stored_one(
             record("brand", T0, "hook"),  # not stored: new
         ],
     )
+    assert done.resource == RT
     assert sorted(done.upserted) == ["brand", "new", "tie"]
     assert done.stale == ["old"]
     assert done.deleted == []
@@ -551,4 +552,19 @@ def test_a_change_first_rolls_forward_a_syncs_interrupted_commit(
     notes = {rid: note for rid, (_, note) in stored_versions(out).items()}
     assert notes == {"a": "v2", "b": "hook", "c": "v2"}
     assert not journal.exists()
+    assert verify(out).ok
+
+
+def test_a_change_into_an_entry_without_tables_starts_them(tmp_path: Path) -> None:
+    """An entry that names no tables at all (hand-edited, or written by another tool) holds
+    no data to merge with: the change starts the tables, as into a new store."""
+    out = tmp_path / "s"
+    synced(out, {"a": T0})
+    data = manifest(out)
+    del data["resources"][RT]["tables"]
+    (out / "manifest.json").write_bytes(orjson.dumps(data))
+    done = apply_changes(RT, out, upserts=[record("b", T1, "hook")])
+    assert (done.upserted, done.written) == (["b"], True)
+    assert set(manifest(out)["resources"][RT]["tables"]) == {RT, "referral_extension", f"_raw_{RT}"}
+    assert {rid: note for rid, (_, note) in stored_versions(out).items()} == {"b": "hook"}
     assert verify(out).ok
