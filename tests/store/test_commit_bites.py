@@ -1206,3 +1206,77 @@ def test_a_checkpoint_that_cannot_be_written_is_named_and_the_run_resumes_from_t
     done = sync_rt(PagedSource(LISTED), interrupted)
     assert done.resumed
     assert_committed(interrupted, newest_each(LISTED))
+
+
+def stage_pages(txn: Transaction, arrivals: list[list[dict[str, Any]]]) -> None:
+    """Stage each list of records as one part (a page), numbered from 1, raw records too."""
+    for number, records in enumerate(arrivals, start=1):
+        page = {"resourceType": "Bundle", "entry": [{"resource": r} for r in records]}
+        tables = views.flatten_tables(RT, [orjson.dumps(page)])
+        tables[RAW] = raw_frame(RT, records)
+        txn.parts.write(number, tables)
+
+
+def winning_parts(arrivals: list[list[dict[str, Any]]]) -> dict[str, int]:
+    """``id -> part`` of the kept version of each id staged more than once, a plain loop:
+    the newest instant, the later part on a tie."""
+    seen: dict[str, list[tuple[datetime, int]]] = {}
+    for number, records in enumerate(arrivals, start=1):
+        for rec in records:
+            seen.setdefault(rec["id"], []).append(
+                (fhir_instant(rec["meta"]["lastUpdated"]), number)
+            )
+    return {rid: max(staged)[1] for rid, staged in seen.items() if len(staged) > 1}
+
+
+@pytest.mark.parametrize(
+    "arrivals",
+    [
+        [[referral("a", S0, "one"), referral("b", S1)], [referral("c", S0), referral("d", S2)]],
+        [
+            [referral("a", S1, "newer"), referral("b", S0), referral("d", S0)],
+            [
+                referral("a", S0, "older"),
+                referral("b", "2026-03-01T13:00:00+01:00", "tie, later"),  # S0 at +01:00
+                referral("c", S0, "once"),
+            ],
+            [referral("b", "2026-03-01T11:59:59Z"), referral("e", S3, "e")],
+        ],
+    ],
+    ids=["no id twice", "three ids twice or more"],
+)
+def test_the_repeated_records_are_those_staged_more_than_once_with_their_winning_part(
+    tmp_path: Path, arrivals: list[list[dict[str, Any]]]
+) -> None:
+    """``StagedParts.repeated`` names each id staged in more than one part, and the part of
+    its kept version; none when no id came twice (every staged row then kept as it is),
+    still the two columns the de-duplication joins on."""
+    txn = Transaction(tmp_path / "store", RT)
+    cp = Checkpoint(resource=RT, schema_version=txn.version, mode="full", since=None, started_at=S0)
+    txn.begin(cp)
+    stage_pages(txn, arrivals)
+    repeated = txn.parts.repeated()
+    assert repeated.schema == pl.Schema({"id": pl.String, "_part": pl.Int32})
+    assert dict(repeated.iter_rows()) == winning_parts(arrivals)
+
+
+def test_a_part_another_process_removes_as_the_resume_drops_it_is_no_error(
+    interrupted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part written after the last checkpoint is dropped on resume; someone else (a user
+    cleaning up, outside the store's lock) removed it between the listing and the unlink."""
+    beyond = part(interrupted, RAW, 2)
+    beyond.write_bytes(b"written after the last checkpoint, half")
+    real_iterdir = Path.iterdir
+
+    def listed_then_removed(self: Path) -> Any:
+        for path in list(real_iterdir(self)):
+            if path == beyond:
+                path.unlink()  # the other process, after the listing
+            yield path
+
+    monkeypatch.setattr(Path, "iterdir", listed_then_removed)
+    done = sync_rt(PagedSource(LISTED), interrupted)
+    monkeypatch.setattr(Path, "iterdir", real_iterdir)
+    assert done.resumed
+    assert_committed(interrupted, newest_each(LISTED))
