@@ -38,6 +38,7 @@ from tests.conftest import copied_store, synced_store
 from tests.store.organization_manifest import RESOURCE, manifest_tables, write_manifest_tables
 from tests.store.paged_source import (
     CHILD,
+    KEY,
     RAW,
     RT,
     PagedSource,
@@ -1280,3 +1281,80 @@ def test_a_part_another_process_removes_as_the_resume_drops_it_is_no_error(
     monkeypatch.setattr(Path, "iterdir", real_iterdir)
     assert done.resumed
     assert_committed(interrupted, newest_each(LISTED))
+
+
+def staged_incremental(root: Path, records: list[dict[str, Any]], **kw: Any) -> Transaction:
+    """A transaction of an incremental run that staged ``records`` as one page and wrote its
+    new (de-duplicated) files; ``kw`` goes to :class:`Transaction`."""
+    txn = Transaction(root, RT, **kw)
+    cp = Checkpoint(
+        resource=RT, schema_version=txn.version, mode="incremental", since=None, started_at=S0
+    )
+    cp.parts, cp.staged, cp.unique, cp.records = 1, len(records), True, len(records)
+    txn.begin(cp)
+    stage_pages(txn, [records])
+    txn.write_new(cp)
+    return txn
+
+
+@pytest.mark.parametrize("table", [RT, CHILD, RAW])
+def test_stored_rows_under_another_column_name_are_not_unchanged(
+    tmp_path: Path, table: str
+) -> None:
+    """The no-change shortcut keeps the stored files only when they hold the staged rows as
+    is: the same values under another column name (a file rewritten by another tool, its
+    checksum recorded again) are a change."""
+    listed = [referral(f"r{i}", S0, "v1") for i in range(3)]
+    txn = staged_incremental(tmp_path / "store", listed)
+    cp = txn.pending()
+    assert cp is not None
+    stored = {t: tmp_path / f"stored-{t}.parquet" for t in txn.empty}
+    for name in txn.empty:
+        pl.read_parquet(txn.stage / "new" / f"{name}.parquet").write_parquet(stored[name])
+    assert txn.unchanged(cp, stored) is True  # the very rows staged
+    rows = pl.read_parquet(stored[table])
+    other = next(c for c in rows.columns if c not in ("id", KEY))
+    rows.rename({other: f"{other}_renamed"}).write_parquet(stored[table])
+    assert txn.unchanged(cp, stored) is False
+
+
+def test_validation_checks_every_view_table_whatever_the_order_of_the_tables(
+    tmp_path: Path,
+) -> None:
+    """``Transaction(tables=...)`` with the raw records first: the view's tables after them are
+    validated still (the raw records, as sent, are not)."""
+    records = [referral("a", S0), {**referral("b", S0), "created": "next tuesday"}]
+    raw_first = {RAW: pl.DataFrame(schema=raw_frame(RT, []).schema), **empty_tables(RT)}
+    txn = staged_incremental(tmp_path / "store", records, tables=raw_first)
+    assert next(iter(txn.empty)) == RAW
+    with pytest.raises(DataValidationError, match="created"):
+        txn.validate("raise")
+    assert not txn.stage.exists()
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "../outside.parquet",
+        "{outside}",  # absolute
+        f"{RESOURCE}/../../outside.parquet",
+        "{child}/{name}",  # another table's folder
+    ],
+)
+def test_a_path_outside_its_table_folder_names_the_table_and_the_path_as_written(
+    stored: Path, forged: str
+) -> None:
+    """A forged path is reported for its own table, as the manifest writes it, and nothing
+    there is read: the file it names is intact, with its true sha256 recorded."""
+    tables = manifest_tables(stored)
+    main = stored / tables[RESOURCE]["path"]
+    outside = stored.parent / "outside.parquet"
+    shutil.copyfile(main, outside)
+    child = next(t for t in tables if t != RESOURCE)
+    path = forged.format(outside=outside, child=child, name=main.name)
+    tables[RESOURCE] = {**tables[RESOURCE], "path": path}
+    write_manifest_tables(stored, tables)
+    [problem] = verify(stored).problems
+    assert (problem.resource, problem.table, problem.path) == (RESOURCE, RESOURCE, path)
+    assert "outside its table's folder" in problem.problem
+    assert (problem.expected, problem.actual) == (None, None)
