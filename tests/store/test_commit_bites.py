@@ -1358,3 +1358,34 @@ def test_a_path_outside_its_table_folder_names_the_table_and_the_path_as_written
     assert (problem.resource, problem.table, problem.path) == (RESOURCE, RESOURCE, path)
     assert "outside its table's folder" in problem.problem
     assert (problem.expected, problem.actual) == (None, None)
+
+
+def test_removing_superseded_files_skips_each_forged_entry_and_goes_on(tmp_path: Path) -> None:
+    """Only the folders of the resource's own tables are cleaned, each of the data files its
+    entry does not name: a table that is not the resource's, a path into another table's
+    folder or an entry that is no object deletes nothing, and the tables after it are
+    cleaned still."""
+    out = tmp_path / "store"
+    sync_rt(PagedSource(LISTED[:3]), out)
+    tables = read_manifest(out)["resources"][RT]["tables"]
+    stale = "data-0000000000000000.parquet"  # a previous version the commit left behind
+    for table, info in tables.items():
+        shutil.copyfile(out / info["path"], out / table / stale)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / stale).write_bytes(b"the user's")
+    forged = {
+        "../outside": {"path": "../outside/data-1111111111111111.parquet"},
+        RT: {**tables[RT], "path": f"{CHILD}/{Path(tables[CHILD]['path']).name}"},
+        RAW: "not an object",
+        CHILD: tables[CHILD],
+    }
+    with locked(out):
+        Transaction(out, RT).remove_superseded(forged)
+    assert (outside / stale).read_bytes() == b"the user's"
+    for table in (RT, RAW):  # their entries are forged: nothing deleted in their folders
+        assert {p.name for p in (out / table).iterdir()} == {
+            stale,
+            Path(tables[table]["path"]).name,
+        }
+    assert [p.name for p in (out / CHILD).iterdir()] == [Path(tables[CHILD]["path"]).name]
