@@ -1389,3 +1389,26 @@ def test_removing_superseded_files_skips_each_forged_entry_and_goes_on(tmp_path:
             Path(tables[table]["path"]).name,
         }
     assert [p.name for p in (out / CHILD).iterdir()] == [Path(tables[CHILD]["path"]).name]
+
+
+def test_a_full_sync_first_rolls_an_interrupted_incremental_commit_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit once journalled is always finished, whatever the next run: a full sync
+    stopped before its first part leaves the incremental run's commit in, not the version
+    before it."""
+    out = tmp_path / "store"
+    sync_rt(PagedSource(LISTED[:10]), out)
+    listed = [referral(r["id"], S1, "v2") for r in LISTED[:10]]
+    copies = copy_before_each_rename(out, tmp_path, monkeypatch)
+    sync_rt(PagedSource(listed), out)
+    monkeypatch.undo()
+    in_commit = [c for c in copies if (c / ".staging" / RT / "state.json").is_file()]
+    store = [c for c in in_commit if journal(c)["phase"] == "commit"][-1]  # before the switch
+    assert journal(store)["mode"] == "incremental"
+    assert versions(store) == newest_each(LISTED[:10])
+    interrupt_before("part-000001.parquet", monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        sync_rt(PagedSource(listed), store, full=True)
+    assert versions(store) == newest_each(listed)
+    assert verify(store).ok
