@@ -34,10 +34,12 @@ FACTS = {
     ("Coverage", "identifier", (), "one-or-many"),
     ("Referral", "limitQuantity.quantity", ("limitQuantity",), "quantity"),
     ("Referral", "referralDefinition", (), "reference"),
+    ("ReferralDefinition", "limitQuantity.quantity", ("limitQuantity",), "quantity"),
 }
 """(resource, field path, parent path, form) of every declared form: the facts' live
-shapes (a Practitioner's name array, a Referral's Quantity and Reference) and FHIR R4's
-forms pmtk reads too (one object for an array, a CodeableConcept for a Coding)."""
+shapes (a Practitioner's name array, a Referral's Quantity and Reference), FHIR R4's
+forms pmtk reads too (one object for an array, a CodeableConcept for a Coding), and
+Referral's Quantity read on ReferralDefinition's field of the same shape."""
 
 
 # ------------------------------------------------------------------ the derivations

@@ -12,7 +12,9 @@ module says, once per form, what every consumer does with one:
   from the schema of the catalogue's form;
 * ``array``: the form is an array of the declared value (or one value where the
   catalogue declares an array): the rules' ``Options.accept_arrays``, the mock's
-  stored shape.
+  stored shape;
+* ``fhirpath``: the FHIRPath that reads a value in either form as the reader does, for
+  the declared views exported as ViewDefinitions (:mod:`toolkit.viewdefs.declared`).
 
 The mock's search reads a value through every declared form (:func:`readings`).
 The tables below are derived from the declarations and are what the views, the
@@ -44,6 +46,7 @@ from toolkit.errors import ConfigurationError, unknown_name
 
 __all__ = [
     "ACCEPT_ARRAYS",
+    "CODED_KEYS",
     "CONVERTED",
     "FORMS",
     "LIVE_ALTERNATES",
@@ -53,6 +56,7 @@ __all__ = [
     "PREFERRED",
     "READERS",
     "READ_AS_ARRAY",
+    "VIEW_FORMS",
     "Form",
     "Names",
     "array_schema",
@@ -70,6 +74,16 @@ Reader = Callable[[Any, str, Leftovers], Any]
 in another form unchanged); the keys it does not use go to ``extra`` by path."""
 Classifier = Callable[[object], str | None]
 JsonSchema = dict[str, Any]
+PathReader = Callable[[str, str, str], str]
+"""``(value, rest, type) -> FHIRPath``: ``rest`` (a dotted path, or ``""``) of ``value`` (a
+FHIRPath; ``""`` is the focus itself) read in either form, the result of FHIR ``type``
+(``integer``, ``decimal``, ``string``, ...), as the reader reads it."""
+
+CODED_KEYS = ("valueCoding", "valueCode", "valueString")
+"""The keys a coded extension value arrives under (facts, "Shapes seen on the live
+service"): a Coding (its ``code`` is read), a bare code, or a string; the first present
+wins. The reader's read schema and its ``coded()`` step, and the exported views' FHIRPath,
+are derived from this one declaration."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +135,9 @@ class Form:
     canonical: Converter | None = None
     """A written value in this form as the catalogue's (the mock's writes; unlike ``read``,
     a value it cannot turn is left for the checker to refuse)."""
+    fhirpath: PathReader | None = None
+    """The FHIRPath of a value read in either form (None for an ``array`` form: FHIRPath
+    reads one value and an array of one alike)."""
 
 
 # ------------------------------------------------------------------------- readers
@@ -195,6 +212,30 @@ def _string_or_reference(value: object) -> str | None:
     ):
         return "Reference"
     return None
+
+
+# ------------------------------------------------------------------------- FHIRPath
+
+
+def _then(value: str, step: str) -> str:
+    return f"{value}.{step}" if value else step
+
+
+def _quantity_path(value: str, rest: str, kind: str) -> str:
+    """The Quantity's ``value``, else the bare number (:func:`_quantity_value`)."""
+    return f"({_then(value, 'value')} | {_then(value, f'ofType({kind})')}).first()"
+
+
+def _reference_path(value: str, rest: str, kind: str) -> str:
+    """The Reference's ``display``, else its ``reference``, else the string
+    (:func:`_reference_display`)."""
+    text = _then(value, "ofType(string)")
+    return f"({_then(value, 'display')} | {_then(value, 'reference')} | {text}).first()"
+
+
+def _codeable_path(value: str, rest: str, kind: str) -> str:
+    """``rest`` of the first coding, else of the bare Coding (:func:`_codeable_as_coding`)."""
+    return f"({_then(value, f'coding.first().{rest}')} | {_then(value, rest)}).first()"
 
 
 # ------------------------------------------------------------------------- schemas
@@ -290,6 +331,7 @@ FORMS: dict[str, Form] = {
             _quantity_schema,
             live=_quantity_live,
             canonical=_quantity_canonical,
+            fhirpath=_quantity_path,
         ),
         Form(
             "reference",
@@ -299,11 +341,13 @@ FORMS: dict[str, Form] = {
             _reference_schema,
             live=_reference_live,
             canonical=_reference_canonical,
+            fhirpath=_reference_path,
         ),
         Form(
             "codeable-concept",
             "a CodeableConcept read as its first coding, or a bare Coding",
             _codeable_as_coding,
+            fhirpath=_codeable_path,
         ),
     )
 }
@@ -413,6 +457,12 @@ def _readers(
 READERS: dict[tuple[str, str], Reader] = _readers(_DECLARED)
 """(resource, field path) -> the reader of its alternative form (``[]``: each item of an
 array field), for the tolerant reader (``toolkit.views.conform``)."""
+
+VIEW_FORMS: dict[tuple[str, str], Form] = {
+    (res, path): form for res, path, _parent, _f, _alt, form in _DECLARED if not form.array
+}
+"""(resource, field path) -> the form of a single value the reader reads (every declared
+one, ``reader_only`` included): the exported views read it with its ``fhirpath``."""
 
 READ_AS_ARRAY: frozenset[tuple[str, str]] = frozenset(
     (res, f.name)

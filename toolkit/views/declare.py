@@ -153,10 +153,6 @@ def _field_read_dtype(f: Field) -> pl.DataType:
     return pl.List(inner) if f.many else inner
 
 
-_CODED_KEYS = ("valueCoding", "valueCode", "valueString")
-"""The forms a coded extension value arrives in (facts, "Shapes seen on the live service")."""
-
-
 def _extension_value_dtypes(f: Field) -> dict[str, pl.DataType]:
     """The value keys an extension element is read with: a superset of the live forms."""
     assert f.extension is not None
@@ -164,7 +160,7 @@ def _extension_value_dtypes(f: Field) -> dict[str, pl.DataType]:
     if key == "valueReference":
         return {key: _REFERENCE}
     if key in ("valueCoding", "valueCode"):
-        return {"valueCoding": _CODING, "valueCode": pl.String(), "valueString": pl.String()}
+        return {k: _CODING if k == "valueCoding" else pl.String() for k in forms.CODED_KEYS}
     return {key: _PRIMITIVE_READ[f.type]}
 
 
