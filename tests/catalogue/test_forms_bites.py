@@ -439,3 +439,21 @@ def test_readings_go_on_past_an_item_form_on_a_value_that_is_no_array() -> None:
         "x", "object", many=True, forms=(Alternative("quantity"), Alternative("one-or-many"))
     )
     assert forms.readings(field, {"value": 3}) == [{"value": 3}, [{"value": 3}]]
+
+
+@pytest.mark.parametrize("name", ["quantity", "reference"])
+def test_a_value_form_read_below_is_refused_not_read_as_the_value(name: str) -> None:
+    # a Quantity or Reference form is read as one primitive value: a column below it
+    # would silently get the value itself
+    path = forms.FORMS[name].fhirpath
+    assert path is not None
+    assert "limitQuantity.quantity" in path("limitQuantity.quantity", "", "integer")
+    with pytest.raises(ConfigurationError, match="nothing is read below it"):
+        path("limitQuantity.quantity", "unit", "string")
+
+
+def test_the_codeable_concept_form_reads_below_the_item_and_the_value() -> None:
+    path = forms.FORMS["codeable-concept"].fhirpath
+    assert path is not None
+    assert path("", "code", "string") == "(coding.first().code | code).first()"
+    assert path("type", "code", "string") == "(type.coding.first().code | type.code).first()"

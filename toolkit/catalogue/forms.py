@@ -221,14 +221,22 @@ def _then(value: str, step: str) -> str:
     return f"{value}.{step}" if value else step
 
 
+def _primitive_only(form: str, value: str, rest: str) -> None:
+    if rest:
+        msg = f"{value}.{rest}: a {form} form is read as one value; nothing is read below it"
+        raise ConfigurationError(msg)
+
+
 def _quantity_path(value: str, rest: str, kind: str) -> str:
     """The Quantity's ``value``, else the bare number (:func:`_quantity_value`)."""
+    _primitive_only("quantity", value, rest)
     return f"({_then(value, 'value')} | {_then(value, f'ofType({kind})')}).first()"
 
 
 def _reference_path(value: str, rest: str, kind: str) -> str:
     """The Reference's ``display``, else its ``reference``, else the string
     (:func:`_reference_display`)."""
+    _primitive_only("reference", value, rest)
     text = _then(value, "ofType(string)")
     return f"({_then(value, 'display')} | {_then(value, 'reference')} | {text}).first()"
 
