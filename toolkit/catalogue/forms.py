@@ -62,6 +62,7 @@ __all__ = [
     "array_schema",
     "checked",
     "checked_array",
+    "in_one_form",
     "readings",
     "response_schema",
     "to_canonical",
@@ -293,6 +294,13 @@ def _quantity_canonical(value: Any, _alt: Alternative, _names: Names) -> Any:
     return value
 
 
+def _codeable_live(value: Any, _alt: Alternative, _names: Names) -> Any:
+    """A bare Coding as a CodeableConcept of that one coding."""
+    if isinstance(value, dict) and "coding" not in value:
+        return {"coding": [value]}
+    return value
+
+
 def _reference_live(value: Any, alt: Alternative, names: Names) -> Any:
     """A name as a Reference to the target's record of that name (``display`` only when
     none has it: FHIR allows a Reference with only a display)."""
@@ -355,6 +363,7 @@ FORMS: dict[str, Form] = {
             "codeable-concept",
             "a CodeableConcept read as its first coding, or a bare Coding",
             _codeable_as_coding,
+            live=_codeable_live,
             fhirpath=_codeable_path,
         ),
     )
@@ -583,3 +592,50 @@ def to_canonical(rtype: str, record: dict[str, Any], names: Names = NO_NAMES) ->
     {'referralDefinition': 'GP'}
     """
     return _convert(rtype, record, names, live=False)
+
+
+def in_one_form(rtype: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` (of ``rtype``) with each declared form's values in one form, for a reader
+    that infers one type per field from the data (the ViewDefinition runner's general read).
+
+    Where one field's values arrive in both the catalogue's form and a declared other form
+    (a page of the spec's bare numbers beside the live service's Quantities), the fewer
+    are turned into the form most of them are in: into the other form by its ``live``
+    converter, into the catalogue's by ``read`` (a tie gives the catalogue's). Records in
+    one form already come back as they are, the same objects: a view written for the
+    form the data has sees no change.
+
+    >>> mixed = [{"limitQuantity": {"quantity": {"value": 6}}}, {"limitQuantity": {"quantity": 4}},
+    ...          {"limitQuantity": {"quantity": {"value": 2}}}]
+    >>> [r["limitQuantity"]["quantity"] for r in in_one_form("Referral", mixed)]
+    [{'value': 6}, {'value': 4}, {'value': 2}]
+    """
+    for res, path, _parent, field, alt, form in _DECLARED:
+        if res != rtype or form.array:
+            continue
+        steps = tuple(path.split("."))
+        counts = {"canonical": 0, "other": 0}
+
+        def count(value: Any, form: Form = form, counts: dict[str, int] = counts) -> Any:
+            if value is not None:
+                counts["other" if form.read(value, "", {}) is not value else "canonical"] += 1
+            return value
+
+        for record in records:
+            _at(record, steps, field.many, count)
+        if not (counts["canonical"] and counts["other"]):
+            continue
+        if counts["other"] <= counts["canonical"]:
+            change = functools.partial(_read_alone, form.read)
+        elif form.live is not None:
+            change = functools.partial(_turn, form.live, alt, NO_NAMES)
+        else:  # no way into the other form: the reader's own rule takes the fewer
+            continue
+        records = [_at(record, steps, field.many, change) for record in records]
+    return records
+
+
+def _read_alone(read: Reader, value: Any) -> Any:
+    """``value`` in the catalogue's form; what the form does not use is dropped (unlike the
+    declared reader, a frame of resources has no ``extra`` to keep it in)."""
+    return read(value, "", {})
