@@ -615,3 +615,49 @@ def test_the_resource_constants_are_refused_below_the_resource() -> None:
             run_view({"resource": "Patient", **view}, PATIENTS)
         message = f"%{name} is only supported where the focus is the resource itself"
         assert message in str(caught.value)
+
+
+# ---------------------------------------------------------------- fixes (each failed before)
+
+SPEC_ARITHMETIC = [
+    # FHIRPath N1 6.6: "If the right operand is 0, the result is empty" (/, div, mod);
+    # before: inf for /, a Polars error for div, NaN for a decimal mod
+    ("5 / 0", None),
+    ("5 / 0.0", None),
+    ("5 div 0", None),
+    ("5.5 div 0", None),
+    ("5 mod 0", None),
+    ("5.5 mod 0", None),
+    # mod is "the remainder of the truncated division": the sign of the left operand
+    # (before: Polars' floored remainder, the sign of the right one)
+    ("-5 mod 2", -1),
+    ("5 mod -2", 1),
+    ("-5 mod -2", -1),
+    ("-7.5 mod 2", -1.5),
+    ("-4 mod 2", 0),
+    ("5 mod 2", 1),
+    ("5.5 div 0.7", 7),
+    ("-5 div 2", -2),
+]
+
+
+@pytest.mark.parametrize(("path", "want"), SPEC_ARITHMETIC)
+def test_division_by_zero_is_empty_and_mod_truncates(path: str, want: Any) -> None:
+    assert _typed(_values(path, [C])) == _typed([want])
+
+
+def test_a_negative_index_is_outside_the_collection() -> None:
+    # FHIRPath N1 6.3 indexer: "If the index lies outside the boundaries of the input
+    # collection, an empty collection is returned"; before: Polars counted from the end
+    assert _values("name[-1].family") == [None, None, None]
+    assert _values("name[0 - 2].family") == [None, None, None]
+    assert _values("gender[-1]") == [None, None, None]
+
+
+def test_collections_of_numbers_and_of_other_types_are_unequal() -> None:
+    # items of different types are not equal; before: the other side was cast to
+    # decimals, a Polars error for any text that is not a number
+    assert _values("(1 | 2) = ('a' | 'b')", [C]) == [False]
+    assert _values("(1 | 2) = true", [C]) == [False]
+    assert _values("(1 | 2) != ('a' | 'b')", [C]) == [True]
+    assert _values("(1 | 2) = (1.0 | 2.0)", [C]) == [True]
