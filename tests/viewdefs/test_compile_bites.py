@@ -29,10 +29,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import polars as pl
 import pytest
 
 from toolkit.errors import ViewDefinitionError
+from toolkit.viewdefs import fhirpath as fp
 from toolkit.viewdefs import run_view
+from toolkit.viewdefs.compile import Scope, Val, compile_path
 
 A: dict[str, Any] = {
     "resourceType": "Patient",
@@ -597,6 +600,8 @@ REFUSALS = [
     ("name.given.join(1)", "join() needs a string separator"),
     ("id.startsWith(gender)", "a literal or a view constant is needed here"),
     ("active.startsWith('t')", "startsWith() needs a string input, not a boolean"),
+    ("gender.startsWith(1)", "startsWith() needs string arguments"),
+    ("gender.replaceMatches('a', 1)", "replaceMatches() needs string arguments"),
     ("'a' in ('a' | 'b')", "the operator 'in' is not supported"),
 ]
 
@@ -661,3 +666,35 @@ def test_collections_of_numbers_and_of_other_types_are_unequal() -> None:
     assert _values("(1 | 2) = true", [C]) == [False]
     assert _values("(1 | 2) != ('a' | 'b')", [C]) == [True]
     assert _values("(1 | 2) = (1.0 | 2.0)", [C]) == [True]
+
+
+# ---------------------------------------------------------------- the compiler called alone
+
+# The view's checks (toolkit.viewdefs.definition) refuse these paths before the compiler
+# sees them; the compiler refuses them too when it is given the tree directly.
+PATIENT_TYPE = pl.Struct({"id": pl.String, "gender": pl.String, "active": pl.Boolean})
+
+
+def _compile_alone(node: fp.Node, constants: dict[str, tuple[object, str]] | None = None) -> str:
+    this = Val(pl.col("__c"), PATIENT_TYPE, False)
+    scope = Scope(this, constants or {}, "here", "the text", root=True)
+    with pytest.raises(ViewDefinitionError) as caught:
+        compile_path(node, scope)
+    text = str(caught.value)
+    assert text.startswith("here: ") and text.endswith(", in 'the text'"), text
+    assert caught.value.path == "here"
+    return text
+
+
+def test_what_the_view_checks_refuse_first_the_compiler_refuses_too() -> None:
+    ident, gender = fp.Member(fp.This(), "id"), fp.Member(fp.This(), "gender")
+    no_type = fp.Call(gender, "ofType", (fp.Literal(1, "integer"),), (None,))
+    assert "a type name is needed" in _compile_alone(no_type)
+    unknown = fp.Call(ident, "soundex")
+    assert "the function soundex() is not supported" in _compile_alone(unknown)
+    member_of = fp.Binary("in", gender, ident)
+    assert "the operator 'in' is not supported" in _compile_alone(member_of)
+    assert "cannot compile Node" in _compile_alone(fp.Node())
+    assert "unknown constant %nope" in _compile_alone(fp.Constant("nope"))
+    bad = fp.Call(gender, "matches", (fp.Literal("(", "string"),), (None,))
+    assert "matches() has a bad regular expression '('" in _compile_alone(bad)
