@@ -287,6 +287,9 @@ ITEMS = [
     ("gender.last()", ("female", "male", None)),
     ("gender.count()", (1, 1, 0)),
     ("{}.count()", (0, 0, 0)),
+    ("{}.count() + 1", (1, 1, 1)),
+    ("gender.count() + 1", (2, 2, 1)),
+    ("name.count() + 1", (4, 1, 1)),
 ]
 
 
@@ -446,6 +449,11 @@ FUNCTIONS = [
     ("name.given.join()", ("g1g2g3", "", "")),
     ("gender.join(',')", ("female", "male", "")),
     ("{}.join(',')", ("", "", "")),
+    ("{}.join(',').startsWith('a')", (False, False, False)),
+    ("name.given.join(',').startsWith('g')", (True, False, False)),
+    ("gender.first().startsWith('f')", (True, False, None)),
+    ("(gender | id).first().startsWith('f')", (True, False, False)),
+    ("gender.endsWith('male').not()", (False, False, None)),
     ("name.given.join(%sep)", ("g1; g2; g3", "", "")),
     ("extension('u1').value.ofType(string)", ("s1", None, None)),
     ("extension(%url).value.ofType(string)", ("s2", None, None)),
@@ -626,6 +634,15 @@ REFUSALS = [
     ),
     ("name.given.join(gender)", "join() needs a string separator"),
     ("name.given.join(1)", "join() needs a string separator"),
+    ("id.startsWith(name)", "a literal or a view constant is needed here"),
+    (
+        "name.where(%resource.id = 'a')",
+        "%resource is only supported where the focus is the resource itself",
+    ),
+    (
+        "gender.where(%resource.id = 'a')",
+        "%resource is only supported where the focus is the resource itself",
+    ),
     ("id.startsWith(gender)", "a literal or a view constant is needed here"),
     ("active.startsWith('t')", "startsWith() needs a string input, not a boolean"),
     ("gender.startsWith(1)", "startsWith() needs string arguments"),
@@ -759,3 +776,44 @@ def test_a_reference_key_reads_the_reference_element_itself() -> None:
         }
     ]
     _fails("link.getReferenceKey()", "'reference' is a choice of types", odd)
+
+
+def test_a_function_argument_that_is_a_path_is_not_a_constant_of_its_name() -> None:
+    # a view constant called "name" does not make the path `name` a constant
+    constant = [{"name": "name", "valueString": "a"}]
+    text = _fails(
+        "id.startsWith(name)", "a literal or a view constant is needed here", constant=constant
+    )
+    assert text.endswith(", in 'id.startsWith(name)'")
+    assert _values("id.startsWith(%name)", constant=constant) == [True, False, False]
+
+
+@pytest.mark.parametrize(
+    ("path", "dtype"),
+    [
+        ("{}.count()", pl.Int64),
+        ("name.count()", pl.Int64),
+        ("gender.count()", pl.Int64),
+        ("%rowIndex", pl.Int64),
+        ("1 + 2", pl.Int64),
+        ("7 / 2", pl.Float64),
+        ("7 div 2", pl.Int64),
+        ("{}.join(',')", pl.String),
+        ("gender.exists()", pl.Boolean),
+    ],
+)
+def test_integers_are_int64_columns(path: str, dtype: type[pl.DataType]) -> None:
+    # docs/views.md: FHIR integer -> Int64, decimal -> Float64, a column without a type
+    # takes the type of its data
+    frame = run_view(
+        {"resource": "Patient", "select": [{"column": [{"name": "v", "path": path}]}]}, PATIENTS
+    )
+    assert frame.schema["v"] == dtype
+
+
+def test_extensions_without_urls_or_under_another_name_are_not_extensions() -> None:
+    no_url = [{"resourceType": "Patient", "id": "x", "extension": [{"valueString": "v"}]}]
+    assert _values("extension('u').exists()", no_url) == [False]
+    # no "extension" element, but two elements whose names start with it
+    odd = [{"resourceType": "Patient", "id": "x", "extensionA": "a", "extensionB": 1}]
+    _fails("extension('u')", "'extension' is a choice of types", odd)
