@@ -207,6 +207,9 @@ TYPES = [
     ("extension.ofType(Extension).count()", (2, 0, 0)),
     ("name.given.first().ofType(string)", ("g1", None, None)),
     ("{}.ofType(string).count()", (0, 0, 0)),
+    ("%resource.ofType(Patient).id", ("a", "b", "c")),
+    ("$this.ofType(Observation).id", (None, None, None)),
+    ("$this.is(Patient)", (True, True, True)),
 ]
 
 
@@ -326,6 +329,12 @@ COMPARISONS = [
     ("1 < {}", (None, None, None)),
     ("{} = 1", (None, None, None)),
     ("{} != {}", (None, None, None)),
+    ("name = {}", (None, None, None)),
+    ("{} = name", (None, None, None)),
+    ("(1 < {}).not()", (None, None, None)),
+    ("1 = 'a'", (False, False, False)),
+    ("'a' != 1", (True, True, True)),
+    ("true = 'a'", (False, False, False)),
 ]
 
 
@@ -495,6 +504,7 @@ STRINGS = [
     ("gender.matches('^.{4}$')", (False, True, None)),
     ("gender.matches('^(.{4}|.{6})$')", (True, True, None)),
     ("gender.replaceMatches('(f)(e)', '$2$1')", ("efmale", "male", None)),
+    ("gender.replaceMatches('(f)emale', '$1x')", ("fx", "male", None)),
     ("gender.replaceMatches('^.*$', 'X')", ("X", "X", None)),
     ("{}.startsWith('a')", (None, None, None)),
     ("gender.where($this = 'female').startsWith('f')", (True, None, None)),
@@ -800,6 +810,8 @@ def test_a_function_argument_that_is_a_path_is_not_a_constant_of_its_name() -> N
         ("7 div 2", pl.Int64),
         ("{}.join(',')", pl.String),
         ("gender.exists()", pl.Boolean),
+        ("1 < {}", pl.Boolean),
+        ("gender = {}", pl.Boolean),
     ],
 )
 def test_integers_are_int64_columns(path: str, dtype: type[pl.DataType]) -> None:
