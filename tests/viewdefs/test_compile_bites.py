@@ -257,6 +257,8 @@ FILTERS = [
     ("name.exists(use = 'nickname')", (False, False, False)),
     ("gender.exists($this = 'male')", (False, True, False)),
     ("birthDate.hasValue()", (True, True, False)),
+    ("birthDate.hasValue().not()", (False, False, True)),
+    ("gender.is(string).not()", (False, False, True)),
     ("active.not()", (False, True, None)),
     ("(true | true).not()", (False, False, False)),
     ("{}.not()", (None, None, None)),
@@ -627,6 +629,8 @@ REFUSALS = [
     ("1 + 'a'", "'+' needs numbers, not an integer and a string"),
     ("true * 2", "'*' needs numbers, not a boolean and an integer"),
     ("gender | active", "'|' of a string and a boolean"),
+    ("1 | 'a'", "'|' of an integer and a string"),
+    ("'a' | 1.5", "'|' of a string and a decimal"),
     ("gender and true", "the left side of 'and' must be a boolean, but it is a string"),
     ("true or gender", "the right side of 'or' must be a boolean, but it is a string"),
     ("name.where(family)", "the argument of where() must be a boolean, but it is a string"),
@@ -747,6 +751,8 @@ def test_what_the_view_checks_refuse_first_the_compiler_refuses_too() -> None:
     ident, gender = fp.Member(fp.This(), "id"), fp.Member(fp.This(), "gender")
     no_type = fp.Call(gender, "ofType", (fp.Literal(1, "integer"),), (None,))
     assert _compile_alone(no_type) == "a type name is needed"
+    is_nothing = fp.Call(gender, "is", (fp.Literal(1, "integer"),), (None,))
+    assert _compile_alone(is_nothing) == "a type name is needed"
     unknown = fp.Call(ident, "soundex")
     assert _compile_alone(unknown) == "the function soundex() is not supported"
     member_of = fp.Binary("in", gender, ident)
