@@ -384,6 +384,7 @@ ARITHMETIC = [
     ("(-(1 | 2)).join(',')", ("-1,-2", "-1,-2", "-1,-2")),
     ("multipleBirthInteger.toString()", ("2", None, None)),
     ("active.toString()", ("true", "false", None)),
+    ("active.toString().startsWith('t')", (True, False, None)),
 ]
 
 
@@ -598,6 +599,8 @@ CONTEXT = [
     ("gender.where(%rowIndex = 0)", ("female", "male", None)),
     ("%n + 1", (3, 3, 3)),
     ("%big * 2", (20, 20, 20)),
+    ("%pos * 2", (6, 6, 6)),
+    ("%i64 * 2", (10, 10, 10)),
     ("%d / 2", (1.25, 1.25, 1.25)),
     ("%flag and true", (True, True, True)),
     ("%none.exists()", (False, False, False)),
@@ -606,6 +609,8 @@ CONTEXT = [
 TYPED_CONSTANTS = [
     {"name": "n", "valueInteger": 2},
     {"name": "big", "valueUnsignedInt": 10},
+    {"name": "pos", "valuePositiveInt": 3},
+    {"name": "i64", "valueInteger64": "5"},
     {"name": "d", "valueDecimal": 2.5},
     {"name": "flag", "valueBoolean": True},
     {"name": "none", "valueString": None},
@@ -835,3 +840,8 @@ def test_extensions_without_urls_or_under_another_name_are_not_extensions() -> N
     # no "extension" element, but two elements whose names start with it
     odd = [{"resourceType": "Patient", "id": "x", "extensionA": "a", "extensionB": 1}]
     _fails("extension('u')", "'extension' is a choice of types", odd)
+
+
+def test_the_resource_key_of_odd_data_is_refused_not_a_crash() -> None:
+    odd = [{"resourceType": "Patient", "idA": "a", "idB": 1}]
+    _fails("getResourceKey()", "'id' is a choice of types (idA, idB)", odd)
