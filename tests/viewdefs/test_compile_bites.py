@@ -390,6 +390,7 @@ ARITHMETIC = [
     ("-(1 + 2)", (-3, -3, -3)),
     ("+(1 + 2)", (3, 3, 3)),
     ("-multipleBirthInteger", (-2, None, None)),
+    ("(-multipleBirthInteger) * 2", (-4, None, None)),
     ("(-(1 | 2)).join(',')", ("-1,-2", "-1,-2", "-1,-2")),
     ("multipleBirthInteger.toString()", ("2", None, None)),
     ("active.toString()", ("true", "false", None)),
