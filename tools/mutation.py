@@ -141,11 +141,12 @@ TARGETS: dict[str, Target] = {
         ),
         isolation="forkserver",
     ),
-    # The FHIRPath compiler under the runner, every function, against the same tests
-    # (none written for it yet) and test_runner.py's regex and replacement tests.
+    # The FHIRPath compiler under the runner, every function, against its own file, the
+    # runner's tests and test_runner.py's regex and replacement tests.
     "viewdefs-compile": Target(
         "toolkit/viewdefs/compile.py",
         (
+            "tests/viewdefs/test_compile_bites.py",
             "tests/viewdefs/test_runner_bites.py",
             "tests/viewdefs/test_for_each_or_null.py",
             "tests/viewdefs/test_runner.py",

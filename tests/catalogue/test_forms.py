@@ -206,6 +206,7 @@ def test_the_derived_tables_are_the_facts() -> None:
         ("Coverage", "identifier"): "_one_as_array",
         ("Referral", "limitQuantity.quantity"): "_quantity_value",
         ("Referral", "referralDefinition"): "_reference_display",
+        ("ReferralDefinition", "limitQuantity.quantity"): "_quantity_value",
     }
     assert rules.LIVE_ALTERNATES is forms.LIVE_ALTERNATES
 

@@ -34,10 +34,12 @@ FACTS = {
     ("Coverage", "identifier", (), "one-or-many"),
     ("Referral", "limitQuantity.quantity", ("limitQuantity",), "quantity"),
     ("Referral", "referralDefinition", (), "reference"),
+    ("ReferralDefinition", "limitQuantity.quantity", ("limitQuantity",), "quantity"),
 }
 """(resource, field path, parent path, form) of every declared form: the facts' live
-shapes (a Practitioner's name array, a Referral's Quantity and Reference) and FHIR R4's
-forms pmtk reads too (one object for an array, a CodeableConcept for a Coding)."""
+shapes (a Practitioner's name array, a Referral's Quantity and Reference), FHIR R4's
+forms pmtk reads too (one object for an array, a CodeableConcept for a Coding), and
+Referral's Quantity read on ReferralDefinition's field of the same shape."""
 
 
 # ------------------------------------------------------------------ the derivations
@@ -437,3 +439,21 @@ def test_readings_go_on_past_an_item_form_on_a_value_that_is_no_array() -> None:
         "x", "object", many=True, forms=(Alternative("quantity"), Alternative("one-or-many"))
     )
     assert forms.readings(field, {"value": 3}) == [{"value": 3}, [{"value": 3}]]
+
+
+@pytest.mark.parametrize("name", ["quantity", "reference"])
+def test_a_value_form_read_below_is_refused_not_read_as_the_value(name: str) -> None:
+    # a Quantity or Reference form is read as one primitive value: a column below it
+    # would silently get the value itself
+    path = forms.FORMS[name].fhirpath
+    assert path is not None
+    assert "limitQuantity.quantity" in path("limitQuantity.quantity", "", "integer")
+    with pytest.raises(ConfigurationError, match="nothing is read below it"):
+        path("limitQuantity.quantity", "unit", "string")
+
+
+def test_the_codeable_concept_form_reads_below_the_item_and_the_value() -> None:
+    path = forms.FORMS["codeable-concept"].fhirpath
+    assert path is not None
+    assert path("", "code", "string") == "(coding.first().code | code).first()"
+    assert path("type", "code", "string") == "(type.coding.first().code | type.code).first()"

@@ -42,6 +42,7 @@ CLAIMS: dict[tuple[str, str], str] = {
     ("lake.md", "Delta has no multi-table transaction"): "third party (Delta Lake protocol)",
     ("lake.md", "only when it has no live holder"): "test_a_lease_held_by_a_live_writer_makes_the_other_wait_then_stop",  # noqa: E501
     ("lake.md", "Delta has no notion of an API key"): "third party (Delta Lake protocol)",
+    ("testing.md", "(FHIR's decimal has no bound)"): "third party (FHIR R4 datatypes: decimal)",
 }  # fmt: skip
 
 

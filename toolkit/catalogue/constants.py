@@ -47,6 +47,9 @@ ATTACHMENT_CONTENT_TYPES: tuple[str, ...] = (
 
 ORGANIZATION_TYPE_SYSTEM = "http://terminology.hl7.org/CodeSystem/organization-type"
 PROFESSION_SYSTEM = "https://terminology.halaxy.com/CodeSystem/profession"
+LIVE_EXTENSION_BASE = "https://terminology.halaxy.com/StructureDefinition/"
+"""The live service writes extension urls in full, under this base (public-docs-facts.md,
+"Extension urls are full canonical urls"); the spec writes the bare name."""
 
 
 ID_PREFIX_MEANINGS: dict[str, tuple[str, str]] = {

@@ -12,7 +12,9 @@ module says, once per form, what every consumer does with one:
   from the schema of the catalogue's form;
 * ``array``: the form is an array of the declared value (or one value where the
   catalogue declares an array): the rules' ``Options.accept_arrays``, the mock's
-  stored shape.
+  stored shape;
+* ``fhirpath``: the FHIRPath that reads a value in either form as the reader does, for
+  the declared views exported as ViewDefinitions (:mod:`toolkit.viewdefs.declared`).
 
 The mock's search reads a value through every declared form (:func:`readings`).
 The tables below are derived from the declarations and are what the views, the
@@ -44,6 +46,7 @@ from toolkit.errors import ConfigurationError, unknown_name
 
 __all__ = [
     "ACCEPT_ARRAYS",
+    "CODED_KEYS",
     "CONVERTED",
     "FORMS",
     "LIVE_ALTERNATES",
@@ -53,11 +56,13 @@ __all__ = [
     "PREFERRED",
     "READERS",
     "READ_AS_ARRAY",
+    "VIEW_FORMS",
     "Form",
     "Names",
     "array_schema",
     "checked",
     "checked_array",
+    "in_one_form",
     "readings",
     "response_schema",
     "to_canonical",
@@ -70,6 +75,16 @@ Reader = Callable[[Any, str, Leftovers], Any]
 in another form unchanged); the keys it does not use go to ``extra`` by path."""
 Classifier = Callable[[object], str | None]
 JsonSchema = dict[str, Any]
+PathReader = Callable[[str, str, str], str]
+"""``(value, rest, type) -> FHIRPath``: ``rest`` (a dotted path, or ``""``) of ``value`` (a
+FHIRPath; ``""`` is the focus itself) read in either form, the result of FHIR ``type``
+(``integer``, ``decimal``, ``string``, ...), as the reader reads it."""
+
+CODED_KEYS = ("valueCoding", "valueCode", "valueString")
+"""The keys a coded extension value arrives under (facts, "Shapes seen on the live
+service"): a Coding (its ``code`` is read), a bare code, or a string; the first present
+wins. The reader's read schema and its ``coded()`` step, and the exported views' FHIRPath,
+are derived from this one declaration."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +136,9 @@ class Form:
     canonical: Converter | None = None
     """A written value in this form as the catalogue's (the mock's writes; unlike ``read``,
     a value it cannot turn is left for the checker to refuse)."""
+    fhirpath: PathReader | None = None
+    """The FHIRPath of a value read in either form (None for an ``array`` form: FHIRPath
+    reads one value and an array of one alike)."""
 
 
 # ------------------------------------------------------------------------- readers
@@ -197,6 +215,38 @@ def _string_or_reference(value: object) -> str | None:
     return None
 
 
+# ------------------------------------------------------------------------- FHIRPath
+
+
+def _then(value: str, step: str) -> str:
+    return f"{value}.{step}" if value else step
+
+
+def _primitive_only(form: str, value: str, rest: str) -> None:
+    if rest:
+        msg = f"{value}.{rest}: a {form} form is read as one value; nothing is read below it"
+        raise ConfigurationError(msg)
+
+
+def _quantity_path(value: str, rest: str, kind: str) -> str:
+    """The Quantity's ``value``, else the bare number (:func:`_quantity_value`)."""
+    _primitive_only("quantity", value, rest)
+    return f"({_then(value, 'value')} | {_then(value, f'ofType({kind})')}).first()"
+
+
+def _reference_path(value: str, rest: str, kind: str) -> str:
+    """The Reference's ``display``, else its ``reference``, else the string
+    (:func:`_reference_display`)."""
+    _primitive_only("reference", value, rest)
+    text = _then(value, "ofType(string)")
+    return f"({_then(value, 'display')} | {_then(value, 'reference')} | {text}).first()"
+
+
+def _codeable_path(value: str, rest: str, kind: str) -> str:
+    """``rest`` of the first coding, else of the bare Coding (:func:`_codeable_as_coding`)."""
+    return f"({_then(value, f'coding.first().{rest}')} | {_then(value, rest)}).first()"
+
+
 # ------------------------------------------------------------------------- schemas
 
 
@@ -241,6 +291,13 @@ def _quantity_live(value: Any, _alt: Alternative, _names: Names) -> Any:
 def _quantity_canonical(value: Any, _alt: Alternative, _names: Names) -> Any:
     if isinstance(value, dict) and set(value) <= {"value", "unit", "system", "code"}:
         return value.get("value")
+    return value
+
+
+def _codeable_live(value: Any, _alt: Alternative, _names: Names) -> Any:
+    """A bare Coding as a CodeableConcept of that one coding."""
+    if isinstance(value, dict) and "coding" not in value:
+        return {"coding": [value]}
     return value
 
 
@@ -290,6 +347,7 @@ FORMS: dict[str, Form] = {
             _quantity_schema,
             live=_quantity_live,
             canonical=_quantity_canonical,
+            fhirpath=_quantity_path,
         ),
         Form(
             "reference",
@@ -299,11 +357,14 @@ FORMS: dict[str, Form] = {
             _reference_schema,
             live=_reference_live,
             canonical=_reference_canonical,
+            fhirpath=_reference_path,
         ),
         Form(
             "codeable-concept",
             "a CodeableConcept read as its first coding, or a bare Coding",
             _codeable_as_coding,
+            live=_codeable_live,
+            fhirpath=_codeable_path,
         ),
     )
 }
@@ -413,6 +474,12 @@ def _readers(
 READERS: dict[tuple[str, str], Reader] = _readers(_DECLARED)
 """(resource, field path) -> the reader of its alternative form (``[]``: each item of an
 array field), for the tolerant reader (``toolkit.views.conform``)."""
+
+VIEW_FORMS: dict[tuple[str, str], Form] = {
+    (res, path): form for res, path, _parent, _f, _alt, form in _DECLARED if not form.array
+}
+"""(resource, field path) -> the form of a single value the reader reads (every declared
+one, ``reader_only`` included): the exported views read it with its ``fhirpath``."""
 
 READ_AS_ARRAY: frozenset[tuple[str, str]] = frozenset(
     (res, f.name)
@@ -525,3 +592,50 @@ def to_canonical(rtype: str, record: dict[str, Any], names: Names = NO_NAMES) ->
     {'referralDefinition': 'GP'}
     """
     return _convert(rtype, record, names, live=False)
+
+
+def in_one_form(rtype: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` (of ``rtype``) with each declared form's values in one form, for a reader
+    that infers one type per field from the data (the ViewDefinition runner's general read).
+
+    Where one field's values arrive in both the catalogue's form and a declared other form
+    (a page of the spec's bare numbers beside the live service's Quantities), the fewer
+    are turned into the form most of them are in: into the other form by its ``live``
+    converter, into the catalogue's by ``read`` (a tie gives the catalogue's). Records in
+    one form already come back as they are, the same objects: a view written for the
+    form the data has sees no change.
+
+    >>> mixed = [{"limitQuantity": {"quantity": {"value": 6}}}, {"limitQuantity": {"quantity": 4}},
+    ...          {"limitQuantity": {"quantity": {"value": 2}}}]
+    >>> [r["limitQuantity"]["quantity"] for r in in_one_form("Referral", mixed)]
+    [{'value': 6}, {'value': 4}, {'value': 2}]
+    """
+    for res, path, _parent, field, alt, form in _DECLARED:
+        if res != rtype or form.array:
+            continue
+        steps = tuple(path.split("."))
+        counts = {"canonical": 0, "other": 0}
+
+        def count(value: Any, form: Form = form, counts: dict[str, int] = counts) -> Any:
+            if value is not None:
+                counts["other" if form.read(value, "", {}) is not value else "canonical"] += 1
+            return value
+
+        for record in records:
+            _at(record, steps, field.many, count)
+        if not (counts["canonical"] and counts["other"]):
+            continue
+        if counts["other"] <= counts["canonical"]:
+            change = functools.partial(_read_alone, form.read)
+        elif form.live is not None:
+            change = functools.partial(_turn, form.live, alt, NO_NAMES)
+        else:  # no way into the other form: the reader's own rule takes the fewer
+            continue
+        records = [_at(record, steps, field.many, change) for record in records]
+    return records
+
+
+def _read_alone(read: Reader, value: Any) -> Any:
+    """``value`` in the catalogue's form; what the form does not use is dropped (unlike the
+    declared reader, a frame of resources has no ``extra`` to keep it in)."""
+    return read(value, "", {})

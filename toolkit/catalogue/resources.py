@@ -644,7 +644,15 @@ REFERRAL_DEFINITION = Resource(
         Field(
             "limitQuantity",
             "object",
-            fields=(Field("quantity", "integer"),),
+            fields=(
+                Field(
+                    "quantity",
+                    "integer",
+                    # read as Referral's is sent live (a Quantity {value}); the checker
+                    # and the mock keep the number, as no source shows this one sent
+                    forms=(Alternative("quantity", source="pmtk", reader_only=True),),
+                ),
+            ),
             doc="The appointments a referral of this type allows by default.",
         ),
         Field(

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from toolkit import catalogue
 from toolkit.catalogue import forms
+from toolkit.catalogue.constants import LIVE_EXTENSION_BASE
 
 __all__ = [
     "EXTENSION_BASE",
@@ -47,7 +48,7 @@ __all__ = [
 
 Shapes = Literal["live", "spec"]
 SHAPES: tuple[Shapes, ...] = ("live", "spec")
-EXTENSION_BASE = "https://terminology.halaxy.com/StructureDefinition/"
+EXTENSION_BASE = LIVE_EXTENSION_BASE
 STATUS_SYSTEM = "https://au-api.halaxy.com/presets/CodeSystem/appointment-participant-status"
 STATUS_URL = "appointment-participant-status"
 NO_CHARGE = "cancelled (no charge)"

@@ -370,8 +370,6 @@ def _compare(op: str, left: Val, right: Val, scope: Scope) -> Val:
     if op in {"=", "!="}:
         if left.many or right.many:
             a, b = _as_list(left), _as_list(right)
-            if isinstance(lt, numeric) and not same:
-                a, b = a.cast(pl.List(pl.Float64)), b.cast(pl.List(pl.Float64))
             eq = pl.when((a.list.len() == 0) | (b.list.len() == 0)).then(None).otherwise(a == b)
         else:
             eq = left.expr == right.expr
@@ -398,12 +396,24 @@ def _arith(op: str, left: Val, right: Val, scope: Scope) -> Val:
     if not (isinstance(lt, numeric) and isinstance(rt, numeric)):
         raise scope.fail(f"{op!r} needs numbers, not {_type_name(lt)} and {_type_name(rt)}")
     both_int = isinstance(lt, pl.Int64) and isinstance(rt, pl.Int64)
+    # FHIRPath: a division or remainder by 0 is empty (Polars gives inf, NaN or fails)
+    divisor = pl.when(b != 0).then(b)
     if op == "/":
-        return Val(a.cast(pl.Float64) / b.cast(pl.Float64), pl.Float64(), False)
+        return Val(a.cast(pl.Float64) / divisor.cast(pl.Float64), pl.Float64(), False)
     if op == "div":
-        return Val((a / b).cast(pl.Int64), pl.Int64(), False)
-    result = {"+": a + b, "-": a - b, "*": a * b, "mod": a % b}[op]
+        return Val((a / divisor).cast(pl.Int64), pl.Int64(), False)
+    result = {"+": a + b, "-": a - b, "*": a * b, "mod": _remainder(a, divisor)}[op]
     return Val(result, pl.Int64() if both_int else pl.Float64(), False)
+
+
+def _remainder(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """FHIRPath's ``mod``: the remainder of the truncated division, of ``a``'s sign.
+
+    Polars' ``%`` floors (its remainder has ``b``'s sign): where the two differ,
+    the truncated remainder is the floored one less ``b``.
+    """
+    floored = a % b
+    return pl.when((floored != 0) & ((floored < 0) != (a < 0))).then(floored - b).otherwise(floored)
 
 
 def compile_node(node: fp.Node, scope: Scope) -> Val:
@@ -453,7 +463,9 @@ def _index(node: fp.Index, scope: Scope) -> Val:
     if not isinstance(idx.dtype, pl.Int64) or idx.many:
         raise scope.fail("an index must be an integer")
     if base.many:
-        return Val(base.expr.list.get(idx.expr, null_on_oob=True), base.dtype, False)
+        # a negative index is outside the collection (Polars would count from the end)
+        at = pl.when(idx.expr >= 0).then(idx.expr)
+        return Val(base.expr.list.get(at, null_on_oob=True), base.dtype, False)
     return Val(pl.when(idx.expr == 0).then(base.expr), base.dtype, False)
 
 

@@ -20,6 +20,13 @@ declared                                       ViewDefinition
 ``%parent.id`` / ``%index``                    ``id`` (a column before ``forEach``) / ``%rowIndex``
 =============================================  =====================================================
 
+A column below a field that the catalogue declares an alternative form for (Referral
+``limitQuantity.quantity`` as a number or a Quantity, ``referralDefinition`` as a string or
+a Reference, an Organization ``type`` item as a Coding or a CodeableConcept) reads it
+with that form's FHIRPath (``toolkit.catalogue.forms.VIEW_FORMS``), and ``coded()`` reads
+the keys of ``forms.CODED_KEYS``: the facts of the forms are declared once, in the
+catalogue's registry, for the reader and the export alike.
+
 Date and date-time columns are typed ``date``/``dateTime`` with an ``ansi/type``
 tag (``DATE``, ``TIMESTAMP WITH TIME ZONE``) so the runner gives the same Polars
 types as the reader. The reader's ``extra`` and ``invalid`` columns (unknown keys
@@ -38,6 +45,7 @@ from typing import Any
 
 import polars as pl
 
+from toolkit.catalogue import forms
 from toolkit.errors import ViewDefinitionError, unknown_name
 from toolkit.views import VIEWS
 
@@ -46,29 +54,6 @@ __all__ = ["NOT_EXPORTED", "declared_view_definitions", "view_definition"]
 #: The declared columns that have no ViewDefinition form, by role.
 NOT_EXPORTED = ("extra", "invalid")
 
-#: Columns whose field arrives in more than one JSON shape (facts, "Shapes seen on the
-#: live service"): each shape is read by its own branch of a union, and a branch that
-#: does not fit the data is empty (``ofType`` of another type, a child of a primitive).
-ALTERNATIVES: dict[tuple[str, str], str] = {
-    # a number (spec) or a Quantity {"value": 10} (live)
-    ("Referral", "limit_quantity"): (
-        "(limitQuantity.quantity.value | limitQuantity.quantity.ofType(integer)).first()"
-    ),
-    ("ReferralDefinition", "limit_quantity"): (
-        "(limitQuantity.quantity.value | limitQuantity.quantity.ofType(integer)).first()"
-    ),
-    # a string (spec) or a Reference with a display (live)
-    ("Referral", "referral_definition"): (
-        "(referralDefinition.display | referralDefinition.reference"
-        " | referralDefinition.ofType(string)).first()"
-    ),
-    # {system, code, display} (spec) or a CodeableConcept (FHIR): its first coding
-    **{
-        ("organization_type", key): f"(coding.first().{key} | {key}).first()"
-        for key in ("system", "code", "display")
-    },
-}
-
 _PRIMITIVES = {"boolean", "string", "code", "integer", "decimal", "date", "dateTime", "uri"}
 _REF_TYPE = "'^(.*/)?([A-Za-z]+)/[^/]+$'"
 
@@ -76,6 +61,44 @@ _REF_TYPE = "'^(.*/)?([A-Za-z]+)/[^/]+$'"
 def _value_type(name: str) -> str:
     lower = name[:1].lower() + name[1:]
     return lower if lower in _PRIMITIVES else name
+
+
+_PLAIN = re.compile(r"[A-Za-z]\w*(\.[A-Za-z]\w*)*")
+_KINDS = {pl.Int64: "integer", pl.Float64: "decimal", pl.Boolean: "boolean"}
+
+
+def _alternative(table: Any, column: Any) -> str | None:
+    """The column's path read in each form the catalogue declares for its field, or None.
+
+    A column below a field with an alternative form (``forms.VIEW_FORMS``) reads it with
+    the form's ``fhirpath``: Referral ``limitQuantity.quantity`` as a number or a
+    Quantity, an Organization ``type`` item as a Coding or a CodeableConcept.
+    """
+    if not _PLAIN.fullmatch(column.path):
+        return None
+    full = f"{table.for_each}.{column.path}" if table.for_each else column.path
+    for (resource, declared), form in forms.VIEW_FORMS.items():
+        if resource != table.resource or form.fhirpath is None:
+            continue
+        if full == declared:
+            rest = ""
+        elif full.startswith(declared + "."):
+            rest = full[len(declared) + 1 :]
+        else:
+            continue
+        value = column.path[: -len(rest) - 1] if rest else column.path
+        kind = _KINDS.get(type(column.dtype), "string")
+        return form.fhirpath(value, rest, kind)
+    return None
+
+
+def _coded(base: str) -> str:
+    """``coded()``: the first of the keys a coded value arrives under (``forms.CODED_KEYS``)."""
+    parts = []
+    for key in forms.CODED_KEYS:
+        kind = _value_type(key[len("value") :])
+        parts.append(f"{base}.value.ofType({kind})" + (".code" if kind == "Coding" else ""))
+    return "(" + " | ".join(parts) + ").first()"
 
 
 def _translate(path: str) -> str:
@@ -103,11 +126,7 @@ def _translate(path: str) -> str:
             f".replaceMatches({_REF_TYPE}, '$2')).first()"
         )
     if path.endswith(".coded()"):
-        base = path[: -len(".coded()")]
-        return (
-            f"({base}.value.ofType(Coding).code | {base}.value.ofType(code)"
-            f" | {base}.value.ofType(string)).first()"
-        )
+        return _coded(path[: -len(".coded()")])
     if ".where(url = " in path:
         return f"({path}).first()"
     return path
@@ -127,9 +146,9 @@ def _precision(path: str) -> str:
     return "(" + " | ".join(parts) + ").first()"
 
 
-def _column(column: Any, table: str) -> dict[str, Any]:
+def _column(column: Any, table: Any) -> dict[str, Any]:
     dtype = column.dtype
-    path = ALTERNATIVES.get((table, column.name)) or _translate(column.path)
+    path = _alternative(table, column) or _translate(column.path)
     if column.role == "precision":
         path = _precision(path)
     out: dict[str, Any] = {"name": column.name, "path": path}
@@ -167,13 +186,13 @@ def view_definition(table: Any) -> dict[str, Any]:
     if table.doc:
         body["description"] = table.doc
     if table.for_each is None:
-        body["select"] = [{"column": [_column(c, table.name) for c in columns]}]
+        body["select"] = [{"column": [_column(c, table) for c in columns]}]
         return body
     keys = [c for c in columns if c.role == "key"]
     rest = [c for c in columns if c.role != "key"]
     body["select"] = [
-        {"column": [{**_column(k, table.name), "path": "id"} for k in keys]},
-        {"forEach": _translate(table.for_each), "column": [_column(c, table.name) for c in rest]},
+        {"column": [{**_column(k, table), "path": "id"} for k in keys]},
+        {"forEach": _translate(table.for_each), "column": [_column(c, table) for c in rest]},
     ]
     return body
 

@@ -11,6 +11,15 @@ string where the others have an object, say), the odd values become null and are
 reported in one :class:`~toolkit.schemas.PmtkDataWarning` with their resource ids and
 paths. The normalised resources are then read by Polars. A resource nested too deep
 is left out (:mod:`toolkit.viewdefs.depth`).
+
+For a resource type the catalogue declares, its facts decide first, as they do for the
+declared reader (:mod:`toolkit.views`): a field whose values arrive in both the
+catalogue's form and a declared other form (the spec's bare number beside the live
+service's Quantity) has them all turned into the form most of them are in
+(:func:`toolkit.catalogue.forms.in_one_form`) instead of the fewer read as null, and
+where a declared field's values are of several JSON types, the catalogue's type is
+the one kept (a ``"30"`` beside a ``60`` in ``minutesDuration`` is the odd one, however
+many there are of each).
 """
 
 from __future__ import annotations
@@ -22,10 +31,12 @@ from typing import Any
 import orjson
 import polars as pl
 
+from toolkit import catalogue
+from toolkit.catalogue import Field, forms
 from toolkit.errors import DataValidationError
 from toolkit.viewdefs.depth import deep_warning, split_deep
 
-__all__ = ["empty_frame", "read_resources"]
+__all__ = ["declared_kinds", "empty_frame", "read_resources"]
 
 
 def empty_frame() -> pl.DataFrame:
@@ -100,14 +111,46 @@ def _normalise(
     return out[0] if out else None
 
 
-def _plan(kinds: dict[str, Counter[str]]) -> dict[str, Any]:
+_JSON_KINDS = {"boolean": "boolean", "integer": "number", "number": "number"}
+"""The JSON type of a catalogue type (``object``, ``reference``: an object; else a string)."""
+
+
+def _declared(fields: tuple[Field, ...], parent: str, out: dict[str, str]) -> dict[str, str]:
+    for f in fields:
+        if f.extension is not None:
+            continue  # an extension-encoded field is an element of its container
+        path = f"{parent}.{f.name}" if parent else f.name
+        kind = "object" if f.type in ("object", "reference") else _JSON_KINDS.get(f.type)
+        out[path + "[]"] = kind or "string"
+        _declared(f.fields, path, out)
+    return out
+
+
+def declared_kinds(resource_type: str) -> dict[str, str]:
+    """The JSON type of each field the catalogue declares for ``resource_type`` (of an
+    array field, of its items), by the paths of :func:`_survey`; none for another type.
+
+    >>> declared_kinds("Appointment")["minutesDuration[]"], declared_kinds("Basic")
+    ('number', {})
+    """
+    res = catalogue.RESOURCES.get(resource_type)
+    return {} if res is None else _declared(res.fields, "", {})
+
+
+def _plan(kinds: dict[str, Counter[str]], declared: dict[str, str]) -> dict[str, Any]:
     """Per path: ``array`` where a field is an array anywhere; the one kind its values keep."""
     plan: dict[str, Any] = {}
     for path, counter in kinds.items():
         if path.endswith("[]"):
             if len(counter) > 1:
-                # the most common kind wins; a tie goes to the richer kind (object first)
-                plan[path] = min(counter, key=lambda k: (-counter[k], _KIND_ORDER[k]))
+                # the catalogue's type, where it declares the field and a value has it;
+                # else the most common kind, a tie going to the richer kind (object first)
+                want = declared.get(path)
+                plan[path] = (
+                    want
+                    if want in counter
+                    else min(counter, key=lambda k: (-counter[k], _KIND_ORDER[k]))
+                )
         elif counter["array"]:
             plan[path] = "array"
     return plan
@@ -121,10 +164,11 @@ def _read_normalised(
     With it, the values read as null for being of another JSON type than the rest
     of their field: (resource id, path, value).
     """
+    resources = forms.in_one_form(resource_type, resources)
     kinds: dict[str, Counter[str]] = {}
     for res in resources:
         _survey_item(res, "", kinds)
-    plan = _plan(kinds)
+    plan = _plan(kinds, declared_kinds(resource_type))
     odd: list[tuple[str, str, Any]] = []
     if plan:
         resources = [

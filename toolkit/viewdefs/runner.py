@@ -213,8 +213,13 @@ def _body(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataF
     result = _own_columns(view, node, frame, root)
     for sub in node.selects:
         part = _select(view, sub, frame, root)
-        _budget(_product(result, part), sub.where, "its cross product with the selects before it")
-        result = result.join(part, on="__k", how="inner", maintain_order="left_right")
+        joined = _gathered(result, part, frame)
+        # the product: as many rows as ``part`` where each meets one row of ``result``
+        product = part.height if joined is not None else _product(result, part)
+        _budget(product, sub.where, "its cross product with the selects before it")
+        if joined is None:
+            joined = result.join(part, on="__k", how="inner", maintain_order="left_right")
+        result = joined
     if node.union:
         parts = [_select(view, branch, frame, root) for branch in node.union]
         _budget(sum(p.height for p in parts), f"{node.where}.unionAll", "the unionAll")
@@ -223,6 +228,25 @@ def _body(view: View, node: Select, frame: pl.DataFrame, root: bool) -> pl.DataF
         _budget(_product(result, union), where, "its cross product with the selects before it")
         result = result.join(union, on="__k", how="inner", maintain_order="left_right")
     return result
+
+
+def _gathered(result: pl.DataFrame, part: pl.DataFrame, frame: pl.DataFrame) -> pl.DataFrame | None:
+    """The join of :func:`_body`, when ``result`` holds one row for each row of ``frame``.
+
+    Then every row of ``part`` (whose keys are the frame's) meets exactly one row of
+    ``result``, and the join is that row gathered beside it: the common case of a
+    resource's columns beside a ``forEach`` (``id`` beside each participant), without
+    the hash join and the count of its product. None when it does not apply (``result``
+    already multiplied by an earlier select, or ``part``'s keys out of order).
+    """
+    keys = result.get_column("__k")
+    if result.height != frame.height or not keys.equals(frame.get_column("__k")):
+        return None
+    wanted = part.get_column("__k")
+    if not wanted.is_sorted():
+        return None
+    rows = result.gather(keys.search_sorted(wanted))
+    return pl.concat([rows, part.drop("__k")], how="horizontal")
 
 
 def _product(left: pl.DataFrame, right: pl.DataFrame) -> int:

@@ -11,6 +11,7 @@ import polars as pl
 
 from toolkit import catalogue
 from toolkit.catalogue import Field, Resource, Source, forms
+from toolkit.catalogue.constants import LIVE_EXTENSION_BASE
 from toolkit.errors import unknown_name
 
 Role = Literal["value", "id", "ref_id", "ref_type", "key", "index", "extra", "invalid", "precision"]
@@ -153,10 +154,6 @@ def _field_read_dtype(f: Field) -> pl.DataType:
     return pl.List(inner) if f.many else inner
 
 
-_CODED_KEYS = ("valueCoding", "valueCode", "valueString")
-"""The forms a coded extension value arrives in (facts, "Shapes seen on the live service")."""
-
-
 def _extension_value_dtypes(f: Field) -> dict[str, pl.DataType]:
     """The value keys an extension element is read with: a superset of the live forms."""
     assert f.extension is not None
@@ -164,7 +161,7 @@ def _extension_value_dtypes(f: Field) -> dict[str, pl.DataType]:
     if key == "valueReference":
         return {key: _REFERENCE}
     if key in ("valueCoding", "valueCode"):
-        return {"valueCoding": _CODING, "valueCode": pl.String(), "valueString": pl.String()}
+        return {k: _CODING if k == "valueCoding" else pl.String() for k in forms.CODED_KEYS}
     return {key: _PRIMITIVE_READ[f.type]}
 
 
@@ -510,11 +507,6 @@ def _extension_view(res: Resource) -> View:
     )
 
 
-_LIVE_EXTENSION_BASE = "https://terminology.halaxy.com/StructureDefinition/"
-"""The live service writes extension urls in full, under this base
-(public-docs-facts.md, "Extension urls are full canonical urls")."""
-
-
 KnownUrls = dict[str, dict[str, frozenset[str]]]
 """Extension containers (by field path, no indices) → url → the ``value[x]`` keys its
 column reads (:func:`known_extensions`)."""
@@ -529,7 +521,7 @@ def known_extensions(
     An element of a known url in another form (``coverage-payer`` as a ``valueBoolean``,
     a form another column of the same container reads) is read by no column: the
     extension table has it. With ``declared``, also each name as the catalogue writes
-    it and in the live service's full form (:data:`_LIVE_EXTENSION_BASE`): the urls the
+    it and in the live service's full form (:data:`LIVE_EXTENSION_BASE`): the urls the
     exact check accepts as they are (:func:`toolkit.views.check._known_element`); any
     other form of a known url still reads, through the repair path.
     """
@@ -540,7 +532,7 @@ def known_extensions(
         if f.extension is not None:
             key = f"{prefix}.{f.extension.container}" if prefix else f.extension.container
             name = f.extension.url.rsplit("/", 1)[-1]
-            urls = {name, f.extension.url, _LIVE_EXTENSION_BASE + name} if declared else {name}
+            urls = {name, f.extension.url, LIVE_EXTENSION_BASE + name} if declared else {name}
             for url in urls:
                 out.setdefault(key, {}).setdefault(url, set()).update(_extension_value_dtypes(f))
         elif f.type == "object":

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from toolkit.catalogue.forms import CODED_KEYS
 from toolkit.errors import ConfigurationError
 from toolkit.views.declare import DATETIME, View
 
@@ -57,10 +58,13 @@ def compile_path(path: str, base: pl.Expr) -> pl.Expr:
                 expr.struct.field("reference").str.extract(r"([^/]+)/[^/]+$", 1),
             )
         elif m.group("fn") == "coded":
+            # the first of the keys a coded value arrives under (a Coding by its code)
+            fields = [expr.struct.field(key) for key in CODED_KEYS]
             expr = pl.coalesce(
-                expr.struct.field("valueCoding").struct.field("code"),
-                expr.struct.field("valueCode"),
-                expr.struct.field("valueString"),
+                [
+                    f.struct.field("code") if key == "valueCoding" else f
+                    for key, f in zip(CODED_KEYS, fields, strict=True)
+                ]
             )
         elif m.group("key") == "$this":
             continue
