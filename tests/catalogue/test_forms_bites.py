@@ -448,8 +448,11 @@ def test_a_value_form_read_below_is_refused_not_read_as_the_value(name: str) -> 
     path = forms.FORMS[name].fhirpath
     assert path is not None
     assert "limitQuantity.quantity" in path("limitQuantity.quantity", "", "integer")
-    with pytest.raises(ConfigurationError, match="nothing is read below it"):
+    with pytest.raises(ConfigurationError) as caught:
         path("limitQuantity.quantity", "unit", "string")
+    assert str(caught.value) == (
+        f"limitQuantity.quantity.unit: a {name} form is read as one value; nothing is read below it"
+    )
 
 
 def test_the_codeable_concept_form_reads_below_the_item_and_the_value() -> None:

@@ -280,7 +280,8 @@ LIVE_Q, LIVE_D = {"value": 6, "unit": "visits"}, {"display": "GP referral"}
 @pytest.mark.parametrize(
     ("quantities", "definitions"),
     [
-        ([LIVE_Q, LIVE_Q, 4], [LIVE_D, LIVE_D, "Specialist"]),  # mostly live
+        # mostly live; a Reference without a display is read by its reference
+        ([LIVE_Q, LIVE_Q, 4], [LIVE_D, {"reference": "ReferralDefinition/3"}, "Specialist"]),
         ([6, 5, LIVE_Q], ["GP", "Specialist", LIVE_D]),  # mostly the spec's
         ([LIVE_Q, 4], [LIVE_D, "Specialist"]),  # one of each
     ],
@@ -296,7 +297,9 @@ def test_both_forms_in_one_frame_are_all_read(
         warnings.simplefilter("error")  # no value is read as null for its form
         got = run_view(view, pages)
     want_q = [q["value"] if isinstance(q, dict) else q for q in quantities]
-    want_d = [d["display"] if isinstance(d, dict) else d for d in definitions]
+    want_d = [
+        d.get("display", d.get("reference")) if isinstance(d, dict) else d for d in definitions
+    ]
     assert got.get_column("limit_quantity").to_list() == want_q
     assert got.get_column("referral_definition").to_list() == want_d
 
@@ -371,3 +374,44 @@ def test_a_tie_of_forms_goes_to_the_catalogues() -> None:
     }
     got = run_view(view, pages)
     assert got.rows() == [(6, "GP referral"), (4, "Specialist")]
+
+
+def test_the_general_read_brings_codings_and_codeable_concepts_to_one_form() -> None:
+    # A text where the others have a boolean sends the frame to the general read; there the
+    # one bare Coding among CodeableConcepts becomes a CodeableConcept of it, so a view
+    # written for the CodeableConcepts (`type.coding.code`) reads all three
+    orgs = [
+        {"resourceType": "Organization", "id": "O1", "type": [{"coding": [{"code": "a"}]}]},
+        {"resourceType": "Organization", "id": "O2", "type": [{"coding": [{"code": "b"}]}]},
+        {"resourceType": "Organization", "id": "O3", "type": [{"code": "c"}], "active": "no"},
+        {"resourceType": "Organization", "id": "O4", "active": True},
+    ]
+    view = {
+        "resource": "Organization",
+        "select": [
+            {"column": [{"name": "id", "path": "id"}, {"name": "active", "path": "active"}]},
+            {"forEach": "type", "column": [{"name": "code", "path": "coding.code"}]},
+        ],
+    }
+    with pytest.warns(Warning, match="1 Organization value"):  # "no" for a boolean
+        rows = run_view(view, orgs).rows()
+    assert rows == [("O1", None, "a"), ("O2", None, "b"), ("O3", None, "c")]
+
+
+def test_a_form_of_the_last_declared_resource_is_brought_to_one_form_too() -> None:
+    # ReferralDefinition comes after every other declared resource: its Quantities
+    # beside bare numbers are read, not nulled for their JSON type
+    defs = [
+        {"resourceType": "ReferralDefinition", "id": "D1", "limitQuantity": {"quantity": 5}},
+        {"resourceType": "ReferralDefinition", "id": "D2", "limitQuantity": {"quantity": 6}},
+        {
+            "resourceType": "ReferralDefinition",
+            "id": "D3",
+            "limitQuantity": {"quantity": {"value": 7}},
+        },
+    ]
+    view = declared_view_definitions("ReferralDefinition")["ReferralDefinition"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = run_view(view, defs)
+    assert got.get_column("limit_quantity").to_list() == [5, 6, 7]
