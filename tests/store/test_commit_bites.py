@@ -21,11 +21,13 @@ cut left unreadable or that went missing, a record staged more than once.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -1114,8 +1116,9 @@ def test_validation_reads_a_batch_at_a_time_and_reports_each_failure_once(tmp_pa
     assert not txn.stage.exists()  # a failure drops the staged rows
 
 
-def fail_rename_onto(target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The device answers EIO when a file is renamed onto ``target``."""
+@contextlib.contextmanager
+def rename_onto_fails(target: Path) -> Iterator[None]:
+    """Inside the block, the device answers EIO when a file is renamed onto ``target``."""
     real = os.replace
 
     def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
@@ -1123,7 +1126,9 @@ def fail_rename_onto(target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             raise OSError(errno.EIO, "Input/output error")
         real(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(os, "replace", replace)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", replace)
+        yield
 
 
 @pytest.mark.parametrize(
@@ -1136,18 +1141,17 @@ def fail_rename_onto(target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_a_merge_step_that_cannot_write_is_named_and_the_next_run_resumes(
-    interrupted: Path, monkeypatch: pytest.MonkeyPatch, where: str, step: str
+    interrupted: Path, where: str, step: str
 ) -> None:
     """A file where a merge folder belongs, or an EIO as a merged file is moved in."""
     target = interrupted / ".staging" / RT / where
-    real_replace = os.replace
+    failing: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if where.endswith(".parquet"):
-        fail_rename_onto(target, monkeypatch)
+        failing = rename_onto_fails(target)
     else:
         target.write_bytes(b"a file, not the folder")
-    with pytest.raises(StoreWriteError) as caught:
+    with failing, pytest.raises(StoreWriteError) as caught:
         sync_rt(PagedSource(LISTED), interrupted)
-    monkeypatch.setattr(os, "replace", real_replace)
     assert (caught.value.step, caught.value.path) == (step, target)
     assert not read_manifest(interrupted)["resources"][RT]["tables"]
     assert journal(interrupted)["phase"] == "merge"  # every page staged, kept for the next run
@@ -1158,19 +1162,14 @@ def test_a_merge_step_that_cannot_write_is_named_and_the_next_run_resumes(
     assert_committed(interrupted, newest_each(LISTED))
 
 
-def test_an_incremental_merge_that_cannot_write_is_named_and_the_store_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_incremental_merge_that_cannot_write_is_named_and_the_store_kept(tmp_path: Path) -> None:
     out = tmp_path / "store"
     sync_rt(PagedSource(LISTED[:10]), out)
     before = contents(out)
     listed = [referral(r["id"], S1, "v2") for r in LISTED[:10]]
     target = out / ".staging" / RT / "merged" / f"{RT}.parquet"
-    real_replace = os.replace
-    fail_rename_onto(target, monkeypatch)
-    with pytest.raises(StoreWriteError) as caught:
+    with rename_onto_fails(target), pytest.raises(StoreWriteError) as caught:
         sync_rt(PagedSource(listed), out)
-    monkeypatch.setattr(os, "replace", real_replace)
     assert (caught.value.step, caught.value.path) == (f"writing the merged {RT} table", target)
     assert contents(out) == before
     done = sync_rt(PagedSource(listed), out)
@@ -1193,15 +1192,12 @@ def test_a_list_with_no_records_commits_empty_tables_and_then_changes_nothing(
 
 
 def test_a_checkpoint_that_cannot_be_written_is_named_and_the_run_resumes_from_the_last(
-    interrupted: Path, monkeypatch: pytest.MonkeyPatch
+    interrupted: Path,
 ) -> None:
     state = interrupted / ".staging" / RT / "state.json"
     before = journal(interrupted)
-    real_replace = os.replace
-    fail_rename_onto(state, monkeypatch)
-    with pytest.raises(StoreWriteError) as caught:
+    with rename_onto_fails(state), pytest.raises(StoreWriteError) as caught:
         sync_rt(PagedSource(LISTED), interrupted)
-    monkeypatch.setattr(os, "replace", real_replace)
     assert (caught.value.step, caught.value.path) == (f"writing the {RT} sync checkpoint", state)
     assert journal(interrupted) == before
     done = sync_rt(PagedSource(LISTED), interrupted)

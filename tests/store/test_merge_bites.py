@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.store.test_commit_bites import rename_onto_fails
 from tests.store.test_precedence_paths import RT, ListSource, record, stored_versions
 from toolkit.errors import ConfigurationError, DataValidationError
 from toolkit.schemas import PmtkDataWarning
@@ -443,7 +444,7 @@ def test_a_staging_folder_that_cannot_be_made_is_named_and_nothing_changes(
 
 
 def test_a_changed_table_that_cannot_be_written_is_named_and_the_store_keeps_its_version(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """The device fails while the child table's merged file is staged (after the main
     table's was already moved in): the error names that table and file, the manifest
@@ -452,17 +453,8 @@ def test_a_changed_table_that_cannot_be_written_is_named_and_the_store_keeps_its
     synced(out, {"a": T0, "b": T0})
     before = (out / "manifest.json").read_bytes()
     staged = out / STAGING / f".changes-{RT}" / "referral_extension.parquet"
-    real = os.replace
-
-    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-        if Path(dst) == staged:
-            raise OSError(errno.EIO, "Input/output error")
-        real(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(StoreWriteError) as caught:
+    with rename_onto_fails(staged), pytest.raises(StoreWriteError) as caught:
         apply_changes(RT, out, upserts=[record("b", T1, "hook")])
-    monkeypatch.setattr(os, "replace", real)
     assert (caught.value.step, caught.value.path, caught.value.errno) == (
         "writing the changed referral_extension table",
         staged,
