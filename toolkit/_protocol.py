@@ -35,6 +35,7 @@ from email.utils import formatdate
 from typing import Any
 
 import orjson
+import uvicorn
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -43,7 +44,7 @@ from toolkit import catalogue
 _FHIR_JSON = catalogue.FHIR_JSON.encode()
 _RETRY_AFTER = catalogue.RETRY_AFTER_HEADER.encode()
 
-__all__ = ["Limits", "guarded_protocol"]
+__all__ = ["Limits", "guarded_config", "guarded_protocol"]
 
 REASONS = {
     400: b"Bad Request",
@@ -286,3 +287,22 @@ class GuardedProtocol(HttpToolsProtocol):
 def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
     """An :class:`HttpToolsProtocol` subclass enforcing ``limits`` (pass it as ``http=``)."""
     return type("GuardedProtocol", (GuardedProtocol,), {"_limits": limits})
+
+
+def guarded_config(app: Any, limits: Limits, **settings: Any) -> uvicorn.Config:
+    """The uvicorn settings the mock and ``pmtk listen`` share, for ``app``.
+
+    httptools with ``limits`` (:func:`guarded_protocol`; h11, if it is ever chosen,
+    with the same head size), no access log, lifespan or ``Server`` header, and a 2 s
+    graceful shutdown; ``settings`` gives the rest (host, port, log level, keep-alive).
+    """
+    return uvicorn.Config(
+        app,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        http=guarded_protocol(limits),
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        server_header=False,
+        **settings,
+    )

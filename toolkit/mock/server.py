@@ -8,7 +8,7 @@ from typing import Any
 
 import uvicorn
 
-from toolkit._protocol import Limits, guarded_protocol
+from toolkit._protocol import Limits, guarded_config
 from toolkit._serving import start
 from toolkit.errors import ConfigurationError
 from toolkit.mock.app import create_app, release_slot
@@ -138,21 +138,16 @@ def _server_config(state: MockState, *, port: int, log_level: str) -> uvicorn.Co
         body_timeout=opts.body_timeout,
         clock=state.now,
     )
-    return uvicorn.Config(
+    # httptools with the head-size limit and deadlines uvicorn lacks (toolkit/_protocol.py)
+    return guarded_config(
         create_app(state),
+        limits,
         host=HOST,
         port=port,
         log_level=log_level,
-        access_log=False,
-        lifespan="off",
-        timeout_graceful_shutdown=2,
-        # httptools with the head-size limit and deadlines uvicorn lacks (protocol.py)
-        http=guarded_protocol(limits),
         timeout_keep_alive=opts.timeout_keep_alive,
         limit_concurrency=opts.limit_concurrency,
-        h11_max_incomplete_event_size=opts.max_header_bytes,  # if h11 is ever chosen
         date_header=False,  # the app sends Date from the virtual clock
-        server_header=False,
     )
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import toolkit
 from toolkit._cli import is_plain
-from toolkit._protocol import Limits, guarded_protocol
+from toolkit._protocol import Limits, guarded_config
 from toolkit._serving import start
 from toolkit.errors import ConfigurationError
 from toolkit.webhooks.eventlog import DEFAULT_GAP_GRACE
@@ -416,25 +416,18 @@ def _receiver_config(
     listener: Listener, host: str, port: int, log_level: str, limits: Limits
 ) -> Any:
     """The uvicorn configuration of the receiver: the shared hardened protocol, no lifespan."""
-    import uvicorn
-
-    return uvicorn.Config(
+    # head size, head and body deadlines, body cap, connection cap (toolkit/_protocol.py)
+    return guarded_config(
         make_app(listener),
+        limits,
         host=host,
         port=port,
         log_level=log_level,
-        access_log=False,
-        lifespan="off",
-        timeout_graceful_shutdown=2,
-        # head size, head and body deadlines, body cap, connection cap (toolkit/_protocol.py)
-        http=guarded_protocol(limits),
         timeout_keep_alive=5,
         # asyncio accepts up to ``backlog`` connections each time the socket is
         # readable, before any is refused: at the cap, a flood cannot take more
         # descriptors at once than the cap (uvicorn's default is 2048)
         backlog=max(16, limits.max_connections or 256),
-        h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # if h11 is ever chosen
-        server_header=False,
         # uvicorn's own lines (on stderr) in colour only where pmtk's are (NO_COLOR, a pipe)
         use_colors=None if not is_plain(sys.stderr) else False,
     )
